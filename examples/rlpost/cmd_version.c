@@ -1,0 +1,61 @@
+/* `rlpost version`: library and ABI version and which backends this machine
+ * can use, as one JSON object on stdout. */
+#include "commands.h"
+
+#include "rlpost.h"
+
+#include <stdio.h>
+
+/* JSON string escaping for the free-text reasons we print. */
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+int cmd_version(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 2) {
+        fprintf(stderr, "usage: rlpost version\n");
+        return EXIT_USAGE;
+    }
+    if (rlp_version_number() / 10000 != RLP_VERSION_MAJOR) {
+        fprintf(stderr, "rlpost: built against librlpost %s but loaded %s\n", RLP_VERSION_STRING,
+                rlp_version_string());
+        return 1;
+    }
+    printf("{\"version\": \"%s\", \"abi\": %u, \"backends\": {", rlp_version_string(), rlp_abi_version());
+    for (int kind = 0; kind < RLP_BACKEND_COUNT; kind++) {
+        int avail = rlp_backend_available(kind);
+        int devices = 0;
+        rlp_backend_device_count(&devices, kind);
+        printf("%s\"%s\": {\"available\": %s, \"devices\": %d", kind ? ", " : "", rlp_backend_name(kind),
+               avail == 1 ? "true" : "false", devices);
+        if (avail == 1) {
+            rlp_context_options o = RLP_CONTEXT_OPTIONS_INIT;
+            o.backend = kind;
+            rlp_context *ctx;
+            if (rlp_context_create(&ctx, &o) == RLP_OK) {
+                printf(", \"device\": ");
+                print_json_string(rlp_context_device_name(ctx));
+                rlp_context_free(ctx);
+            }
+        } else {
+            printf(", \"reason\": ");
+            print_json_string(rlp_error_last());
+        }
+        printf("}");
+    }
+    printf("}}\n");
+    return 0;
+}

@@ -1,0 +1,10 @@
+/* Subcommands of the rlpost driver. Each returns the process exit code:
+ * 0 success, 2 bad arguments or configuration, 1 any other failure. */
+#ifndef RLPOST_COMMANDS_H
+#define RLPOST_COMMANDS_H
+
+#define EXIT_USAGE 2
+
+int cmd_version(int argc, char **argv);
+
+#endif

@@ -1,0 +1,38 @@
+/* rlpost — the reference driver of librlpost, built on its public API only.
+ * Machine-readable results go to stdout (JSON/JSONL), progress and logs to
+ * stderr; exit 0 on success, 2 on bad arguments, 1 on other failures. */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"version", cmd_version, "library version, ABI version and available backends"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: rlpost COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc, argv);
+    fprintf(stderr, "rlpost: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,320 @@
+/**
+ * @file rlpost.h
+ * @brief librlpost — reinforcement-learning post-training of causal language
+ *        models, as an embeddable C11 library with a stable ABI.
+ *
+ * This is the one public header. Everything it declares starts with `rlp_`
+ * or `RLP_`. Conventions that hold for every function unless its own comment
+ * says otherwise:
+ *
+ * - **Status.** Functions return `int`: `RLP_OK` (0) on success or a negative
+ *   `RLP_E_*` code. On failure a human-readable message naming the argument,
+ *   file, field or URL at fault is available from rlp_error_last() on the
+ *   same thread.
+ * - **Out-parameters** come first and are written only on success.
+ * - **Ownership.** Whatever a function returns through `**out` belongs to the
+ *   caller and is released with the matching `*_free()`; `*_free(NULL)` is a
+ *   no-op. Getters return borrowed pointers that stay valid until the parent
+ *   handle is freed or changed.
+ * - **Options structs** start with `uint32_t version`, are initialised with
+ *   their `RLP_*_OPTIONS_INIT` macro or `rlp_*_options_init()`, are passed by
+ *   pointer, and only ever grow at the end. Passing NULL means "defaults".
+ * - **Threads.** A handle is used by one thread at a time unless its
+ *   functions document otherwise (the replay buffer and the synchronizer are
+ *   built for concurrent producers and consumers).
+ * - **Callbacks** take `void *payload` last.
+ *
+ * See docs/ABI.md for what is stable and how the ABI is checked.
+ */
+#ifndef RLPOST_H
+#define RLPOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rlpost_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Export and deprecation macros                                            */
+/* ------------------------------------------------------------------------ */
+
+/** Marks a public function. The library is built with hidden visibility and
+ *  a linker version script, so only symbols carrying RLP_API are exported. */
+#if defined(_WIN32) && defined(RLPOST_BUILDING)
+#define RLP_API __declspec(dllexport)
+#elif defined(_WIN32) && !defined(RLPOST_STATIC)
+#define RLP_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define RLP_API __attribute__((visibility("default")))
+#else
+#define RLP_API
+#endif
+
+/** Marks a public function that still works but will be removed at the next
+ *  ABI break; the message names its replacement. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RLP_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define RLP_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define RLP_DEPRECATED(msg)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Run-time version as `MAJOR*10000 + MINOR*100 + PATCH`; compare with
+ *  RLP_VERSION_NUMBER to detect a header/library mismatch.
+ *  Thread-safe. */
+RLP_API unsigned rlp_version_number(void);
+
+/** Run-time version as a static string "MAJOR.MINOR.PATCH". Thread-safe;
+ *  the string is owned by the library and never freed. */
+RLP_API const char *rlp_version_string(void);
+
+/** ABI version (the shared object's SOVERSION). It changes only on an
+ *  incompatible ABI change, independently of the release version.
+ *  Thread-safe. */
+RLP_API unsigned rlp_abi_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Status codes. Values are fixed forever; new codes are only appended. */
+typedef enum rlp_status {
+    RLP_OK = 0,                /**< success */
+    RLP_E_INVALID_ARG = -1,    /**< a NULL handle or pointer, a bad enum value, a value out of range */
+    RLP_E_NOMEM = -2,          /**< an allocation failed (host or device) */
+    RLP_E_IO = -3,             /**< a file could not be opened, read, written or synced */
+    RLP_E_FORMAT = -4,         /**< a file or message is malformed (bad magic, bounds, JSON) */
+    RLP_E_UNSUPPORTED = -5,    /**< valid, but not supported (dtype, architecture, option) */
+    RLP_E_BACKEND = -6,        /**< the compute backend failed or is not available here */
+    RLP_E_TIMEOUT = -7,        /**< a wait, peer or callback ran past its deadline */
+    RLP_E_NETWORK = -8,        /**< a network peer could not be reached or answered badly */
+    RLP_E_CALLBACK = -9,       /**< a user callback returned an error */
+    RLP_E_CLOSED = -10,        /**< the handle was shut down; no more work is accepted */
+    RLP_E_AGAIN = -11,         /**< would block (full, empty, busy): try again later */
+    RLP_E_NOT_FOUND = -12,     /**< a named item (tensor, key, token, file) does not exist */
+    RLP_E_STATE = -13,         /**< the call is not valid in the handle's current state */
+    RLP_E_OVERFLOW = -14,      /**< a size or count does not fit (arithmetic overflow, buffer too small) */
+    RLP_E_INTERNAL = -15       /**< a bug in librlpost: please report it */
+} rlp_status;
+
+/** A static English description of any status code (unknown codes give
+ *  "unknown status"). Never returns NULL. Thread-safe. */
+RLP_API const char *rlp_status_str(int status);
+
+/** The message describing the last failure of a librlpost call on the
+ *  calling thread, e.g. "rlp_context_create: options->backend: 7 is not a
+ *  backend kind". The string is thread-local, owned by the library, and valid
+ *  until the next failing librlpost call on this thread. Returns "" when no error has
+ *  been recorded. Never returns NULL. */
+RLP_API const char *rlp_error_last(void);
+
+/** The status code that went with rlp_error_last() (RLP_OK if none).
+ *  Thread-local. */
+RLP_API int rlp_error_last_code(void);
+
+/** Forgets the calling thread's last error. */
+RLP_API void rlp_error_clear(void);
+
+/* ------------------------------------------------------------------------ */
+/* Opaque handles                                                           */
+/* ------------------------------------------------------------------------ */
+
+/** Execution context: backend, device, threads, seed, logging. */
+typedef struct rlp_context rlp_context;
+/** Tokenizer: encode/decode, special tokens, chat templates. */
+typedef struct rlp_tokenizer rlp_tokenizer;
+/** Causal language model with trainable weights and optimizer state. */
+typedef struct rlp_policy rlp_policy;
+/** Generates sampled completions with behaviour logprobs and version tags. */
+typedef struct rlp_rollout_engine rlp_rollout_engine;
+/** Thread-safe, staleness-bounded store of version-tagged trajectory groups. */
+typedef struct rlp_replay_buffer rlp_replay_buffer;
+/** Scores trajectories (C callbacks, built-ins, HTTP verifiers). */
+typedef struct rlp_reward_fn rlp_reward_fn;
+/** Owns the policy version counter, the sync mode and the staleness gate. */
+typedef struct rlp_synchronizer rlp_synchronizer;
+/** A batch of trajectories (prompt, completion, logprobs, versions, reward). */
+typedef struct rlp_batch rlp_batch;
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/** Compute backends. Values are fixed and only grow. */
+typedef enum rlp_backend_kind {
+    RLP_BACKEND_CPU = 0,  /**< OpenBLAS GEMMs and a thread pool; always built */
+    RLP_BACKEND_CUDA = 1  /**< cuBLAS, own kernels and NCCL; built with -Dcuda */
+} rlp_backend_kind;
+
+/** Number of backend kinds (one past the largest valid rlp_backend_kind). */
+#define RLP_BACKEND_COUNT 2
+
+/**
+ * Whether a backend can be used on this machine right now.
+ *
+ * For RLP_BACKEND_CUDA this checks that the library was built with CUDA,
+ * that the CUDA backend module and its runtime libraries load, and that at
+ * least one GPU is visible; the reason it is not is in rlp_error_last().
+ * Never fails to load or crashes on a machine without a GPU.
+ *
+ * @param kind  an rlp_backend_kind
+ * @return 1 if available, 0 if not (reason in rlp_error_last()),
+ *         RLP_E_INVALID_ARG if @p kind is not a backend kind.
+ * Thread-safe.
+ */
+RLP_API int rlp_backend_available(int kind);
+
+/** Static name of a backend kind ("cpu", "cuda"), or NULL for a bad kind.
+ *  Thread-safe. */
+RLP_API const char *rlp_backend_name(int kind);
+
+/**
+ * Number of devices of a backend kind visible here: 1 for the CPU, the GPU
+ * count for CUDA (0 where none or not built).
+ *
+ * @param[out] out_count  receives the count
+ * @param kind            an rlp_backend_kind
+ * @return RLP_OK, or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_backend_device_count(int *out_count, int kind);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Log severities; a context logs messages at or above its level. */
+typedef enum rlp_log_level {
+    RLP_LOG_DEBUG = 0,
+    RLP_LOG_INFO = 1,
+    RLP_LOG_WARN = 2,
+    RLP_LOG_ERROR = 3,
+    RLP_LOG_NONE = 4  /**< as a threshold: log nothing */
+} rlp_log_level;
+
+/**
+ * Receives the library's log messages.
+ *
+ * @param level    an rlp_log_level
+ * @param message  NUL-terminated, without a trailing newline; borrowed for
+ *                 the duration of the call
+ * @param payload  the pointer given with the callback
+ *
+ * May be called from any thread the library runs (worker threads included),
+ * concurrently: it must be thread-safe and must not call back into the
+ * handle that is logging.
+ */
+typedef void (*rlp_log_fn)(int level, const char *message, void *payload);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Version of rlp_context_options understood by this header. */
+#define RLP_CONTEXT_OPTIONS_VERSION 1
+
+/** Options for rlp_context_create(). Initialise with
+ *  RLP_CONTEXT_OPTIONS_INIT or rlp_context_options_init(). */
+typedef struct rlp_context_options {
+    uint32_t version;     /**< RLP_CONTEXT_OPTIONS_VERSION */
+    int32_t backend;      /**< an rlp_backend_kind; default RLP_BACKEND_CPU */
+    int32_t device;       /**< device index for CUDA (0-based); must be 0 for the CPU */
+    int32_t n_threads;    /**< CPU threads for GEMM and the thread pool; 0 = one per online core */
+    uint64_t seed;        /**< seed of the context's random streams; default 0x5eed */
+    rlp_log_fn log_fn;    /**< log sink; NULL = write to stderr */
+    void *log_payload;    /**< passed to @ref log_fn */
+    int32_t log_level;    /**< an rlp_log_level threshold; default RLP_LOG_WARN */
+} rlp_context_options;
+
+/** Static initialiser with the defaults documented in rlp_context_options. */
+#define RLP_CONTEXT_OPTIONS_INIT \
+    { RLP_CONTEXT_OPTIONS_VERSION, RLP_BACKEND_CPU, 0, 0, UINT64_C(0x5eed), NULL, NULL, RLP_LOG_WARN }
+
+/**
+ * Fills @p opts with the defaults (same as RLP_CONTEXT_OPTIONS_INIT).
+ *
+ * @param[out] opts     options to initialise
+ * @param version       RLP_CONTEXT_OPTIONS_VERSION
+ * @return RLP_OK, or RLP_E_INVALID_ARG for NULL or an unknown version.
+ */
+RLP_API int rlp_context_options_init(rlp_context_options *opts, uint32_t version);
+
+/**
+ * Creates an execution context: the backend every handle made from it runs
+ * on, its thread pool, its random seed and its log sink.
+ *
+ * Asking for RLP_BACKEND_CUDA on a machine without a GPU (or in a build
+ * without CUDA) fails with RLP_E_BACKEND and a message saying why; it never
+ * crashes and never makes the library fail to load.
+ *
+ * @param[out] out  receives the new context; free with rlp_context_free()
+ * @param opts      options, or NULL for the defaults
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL @p out, unknown options version,
+ *         bad backend/device/thread count/log level); RLP_E_BACKEND;
+ *         RLP_E_NOMEM.
+ * Thread-safe (creating contexts concurrently is fine). Note that OpenBLAS
+ * keeps one process-wide thread count: the most recently created CPU context
+ * sets it.
+ */
+RLP_API int rlp_context_create(rlp_context **out, const rlp_context_options *opts);
+
+/** Frees a context. Every handle created from it must be freed first.
+ *  NULL is a no-op. */
+RLP_API void rlp_context_free(rlp_context *ctx);
+
+/**
+ * Reads the backend a context runs on.
+ * @param[out] out_kind  receives an rlp_backend_kind
+ * @param ctx            the context
+ * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_context_backend(int *out_kind, const rlp_context *ctx);
+
+/**
+ * Reads the number of CPU threads a context uses (after resolving 0 to the
+ * core count).
+ * @param[out] out_threads  receives the count (≥ 1)
+ * @param ctx               the context
+ * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_context_n_threads(int *out_threads, const rlp_context *ctx);
+
+/**
+ * Reads a context's seed.
+ * @param[out] out_seed  receives the seed given at creation
+ * @param ctx            the context
+ * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_context_seed(uint64_t *out_seed, const rlp_context *ctx);
+
+/**
+ * A short description of the context's device, e.g.
+ * "cpu: 2 threads, OpenBLAS 0.3.21" or "cuda:0 NVIDIA H200 (sm_90, 139 GiB)".
+ * @param ctx  the context
+ * @return a string owned by the context, valid until it is freed; NULL (with
+ *         rlp_error_last() set) for a NULL context.
+ * Thread-safe.
+ */
+RLP_API const char *rlp_context_device_name(const rlp_context *ctx);
+
+/**
+ * Changes the log threshold of a context.
+ * @param ctx    the context
+ * @param level  an rlp_log_level
+ * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_context_set_log_level(rlp_context *ctx, int level);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLPOST_H */

@@ -1,0 +1,246 @@
+/* GEMM of the CPU backend against a naive double-precision reference over
+ * random shapes (odd sizes, every transpose combination, padded leading
+ * dimensions, offsets, batch strides, broadcast operands, alpha/beta), and
+ * the bounds checks that keep bad shapes out of the buffers.
+ *
+ * Tolerance: |C - ref| <= 2·k·u·Σ|α·a·b| + 2·u·|β·c| + 1e-30 with u = 2^-24,
+ * the standard forward error bound of a length-k fp32 dot product
+ * (Higham, Accuracy and Stability of Numerical Algorithms, §3.1); a wrong
+ * index or transpose misses it by orders of magnitude. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rlpi_backend *be;
+
+static int setup(void **state)
+{
+    (void)state;
+    return rlpi_backend_cpu_create(&be, 2) == RLP_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rlpi_backend_destroy(be);
+    return 0;
+}
+
+static rlpi_buffer *random_buffer(rlpi_rng *rng, size_t n, float **host)
+{
+    rlpi_buffer *buf;
+    assert_int_equal(rlpi_buffer_alloc(be, n * sizeof(float), &buf), RLP_OK);
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(rlpi_rng_f64(rng) * 2.0 - 1.0);
+    assert_int_equal(rlpi_buffer_upload(buf, 0, h, n * sizeof(float)), RLP_OK);
+    *host = h;
+    return buf;
+}
+
+static float at(const float *x, const rlpi_matrix *m, int64_t bi, int64_t r, int64_t c)
+{
+    return x[m->offset + (size_t)(bi * m->stride + r * m->ld + c)];
+}
+
+static void run_case(rlpi_rng *rng, int64_t m, int64_t n, int64_t k, int ta, int tb, int64_t batch,
+                     float alpha, float beta, int broadcast_b)
+{
+    int64_t ar = ta ? k : m, ac = ta ? m : k;
+    int64_t br = tb ? n : k, bc = tb ? k : n;
+    rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                   .alpha = alpha, .beta = beta, .batch = batch};
+    g.a = (rlpi_matrix){.offset = rlpi_rng_below(rng, 5), .ld = ac + (int64_t)rlpi_rng_below(rng, 4)};
+    g.a.stride = ar * g.a.ld + (int64_t)rlpi_rng_below(rng, 3);
+    g.b = (rlpi_matrix){.offset = rlpi_rng_below(rng, 5), .ld = bc + (int64_t)rlpi_rng_below(rng, 4)};
+    g.b.stride = broadcast_b ? 0 : br * g.b.ld + (int64_t)rlpi_rng_below(rng, 3);
+    g.c = (rlpi_matrix){.offset = rlpi_rng_below(rng, 5), .ld = n + (int64_t)rlpi_rng_below(rng, 4)};
+    g.c.stride = m * g.c.ld + (int64_t)rlpi_rng_below(rng, 3);
+    size_t na = g.a.offset + (size_t)((batch - 1) * g.a.stride + ar * g.a.ld);
+    size_t nb = g.b.offset + (size_t)((batch - 1) * g.b.stride + br * g.b.ld);
+    size_t nc = g.c.offset + (size_t)((batch - 1) * g.c.stride + m * g.c.ld);
+    float *ha, *hb, *hc;
+    rlpi_buffer *A = random_buffer(rng, na, &ha), *B = random_buffer(rng, nb, &hb);
+    rlpi_buffer *C = random_buffer(rng, nc, &hc);
+    if (beta == 0.0f) /* beta = 0 must not read C: poison it */
+        for (size_t i = 0; i < nc; i++)
+            hc[i] = NAN;
+    assert_int_equal(rlpi_buffer_upload(C, 0, hc, nc * sizeof(float)), RLP_OK);
+    g.a.buf = A;
+    g.b.buf = B;
+    g.c.buf = C;
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_OK);
+    float *out = malloc(nc * sizeof(float));
+    assert_int_equal(rlpi_buffer_download(C, 0, out, nc * sizeof(float)), RLP_OK);
+
+    const double u = 0x1.0p-24;
+    for (int64_t bi = 0; bi < batch; bi++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0, mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    double av = ta ? at(ha, &g.a, bi, p, i) : at(ha, &g.a, bi, i, p);
+                    double bv = tb ? at(hb, &g.b, bi, j, p) : at(hb, &g.b, bi, p, j);
+                    acc += av * bv;
+                    mag += fabs(av * bv);
+                }
+                double cv = beta == 0.0f ? 0.0 : at(hc, &g.c, bi, i, j);
+                double ref = alpha * acc + beta * cv;
+                double tol = 2.0 * (double)(k + 2) * u * fabs(alpha) * mag + 4.0 * u * fabs(beta * cv) + 1e-30;
+                double got = out[g.c.offset + (size_t)(bi * g.c.stride + i * g.c.ld + j)];
+                if (!(fabs(got - ref) <= tol)) {
+                    fprintf(stderr, "m=%lld n=%lld k=%lld ta=%d tb=%d batch=%lld (%lld,%lld,%lld): got %g want %g tol %g\n",
+                            (long long)m, (long long)n, (long long)k, ta, tb, (long long)batch,
+                            (long long)bi, (long long)i, (long long)j, got, ref, tol);
+                    fail();
+                }
+            }
+    /* padding between rows and batches is untouched */
+    for (size_t idx = 0; idx < nc; idx++) {
+        size_t rel = idx - g.c.offset;
+        int inside = 0;
+        if (idx >= g.c.offset) {
+            int64_t bi = (int64_t)rel / g.c.stride, rem = (int64_t)rel % g.c.stride;
+            inside = bi < batch && rem / g.c.ld < m && rem % g.c.ld < n;
+        }
+        if (!inside && !(isnan(hc[idx]) && isnan(out[idx])))
+            assert_true(out[idx] == hc[idx]);
+    }
+    free(out);
+    free(ha);
+    free(hb);
+    free(hc);
+    rlpi_buffer_free(A);
+    rlpi_buffer_free(B);
+    rlpi_buffer_free(C);
+}
+
+static void gemm_matches_reference(void **state)
+{
+    (void)state;
+    rlpi_rng rng;
+    rlpi_rng_seed(&rng, 1234, 0);
+    int cases = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int rep = 0; rep < 12; rep++) {
+                int64_t m = 1 + (int64_t)rlpi_rng_below(&rng, 70);
+                int64_t n = 1 + (int64_t)rlpi_rng_below(&rng, 70);
+                int64_t k = 1 + (int64_t)rlpi_rng_below(&rng, 130);
+                int64_t batch = 1 + (int64_t)rlpi_rng_below(&rng, 3);
+                static const float alphas[] = {1.0f, -0.5f, 2.0f};
+                static const float betas[] = {0.0f, 1.0f, 0.25f};
+                run_case(&rng, m, n, k, ta, tb, batch, alphas[rep % 3], betas[(rep / 3) % 3], rep % 4 == 3);
+                cases++;
+            }
+    /* shapes of the model: a row vector, a column vector, k = 1, a big-ish one */
+    run_case(&rng, 1, 577, 576, 0, 1, 1, 1.0f, 0.0f, 0);
+    run_case(&rng, 64, 1, 96, 1, 0, 2, 1.0f, 1.0f, 0);
+    run_case(&rng, 33, 31, 1, 0, 0, 1, 1.0f, 0.0f, 0);
+    run_case(&rng, 129, 192, 200, 0, 1, 1, 1.0f, 0.0f, 0);
+    print_message("%d random GEMM cases + 4 fixed shapes\n", cases);
+}
+
+static void gemm_k_zero_scales_c(void **state)
+{
+    (void)state;
+    rlpi_buffer *A, *B, *C;
+    assert_int_equal(rlpi_buffer_alloc(be, 16, &A), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, 16, &B), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, 4 * sizeof(float), &C), RLP_OK);
+    float c[4] = {1, 2, 3, 4}, out[4];
+    rlpi_buffer_upload(C, 0, c, sizeof c);
+    rlpi_gemm g = {.m = 2, .n = 2, .k = 0, .alpha = 1, .beta = 0.5f, .batch = 1,
+                   .a = {A, 0, 1, 0}, .b = {B, 0, 2, 0}, .c = {C, 0, 2, 0}};
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_OK);
+    rlpi_buffer_download(C, 0, out, sizeof out);
+    for (int i = 0; i < 4; i++)
+        assert_true(out[i] == 0.5f * c[i]);
+    rlpi_buffer_free(A);
+    rlpi_buffer_free(B);
+    rlpi_buffer_free(C);
+}
+
+static void gemm_rejects_out_of_bounds(void **state)
+{
+    (void)state;
+    rlpi_buffer *A, *B, *C;
+    assert_int_equal(rlpi_buffer_alloc(be, 6 * sizeof(float), &A), RLP_OK);  /* 2x3 */
+    assert_int_equal(rlpi_buffer_alloc(be, 12 * sizeof(float), &B), RLP_OK); /* 3x4 */
+    assert_int_equal(rlpi_buffer_alloc(be, 8 * sizeof(float), &C), RLP_OK);  /* 2x4 */
+    rlpi_gemm ok = {.m = 2, .n = 4, .k = 3, .alpha = 1, .beta = 0, .batch = 1,
+                    .a = {A, 0, 3, 0}, .b = {B, 0, 4, 0}, .c = {C, 0, 4, 0}};
+    assert_int_equal(rlpi_gemm_f32(be, &ok), RLP_OK);
+
+    rlpi_gemm g = ok;
+    g.a.offset = 1; /* last element of A would be index 6 */
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "operand A"));
+    g = ok;
+    g.b.ld = 3; /* ld < columns */
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    g = ok;
+    g.batch = 2; /* second batch item of A is outside */
+    g.a.stride = 6;
+    g.c.stride = 8;
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    g = ok;
+    g.m = -1;
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    g = ok;
+    g.c.buf = A; /* C overlapping A */
+    g.c.ld = 3;
+    g.n = 3;
+    g.b.ld = 3;
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    g = ok;
+    g.batch = 3;
+    g.c.stride = 0; /* C broadcast across a batch would race */
+    g.a.stride = 0;
+    g.b.stride = 0;
+    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_E_INVALID_ARG);
+    g = ok;
+    g.a.stride = (int64_t)1 << 62; /* index arithmetic overflow */
+    g.batch = 5;
+    g.c.stride = 0;
+    assert_true(rlpi_gemm_f32(be, &g) < 0);
+    assert_int_equal(rlpi_gemm_f32(be, NULL), RLP_E_INVALID_ARG);
+
+    /* buffer transfers are bounds-checked too */
+    float tmp[16];
+    assert_int_equal(rlpi_buffer_upload(A, 8, tmp, 20), RLP_E_INVALID_ARG);
+    assert_int_equal(rlpi_buffer_download(A, SIZE_MAX, tmp, 2), RLP_E_INVALID_ARG);
+    assert_int_equal(rlpi_buffer_copy(C, 0, B, 40, 16), RLP_E_INVALID_ARG);
+    assert_int_equal(rlpi_buffer_fill_f32(C, 4, 5, 0.0f), RLP_E_INVALID_ARG);
+    assert_int_equal(rlpi_buffer_fill_f32(C, 4, 4, 7.0f), RLP_OK);
+    rlpi_buffer_download(C, 16, tmp, 16);
+    assert_true(tmp[0] == 7.0f && tmp[3] == 7.0f);
+    assert_int_equal(rlpi_buffer_copy(B, 0, C, 16, 16), RLP_OK);
+    rlpi_buffer_download(B, 0, tmp, 16);
+    assert_true(tmp[0] == 7.0f && tmp[3] == 7.0f);
+    rlpi_buffer_free(A);
+    rlpi_buffer_free(B);
+    rlpi_buffer_free(C);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gemm_matches_reference),
+        cmocka_unit_test(gemm_k_zero_scales_c),
+        cmocka_unit_test(gemm_rejects_out_of_bounds),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
