@@ -50,6 +50,18 @@ typedef struct rlpi_gemm {
     int64_t batch;      /* >= 1 */
 } rlpi_gemm;
 
+/* One AdamW update (Loshchilov & Hutter, "Decoupled Weight Decay
+ * Regularization", ICLR 2019, Algorithm 2), with Adam's bias correction:
+ *   m = β1 m + (1-β1) g ;  v = β2 v + (1-β2) g²
+ *   p -= lr · ( (m / bc1) / (sqrt(v / bc2) + eps) + wd · p )
+ * where bc1 = 1 - β1^t, bc2 = 1 - β2^t, and g is pre-scaled by grad_scale
+ * (global-norm clipping folds in here). */
+typedef struct rlpi_adamw_step {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1, bias_correction2;
+    float grad_scale;
+} rlpi_adamw_step;
+
 /* What a backend can do. Every slot receives validated arguments (the
  * wrappers below check NULLs, ranges and buffer bounds first). */
 struct rlpi_backend_ops {
@@ -71,9 +83,46 @@ struct rlpi_backend_ops {
     /* dense linear algebra */
     int (*gemm_f32)(rlpi_backend *be, const rlpi_gemm *g);
 
-    /* Later issues append slots here (embedding, RMSNorm, RoPE, attention,
-     * SwiGLU, fused logprob head, reductions, AdamW). Append only. */
+    /* Transformer and optimizer kernels. Pointers are the backend's own
+     * (device pointers on CUDA), already bounds-checked by the wrappers in
+     * backend_ops.c; int32 arrays (ids, positions) live in backend memory
+     * too. Sequence boundaries (`seq_start`, n_seq + 1 host int64 values)
+     * stay on the host. A NULL slot means "not implemented here". */
+    int (*embedding_fwd)(rlpi_backend *be, float *out, const float *table, const int32_t *ids,
+                         int64_t n, int64_t dim, int64_t vocab);
+    int (*embedding_bwd)(rlpi_backend *be, float *dtable, const float *dout, const int32_t *ids,
+                         int64_t n, int64_t dim, int64_t vocab);
+    int (*rmsnorm_fwd)(rlpi_backend *be, float *out, float *rstd, const float *x, const float *w,
+                       int64_t n, int64_t dim, float eps);
+    int (*rmsnorm_bwd)(rlpi_backend *be, float *dx_accum, float *dw_accum, const float *dout,
+                       const float *x, const float *w, const float *rstd, int64_t n, int64_t dim);
+    int (*rope)(rlpi_backend *be, float *x, const int32_t *pos, const float *inv_freq, int64_t n,
+                int64_t n_heads, int64_t head_dim, int inverse);
+    int (*attention_fwd)(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
+                         const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+    int (*attention_bwd)(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                         const float *q, const float *k, const float *v, const float *out,
+                         const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+    int (*swiglu_fwd)(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    int (*swiglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout,
+                      const float *gate, const float *up, int64_t n);
+    int (*add)(rlpi_backend *be, float *y, const float *x, int64_t n);
+    int (*add_bias)(rlpi_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
+    int (*bias_bwd)(rlpi_backend *be, float *dbias_accum, const float *dy, int64_t rows, int64_t cols);
+    int (*scale)(rlpi_backend *be, float *x, float alpha, int64_t n);
+    int (*logprob_rows)(rlpi_backend *be, float *logp, float *entropy, const float *logits,
+                        const int32_t *targets, int64_t n, int64_t vocab, float inv_temp);
+    int (*logprob_rows_bwd)(rlpi_backend *be, float *logits_to_dlogits, const int32_t *targets,
+                            const float *dlogp, const float *dentropy, int64_t n, int64_t vocab,
+                            float inv_temp);
+    int (*sum_squares)(rlpi_backend *be, double *out_host, const float *x, int64_t n);
+    int (*adamw)(rlpi_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
+                 const rlpi_adamw_step *step);
 };
+
+
 
 /* Services of the core library that a dynamically loaded backend module
  * may use (it cannot link the core's hidden symbols). */
@@ -112,6 +161,70 @@ int rlpi_backend_synchronize(rlpi_backend *be);
 int rlpi_gemm_f32(rlpi_backend *be, const rlpi_gemm *g);
 
 void rlpi_backend_destroy(rlpi_backend *be);
+
+/* ---- kernel wrappers (backend_ops.c) ----
+ * A reference to 4-byte elements (float or int32) inside a buffer. Every
+ * wrapper checks that each range it will touch lies in its buffer and that
+ * all buffers belong to `be`, then calls the slot. Shapes are row-major;
+ * n = tokens. */
+typedef struct rlpi_ref {
+    rlpi_buffer *buf;
+    size_t off;  /* in elements */
+} rlpi_ref;
+#define RLPI_REF(b, o) ((rlpi_ref){(b), (o)})
+
+int rlpi_op_embedding_fwd(rlpi_backend *be, rlpi_ref out /* (n, dim) */, rlpi_ref table /* (vocab, dim) */,
+                          rlpi_ref ids /* int32 (n) */, int64_t n, int64_t dim, int64_t vocab);
+/* dtable[ids[i]] += dout[i] */
+int rlpi_op_embedding_bwd(rlpi_backend *be, rlpi_ref dtable, rlpi_ref dout, rlpi_ref ids, int64_t n,
+                          int64_t dim, int64_t vocab);
+/* out = x / sqrt(mean(x²) + eps) * w ; rstd (n) saved for backward */
+int rlpi_op_rmsnorm_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref rstd, rlpi_ref x, rlpi_ref w, int64_t n,
+                        int64_t dim, float eps);
+/* dx += ∂L/∂x ; dw += ∂L/∂w */
+int rlpi_op_rmsnorm_bwd(rlpi_backend *be, rlpi_ref dx_accum, rlpi_ref dw_accum, rlpi_ref dout, rlpi_ref x,
+                        rlpi_ref w, rlpi_ref rstd, int64_t n, int64_t dim);
+/* In-place RoPE of x (n, n_heads, head_dim) in the HF rotate_half layout
+ * (pairs (i, i + head_dim/2)), angle pos·inv_freq[i]; inverse rotates by
+ * the negative angle (the backward of a rotation is its transpose). */
+int rlpi_op_rope(rlpi_backend *be, rlpi_ref x, rlpi_ref pos, rlpi_ref inv_freq, int64_t n, int64_t n_heads,
+                 int64_t head_dim, int inverse);
+/* Causal grouped-query attention over packed sequences [seq_start[s],
+ * seq_start[s+1]): q (n, H, hd), k/v (n, KV, hd) → out (n, H, hd), with the
+ * softmax log-sum-exp per (head, token) saved in lse (H, n). Scale 1/sqrt(hd). */
+int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
+                          const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                          int64_t n_kv_heads, int64_t head_dim);
+/* Writes dq, dk, dv (not accumulated). */
+int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
+                          rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,
+                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+/* out = silu(gate) · up, elementwise over n values */
+int rlpi_op_swiglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n);
+int rlpi_op_swiglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
+                       rlpi_ref up, int64_t n);
+/* y += x */
+int rlpi_op_add(rlpi_backend *be, rlpi_ref y, rlpi_ref x, int64_t n);
+/* y (rows, cols) += bias (cols) broadcast over rows */
+int rlpi_op_add_bias(rlpi_backend *be, rlpi_ref y, rlpi_ref bias, int64_t rows, int64_t cols);
+/* dbias (cols) += column sums of dy (rows, cols) */
+int rlpi_op_bias_bwd(rlpi_backend *be, rlpi_ref dbias, rlpi_ref dy, int64_t rows, int64_t cols);
+int rlpi_op_scale(rlpi_backend *be, rlpi_ref x, float alpha, int64_t n);
+/* For each row of logits (n, vocab): z = logits·inv_temp, logp[i] =
+ * z[target] - logsumexp(z), entropy[i] = -Σ softmax(z) log softmax(z)
+ * (entropy may be a NULL buffer). The temperature-scaled distribution is
+ * the one the rollout engine samples from, so behaviour and trainer
+ * logprobs agree (public-bugs case #5). */
+int rlpi_op_logprob_rows(rlpi_backend *be, rlpi_ref logp, rlpi_ref entropy, rlpi_ref logits, rlpi_ref targets,
+                         int64_t n, int64_t vocab, float inv_temp);
+/* Replaces logits (n, vocab) in place with ∂L/∂logits given ∂L/∂logp and
+ * ∂L/∂entropy per row (dentropy may be a NULL buffer). */
+int rlpi_op_logprob_rows_bwd(rlpi_backend *be, rlpi_ref logits, rlpi_ref targets, rlpi_ref dlogp,
+                             rlpi_ref dentropy, int64_t n, int64_t vocab, float inv_temp);
+/* *out = Σ x², accumulated in double */
+int rlpi_op_sum_squares(rlpi_backend *be, double *out, rlpi_ref x, int64_t n);
+int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, rlpi_ref v, int64_t n,
+                  const rlpi_adamw_step *step);
 
 /* ---- constructors ---- */
 

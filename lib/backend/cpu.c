@@ -3,6 +3,7 @@
  * logprob head, AdamW) live in their own cpu_*.c files and are wired into
  * the ops table here. */
 #include "backend/backend.h"
+#include "backend/cpu_kernels.h"
 
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -122,6 +123,23 @@ static const rlpi_backend_ops cpu_ops = {
     .synchronize = NULL,
     .host_visible = 1,
     .gemm_f32 = cpu_gemm_f32,
+    .embedding_fwd = rlpi_cpu_embedding_fwd,
+    .embedding_bwd = rlpi_cpu_embedding_bwd,
+    .rmsnorm_fwd = rlpi_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = rlpi_cpu_rmsnorm_bwd,
+    .rope = rlpi_cpu_rope,
+    .attention_fwd = rlpi_cpu_attention_fwd,
+    .attention_bwd = rlpi_cpu_attention_bwd,
+    .swiglu_fwd = rlpi_cpu_swiglu_fwd,
+    .swiglu_bwd = rlpi_cpu_swiglu_bwd,
+    .add = rlpi_cpu_add,
+    .add_bias = rlpi_cpu_add_bias,
+    .bias_bwd = rlpi_cpu_bias_bwd,
+    .scale = rlpi_cpu_scale,
+    .logprob_rows = rlpi_cpu_logprob_rows,
+    .logprob_rows_bwd = rlpi_cpu_logprob_rows_bwd,
+    .sum_squares = rlpi_cpu_sum_squares,
+    .adamw = rlpi_cpu_adamw,
 };
 
 int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)

@@ -1,0 +1,670 @@
+/* Llama-family decoder: forward and backward over packed sequences, the
+ * chunked fused logprob head, and the parameter/gradient layout. Like
+ * llm.c, parameters and gradients are each one allocation with tensors at
+ * offsets, and every layer is a forward/backward pair over explicit
+ * buffers. Only backend wrappers are called here (no host loops over
+ * activations), so the CUDA backend runs this file unchanged. */
+#include "model/transformer.h"
+
+#include "core/checked.h"
+#include "core/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer_params {
+    size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd; /* offsets (floats) */
+} layer_params;
+
+/* Offsets (floats) of one layer's saved activations inside its buffer. */
+typedef struct act_layout {
+    size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act, total;
+} act_layout;
+
+struct rlpi_transformer {
+    rlpi_model_config cfg;
+    rlpi_transformer_options opts;
+    rlpi_backend *be;
+    int64_t qdim, kvdim;           /* H·hd, KV·hd */
+
+    rlpi_param_info *infos;        /* (n_infos) */
+    char **names;                  /* owned strings behind infos[].name */
+    size_t n_infos;
+    size_t n_params;
+    size_t embed, final_norm, lm_head;
+    layer_params *layers;          /* (n_layers) */
+    rlpi_buffer *params;           /* (n_params) */
+    rlpi_buffer *grads;            /* (n_params) */
+    rlpi_buffer *inv_freq;         /* (head_dim / 2) */
+
+    /* state of the last forward */
+    int64_t n, m, n_seq;           /* tokens, tokens with a target, sequences */
+    int64_t *seq_start;            /* host copy (n_seq + 1) */
+    int32_t *sel_host;             /* token index of each target row (m) */
+    rlpi_buffer *tokens, *positions, *sel, *targets_sel; /* int32 */
+    rlpi_buffer *xs;               /* residual stream (n_layers + 1, n, dim) */
+    rlpi_buffer *acts;             /* (n_layers or 1) × layout.total */
+    act_layout lay;
+    rlpi_buffer *h, *rstd_f, *hsel; /* final norm output (n, dim), (n), gathered (m, dim) */
+    bool kept;                     /* activations of every layer are valid */
+    float inv_temp;
+};
+
+/* ------------------------------------------------------------ parameters */
+
+static int add_info(rlpi_transformer *tf, const char *name, int32_t nd, int64_t d0, int64_t d1,
+                    bool no_decay, size_t *offset_out)
+{
+    rlpi_param_info *in = &tf->infos[tf->n_infos];
+    tf->names[tf->n_infos] = strdup(name);
+    if (!tf->names[tf->n_infos])
+        return rlpi_error_set(RLP_E_NOMEM, "transformer: out of memory");
+    in->name = tf->names[tf->n_infos];
+    in->n_dims = nd;
+    in->shape[0] = d0;
+    in->shape[1] = nd > 1 ? d1 : 0;
+    in->n_elems = (size_t)d0 * (size_t)(nd > 1 ? d1 : 1);
+    in->offset = tf->n_params;
+    in->no_decay = no_decay;
+    *offset_out = in->offset;
+    tf->n_params += in->n_elems;
+    tf->n_infos++;
+    return RLP_OK;
+}
+
+static int build_layout(rlpi_transformer *tf)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    size_t max_infos = 4 + (size_t)c->n_layers * 12;
+    tf->infos = calloc(max_infos, sizeof *tf->infos);
+    tf->names = calloc(max_infos, sizeof *tf->names);
+    tf->layers = calloc((size_t)c->n_layers, sizeof *tf->layers);
+    if (!tf->infos || !tf->names || !tf->layers)
+        return rlpi_error_set(RLP_E_NOMEM, "transformer: out of memory");
+    int rc;
+    char name[128];
+#define ADD(nm, nd, a, b, nodecay, off)                                   \
+    do {                                                                  \
+        if ((rc = add_info(tf, nm, nd, a, b, nodecay, off)) != RLP_OK)    \
+            return rc;                                                    \
+    } while (0)
+    ADD("model.embed_tokens.weight", 2, c->vocab_size, c->dim, true, &tf->embed);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_params *L = &tf->layers[l];
+#define LNAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
+        ADD(LNAME("input_layernorm.weight"), 1, c->dim, 0, true, &L->attn_norm);
+        ADD(LNAME("self_attn.q_proj.weight"), 2, tf->qdim, c->dim, false, &L->wq);
+        ADD(LNAME("self_attn.k_proj.weight"), 2, tf->kvdim, c->dim, false, &L->wk);
+        ADD(LNAME("self_attn.v_proj.weight"), 2, tf->kvdim, c->dim, false, &L->wv);
+        if (c->attention_bias) {
+            ADD(LNAME("self_attn.q_proj.bias"), 1, tf->qdim, 0, true, &L->bq);
+            ADD(LNAME("self_attn.k_proj.bias"), 1, tf->kvdim, 0, true, &L->bk);
+            ADD(LNAME("self_attn.v_proj.bias"), 1, tf->kvdim, 0, true, &L->bv);
+        }
+        ADD(LNAME("self_attn.o_proj.weight"), 2, c->dim, tf->qdim, false, &L->wo);
+        ADD(LNAME("post_attention_layernorm.weight"), 1, c->dim, 0, true, &L->ffn_norm);
+        ADD(LNAME("mlp.gate_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wg);
+        ADD(LNAME("mlp.up_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wu);
+        ADD(LNAME("mlp.down_proj.weight"), 2, c->dim, c->ffn_dim, false, &L->wd);
+#undef LNAME
+    }
+    ADD("model.norm.weight", 1, c->dim, 0, true, &tf->final_norm);
+    if (c->tie_embeddings)
+        tf->lm_head = tf->embed;
+    else
+        ADD("lm_head.weight", 2, c->vocab_size, c->dim, false, &tf->lm_head);
+#undef ADD
+    return RLP_OK;
+}
+
+/* inv_freq[i] = θ^(−2i/hd), with Llama 3.1 or linear scaling
+ * (HF transformers `_compute_llama3_parameters`). */
+static void compute_inv_freq(const rlpi_model_config *c, float *out)
+{
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = 1.0 / pow((double)c->rope_theta, (2.0 * i) / (double)c->head_dim);
+        if (c->rope_scaling == RLPI_ROPE_SCALING_LINEAR) {
+            f /= c->rope_factor;
+        } else if (c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3) {
+            double old = c->rope_original_max_pos, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+            double low_wavelen = old / lo, high_wavelen = old / hi;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f /= c->rope_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / c->rope_factor + smooth * f;
+            }
+        }
+        out[i] = (float)f;
+    }
+}
+
+void rlpi_transformer_free(rlpi_transformer *tf)
+{
+    if (!tf)
+        return;
+    for (size_t i = 0; i < tf->n_infos; i++)
+        free(tf->names[i]);
+    free(tf->names);
+    free(tf->infos);
+    free(tf->layers);
+    rlpi_buffer_free(tf->params);
+    rlpi_buffer_free(tf->grads);
+    rlpi_buffer_free(tf->inv_freq);
+    rlpi_buffer_free(tf->tokens);
+    rlpi_buffer_free(tf->positions);
+    rlpi_buffer_free(tf->sel);
+    rlpi_buffer_free(tf->targets_sel);
+    rlpi_buffer_free(tf->xs);
+    rlpi_buffer_free(tf->acts);
+    rlpi_buffer_free(tf->h);
+    rlpi_buffer_free(tf->rstd_f);
+    rlpi_buffer_free(tf->hsel);
+    free(tf->seq_start);
+    free(tf->sel_host);
+    free(tf);
+}
+
+int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
+                            const rlpi_weights *w, const rlpi_transformer_options *opts)
+{
+    if (!out || !be || !cfg || !w)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: NULL argument");
+    int rc = rlpi_model_config_validate(cfg, "transformer");
+    if (rc)
+        return rc;
+    rlpi_transformer *tf = calloc(1, sizeof *tf);
+    if (!tf)
+        return rlpi_error_set(RLP_E_NOMEM, "transformer: out of memory");
+    tf->cfg = *cfg;
+    if (!rlpi_weights_find(w, "lm_head.weight"))
+        tf->cfg.tie_embeddings = true; /* no head tensor: tied (public-bugs case #3) */
+    if (opts)
+        tf->opts = *opts;
+    if (tf->opts.head_chunk_tokens <= 0)
+        tf->opts.head_chunk_tokens = 64;
+    tf->be = be;
+    tf->qdim = (int64_t)cfg->n_heads * cfg->head_dim;
+    tf->kvdim = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    if ((rc = build_layout(tf)) != RLP_OK)
+        goto fail;
+    if ((rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->params)) != RLP_OK ||
+        (rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->grads)) != RLP_OK)
+        goto fail;
+    for (size_t i = 0; i < tf->n_infos; i++) {
+        const rlpi_param_info *in = &tf->infos[i];
+        const rlpi_tensor *t = rlpi_weights_find(w, in->name);
+        if (!t) {
+            rc = rlpi_error_set(RLP_E_FORMAT, "model: missing tensor '%s'", in->name);
+            goto fail;
+        }
+        bool shape_ok = t->n_dims == in->n_dims && t->shape[0] == in->shape[0] &&
+                        (in->n_dims == 1 || t->shape[1] == in->shape[1]);
+        if (!shape_ok) {
+            rc = rlpi_error_set(RLP_E_FORMAT, "model: tensor '%s' has shape (%lld, %lld), expected (%lld, %lld)",
+                                in->name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0),
+                                (long long)in->shape[0], (long long)in->shape[1]);
+            goto fail;
+        }
+        if ((rc = rlpi_buffer_upload(tf->params, in->offset * sizeof(float), rlpi_tensor_data(w, t),
+                                     in->n_elems * sizeof(float))) != RLP_OK)
+            goto fail;
+    }
+    if ((rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
+        goto fail;
+    float inv_freq[512];
+    compute_inv_freq(&tf->cfg, inv_freq);
+    if ((rc = rlpi_buffer_alloc(be, (size_t)cfg->head_dim / 2 * sizeof(float), &tf->inv_freq)) != RLP_OK ||
+        (rc = rlpi_buffer_upload(tf->inv_freq, 0, inv_freq, (size_t)cfg->head_dim / 2 * sizeof(float))) != RLP_OK)
+        goto fail;
+    *out = tf;
+    return RLP_OK;
+fail:
+    rlpi_transformer_free(tf);
+    return rc;
+}
+
+const rlpi_model_config *rlpi_transformer_config(const rlpi_transformer *tf)
+{
+    return &tf->cfg;
+}
+
+size_t rlpi_transformer_n_params(const rlpi_transformer *tf)
+{
+    return tf->n_params;
+}
+
+size_t rlpi_transformer_n_tensors(const rlpi_transformer *tf)
+{
+    return tf->n_infos;
+}
+
+const rlpi_param_info *rlpi_transformer_tensor(const rlpi_transformer *tf, size_t i)
+{
+    return i < tf->n_infos ? &tf->infos[i] : NULL;
+}
+
+rlpi_buffer *rlpi_transformer_params(rlpi_transformer *tf)
+{
+    return tf->params;
+}
+
+rlpi_buffer *rlpi_transformer_grads(rlpi_transformer *tf)
+{
+    return tf->grads;
+}
+
+int rlpi_transformer_zero_grad(rlpi_transformer *tf)
+{
+    return rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f);
+}
+
+int rlpi_transformer_grad_norm(rlpi_transformer *tf, double *out)
+{
+    double ss;
+    int rc = rlpi_op_sum_squares(tf->be, &ss, RLPI_REF(tf->grads, 0), (int64_t)tf->n_params);
+    if (rc == RLP_OK)
+        *out = sqrt(ss);
+    return rc;
+}
+
+int rlpi_transformer_export(rlpi_transformer *tf, rlpi_weights *out)
+{
+    rlpi_weights_init(out);
+    int rc = RLP_OK;
+    for (size_t i = 0; i < tf->n_infos && rc == RLP_OK; i++) {
+        const rlpi_param_info *in = &tf->infos[i];
+        rlpi_tensor *t;
+        int64_t shape[2] = {in->shape[0], in->shape[1]};
+        if ((rc = rlpi_weights_add(out, in->name, in->n_dims, shape, &t)) == RLP_OK)
+            rc = rlpi_buffer_download(tf->params, in->offset * sizeof(float), t->data, in->n_elems * sizeof(float));
+    }
+    if (rc == RLP_OK && tf->cfg.tie_embeddings)
+        rc = rlpi_weights_add_alias(out, "lm_head.weight", "model.embed_tokens.weight");
+    if (rc != RLP_OK)
+        rlpi_weights_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------ activations */
+
+static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    act_layout L;
+    size_t off = 0, nd = (size_t)(n * c->dim), nf = (size_t)(n * c->ffn_dim);
+#define PLACE(field, count) (L.field = off, off += (count))
+    PLACE(xn1, nd);
+    PLACE(rstd1, (size_t)n);
+    PLACE(q, (size_t)(n * tf->qdim));
+    PLACE(k, (size_t)(n * tf->kvdim));
+    PLACE(v, (size_t)(n * tf->kvdim));
+    PLACE(att, (size_t)(n * tf->qdim));
+    PLACE(lse, (size_t)(n * c->n_heads));
+    PLACE(x_mid, nd);
+    PLACE(xn2, nd);
+    PLACE(rstd2, (size_t)n);
+    PLACE(gate, nf);
+    PLACE(up, nf);
+    PLACE(act, nf);
+#undef PLACE
+    L.total = off;
+    return L;
+}
+
+static int realloc_buf(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
+{
+    if (*buf && (*buf)->nbytes >= bytes && (*buf)->nbytes <= 2 * bytes + 4096)
+        return RLP_OK;
+    rlpi_buffer_free(*buf);
+    *buf = NULL;
+    return rlpi_buffer_alloc(be, bytes ? bytes : 4, buf);
+}
+
+/* C (m, n) = op(A) op(B) (+ C when beta = 1); row-major, contiguous. */
+static int mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A, size_t aoff, int ta,
+              rlpi_buffer *B, size_t boff, int tb, int64_t m, int64_t n, int64_t k, float beta)
+{
+    rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = beta,
+                   .batch = 1,
+                   .a = {A, aoff, ta ? m : k, 0},
+                   .b = {B, boff, tb ? k : n, 0},
+                   .c = {C, coff, n, 0}};
+    return rlpi_gemm_f32(tf->be, &g);
+}
+
+#define TRY(x)                       \
+    do {                             \
+        int rc_ = (x);               \
+        if (rc_ != RLP_OK)           \
+            return rc_;              \
+    } while (0)
+
+/* One decoder layer: xs[l] → xs[l+1], saving what backward needs in `a`
+ * (a buffer laid out by tf->lay starting at aoff). */
+static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    const layer_params *P = &tf->layers[l];
+    const act_layout *L = &tf->lay;
+    rlpi_backend *be = tf->be;
+    rlpi_buffer *W = tf->params;
+    int64_t n = tf->n, d = c->dim;
+    size_t x_in = (size_t)l * (size_t)(n * d), x_out = x_in + (size_t)(n * d);
+#define A(field) RLPI_REF(a, aoff + L->field)
+    TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
+    TRY(mm(tf, a, aoff + L->q, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    TRY(mm(tf, a, aoff + L->k, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    TRY(mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+    if (c->attention_bias) {
+        TRY(rlpi_op_add_bias(be, A(q), RLPI_REF(W, P->bq), n, tf->qdim));
+        TRY(rlpi_op_add_bias(be, A(k), RLPI_REF(W, P->bk), n, tf->kvdim));
+        TRY(rlpi_op_add_bias(be, A(v), RLPI_REF(W, P->bv), n, tf->kvdim));
+    }
+    TRY(rlpi_op_rope(be, A(q), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 0));
+    TRY(rlpi_op_rope(be, A(k), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 0));
+    TRY(rlpi_op_attention_fwd(be, A(att), A(lse), A(q), A(k), A(v), tf->seq_start, tf->n_seq, n, c->n_heads,
+                              c->n_kv_heads, c->head_dim));
+    /* x_mid = x_in + att·Woᵀ */
+    TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
+    TRY(mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+    TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
+    TRY(mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(rlpi_op_swiglu_fwd(be, A(act), A(gate), A(up), n * c->ffn_dim));
+    /* x_out = x_mid + act·Wdᵀ */
+    TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
+    TRY(mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+#undef A
+    return RLP_OK;
+}
+
+static int check_batch(const rlpi_transformer *tf, const rlpi_packed_batch *b)
+{
+    if (!b || b->n_seq < 1 || !b->seq_start || b->n_tokens < 1 || !b->tokens || !b->positions || !b->targets)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: empty or incomplete batch");
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seq] != b->n_tokens)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: sequences must cover the %lld tokens",
+                              (long long)b->n_tokens);
+    for (int64_t s = 0; s < b->n_seq; s++)
+        if (b->seq_start[s + 1] <= b->seq_start[s])
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: sequence %lld is empty or reversed", (long long)s);
+    for (int64_t i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= tf->cfg.vocab_size)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: token %lld has id %d outside the vocabulary of %d",
+                                  (long long)i, b->tokens[i], tf->cfg.vocab_size);
+        if (b->targets[i] < -1 || b->targets[i] >= tf->cfg.vocab_size)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: target %lld has id %d outside the vocabulary",
+                                  (long long)i, b->targets[i]);
+        if (b->positions[i] < 0 || b->positions[i] >= tf->cfg.max_seq_len)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: position %d of token %lld outside [0, %d)",
+                                  b->positions[i], (long long)i, tf->cfg.max_seq_len);
+    }
+    return RLP_OK;
+}
+
+int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, float inv_temp,
+                             float *logp, float *entropy, bool keep_for_backward)
+{
+    if (!tf || !logp || !(inv_temp > 0))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer forward: bad arguments");
+    TRY(check_batch(tf, batch));
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t n = batch->n_tokens, d = c->dim;
+    tf->kept = false;
+    tf->n = n;
+    tf->n_seq = batch->n_seq;
+    tf->inv_temp = inv_temp;
+
+    int64_t *ss = realloc(tf->seq_start, (size_t)(batch->n_seq + 1) * sizeof *ss);
+    int32_t *sel = realloc(tf->sel_host, (size_t)n * sizeof *sel);
+    int32_t *tsel = malloc((size_t)n * sizeof *tsel);
+    if (ss)
+        tf->seq_start = ss;
+    if (sel)
+        tf->sel_host = sel;
+    if (!ss || !sel || !tsel) {
+        free(tsel);
+        return rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
+    }
+    memcpy(tf->seq_start, batch->seq_start, (size_t)(batch->n_seq + 1) * sizeof *ss);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (batch->targets[i] >= 0) {
+            sel[m] = (int32_t)i;
+            tsel[m++] = batch->targets[i];
+        }
+    tf->m = m;
+
+    tf->lay = layout_for(tf, n);
+    int64_t n_act = keep_for_backward && !tf->opts.activation_checkpointing ? c->n_layers : 1;
+    int rc;
+    if ((rc = realloc_buf(be, &tf->tokens, (size_t)n * 4)) || (rc = realloc_buf(be, &tf->positions, (size_t)n * 4)) ||
+        (rc = realloc_buf(be, &tf->sel, (size_t)(m ? m : 1) * 4)) ||
+        (rc = realloc_buf(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4)) ||
+        (rc = realloc_buf(be, &tf->xs, (size_t)(c->n_layers + 1) * (size_t)(n * d) * 4)) ||
+        (rc = realloc_buf(be, &tf->acts, (size_t)n_act * tf->lay.total * 4)) ||
+        (rc = realloc_buf(be, &tf->h, (size_t)(n * d) * 4)) || (rc = realloc_buf(be, &tf->rstd_f, (size_t)n * 4)) ||
+        (rc = realloc_buf(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4)) ||
+        (rc = rlpi_buffer_upload(tf->tokens, 0, batch->tokens, (size_t)n * 4)) ||
+        (rc = rlpi_buffer_upload(tf->positions, 0, batch->positions, (size_t)n * 4)) ||
+        (rc = rlpi_buffer_upload(tf->sel, 0, sel, (size_t)m * 4)) ||
+        (rc = rlpi_buffer_upload(tf->targets_sel, 0, tsel, (size_t)m * 4))) {
+        free(tsel);
+        return rc;
+    }
+    free(tsel);
+
+    TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->xs, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(tf->tokens, 0),
+                              n, d, c->vocab_size));
+    for (int l = 0; l < c->n_layers; l++)
+        TRY(layer_forward(tf, l, tf->acts, n_act > 1 ? (size_t)l * tf->lay.total : 0));
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->h, 0), RLPI_REF(tf->rstd_f, 0),
+                            RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)), RLPI_REF(tf->params, tf->final_norm),
+                            n, d, c->rms_eps));
+
+    /* fused head over the m target rows, `chunk` rows of logits at a time:
+     * peak memory chunk × vocab, independent of m */
+    memset(logp, 0, (size_t)n * sizeof *logp);
+    if (entropy)
+        memset(entropy, 0, (size_t)n * sizeof *entropy);
+    if (m > 0) {
+        int64_t chunk = tf->opts.head_chunk_tokens < m ? tf->opts.head_chunk_tokens : m;
+        rlpi_buffer *logits = NULL, *lp = NULL, *ent = NULL;
+        float *lp_host = malloc((size_t)m * 2 * sizeof(float));
+        rc = lp_host ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
+        if (!rc)
+            rc = rlpi_op_embedding_fwd(be, RLPI_REF(tf->hsel, 0), RLPI_REF(tf->h, 0), RLPI_REF(tf->sel, 0), m, d, n);
+        if (!rc)
+            rc = rlpi_buffer_alloc(be, (size_t)(chunk * c->vocab_size) * 4, &logits);
+        if (!rc)
+            rc = rlpi_buffer_alloc(be, (size_t)m * 4, &lp);
+        if (!rc)
+            rc = rlpi_buffer_alloc(be, (size_t)m * 4, &ent);
+        for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
+            int64_t rows = m - r0 < chunk ? m - r0 : chunk;
+            rc = mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+            if (!rc)
+                rc = rlpi_op_logprob_rows(be, RLPI_REF(lp, (size_t)r0), RLPI_REF(ent, (size_t)r0), RLPI_REF(logits, 0),
+                                          RLPI_REF(tf->targets_sel, (size_t)r0), rows, c->vocab_size, inv_temp);
+        }
+        if (!rc)
+            rc = rlpi_buffer_download(lp, 0, lp_host, (size_t)m * 4);
+        if (!rc)
+            rc = rlpi_buffer_download(ent, 0, lp_host + m, (size_t)m * 4);
+        if (!rc)
+            for (int64_t r = 0; r < m; r++) {
+                logp[sel[r]] = lp_host[r];
+                if (entropy)
+                    entropy[sel[r]] = lp_host[m + r];
+            }
+        free(lp_host);
+        rlpi_buffer_free(logits);
+        rlpi_buffer_free(lp);
+        rlpi_buffer_free(ent);
+        if (rc)
+            return rc;
+    }
+    tf->kept = keep_for_backward;
+    return RLP_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+typedef struct grad_scratch {
+    rlpi_buffer *buf;
+    size_t dx, dxn, dact, dgate, dup, datt, dq, dk, dv; /* offsets */
+} grad_scratch;
+
+static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, grad_scratch *g)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    const layer_params *P = &tf->layers[l];
+    const act_layout *L = &tf->lay;
+    rlpi_backend *be = tf->be;
+    rlpi_buffer *W = tf->params, *G = tf->grads, *S = g->buf;
+    int64_t n = tf->n, d = c->dim, F = c->ffn_dim;
+    size_t x_in = (size_t)l * (size_t)(n * d);
+#define A(field) RLPI_REF(a, aoff + L->field)
+#define SR(field) RLPI_REF(S, g->field)
+    /* MLP: out = x_mid + act·Wdᵀ */
+    TRY(mm(tf, S, g->dact, S, g->dx, 0, W, P->wd, 0, n, F, d, 0.0f));
+    TRY(mm(tf, G, P->wd, S, g->dx, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+    TRY(rlpi_op_swiglu_bwd(be, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
+    TRY(mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
+    TRY(mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
+    TRY(mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    TRY(mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
+                            A(rstd2), n, d));
+    /* attention: x_mid = x_in + att·Woᵀ */
+    TRY(mm(tf, S, g->datt, S, g->dx, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
+    TRY(mm(tf, G, P->wo, S, g->dx, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
+    TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse),
+                              tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim));
+    TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 1));
+    TRY(rlpi_op_rope(be, SR(dk), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 1));
+    if (c->attention_bias) {
+        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq), n, tf->qdim));
+        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk), n, tf->kvdim));
+        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
+    }
+    TRY(mm(tf, S, g->dxn, S, g->dq, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
+    TRY(mm(tf, S, g->dxn, S, g->dk, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
+    TRY(mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
+    TRY(mm(tf, G, P->wq, S, g->dq, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+    TRY(mm(tf, G, P->wk, S, g->dk, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+    TRY(mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
+                            RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
+#undef A
+#undef SR
+    return RLP_OK;
+}
+
+static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy, grad_scratch *g)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t m = tf->m, n = tf->n, d = c->dim;
+    if (m == 0)
+        return RLP_OK;
+    int64_t chunk = tf->opts.head_chunk_tokens < m ? tf->opts.head_chunk_tokens : m;
+    rlpi_buffer *logits = NULL, *dl = NULL, *de = NULL, *dhsel = NULL;
+    float *host = malloc((size_t)m * 2 * sizeof(float));
+    int rc = host ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer backward: out of memory");
+    if (!rc) {
+        for (int64_t r = 0; r < m; r++) {
+            host[r] = dlogp[tf->sel_host[r]];
+            host[m + r] = dentropy ? dentropy[tf->sel_host[r]] : 0.0f;
+        }
+        rc = rlpi_buffer_alloc(be, (size_t)(chunk * c->vocab_size) * 4, &logits);
+    }
+    if (!rc)
+        rc = rlpi_buffer_alloc(be, (size_t)m * 4, &dl);
+    if (!rc && dentropy)
+        rc = rlpi_buffer_alloc(be, (size_t)m * 4, &de);
+    if (!rc)
+        rc = rlpi_buffer_alloc(be, (size_t)(m * d) * 4, &dhsel);
+    if (!rc)
+        rc = rlpi_buffer_upload(dl, 0, host, (size_t)m * 4);
+    if (!rc && de)
+        rc = rlpi_buffer_upload(de, 0, host + m, (size_t)m * 4);
+    for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
+        int64_t rows = m - r0 < chunk ? m - r0 : chunk;
+        /* recompute this chunk's logits rather than keep m × vocab of them */
+        rc = mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+        if (!rc)
+            rc = rlpi_op_logprob_rows_bwd(be, RLPI_REF(logits, 0), RLPI_REF(tf->targets_sel, (size_t)r0),
+                                          RLPI_REF(dl, (size_t)r0), de ? RLPI_REF(de, (size_t)r0) : RLPI_REF(NULL, 0),
+                                          rows, c->vocab_size, tf->inv_temp);
+        if (!rc) /* dhsel = dlogits · W_lm */
+            rc = mm(tf, dhsel, (size_t)(r0 * d), logits, 0, 0, tf->params, tf->lm_head, 0, rows, d, c->vocab_size, 0.0f);
+        if (!rc) /* dW_lm += dlogitsᵀ · hsel */
+            rc = mm(tf, tf->grads, tf->lm_head, logits, 0, 1, tf->hsel, (size_t)(r0 * d), 0, c->vocab_size, d, rows, 1.0f);
+    }
+    /* scatter the target rows back to token positions of dh (in dxn) */
+    if (!rc)
+        rc = rlpi_buffer_fill_f32(g->buf, g->dxn, (size_t)(n * d), 0.0f);
+    if (!rc)
+        rc = rlpi_op_embedding_bwd(be, RLPI_REF(g->buf, g->dxn), RLPI_REF(dhsel, 0), RLPI_REF(tf->sel, 0), m, d, n);
+    free(host);
+    rlpi_buffer_free(logits);
+    rlpi_buffer_free(dl);
+    rlpi_buffer_free(de);
+    rlpi_buffer_free(dhsel);
+    return rc;
+}
+
+int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy)
+{
+    if (!tf || !dlogp)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer backward: NULL argument");
+    if (!tf->kept)
+        return rlpi_error_set(RLP_E_STATE, "transformer backward: the last forward did not keep its activations");
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t n = tf->n, d = c->dim, F = c->ffn_dim;
+    grad_scratch g = {0};
+    size_t off = 0;
+#define PLACE(field, count) (g.field = off, off += (size_t)(count))
+    PLACE(dx, n * d);
+    PLACE(dxn, n * d);
+    PLACE(dact, n * F);
+    PLACE(dgate, n * F);
+    PLACE(dup, n * F);
+    PLACE(datt, n * tf->qdim);
+    PLACE(dq, n * tf->qdim);
+    PLACE(dk, n * tf->kvdim);
+    PLACE(dv, n * tf->kvdim);
+#undef PLACE
+    int rc = rlpi_buffer_alloc(be, off * 4, &g.buf);
+    if (rc)
+        return rc;
+    rc = head_backward(tf, dlogp, dentropy, &g);
+    /* final norm: dx = ∂L/∂xs[L] */
+    if (!rc)
+        rc = rlpi_buffer_fill_f32(g.buf, g.dx, (size_t)(n * d), 0.0f);
+    if (!rc)
+        rc = rlpi_op_rmsnorm_bwd(be, RLPI_REF(g.buf, g.dx), RLPI_REF(tf->grads, tf->final_norm), RLPI_REF(g.buf, g.dxn),
+                                 RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)),
+                                 RLPI_REF(tf->params, tf->final_norm), RLPI_REF(tf->rstd_f, 0), n, d);
+    bool ckpt = tf->opts.activation_checkpointing;
+    for (int l = c->n_layers - 1; !rc && l >= 0; l--) {
+        size_t aoff = ckpt ? 0 : (size_t)l * tf->lay.total;
+        if (ckpt) /* recompute this layer's activations from its saved input */
+            rc = layer_forward(tf, l, tf->acts, 0);
+        if (!rc)
+            rc = layer_backward(tf, l, tf->acts, aoff, &g);
+    }
+    if (!rc)
+        rc = rlpi_op_embedding_bwd(be, RLPI_REF(tf->grads, tf->embed), RLPI_REF(g.buf, g.dx), RLPI_REF(tf->tokens, 0),
+                                   n, d, c->vocab_size);
+    rlpi_buffer_free(g.buf);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/* The Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU,
+ * tied or untied head, optional QKV bias) with forward and backward over a
+ * packed batch of variable-length sequences, and the chunked fused logprob
+ * head. Written only against the backend interface, so the CUDA backend
+ * runs it unchanged. It knows nothing of RL: a loss hands it ∂L/∂logp. */
+#ifndef RLPI_MODEL_TRANSFORMER_H
+#define RLPI_MODEL_TRANSFORMER_H
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+#include <stdbool.h>
+
+typedef struct rlpi_transformer rlpi_transformer;
+
+/* Sequences packed back to back, no padding. Token i of the batch is at
+ * position positions[i] of its sequence; targets[i] is the token whose
+ * logprob is wanted at i (the next token), or -1 for none (prompt tokens:
+ * the head is not computed for them). Host arrays. */
+typedef struct rlpi_packed_batch {
+    int64_t n_seq;
+    const int64_t *seq_start;  /* (n_seq + 1), seq_start[0] = 0, last = n_tokens */
+    int64_t n_tokens;
+    const int32_t *tokens;     /* (n_tokens) */
+    const int32_t *positions;  /* (n_tokens) */
+    const int32_t *targets;    /* (n_tokens), -1 = no logprob here */
+} rlpi_packed_batch;
+
+typedef struct rlpi_transformer_options {
+    int64_t head_chunk_tokens;  /* rows of logits live at once; 0 = 64 */
+    bool activation_checkpointing; /* keep only each layer's input; recompute in backward */
+} rlpi_transformer_options;
+
+/* Builds the model on `be` from a config and weights in HF names/layout
+ * (copies them into one parameter buffer). Ties lm_head to the embedding
+ * when cfg->tie_embeddings or when lm_head.weight is absent. */
+int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
+                            const rlpi_weights *w, const rlpi_transformer_options *opts);
+void rlpi_transformer_free(rlpi_transformer *tf);
+const rlpi_model_config *rlpi_transformer_config(const rlpi_transformer *tf);
+size_t rlpi_transformer_n_params(const rlpi_transformer *tf);
+
+/* Forward pass. Writes per-token logprobs of the targets under
+ * softmax(logits · inv_temp) and (if non-NULL) the entropy of that
+ * distribution, host arrays (n_tokens); entries without a target are 0.
+ * With keep_for_backward the activations stay for rlpi_transformer_backward
+ * (until the next forward); otherwise memory is only one layer's worth. */
+int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, float inv_temp,
+                             float *logp, float *entropy, bool keep_for_backward);
+
+/* Backward of the last forward (which must have kept its activations) given
+ * ∂L/∂logp and optionally ∂L/∂entropy per token (host, n_tokens; entries
+ * without a target are ignored). Gradients are ADDED to the gradient buffer
+ * (so micro-batches accumulate). */
+int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy);
+
+int rlpi_transformer_zero_grad(rlpi_transformer *tf);
+/* Global L2 norm of the accumulated gradient (tied tensors counted once). */
+int rlpi_transformer_grad_norm(rlpi_transformer *tf, double *out);
+
+/* Per-tensor views for optimizers, tests and savers. */
+typedef struct rlpi_param_info {
+    const char *name;         /* HF name */
+    int32_t n_dims;
+    int64_t shape[2];
+    size_t offset, n_elems;   /* in floats, in the parameter/gradient buffers */
+    bool no_decay;            /* norms, biases, embeddings: excluded from weight decay */
+} rlpi_param_info;
+
+size_t rlpi_transformer_n_tensors(const rlpi_transformer *tf);
+const rlpi_param_info *rlpi_transformer_tensor(const rlpi_transformer *tf, size_t i);
+rlpi_buffer *rlpi_transformer_params(rlpi_transformer *tf);
+rlpi_buffer *rlpi_transformer_grads(rlpi_transformer *tf);
+
+/* Copies the current parameters out as HF-named weights (tied head as an
+ * alias), for saving and for cloning a frozen reference. */
+int rlpi_transformer_export(rlpi_transformer *tf, rlpi_weights *out);
+
+#endif
