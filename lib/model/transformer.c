@@ -193,7 +193,7 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
     if ((rc = build_layout(tf)) != RLP_OK)
         goto fail;
     if ((rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->params)) != RLP_OK ||
-        (rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->grads)) != RLP_OK)
+        (!tf->opts.frozen && (rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->grads)) != RLP_OK))
         goto fail;
     for (size_t i = 0; i < tf->n_infos; i++) {
         const rlpi_param_info *in = &tf->infos[i];
@@ -214,7 +214,7 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
                                      in->n_elems * sizeof(float))) != RLP_OK)
             goto fail;
     }
-    if ((rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
+    if (tf->grads && (rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
         goto fail;
     float inv_freq[512];
     compute_inv_freq(&tf->cfg, inv_freq);
@@ -260,11 +260,25 @@ rlpi_buffer *rlpi_transformer_grads(rlpi_transformer *tf)
 
 int rlpi_transformer_zero_grad(rlpi_transformer *tf)
 {
+    if (!tf->grads)
+        return rlpi_error_set(RLP_E_STATE, "transformer: frozen model has no gradients");
     return rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f);
+}
+
+size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
+{
+    const rlpi_buffer *bufs[] = {tf->tokens, tf->positions, tf->sel, tf->targets_sel, tf->xs, tf->acts,
+                                 tf->h, tf->rstd_f, tf->hsel};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        total += bufs[i] ? bufs[i]->nbytes : 0;
+    return total;
 }
 
 int rlpi_transformer_grad_norm(rlpi_transformer *tf, double *out)
 {
+    if (!tf->grads)
+        return rlpi_error_set(RLP_E_STATE, "transformer: frozen model has no gradients");
     double ss;
     int rc = rlpi_op_sum_squares(tf->be, &ss, RLPI_REF(tf->grads, 0), (int64_t)tf->n_params);
     if (rc == RLP_OK)
@@ -346,7 +360,7 @@ static int mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A,
 
 /* One decoder layer: xs[l] → xs[l+1], saving what backward needs in `a`
  * (a buffer laid out by tf->lay starting at aoff). */
-static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff)
+static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, size_t x_in, size_t x_out)
 {
     const rlpi_model_config *c = &tf->cfg;
     const layer_params *P = &tf->layers[l];
@@ -354,7 +368,6 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     rlpi_backend *be = tf->be;
     rlpi_buffer *W = tf->params;
     int64_t n = tf->n, d = c->dim;
-    size_t x_in = (size_t)l * (size_t)(n * d), x_out = x_in + (size_t)(n * d);
 #define A(field) RLPI_REF(a, aoff + L->field)
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
     TRY(mm(tf, a, aoff + L->q, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
@@ -443,11 +456,16 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
 
     tf->lay = layout_for(tf, n);
     int64_t n_act = keep_for_backward && !tf->opts.activation_checkpointing ? c->n_layers : 1;
+    /* the residual stream of every layer is kept for backward (it is the
+     * checkpoint); a forward-only pass ping-pongs between two slots */
+    int64_t n_xs = keep_for_backward ? c->n_layers + 1 : 2;
+    if (keep_for_backward && !tf->grads)
+        return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
     int rc;
     if ((rc = realloc_buf(be, &tf->tokens, (size_t)n * 4)) || (rc = realloc_buf(be, &tf->positions, (size_t)n * 4)) ||
         (rc = realloc_buf(be, &tf->sel, (size_t)(m ? m : 1) * 4)) ||
         (rc = realloc_buf(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4)) ||
-        (rc = realloc_buf(be, &tf->xs, (size_t)(c->n_layers + 1) * (size_t)(n * d) * 4)) ||
+        (rc = realloc_buf(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4)) ||
         (rc = realloc_buf(be, &tf->acts, (size_t)n_act * tf->lay.total * 4)) ||
         (rc = realloc_buf(be, &tf->h, (size_t)(n * d) * 4)) || (rc = realloc_buf(be, &tf->rstd_f, (size_t)n * 4)) ||
         (rc = realloc_buf(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4)) ||
@@ -462,11 +480,15 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
 
     TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->xs, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(tf->tokens, 0),
                               n, d, c->vocab_size));
-    for (int l = 0; l < c->n_layers; l++)
-        TRY(layer_forward(tf, l, tf->acts, n_act > 1 ? (size_t)l * tf->lay.total : 0));
-    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->h, 0), RLPI_REF(tf->rstd_f, 0),
-                            RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)), RLPI_REF(tf->params, tf->final_norm),
-                            n, d, c->rms_eps));
+    size_t nd = (size_t)(n * d);
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t x_in = keep_for_backward ? (size_t)l * nd : (size_t)(l % 2) * nd;
+        size_t x_out = keep_for_backward ? x_in + nd : (size_t)((l + 1) % 2) * nd;
+        TRY(layer_forward(tf, l, tf->acts, n_act > 1 ? (size_t)l * tf->lay.total : 0, x_in, x_out));
+    }
+    size_t x_last = keep_for_backward ? (size_t)c->n_layers * nd : (size_t)(c->n_layers % 2) * nd;
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->h, 0), RLPI_REF(tf->rstd_f, 0), RLPI_REF(tf->xs, x_last),
+                            RLPI_REF(tf->params, tf->final_norm), n, d, c->rms_eps));
 
     /* fused head over the m target rows, `chunk` rows of logits at a time:
      * peak memory chunk × vocab, independent of m */
@@ -658,7 +680,7 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     for (int l = c->n_layers - 1; !rc && l >= 0; l--) {
         size_t aoff = ckpt ? 0 : (size_t)l * tf->lay.total;
         if (ckpt) /* recompute this layer's activations from its saved input */
-            rc = layer_forward(tf, l, tf->acts, 0);
+            rc = layer_forward(tf, l, tf->acts, 0, (size_t)l * (size_t)(n * d), (size_t)(l + 1) * (size_t)(n * d));
         if (!rc)
             rc = layer_backward(tf, l, tf->acts, aoff, &g);
     }

@@ -30,6 +30,7 @@ typedef struct rlpi_packed_batch {
 typedef struct rlpi_transformer_options {
     int64_t head_chunk_tokens;  /* rows of logits live at once; 0 = 64 */
     bool activation_checkpointing; /* keep only each layer's input; recompute in backward */
+    bool frozen;                   /* no gradient buffer: forward only (reference policies) */
 } rlpi_transformer_options;
 
 /* Builds the model on `be` from a config and weights in HF names/layout
@@ -72,6 +73,9 @@ size_t rlpi_transformer_n_tensors(const rlpi_transformer *tf);
 const rlpi_param_info *rlpi_transformer_tensor(const rlpi_transformer *tf, size_t i);
 rlpi_buffer *rlpi_transformer_params(rlpi_transformer *tf);
 rlpi_buffer *rlpi_transformer_grads(rlpi_transformer *tf);
+
+/* Bytes held in activation buffers right now. */
+size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf);
 
 /* Copies the current parameters out as HF-named weights (tied head as an
  * alias), for saving and for cloning a frozen reference. */

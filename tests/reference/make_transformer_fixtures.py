@@ -175,6 +175,73 @@ def make_case(name, cfg, seq_lens, inv_temp, out):
     print(f"{name}: {n} tokens, {sum(t.numel() for t in P.values())} params, loss {loss.item():.6f}")
 
 
+def adamw_case(name, cfg, seq_lens, n_prompt, steps, opt, out):
+    """`steps` AdamW steps of token-mean NLL on one batch, as torch.optim.AdamW
+    does them: parameter groups without weight decay for norms, biases and
+    embeddings; global-norm clipping by torch.nn.utils.clip_grad_norm_.
+    Records the loss and the pre-clipping gradient norm of every step."""
+    torch.manual_seed(99)
+    d, H, KV, hd, F, V = cfg["dim"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["ffn_dim"], cfg["vocab_size"]
+    shapes = {"model.embed_tokens.weight": (V, d)}
+    for l in range(cfg["n_layers"]):
+        pre = f"model.layers.{l}."
+        shapes.update({pre + "input_layernorm.weight": (d,), pre + "self_attn.q_proj.weight": (H * hd, d),
+                       pre + "self_attn.k_proj.weight": (KV * hd, d), pre + "self_attn.v_proj.weight": (KV * hd, d),
+                       pre + "self_attn.o_proj.weight": (d, H * hd), pre + "post_attention_layernorm.weight": (d,),
+                       pre + "mlp.gate_proj.weight": (F, d), pre + "mlp.up_proj.weight": (F, d),
+                       pre + "mlp.down_proj.weight": (d, F)})
+    shapes["model.norm.weight"] = (d,)
+    if not cfg["tie_embeddings"]:
+        shapes["lm_head.weight"] = (V, d)
+    P = {}
+    for k, sh in shapes.items():
+        t = 1.0 + 0.1 * torch.randn(sh, dtype=DT) if k.endswith("norm.weight") else torch.randn(sh, dtype=DT) * (0.5 / math.sqrt(sh[-1]))
+        P[k] = t.float().double().requires_grad_(True)
+    initial = {k: t.detach().clone() for k, t in P.items()}
+    seq_start = [0]
+    for L in seq_lens:
+        seq_start.append(seq_start[-1] + L)
+    n = seq_start[-1]
+    tokens = torch.randint(0, V, (n,))
+    positions = torch.cat([torch.arange(L) for L in seq_lens])
+    targets = torch.full((n,), -1, dtype=torch.long)
+    for s_ in range(len(seq_lens)):
+        a, b = seq_start[s_], seq_start[s_ + 1]
+        for i in range(a + n_prompt - 1, b - 1):
+            targets[i] = tokens[i + 1]
+    is_nd = lambda k: k.endswith("norm.weight") or k.endswith(".bias") or "embed_tokens" in k
+    o = torch.optim.AdamW([{"params": [t for k, t in P.items() if not is_nd(k)], "weight_decay": opt["weight_decay"]},
+                           {"params": [t for k, t in P.items() if is_nd(k)], "weight_decay": 0.0}],
+                          lr=opt["lr"], betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    losses, norms = [], []
+    for _ in range(steps):
+        o.zero_grad()
+        logp, _ = forward(cfg, P, tokens, positions, seq_start, targets, 1.0)
+        sel = targets >= 0
+        loss = -logp[sel].sum() / sel.sum()
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(list(P.values()), opt["max_grad_norm"]).item())
+        losses.append(loss.item())
+        o.step()
+    blob = bytearray()
+    index = {}
+    for k, t in initial.items():
+        flat = t.reshape(-1).tolist()
+        index["w:" + k] = {"offset": len(blob), "count": len(flat), "dtype": "f32"}
+        blob.extend(struct.pack("<%df" % len(flat), *flat))
+    flat = tokens.tolist()
+    index["tokens"] = {"offset": len(blob), "count": len(flat), "dtype": "i32"}
+    blob.extend(struct.pack("<%di" % len(flat), *flat))
+    meta = {"config": cfg, "seq_start": seq_start, "n_prompt": n_prompt, "optimizer": opt, "losses": losses,
+            "grad_norms": norms, "shapes": {k: list(v) for k, v in shapes.items()}, "arrays": index,
+            "generator": "tests/reference/make_transformer_fixtures.py (torch %s, float64)" % torch.__version__}
+    with open(f"{out}/{name}.bin", "wb") as f:
+        f.write(blob)
+    with open(f"{out}/{name}.json", "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"{name}: {steps} AdamW steps, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/reference/fixtures"
     base = dict(n_layers=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=48, vocab_size=97,
@@ -184,6 +251,8 @@ def main():
                 rope_scaling=dict(type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                   original_max_position_embeddings=16))
     make_case("transformer_qwen2_tied_bias_llama3rope", qwen, [12, 4], 1.0, out)
+    adamw_case("adamw_llama_10_steps", dict(base, arch="llama"), [7, 11, 6, 9], 3, 10,
+               dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, max_grad_norm=1.0), out)
 
 
 if __name__ == "__main__":

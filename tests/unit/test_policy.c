@@ -1,0 +1,375 @@
+/* The policy handle: the train step against torch.optim.AdamW (10 steps of
+ * token-mean NLL with weight-decay groups and global-norm clipping,
+ * tests/reference/make_transformer_fixtures.py), micro-batching that leaves
+ * loss and gradient unchanged (public-bugs case #9's kind), per-token
+ * logprobs, frozen clones, and bad input that must leave weights untouched.
+ *
+ * Tolerances: per-step loss within 1e-5 absolute, gradient norm within 1e-4
+ * relative of the float64 reference; fp32 drift over 10 Adam steps of a
+ * 2-layer model is ~1e-6, a wrong bias correction or decay group moves the
+ * loss by > 1e-3 within three steps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/error.h"
+#include "model/policy.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fx {
+    json_t *meta;
+    unsigned char *blob;
+    size_t len;
+    rlpi_model_config cfg;
+    rlpi_weights w;
+    int32_t *tokens;
+    rlp_sequence seqs[8];
+    size_t n_seqs;
+} fx;
+
+static rlp_context *ctx;
+
+static void load(fx *f, const char *name)
+{
+    const char *root = getenv("RLPOST_SOURCE_ROOT");
+    char path[1024];
+    json_error_t err;
+    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.json", root ? root : ".", name);
+    f->meta = json_load_file(path, 0, &err);
+    if (!f->meta)
+        fail_msg("%s: %s", path, err.text);
+    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.bin", root ? root : ".", name);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    f->len = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f->blob = malloc(f->len);
+    assert_int_equal(fread(f->blob, 1, f->len, fp), f->len);
+    fclose(fp);
+    json_t *c = json_object_get(f->meta, "config");
+    memset(&f->cfg, 0, sizeof f->cfg);
+    snprintf(f->cfg.arch, sizeof f->cfg.arch, "llama");
+#define I(field) f->cfg.field = (int32_t)json_integer_value(json_object_get(c, #field))
+    I(n_layers);
+    I(dim);
+    I(n_heads);
+    I(n_kv_heads);
+    I(head_dim);
+    I(ffn_dim);
+    I(vocab_size);
+    I(max_seq_len);
+#undef I
+    f->cfg.rope_theta = (float)json_number_value(json_object_get(c, "rope_theta"));
+    f->cfg.rms_eps = (float)json_number_value(json_object_get(c, "rms_eps"));
+    f->cfg.tie_embeddings = json_is_true(json_object_get(c, "tie_embeddings"));
+    rlpi_weights_init(&f->w);
+    json_t *arrays = json_object_get(f->meta, "arrays"), *shape;
+    const char *key;
+    json_object_foreach(json_object_get(f->meta, "shapes"), key, shape) {
+        int64_t sh[2] = {0, 0};
+        for (size_t i = 0; i < json_array_size(shape); i++)
+            sh[i] = json_integer_value(json_array_get(shape, i));
+        rlpi_tensor *t;
+        assert_int_equal(rlpi_weights_add(&f->w, key, (int32_t)json_array_size(shape), sh, &t), RLP_OK);
+        char wk[256];
+        snprintf(wk, sizeof wk, "w:%s", key);
+        json_t *a = json_object_get(arrays, wk);
+        memcpy(t->data, f->blob + json_integer_value(json_object_get(a, "offset")), t->n_elems * 4);
+    }
+    json_t *ta = json_object_get(arrays, "tokens");
+    f->tokens = (int32_t *)(f->blob + json_integer_value(json_object_get(ta, "offset")));
+    json_t *ss = json_object_get(f->meta, "seq_start");
+    f->n_seqs = json_array_size(ss) - 1;
+    uint32_t n_prompt = (uint32_t)json_integer_value(json_object_get(f->meta, "n_prompt"));
+    for (size_t i = 0; i < f->n_seqs; i++) {
+        json_int_t a = json_integer_value(json_array_get(ss, i)), b = json_integer_value(json_array_get(ss, i + 1));
+        f->seqs[i] = (rlp_sequence){f->tokens + a, (uint32_t)(b - a), n_prompt};
+    }
+}
+
+static void unload(fx *f)
+{
+    json_decref(f->meta);
+    free(f->blob);
+    rlpi_weights_free(&f->w);
+}
+
+static rlp_optimizer_options fixture_optimizer(fx *f)
+{
+    json_t *o = json_object_get(f->meta, "optimizer");
+    rlp_optimizer_options oo = RLP_OPTIMIZER_OPTIONS_INIT;
+    oo.lr = (float)json_number_value(json_object_get(o, "lr"));
+    oo.beta1 = (float)json_number_value(json_object_get(o, "beta1"));
+    oo.beta2 = (float)json_number_value(json_object_get(o, "beta2"));
+    oo.eps = (float)json_number_value(json_object_get(o, "eps"));
+    oo.weight_decay = (float)json_number_value(json_object_get(o, "weight_decay"));
+    oo.max_grad_norm = (float)json_number_value(json_object_get(o, "max_grad_norm"));
+    return oo;
+}
+
+static void adamw_matches_torch(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *p;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    rlp_optimizer_options oo = fixture_optimizer(&f);
+    assert_int_equal(rlp_policy_set_optimizer(p, &oo), RLP_OK);
+    json_t *losses = json_object_get(f.meta, "losses"), *norms = json_object_get(f.meta, "grad_norms");
+    double worst_loss = 0, worst_norm = 0;
+    for (size_t s = 0; s < json_array_size(losses); s++) {
+        rlp_train_stats st;
+        assert_int_equal(rlp_policy_train_step(p, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &st), RLP_OK);
+        double rl = json_number_value(json_array_get(losses, s)), rn = json_number_value(json_array_get(norms, s));
+        worst_loss = fmax(worst_loss, fabs(st.loss - rl));
+        worst_norm = fmax(worst_norm, fabs(st.grad_norm - rn) / rn);
+        if (!(fabs(st.loss - rl) <= 1e-5) || !(fabs(st.grad_norm - rn) <= 1e-4 * rn))
+            fail_msg("step %zu: loss %.7f vs torch %.7f, grad norm %.6f vs %.6f", s, st.loss, rl, st.grad_norm, rn);
+        assert_int_equal(st.policy_version, s + 1);
+        assert_int_equal(st.skipped, 0);
+        assert_true(fabsf(st.lr - oo.lr) < 1e-9f);
+    }
+    print_message("10 AdamW steps: worst |Δloss| %.2e, worst relative Δ|g| %.2e\n", worst_loss, worst_norm);
+    uint64_t v;
+    assert_int_equal(rlp_policy_version(&v, p), RLP_OK);
+    assert_int_equal(v, 10);
+    rlp_memory_stats ms;
+    assert_int_equal(rlp_policy_memory(&ms, p), RLP_OK);
+    uint64_t n;
+    assert_int_equal(rlp_policy_n_params(&n, p), RLP_OK);
+    assert_int_equal(ms.weights, n * 4);
+    assert_int_equal(ms.optimizer, 2 * n * 4);
+    rlp_policy_free(p);
+    unload(&f);
+}
+
+/* The step's normaliser spans the whole step: cutting it into micro-batches
+ * changes neither loss nor gradient (verl #5625's kind, public-bugs #9). */
+static void micro_batching_is_invisible(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *a, *b;
+    assert_int_equal(rlpi_policy_create(&a, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_policy_create(&b, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    rlp_train_stats sa, sb;
+    rlp_train_options one = RLP_TRAIN_OPTIONS_INIT, four = RLP_TRAIN_OPTIONS_INIT;
+    four.micro_batch_tokens = 11; /* sequences of 7, 11, 6, 9 tokens → 4 micro-batches */
+    assert_int_equal(rlp_policy_train_step(a, f.seqs, f.n_seqs, rlp_loss_nll, NULL, &one, &sa), RLP_OK);
+    assert_int_equal(rlp_policy_train_step(b, f.seqs, f.n_seqs, rlp_loss_nll, NULL, &four, &sb), RLP_OK);
+    assert_int_equal(sa.n_micro_batches, 1);
+    assert_int_equal(sb.n_micro_batches, 4);
+    assert_true(fabs(sa.loss - sb.loss) <= 1e-6 * fabs(sa.loss));
+    assert_true(fabs(sa.grad_norm - sb.grad_norm) <= 1e-6 * sa.grad_norm);
+    float la[64], lb[64];
+    size_t na, nb;
+    assert_int_equal(rlp_policy_logprobs(a, f.seqs, f.n_seqs, 1.0f, la, NULL, 64, &na), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(b, f.seqs, f.n_seqs, 1.0f, lb, NULL, 64, &nb), RLP_OK);
+    assert_int_equal(na, nb);
+    for (size_t i = 0; i < na; i++)
+        assert_true(fabsf(la[i] - lb[i]) <= 1e-5f);
+    rlp_policy_free(a);
+    rlp_policy_free(b);
+    unload(&f);
+}
+
+static int nan_loss(rlp_loss_context *c, void *payload)
+{
+    (void)payload;
+    for (size_t i = 0; i < c->n_tokens; i++)
+        c->dlogprobs[i] = NAN;
+    c->loss = NAN;
+    return RLP_OK;
+}
+
+static int failing_loss(rlp_loss_context *c, void *payload)
+{
+    (void)c;
+    (void)payload;
+    return rlpi_error_set(RLP_E_CALLBACK, "deliberate failure");
+}
+
+static void bad_input_leaves_weights_untouched(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *p;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    float before[64], after[64], ent[64];
+    size_t n, n2;
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 0.7f, before, ent, 64, &n), RLP_OK);
+    assert_int_equal(n, 4 + 8 + 3 + 6); /* n_tokens - n_prompt per sequence */
+    for (size_t i = 0; i < n; i++)
+        assert_true(before[i] < 0 && ent[i] > 0 && ent[i] <= logf((float)f.cfg.vocab_size) + 1e-4f);
+
+    rlp_train_stats st;
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, f.n_seqs, nan_loss, NULL, NULL, &st), RLP_OK);
+    assert_int_equal(st.skipped, 1);
+    assert_int_equal(st.policy_version, 0);
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, f.n_seqs, failing_loss, NULL, NULL, &st), RLP_E_CALLBACK);
+    assert_non_null(strstr(rlp_error_last(), "deliberate failure"));
+
+    int32_t bad[4] = {1, 2, f.cfg.vocab_size, 3};
+    rlp_sequence s_bad = {bad, 4, 1};
+    assert_int_equal(rlp_policy_train_step(p, &s_bad, 1, rlp_loss_nll, NULL, NULL, &st), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "vocabulary"));
+    int32_t *longseq = calloc((size_t)f.cfg.max_seq_len + 1, sizeof(int32_t));
+    rlp_sequence s_long = {longseq, (uint32_t)f.cfg.max_seq_len + 1, 1};
+    assert_int_equal(rlp_policy_logprobs(p, &s_long, 1, 1.0f, after, NULL, 64, NULL), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "context"));
+    free(longseq);
+    rlp_sequence only_prompt = {f.tokens, 3, 3};
+    assert_int_equal(rlp_policy_train_step(p, &only_prompt, 1, rlp_loss_nll, NULL, NULL, &st), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 0.0f, after, NULL, 64, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 1.0f, after, NULL, 5, &n2), RLP_E_OVERFLOW);
+    assert_int_equal(n2, n);
+
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 0.7f, after, NULL, 64, &n2), RLP_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(before[i] == after[i]);
+    uint64_t v;
+    rlp_policy_version(&v, p);
+    assert_int_equal(v, 0);
+    rlp_policy_free(p);
+    unload(&f);
+}
+
+static void frozen_clone(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *p, *ref;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    rlp_optimizer_options oo = fixture_optimizer(&f);
+    rlp_policy_set_optimizer(p, &oo);
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, NULL), RLP_OK);
+    assert_int_equal(rlp_policy_clone(&ref, p, 0), RLP_OK);
+    uint64_t v;
+    rlp_policy_version(&v, ref);
+    assert_int_equal(v, 1);
+    float a[64], b[64];
+    size_t n;
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 1.0f, a, NULL, 64, &n), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(ref, f.seqs, f.n_seqs, 1.0f, b, NULL, 64, &n), RLP_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(a[i] == b[i]);
+    assert_int_equal(rlp_policy_train_step(ref, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, NULL), RLP_E_STATE);
+    rlp_memory_stats ms;
+    rlp_policy_memory(&ms, ref);
+    assert_int_equal(ms.gradients, 0);
+    /* training the original moves it away from the frozen copy */
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, NULL), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, f.n_seqs, 1.0f, a, NULL, 64, &n), RLP_OK);
+    int moved = 0;
+    for (size_t i = 0; i < n; i++)
+        moved += a[i] != b[i];
+    assert_true(moved > 0);
+    rlp_policy_free(ref);
+    rlp_policy_free(p);
+    unload(&f);
+}
+
+static void schedules(void **state)
+{
+    (void)state;
+    rlpi_optim_config c = {.lr = 1.0f, .schedule = RLPI_SCHEDULE_CONSTANT, .warmup_steps = 4};
+    assert_true(rlpi_schedule_lr(&c, 0) == 1.0f);
+    c.schedule = RLPI_SCHEDULE_LINEAR_WARMUP;
+    assert_true(fabsf(rlpi_schedule_lr(&c, 0) - 0.25f) < 1e-7f);
+    assert_true(fabsf(rlpi_schedule_lr(&c, 2) - 0.75f) < 1e-7f);
+    assert_true(rlpi_schedule_lr(&c, 3) == 1.0f && rlpi_schedule_lr(&c, 100) == 1.0f);
+    c.schedule = RLPI_SCHEDULE_COSINE;
+    c.total_steps = 14;
+    c.min_lr_ratio = 0.1f;
+    assert_true(fabsf(rlpi_schedule_lr(&c, 3) - 1.0f) < 1e-6f);           /* end of warmup */
+    assert_true(fabsf(rlpi_schedule_lr(&c, 8) - (0.1f + 0.9f * 0.5f)) < 1e-6f); /* halfway: cos(π/2) */
+    assert_true(fabsf(rlpi_schedule_lr(&c, 13) - 0.1f) < 1e-6f);          /* floor */
+    assert_true(fabsf(rlpi_schedule_lr(&c, 50) - 0.1f) < 1e-6f);
+}
+
+static void rejects_null_and_bad_options(void **state)
+{
+    (void)state;
+    rlp_policy_options po;
+    rlp_optimizer_options oo;
+    rlp_train_options to;
+    assert_int_equal(rlp_policy_options_init(NULL, 1), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_options_init(&po, 9), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_optimizer_options_init(NULL, 1), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_optimizer_options_init(&oo, 0), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_train_options_init(NULL, 1), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_train_options_init(&to, 2), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_optimizer_options_init(&oo, 1), RLP_OK);
+    assert_true(oo.lr == 1e-6f && oo.beta2 == 0.999f && oo.max_grad_norm == 1.0f);
+
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *p;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    uint64_t u;
+    rlp_memory_stats ms;
+    float lp[64];
+    assert_int_equal(rlp_policy_version(NULL, p), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_version(&u, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_n_params(NULL, p), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_n_params(&u, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_memory(NULL, p), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_memory(&ms, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_set_optimizer(NULL, &oo), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_set_optimizer(p, NULL), RLP_E_INVALID_ARG);
+    oo.beta1 = 1.0f;
+    assert_int_equal(rlp_policy_set_optimizer(p, &oo), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "betas"));
+    assert_int_equal(rlp_policy_clone(NULL, p, 0), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_clone(&p, NULL, 0), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_logprobs(NULL, f.seqs, 1, 1.0f, lp, NULL, 64, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_logprobs(p, NULL, 1, 1.0f, lp, NULL, 64, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_logprobs(p, f.seqs, 1, 1.0f, NULL, NULL, 64, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_train_step(NULL, f.seqs, 1, rlp_loss_nll, NULL, NULL, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, 0, rlp_loss_nll, NULL, NULL, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_train_step(p, f.seqs, 1, NULL, NULL, NULL, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_loss_nll(NULL, NULL), RLP_E_INVALID_ARG);
+    rlp_policy_free(p);
+    rlp_policy_free(NULL);
+    unload(&f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    rlp_context_options o = RLP_CONTEXT_OPTIONS_INIT;
+    o.n_threads = 2;
+    return rlp_context_create(&ctx, &o) == RLP_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rlp_context_free(ctx);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(adamw_matches_torch),
+        cmocka_unit_test(micro_batching_is_invisible),
+        cmocka_unit_test(bad_input_leaves_weights_untouched),
+        cmocka_unit_test(frozen_clone),
+        cmocka_unit_test(schedules),
+        cmocka_unit_test(rejects_null_and_bad_options),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
