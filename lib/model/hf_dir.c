@@ -98,12 +98,23 @@ int rlpi_hf_dir_load(const char *dir, rlpi_model_config *cfg, rlpi_weights *w)
     if (rc)
         goto out;
     /* Tied checkpoints ship no head (llama.cpp #12567 is the bug of
-     * requiring one); the head is the embedding, shared, not copied. A
-     * stored head in a tied model is kept as is. */
+     * requiring one); the head is the embedding, shared, not copied. */
     if (cfg->tie_embeddings && !rlpi_weights_find(w, "lm_head.weight") &&
         (rc = rlpi_weights_add_alias(w, "lm_head.weight", "model.embed_tokens.weight")))
         goto out;
-    rc = rlpi_hf_check_weights(cfg, w, dir);
+    if ((rc = rlpi_hf_check_weights(cfg, w, dir)))
+        goto out;
+    /* A tied model that stores a head anyway: transformers re-ties it to
+     * the embedding and ignores the stored values, so do the same. */
+    if (cfg->tie_embeddings) {
+        rlpi_tensor *head = (rlpi_tensor *)rlpi_weights_find(w, "lm_head.weight");
+        const rlpi_tensor *emb = rlpi_weights_find(w, "model.embed_tokens.weight");
+        if (head->alias_of < 0 && emb->alias_of < 0) {
+            free(head->data);
+            head->data = NULL;
+            head->alias_of = (int32_t)(emb - w->tensors);
+        }
+    }
 out:
     if (rc)
         rlpi_weights_free(w);

@@ -10,8 +10,9 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 
-/* Loads `dir`. A tied model without lm_head.weight gets it as an alias of
- * model.embed_tokens.weight (no copy). RLP_E_FORMAT for a missing or
+/* Loads `dir`. In a tied model lm_head.weight is an alias of
+ * model.embed_tokens.weight (no copy), whether or not the file stores a
+ * head (transformers ignores a stored one too). RLP_E_FORMAT for a missing or
  * mis-shaped tensor (message names it and both shapes), RLP_E_NOT_FOUND
  * when neither weights file exists, plus the errors of the readers. On
  * failure `w` is freed. */

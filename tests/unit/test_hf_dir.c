@@ -194,7 +194,7 @@ static void missing_or_misshaped_tensors_fail(void **state)
     tiny_config(&c, "llama", false);
     assert_int_equal(tiny_weights(&c, &w, 3), RLP_OK);
     assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
-    /* config now claims a tied model... fine; claims a wider ffn: shape error */
+    /* config claims a wider ffn: shape error */
     rlpi_model_config wide = c;
     wide.ffn_dim = 64;
     assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &wide), RLP_OK);
@@ -202,6 +202,18 @@ static void missing_or_misshaped_tensors_fail(void **state)
     assert_non_null(strstr(rlp_error_last(),
                            "'model.layers.0.mlp.gate_proj.weight' has shape [48, 32] (2 dims), "
                            "config implies [64, 32]"));
+    /* tied config over a file that stores a (different) head: the head is
+     * the embedding, as transformers re-ties it */
+    rlpi_model_config tied0 = c;
+    tied0.tie_embeddings = true;
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &tied0), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_OK);
+    const rlpi_tensor *h0 = rlpi_weights_find(&r, "lm_head.weight");
+    const rlpi_tensor *e0 = rlpi_weights_find(&r, "model.embed_tokens.weight");
+    assert_int_equal(h0->alias_of, (int)(e0 - r.tensors));
+    assert_ptr_equal(rlpi_tensor_data(&r, h0), e0->data);
+    assert_int_equal(r.n, w.n);
+    rlpi_weights_free(&r);
     /* untied config but no head in the file */
     rlpi_model_config tied = c;
     tied.tie_embeddings = true;
