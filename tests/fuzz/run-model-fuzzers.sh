@@ -30,8 +30,11 @@ for t in safetensors config_json llama2c; do
     # shellcheck disable=SC2086
     $CC $flags $incs "$src/tests/fuzz/fuzz_$t.c" $libsrc -ljansson -lm -o "$out/fuzz_$t"
     mkdir -p "$out/corpus_$t"
+    dict=""
+    [ "$t" = llama2c ] || dict="-dict=$src/tests/fuzz/model_json.dict"
     echo "== fuzz_$t for ${secs}s"
+    # shellcheck disable=SC2086
     (cd "$out" && ./"fuzz_$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \
-        -print_final_stats=1 "corpus_$t" "$src/tests/fuzz/corpus/$t") || status=1
+        -print_final_stats=1 $dict "corpus_$t" "$src/tests/fuzz/corpus/$t") || status=1
 done
 exit $status
