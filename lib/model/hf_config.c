@@ -264,8 +264,11 @@ int rlpi_hf_config_parse(const char *text, size_t len, const char *source, rlpi_
     int rc = rlpi_json_load_guarded(text, len, RLPI_JSON_MAX_DEPTH, source, &root);
     if (rc)
         return rc;
-    rc = parse_root(root, source, cfg);
+    rlpi_model_config c; /* *cfg is written only on success */
+    rc = parse_root(root, source, &c);
     json_decref(root);
+    if (rc == RLP_OK)
+        *cfg = c;
     return rc;
 }
 

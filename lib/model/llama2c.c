@@ -126,9 +126,10 @@ static int load_layers(rlpi_weights *w, cursor *c, const hdr *h, const char *wha
     return RLP_OK;
 }
 
-int rlpi_llama2c_parse(const uint8_t *buf, size_t len, const char *src, rlpi_model_config *cfg,
+int rlpi_llama2c_parse(const uint8_t *buf, size_t len, const char *src, rlpi_model_config *out,
                        rlpi_weights *w)
 {
+    rlpi_model_config lc, *cfg = &lc; /* *out is written only on success */
     if (len < V0_HEADER)
         return rlpi_error_set(RLP_E_FORMAT, "%s: %zu bytes, shorter than a llama2.c header", src,
                               len);
@@ -236,6 +237,7 @@ int rlpi_llama2c_parse(const uint8_t *buf, size_t len, const char *src, rlpi_mod
                             (size_t)(c.p - buf), len);
         goto fail;
     }
+    *out = lc;
     return RLP_OK;
 fail:
     rlpi_weights_free(w);
