@@ -118,23 +118,41 @@ static int find_arch(json_t *root, const char *src, const arch_info **out)
     BAD("%s: neither 'architectures' nor 'model_type' says what model this is", src);
 }
 
-static int parse_rope_scaling(json_t *root, const char *src, rlpi_model_config *c)
+/* RoPE settings. transformers < 5 writes top-level `rope_theta` and a
+ * `rope_scaling` object (type key "type" or "rope_type"); transformers 5
+ * writes one `rope_parameters` object holding rope_theta and rope_type.
+ * Both are read; rope_parameters wins when present. */
+static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
 {
-    json_t *rs = json_object_get(root, "rope_scaling");
     c->rope_scaling = RLPI_ROPE_SCALING_NONE;
     c->rope_factor = 1.0f;
-    if (!rs || json_is_null(rs))
-        return RLP_OK;
-    if (!json_is_object(rs))
-        BAD("%s: 'rope_scaling' must be an object or null", src);
+    int rc = get_num(root, "rope_theta", 0, 10000.0, src, &c->rope_theta);
+    if (rc)
+        return rc;
+    json_t *rs = json_object_get(root, "rope_parameters");
+    int v5 = rs && !json_is_null(rs);
+    if (v5) {
+        if (!json_is_object(rs))
+            BAD("%s: 'rope_parameters' must be an object or null", src);
+        if ((rc = get_num(rs, "rope_theta", 0, (double)c->rope_theta, src, &c->rope_theta)))
+            return rc;
+    } else {
+        rs = json_object_get(root, "rope_scaling");
+        if (!rs || json_is_null(rs))
+            return RLP_OK;
+        if (!json_is_object(rs))
+            BAD("%s: 'rope_scaling' must be an object or null", src);
+    }
     /* transformers renamed "type" to "rope_type"; files carry either */
     json_t *t = json_object_get(rs, "rope_type");
     if (!t)
         t = json_object_get(rs, "type");
+    if (!t && v5)
+        return RLP_OK; /* rope_parameters with only rope_theta */
     if (!json_is_string(t))
-        BAD("%s: rope_scaling needs a string 'rope_type' (or 'type')", src);
+        BAD("%s: %s needs a string 'rope_type' (or 'type')", src,
+            v5 ? "rope_parameters" : "rope_scaling");
     const char *type = json_string_value(t);
-    int rc;
     if (!strcmp(type, "default"))
         return RLP_OK;
     if (!strcmp(type, "linear")) {
@@ -218,9 +236,8 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
                 src, c->dim, c->n_heads);
         c->head_dim = c->dim / c->n_heads;
     }
-    if ((rc = get_num(root, "rope_theta", 0, 10000.0, src, &c->rope_theta)) ||
-        (rc = get_num(root, "rms_norm_eps", 0, 1e-6, src, &c->rms_eps)) ||
-        (rc = parse_rope_scaling(root, src, c)))
+    if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, src, &c->rms_eps)) ||
+        (rc = parse_rope(root, src, c)))
         return rc;
     int tie, bias, mlp_bias;
     if ((rc = get_bool(root, "tie_word_embeddings", 0, src, &tie)) ||
@@ -245,6 +262,22 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
     int use_sw = is_mistral;
     if (is_qwen2 && (rc = get_bool(root, "use_sliding_window", 0, src, &use_sw)))
         return rc;
+    /* transformers 5 lists each layer's attention kind */
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt))
+            BAD("%s: 'layer_types' must be an array of strings", src);
+        for (size_t i = 0; i < json_array_size(lt); i++) {
+            const char *k = json_string_value(json_array_get(lt, i));
+            if (!k)
+                BAD("%s: 'layer_types' must be an array of strings", src);
+            if (!strcmp(k, "sliding_attention"))
+                use_sw = 1;
+            else if (strcmp(k, "full_attention"))
+                return rlpi_error_set(RLP_E_UNSUPPORTED,
+                                      "%s: layer type '%.32s' is not supported", src, k);
+        }
+    }
     if (use_sw) {
         int32_t sw;
         if ((rc = get_int(root, "sliding_window", 0, 0, 0, INT32_MAX, src, &sw)))
@@ -357,6 +390,20 @@ int rlpi_hf_config_dump(const rlpi_model_config *c, char **out)
         }
         json_object_set_new(r, "rope_scaling", rs);
     }
+    /* transformers 5 reads rope_parameters; older versions keep it as an
+     * unused attribute. Both spellings carry the same values. */
+    json_t *rp = json_object();
+    json_object_set_new(rp, "rope_theta", json_float(c->rope_theta));
+    if (c->rope_scaling == RLPI_ROPE_SCALING_NONE) {
+        json_object_set_new(rp, "rope_type", json_string("default"));
+    } else {
+        json_t *rs = json_object_get(r, "rope_scaling");
+        const char *k;
+        json_t *v;
+        json_object_foreach(rs, k, v)
+            json_object_set(rp, k, v);
+    }
+    json_object_set_new(r, "rope_parameters", rp);
     json_object_set_new(r, "tie_word_embeddings", json_boolean(c->tie_embeddings));
     if (is_qwen2) {
         json_object_set_new(r, "use_sliding_window", json_false());

@@ -94,10 +94,15 @@ def check_folder(d, name):
     hc = AutoConfig.from_pretrained(d)
     check(hc.hidden_size == cfg["hidden_size"] and hc.num_key_value_heads == cfg["num_key_value_heads"]
           and abs(hc.rms_norm_eps - cfg["rms_norm_eps"]) == 0, f"{name}: config sizes and eps")
+    rp = getattr(hc, "rope_parameters", None) or {}  # transformers 5
+    theta = rp.get("rope_theta", getattr(hc, "rope_theta", None))
+    check(theta == cfg["rope_theta"], f"{name}: rope_theta {theta} as transformers reads it")
     if cfg.get("rope_scaling"):
-        check(hc.rope_scaling.get("rope_type") == cfg["rope_scaling"]["rope_type"]
-              and hc.rope_scaling["factor"] == cfg["rope_scaling"]["factor"],
-              f"{name}: rope_scaling {hc.rope_scaling}")
+        rs = rp if rp.get("rope_type") else hc.rope_scaling
+        check(rs.get("rope_type") == cfg["rope_scaling"]["rope_type"]
+              and rs["factor"] == cfg["rope_scaling"]["factor"]
+              and rs["low_freq_factor"] == cfg["rope_scaling"]["low_freq_factor"],
+              f"{name}: rope scaling as transformers reads it {rs}")
     with torch.no_grad():
         logits = model(torch.tensor([[1, 5, 9, 3]])).logits
     check(bool(torch.isfinite(logits).all()), f"{name}: forward pass gives finite logits")

@@ -77,7 +77,8 @@ int main(int argc, char **argv)
         rlpi_model_config c;
         rlpi_weights w;
         tiny_config(&c, models[i].arch, models[i].tied);
-        if (i == 0) {
+        if (i == 0) { /* non-default theta so a misread key shows */
+            c.rope_theta = 500000.0f;
             c.rope_scaling = RLPI_ROPE_SCALING_LLAMA3;
             c.rope_factor = 8.0f;
             c.rope_low_freq_factor = 1.0f;

@@ -279,12 +279,62 @@ static void broken_and_unsupported_configs(void **state)
     free(deep);
 }
 
+/* transformers 5 writes rope_parameters (theta inside) and layer_types. */
+static void transformers5_configs_parse(void **state)
+{
+    (void)state;
+    rlpi_model_config c;
+    assert_int_equal(parse("{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":16,"
+                           "\"intermediate_size\":24,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+                           "\"num_key_value_heads\":1,\"vocab_size\":32,\"rope_parameters\":{"
+                           "\"factor\":8.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+                           "\"original_max_position_embeddings\":32,\"rope_theta\":500000.0,"
+                           "\"rope_type\":\"llama3\"},\"dtype\":\"float32\"}",
+                           &c),
+                     RLP_OK);
+    assert_true(c.rope_theta == 500000.0f);
+    assert_int_equal(c.rope_scaling, RLPI_ROPE_SCALING_LLAMA3);
+    assert_true(c.rope_factor == 8.0f);
+    assert_int_equal(c.rope_original_max_pos, 32);
+    /* rope_parameters wins over stale legacy keys */
+    assert_int_equal(parse("{\"model_type\":\"qwen2\",\"hidden_size\":16,\"intermediate_size\":24,"
+                           "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"vocab_size\":32,"
+                           "\"rope_theta\":10000.0,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0},"
+                           "\"rope_parameters\":{\"rope_theta\":1000000.0,\"rope_type\":\"default\"},"
+                           "\"sliding_window\":16,\"layer_types\":[\"full_attention\",\"sliding_attention\"]}",
+                           &c),
+                     RLP_OK);
+    assert_true(c.rope_theta == 1e6f);
+    assert_int_equal(c.rope_scaling, RLPI_ROPE_SCALING_NONE);
+    assert_int_equal(c.max_seq_len, 16); /* a sliding layer caps the context */
+    assert_int_equal(parse("{\"model_type\":\"qwen2\",\"hidden_size\":16,\"intermediate_size\":24,"
+                           "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"vocab_size\":32,"
+                           "\"layer_types\":[\"chunked_attention\"]}",
+                           &c),
+                     RLP_E_UNSUPPORTED);
+    assert_non_null(strstr(rlp_error_last(), "layer type 'chunked_attention'"));
+    assert_int_equal(parse("{\"model_type\":\"llama\",\"hidden_size\":16,\"intermediate_size\":24,"
+                           "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"vocab_size\":32,"
+                           "\"rope_parameters\":[1]}",
+                           &c),
+                     RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'rope_parameters' must be an object"));
+    /* the writer emits both spellings with the same values */
+    assert_int_equal(parse(LLAMA32, &c), RLP_OK);
+    char *s;
+    assert_int_equal(rlpi_hf_config_dump(&c, &s), RLP_OK);
+    assert_non_null(strstr(s, "\"rope_parameters\": {\n    \"rope_theta\": 500000.0,\n    \"rope_type\": "
+                              "\"llama3\""));
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(real_configs_parse),
         cmocka_unit_test(defaults_and_variants),
         cmocka_unit_test(dump_round_trips),
+        cmocka_unit_test(transformers5_configs_parse),
         cmocka_unit_test(broken_and_unsupported_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

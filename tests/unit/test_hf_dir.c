@@ -15,6 +15,7 @@
 #include "tiny_model.h"
 
 #include <dirent.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,69 @@ static void missing_or_misshaped_tensors_fail(void **state)
     rlpi_weights_free(&w);
 }
 
+/* Folders written by transformers' own save_pretrained (5.x: rope_parameters,
+ * a tied head left out, a 6-shard index) load with the config values and
+ * the exact fp32 bits of model.state_dict() (tests/reference/make_hf_fixtures.py). */
+static void hf_written_folders_load(void **state)
+{
+    (void)state;
+    const char *src = getenv("RLPOST_SOURCE_ROOT");
+    if (!src)
+        skip();
+    char dir[512], path[600];
+    snprintf(path, sizeof path, "%s/tests/reference/fixtures/hf/expected.json", src);
+    json_error_t err;
+    json_t *exp = json_load_file(path, 0, &err);
+    if (!exp)
+        fail_msg("%s: %s", path, err.text);
+    const char *name;
+    json_t *m;
+    int n = 0;
+    json_object_foreach(exp, name, m) {
+        snprintf(dir, sizeof dir, "%s/tests/reference/fixtures/hf/%s", src, name);
+        rlpi_model_config c;
+        rlpi_weights w;
+        if (rlpi_hf_dir_load(dir, &c, &w) != RLP_OK)
+            fail_msg("%s: %s", name, rlp_error_last());
+        json_t *jc = json_object_get(m, "config");
+#define CI(key, field) assert_int_equal(c.field, json_integer_value(json_object_get(jc, key)))
+        CI("hidden_size", dim);
+        CI("num_hidden_layers", n_layers);
+        CI("num_attention_heads", n_heads);
+        CI("num_key_value_heads", n_kv_heads);
+        CI("intermediate_size", ffn_dim);
+        CI("vocab_size", vocab_size);
+        CI("bos", bos_id);
+        CI("eos", eos_id);
+#undef CI
+        assert_true(c.rope_theta == (float)json_number_value(json_object_get(jc, "rope_theta")));
+        assert_true(c.rms_eps == (float)json_number_value(json_object_get(jc, "rms_norm_eps")));
+        assert_int_equal(c.tie_embeddings, json_is_true(json_object_get(jc, "tie")));
+        const char *rt = json_string_value(json_object_get(jc, "rope_type"));
+        assert_int_equal(c.rope_scaling, !strcmp(rt, "llama3") ? RLPI_ROPE_SCALING_LLAMA3
+                                                                : RLPI_ROPE_SCALING_NONE);
+        json_t *ts = json_object_get(m, "tensors");
+        assert_int_equal(w.n, json_object_size(ts));
+        const char *tn;
+        json_t *tv;
+        json_object_foreach(ts, tn, tv) {
+            const rlpi_tensor *t = rlpi_weights_find(&w, tn);
+            if (!t)
+                fail_msg("%s: %s missing", name, tn);
+            assert_int_equal(t->n_elems, json_array_size(tv));
+            const float *d = rlpi_tensor_data(&w, t);
+            for (size_t i = 0; i < t->n_elems; i++)
+                assert_int_equal(rlpi_f32_to_bits(d[i]), (uint32_t)json_integer_value(json_array_get(tv, i)));
+        }
+        if (c.tie_embeddings)
+            assert_true(rlpi_weights_find(&w, "lm_head.weight")->alias_of >= 0);
+        rlpi_weights_free(&w);
+        n++;
+    }
+    json_decref(exp);
+    assert_int_equal(n, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +308,7 @@ int main(void)
         cmocka_unit_test(bf16_save_rounds_each_weight),
         cmocka_unit_test(sharded_folder_loads),
         cmocka_unit_test(missing_or_misshaped_tensors_fail),
+        cmocka_unit_test(hf_written_folders_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
