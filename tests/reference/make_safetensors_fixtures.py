@@ -74,6 +74,8 @@ def main():
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
         f.write("\n")
+    for p in os.listdir(OUT):  # safetensors creates 0600 files
+        os.chmod(os.path.join(OUT, p), 0o644)
     total = sum(os.path.getsize(os.path.join(OUT, p)) for p in os.listdir(OUT))
     print(f"wrote {len(expected)} fixtures to {OUT} ({total} bytes)")
     assert np.float32(1.0).tobytes() == b"\x00\x00\x80\x3f"  # little-endian host
