@@ -2,7 +2,8 @@
 """Writes small safetensors fixtures with the reference `safetensors` package
 and the values our reader must produce from them.
 
-Regenerate (output is deterministic; commit the result):
+Regenerate (values are deterministic; the order of __metadata__ keys in
+the files may change between runs, the Rust writer hashes them):
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install safetensors torch numpy
     /tmp/venv/bin/python tests/reference/make_safetensors_fixtures.py
 
