@@ -8,6 +8,14 @@
 
 #include <string.h>
 
+/* Results must equal gguf-py's bit for bit (tests/reference): every value is
+ * one or two IEEE fp32 roundings in a fixed order, so a fused multiply-add
+ * would change them. GCC does not contract in ISO C mode (-std=c11); clang
+ * needs telling. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define QK_K 256
 
 /* Geometry of every type gguf-py 0.19 knows, so that any tensor in a valid
