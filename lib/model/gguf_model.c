@@ -73,9 +73,10 @@ static int llama3_from_rope_freqs(const rlpi_gguf *g, const rlpi_gguf_tensor *t,
     float factor = 1.0f;
     for (int i = 0; i < half; i++) {
         if (!isfinite(rf[i]) || rf[i] < 1.0f) {
+            double bad = rf[i];
             free(rf);
             return rlpi_error_set(RLP_E_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a divisor >= 1", g->source,
-                                  i, (double)rf[i]);
+                                  i, bad);
         }
         if (rf[i] > factor)
             factor = rf[i];

@@ -372,6 +372,10 @@ static void llama3_rope_scaling_is_recovered(void **state)
     assert_int_equal(load_built(&o, &c, &w), RLP_E_UNSUPPORTED);
     assert_non_null(strstr(rlp_error_last(), "rope_freqs.weight[3]"));
     rlpi_weights_free(&w);
+    rf[0] = 0.5f; /* a divisor below 1 is malformed, and the message keeps its value */
+    assert_int_equal(load_built(&o, &c, &w), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "rope_freqs.weight[0] = 0.5 is not"));
+    rlpi_weights_free(&w);
 }
 
 /* ---- the real model ------------------------------------------------------ */
