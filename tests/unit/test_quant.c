@@ -20,6 +20,10 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef __FLT16_MAX__
+__extension__ typedef _Float16 native_f16;
+#endif
+
 static void half_and_bfloat_convert_exactly(void **state)
 {
     (void)state;
@@ -37,6 +41,27 @@ static void half_and_bfloat_convert_exactly(void **state)
     assert_true(rlpi_bf16_to_fp32(0x3f80) == 1.0f);
     assert_true(rlpi_bf16_to_fp32(0xc0a0) == -5.0f);
     assert_true(rlpi_bf16_to_fp32(0x0001) == ldexpf(1.0f, -133));
+}
+
+/* All 65536 half floats against the compiler's own _Float16 conversion
+ * (an independent implementation; skipped where the compiler has none).
+ * Bitwise equal, except that NaNs need only stay NaN with their sign (the
+ * hardware may quiet a signalling NaN). */
+static void half_matches_native_for_every_bit_pattern(void **state)
+{
+    (void)state;
+#ifdef __FLT16_MAX__
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t h = (uint16_t)b;
+        native_f16 nh;
+        memcpy(&nh, &h, 2);
+        float want = (float)nh, got = rlpi_fp16_to_fp32(h);
+        if (isnan(want) ? !isnan(got) || signbit(got) != signbit(want) : memcmp(&got, &want, 4) != 0)
+            fail_msg("fp16 0x%04x: got %a, native %a", b, (double)got, (double)want);
+    }
+#else
+    skip();
+#endif
 }
 
 /* One Q4_0 and one Q4_1 block worked by hand: d = 0.5 (0x3800), m = -1
@@ -132,6 +157,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(half_and_bfloat_convert_exactly),
+        cmocka_unit_test(half_matches_native_for_every_bit_pattern),
         cmocka_unit_test(q4_blocks_by_hand),
         cmocka_unit_test(q6_k_scale_layout),
         cmocka_unit_test(wrong_geometry_and_types_are_refused),
