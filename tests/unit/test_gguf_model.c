@@ -173,40 +173,43 @@ typedef struct tiny_opts {
     const char *skip;        /* tensor left out */
     const char *bad_shape;   /* tensor given ne[0] + 32 */
     const char *extra;       /* an additional F32 [32] tensor */
-    const float *rope_freqs; /* 16 floats -> rope_freqs.weight, head_dim 32 */
+    const float *rope_freqs; /* head_dim/2 floats -> rope_freqs.weight */
     bool bias;
+    bool small;              /* head_dim 4 instead of 32 */
 } tiny_opts;
 
-/* dim 64, 2 heads of 32 (1 KV head), ffn 32, vocab 32, 1 layer; all F32.
- * Tensor data value = tensor index + element index / 1024. */
+/* dim 2*hd, 2 heads of hd (1 KV head), ffn hd, vocab hd, 1 layer; all F32;
+ * hd = 32 unless o->small (hd = 4, for fuzz seeds). Tensor data value =
+ * tensor index + element index / 1024. */
 static void build_model(gb *b, const tiny_opts *o)
 {
+    const uint64_t hd = o->small ? 4 : 32, d = 2 * hd;
     struct {
         const char *name;
         uint64_t ne0, ne1;
     } t[16];
     int n = 0;
 #define T(nm, a, c) (t[n].name = nm, t[n].ne0 = a, t[n].ne1 = c, n++)
-    T("token_embd.weight", 64, 32);
-    T("blk.0.attn_norm.weight", 64, 1);
-    T("blk.0.attn_q.weight", 64, 64);
-    T("blk.0.attn_k.weight", 64, 32);
-    T("blk.0.attn_v.weight", 64, 32);
-    T("blk.0.attn_output.weight", 64, 64);
-    T("blk.0.ffn_norm.weight", 64, 1);
-    T("blk.0.ffn_gate.weight", 64, 32);
-    T("blk.0.ffn_up.weight", 64, 32);
-    T("blk.0.ffn_down.weight", 32, 64);
-    T("output_norm.weight", 64, 1);
+    T("token_embd.weight", d, hd);
+    T("blk.0.attn_norm.weight", d, 1);
+    T("blk.0.attn_q.weight", d, d);
+    T("blk.0.attn_k.weight", d, hd);
+    T("blk.0.attn_v.weight", d, hd);
+    T("blk.0.attn_output.weight", d, d);
+    T("blk.0.ffn_norm.weight", d, 1);
+    T("blk.0.ffn_gate.weight", d, hd);
+    T("blk.0.ffn_up.weight", d, hd);
+    T("blk.0.ffn_down.weight", hd, d);
+    T("output_norm.weight", d, 1);
     if (o->bias) {
-        T("blk.0.attn_q.bias", 64, 1);
-        T("blk.0.attn_k.bias", 32, 1);
-        T("blk.0.attn_v.bias", 32, 1);
+        T("blk.0.attn_q.bias", d, 1);
+        T("blk.0.attn_k.bias", hd, 1);
+        T("blk.0.attn_v.bias", hd, 1);
     }
     if (o->extra)
         T(o->extra, 32, 1);
     if (o->rope_freqs)
-        T("rope_freqs.weight", 16, 1);
+        T("rope_freqs.weight", hd / 2, 1);
 #undef T
     int kept = 0;
     for (int i = 0; i < n; i++)
@@ -215,14 +218,14 @@ static void build_model(gb *b, const tiny_opts *o)
     const char *arch = o->arch ? o->arch : "llama";
     gb_header(b, 3, (uint64_t)kept, 10);
     gb_kv_str(b, "general.architecture", arch);
-#define KV(suffix, v) (snprintf(key, sizeof key, "%s.%s", arch, suffix), gb_kv_u32(b, key, v))
+#define KV(suffix, v) (snprintf(key, sizeof key, "%s.%s", arch, suffix), gb_kv_u32(b, key, (uint32_t)(v)))
     KV("block_count", 1);
-    KV("embedding_length", 64);
+    KV("embedding_length", d);
     KV("attention.head_count", 2);
     KV("attention.head_count_kv", 1);
-    KV("feed_forward_length", 32);
+    KV("feed_forward_length", hd);
     KV("context_length", 128);
-    KV("vocab_size", 32);
+    KV("vocab_size", hd);
     KV("rope.scaling.original_context_length", 64);
 #undef KV
     float eps = 1e-6f;
@@ -492,8 +495,34 @@ static void smollm2_matches_gguf_py(void **state)
     rlpi_threadpool_free(pool);
 }
 
+/* RLPOST_WRITE_GGUF_SEEDS=<dir>: write the built models as fuzz seeds. */
+static int write_seeds(const char *dir)
+{
+    static const float rf[2] = {1, 8};
+    const struct {
+        const char *name;
+        tiny_opts o;
+    } seeds[] = {{"model_llama", {.small = true}},
+                 {"model_qwen2_bias", {.arch = "qwen2", .bias = true, .small = true}},
+                 {"model_rope_freqs", {.rope_freqs = rf, .small = true}}};
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        gb b = {0};
+        char path[512];
+        build_model(&b, &seeds[i].o);
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, seeds[i].name);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0)
+            return 1;
+        gb_free(&b);
+    }
+    return 0;
+}
+
 int main(void)
 {
+    const char *seeds = getenv("RLPOST_WRITE_GGUF_SEEDS");
+    if (seeds)
+        return write_seeds(seeds);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tied_and_untied_load_alike),
         cmocka_unit_test(tokenizer_arrays_read_back),
