@@ -18,6 +18,39 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* ---- allocation accounting (linked with -Wl,--wrap=malloc,calloc,realloc) -- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+
+static size_t max_alloc; /* largest single request since the last reset */
+
+static void note_alloc(size_t n)
+{
+    if (n > max_alloc)
+        max_alloc = n;
+}
+void *__wrap_malloc(size_t n)
+{
+    note_alloc(n);
+    return __real_malloc(n);
+}
+void *__wrap_calloc(size_t n, size_t m)
+{
+    size_t t;
+    note_alloc(__builtin_mul_overflow(n, m, &t) ? SIZE_MAX : t);
+    return __real_calloc(n, m);
+}
+void *__wrap_realloc(void *p, size_t n)
+{
+    note_alloc(n);
+    return __real_realloc(p, n);
+}
+
 /* ---- the valid file every broken one departs from ------------------------ */
 
 /* v3, alignment 32, keys: general.architecture, general.alignment, one of
@@ -367,6 +400,41 @@ static void broken_files_fail_with_named_fault(void **state)
     }
 }
 
+/* What a hostile file can make the reader allocate is bounded by its size:
+ * every count is checked against the bytes left before the arrays sized by
+ * it are allocated, and per-entry structs are < 3x the smallest encoding.
+ * Checked on the whole corpus and on files whose counts are the largest
+ * that pass the bound (the reader then allocates, and fails later). */
+static void allocations_are_bounded_by_file_size(void **state)
+{
+    (void)state;
+    const size_t bound_factor = 3, slack = 1024;
+    gb files[sizeof corpus / sizeof corpus[0] + 3];
+    size_t nf = 0;
+    memset(files, 0, sizeof files);
+    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++)
+        corpus[i].build(&files[nf++]);
+    build_valid(&files[nf++]);
+    /* 64 KiB after the header, claiming as many keys / tensors as could fit */
+    gb *k = &files[nf++], *t = &files[nf++];
+    gb_header(k, 3, 0, 65536 / 14), gb_fill(k, 65536, 5);
+    gb_header(t, 3, 65536 / 33, 0), gb_fill(t, 65536, 5);
+    for (size_t i = 0; i < nf; i++) {
+        uint8_t *copy = malloc(files[i].n ? files[i].n : 1);
+        memcpy(copy, files[i].p, files[i].n);
+        max_alloc = 0;
+        rlpi_gguf *g = NULL;
+        int rc = rlpi_gguf_open_memory(&g, copy, files[i].n, "bounded");
+        if (max_alloc > bound_factor * files[i].n + slack)
+            fail_msg("file %zu (%zu bytes, rc %d): allocated %zu bytes at once", i, files[i].n, rc, max_alloc);
+        if (i >= nf - 2 && max_alloc < files[i].n) /* the bound is really exercised */
+            fail_msg("file %zu: largest allocation only %zu bytes", i, max_alloc);
+        rlpi_gguf_close(g);
+        free(copy);
+        gb_free(&files[i]);
+    }
+}
+
 /* Case #4 in detail: the size is exactly 2^64-16 (no multiplication
  * overflows), so only the offset/padding checks can catch it. */
 static void case4_names_tensor_b(void **state)
@@ -463,6 +531,7 @@ int main(void)
         cmocka_unit_test(every_truncation_is_rejected),
         cmocka_unit_test(broken_files_fail_with_named_fault),
         cmocka_unit_test(case4_names_tensor_b),
+        cmocka_unit_test(allocations_are_bounded_by_file_size),
         cmocka_unit_test(version1_and_big_endian_are_unsupported),
         cmocka_unit_test(open_reports_io_and_maps_files),
     };
