@@ -1,0 +1,222 @@
+/* Files ↔ policies: format detection and dispatch to the loaders (GGUF,
+ * HF folder, llama2.c), saving as an HF folder, and the optimizer state
+ * file for resume. Parsing itself lives in the per-format files. */
+#include "model/hf_dir.h"
+#include "model/llama2c.h"
+#include "model/policy.h"
+#include "model/safetensors.h"
+
+#include "core/error.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum model_format { FORMAT_HF_DIR, FORMAT_GGUF, FORMAT_LLAMA2C } model_format;
+
+static int detect(const char *path, model_format *fmt)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return rlpi_error_set(RLP_E_IO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        *fmt = FORMAT_HF_DIR;
+        return RLP_OK;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rlpi_error_set(RLP_E_IO, "%s: %s", path, strerror(errno));
+    unsigned char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+        *fmt = FORMAT_GGUF;
+        return RLP_OK;
+    }
+    size_t len = strlen(path);
+    if (len > 12 && !strcmp(path + len - 12, ".safetensors"))
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "%s: a lone safetensors file has no architecture; pass its folder (with config.json)",
+                              path);
+    /* llama2.c: "ak42" v1 magic, or a legacy header (validated by its parser) */
+    *fmt = FORMAT_LLAMA2C;
+    return RLP_OK;
+}
+
+int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w);
+
+int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w)
+{
+    model_format fmt;
+    int rc = detect(path, &fmt);
+    if (rc)
+        return rc;
+    rlpi_weights_init(w);
+    switch (fmt) {
+    case FORMAT_HF_DIR: return rlpi_hf_dir_load(path, cfg, w);
+    case FORMAT_LLAMA2C: return rlpi_llama2c_load(path, cfg, w);
+    case FORMAT_GGUF: return rlpi_gguf_load_for_policy(path, cfg, w);
+    }
+    return rlpi_error_set(RLP_E_INTERNAL, "model load: unreachable");
+}
+
+int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path, const rlp_policy_options *opts)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(ctx, "ctx is NULL");
+    RLPI_CHECK_ARG(path, "path is NULL");
+    rlpi_model_config cfg;
+    rlpi_weights w;
+    int rc = rlpi_model_load_weights(path, &cfg, &w);
+    if (rc)
+        return rlpi_error_wrap("%s", __func__);
+    rc = rlpi_policy_create(out, ctx, &cfg, &w, opts);
+    rlpi_weights_free(&w);
+    if (rc)
+        return rlpi_error_wrap("%s: %s", __func__, path);
+    return RLP_OK;
+}
+
+int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
+{
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(dir, "dir is NULL");
+    RLPI_CHECK_ARG(dtype >= RLP_DTYPE_F32 && dtype <= RLP_DTYPE_BF16, "dtype is not an rlp_dtype");
+    static const rlpi_st_dtype map[] = {RLPI_ST_F32, RLPI_ST_F16, RLPI_ST_BF16};
+    rlpi_weights w;
+    int rc = rlpi_transformer_export(policy->tf, &w);
+    if (rc)
+        return rc;
+    rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
+    rlpi_weights_free(&w);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
+
+/* The optimizer file: tensors "m/<param>" and "v/<param>" in fp32 with
+ * __metadata__ {format: "rlpost-adamw", step, skipped, version}. */
+int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
+{
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(path, "path is NULL");
+    if (!policy->trainable)
+        return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
+    rlpi_weights w;
+    rlpi_weights_init(&w);
+    rlpi_st_metadata meta;
+    rlpi_st_metadata_init(&meta);
+    int rc = RLP_OK;
+    const rlpi_optimizer *opt = &policy->opt;
+    for (size_t i = 0; i < rlpi_transformer_n_tensors(policy->tf) && rc == RLP_OK; i++) {
+        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        for (int which = 0; which < 2 && rc == RLP_OK; which++) {
+            char name[300];
+            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            rlpi_tensor *t;
+            int64_t shape[2] = {in->shape[0], in->shape[1]};
+            rc = rlpi_weights_add(&w, name, in->n_dims, shape, &t);
+            if (rc == RLP_OK && opt->m) /* before the first step the moments are zero */
+                rc = rlpi_buffer_download(which ? opt->v : opt->m, in->offset * 4, t->data, in->n_elems * 4);
+        }
+    }
+    char num[32];
+    if (rc == RLP_OK)
+        rc = rlpi_st_metadata_set(&meta, "format", "rlpost-adamw");
+    snprintf(num, sizeof num, "%" PRId64, opt->step);
+    if (rc == RLP_OK)
+        rc = rlpi_st_metadata_set(&meta, "step", num);
+    snprintf(num, sizeof num, "%" PRId64, opt->skipped);
+    if (rc == RLP_OK)
+        rc = rlpi_st_metadata_set(&meta, "skipped", num);
+    snprintf(num, sizeof num, "%" PRIu64, policy->version);
+    if (rc == RLP_OK)
+        rc = rlpi_st_metadata_set(&meta, "version", num);
+    if (rc == RLP_OK) {
+        rlpi_st_write_opts wo = {.dtype = RLPI_ST_F32, .meta = &meta, .skip_aliases = true};
+        rc = rlpi_safetensors_write(path, &w, &wo);
+    }
+    rlpi_weights_free(&w);
+    rlpi_st_metadata_free(&meta);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
+
+static int parse_count(const rlpi_st_metadata *meta, const char *key, const char *path, int64_t *out)
+{
+    const char *v = rlpi_st_metadata_get(meta, key);
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : -1;
+    if (!v || errno || *end || x < 0)
+        return rlpi_error_set(RLP_E_FORMAT, "%s: optimizer metadata '%s' missing or not a count", path, key);
+    *out = x;
+    return RLP_OK;
+}
+
+int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
+{
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(path, "path is NULL");
+    if (!policy->trainable)
+        return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
+    rlpi_weights w;
+    rlpi_st_metadata meta;
+    rlpi_st_metadata_init(&meta);
+    int rc = rlpi_safetensors_read(path, &w, &meta);
+    if (rc) {
+        rlpi_st_metadata_free(&meta);
+        return rlpi_error_wrap("%s", __func__);
+    }
+    int64_t step = 0, skipped = 0, version = 0;
+    const char *fmt = rlpi_st_metadata_get(&meta, "format");
+    if (!fmt || strcmp(fmt, "rlpost-adamw"))
+        rc = rlpi_error_set(RLP_E_FORMAT, "%s: not an rlpost optimizer file (format '%s')", path, fmt ? fmt : "");
+    if (!rc)
+        rc = parse_count(&meta, "step", path, &step);
+    if (!rc)
+        rc = parse_count(&meta, "skipped", path, &skipped);
+    if (!rc)
+        rc = parse_count(&meta, "version", path, &version);
+    /* validate every tensor before touching the optimizer */
+    size_t n_tensors = rlpi_transformer_n_tensors(policy->tf);
+    for (size_t i = 0; i < n_tensors && !rc; i++) {
+        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        for (int which = 0; which < 2 && !rc; which++) {
+            char name[300];
+            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            const rlpi_tensor *t = rlpi_weights_find(&w, name);
+            if (!t || t->n_elems != in->n_elems)
+                rc = rlpi_error_set(RLP_E_FORMAT, "%s: tensor '%s' %s", path, name,
+                                    t ? "has the wrong size for this model" : "is missing");
+        }
+    }
+    if (!rc && w.n != 2 * n_tensors)
+        rc = rlpi_error_set(RLP_E_FORMAT, "%s: %zu tensors, this model's optimizer has %zu", path, w.n, 2 * n_tensors);
+    rlpi_optimizer *opt = &policy->opt;
+    size_t n = rlpi_transformer_n_params(policy->tf);
+    rlpi_backend *be = policy->ctx->backend;
+    if (!rc && !opt->m) {
+        if ((rc = rlpi_buffer_alloc(be, n * 4, &opt->m)) == RLP_OK)
+            rc = rlpi_buffer_alloc(be, n * 4, &opt->v);
+        if (rc)
+            rlpi_optimizer_release(opt);
+    }
+    for (size_t i = 0; i < n_tensors && !rc; i++) {
+        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        for (int which = 0; which < 2 && !rc; which++) {
+            char name[300];
+            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            const rlpi_tensor *t = rlpi_weights_find(&w, name);
+            rc = rlpi_buffer_upload(which ? opt->v : opt->m, in->offset * 4, rlpi_tensor_data(&w, t), in->n_elems * 4);
+        }
+    }
+    if (!rc) {
+        opt->step = step;
+        opt->skipped = skipped;
+        policy->version = (uint64_t)version;
+    }
+    rlpi_weights_free(&w);
+    rlpi_st_metadata_free(&meta);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
