@@ -325,9 +325,10 @@ static int emit(rlp_detokenizer *d, size_t k, const char **out_text, size_t *out
 {
     d->olen = 0;
     if (!rlpi_buf_append(&d->out, &d->olen, &d->ocap, "", 0) ||
-        !rlpi_utf8_lossy_append(&d->out, &d->olen, &d->ocap, d->pend, k))
+        (k > 0 && !rlpi_utf8_lossy_append(&d->out, &d->olen, &d->ocap, d->pend, k)))
         return rlpi_error_set(RLP_E_NOMEM, "detokenizer: out of memory");
-    memmove(d->pend, d->pend + k, d->plen - k);
+    if (d->plen > k)
+        memmove(d->pend, d->pend + k, d->plen - k);
     d->plen -= k;
     *out_text = d->out;
     *out_len = d->olen;
