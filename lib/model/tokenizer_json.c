@@ -180,6 +180,34 @@ static int32_t find_any(char **tokens, size_t n, const char *const *names)
     return -1;
 }
 
+/* A TemplateProcessing post-processor whose single-sequence template starts
+ * with a special token (Llama-3: "<|begin_of_text|> $A") means "add BOS";
+ * returns that token's id, or -1. */
+static int32_t post_processor_bos(json_t *pp, char **tokens, size_t n)
+{
+    if (!json_is_object(pp))
+        return -1;
+    if (strcmp(jtype(pp), "Sequence") == 0) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(pp, "processors"), i, v)
+        {
+            int32_t id = post_processor_bos(v, tokens, n);
+            if (id >= 0)
+                return id;
+        }
+        return -1;
+    }
+    if (strcmp(jtype(pp), "TemplateProcessing") != 0)
+        return -1;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    const char *name = json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+    if (!name)
+        return -1;
+    const char *one[2] = {name, NULL};
+    return find_any(tokens, n, one);
+}
+
 int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
                              const char *config_text, size_t config_len)
 {
@@ -286,6 +314,15 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
         }
         if (json_integer_value(id) > max_id)
             max_id = json_integer_value(id);
+        static const char *const flags[3] = {"lstrip", "rstrip", "single_word"};
+        for (int k = 0; k < 3; k++) {
+            if (json_is_true(json_object_get(v, flags[k]))) {
+                rc = rlpi_error_set(RLP_E_UNSUPPORTED,
+                                    "tokenizer.json: added token \"%.40s\" with %s",
+                                    json_string_value(json_object_get(v, "content")), flags[k]);
+                goto done;
+            }
+        }
     }
     if (max_id < 0) {
         rc = rlpi_error_set(RLP_E_FORMAT, "tokenizer.json: empty vocabulary");
@@ -384,10 +421,13 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
     const char *munk = json_string_value(json_object_get(model, "unk_token"));
     one[0] = unk ? unk : munk;
     L.spec.unk_id = one[0] ? find_any(tokens, n_vocab, one) : find_any(tokens, n_vocab, unk_names);
+    int32_t pp_bos = post_processor_bos(json_object_get(root, "post_processor"), tokens, n_vocab);
+    if (pp_bos >= 0 && !bos)
+        L.spec.bos_id = pp_bos;
     if (cfg && json_is_boolean(json_object_get(cfg, "add_bos_token")))
         L.spec.add_bos = json_is_true(json_object_get(cfg, "add_bos_token"));
     else
-        L.spec.add_bos = L.spec.model == RLPI_TOK_SPM;
+        L.spec.add_bos = L.spec.model == RLPI_TOK_SPM || pp_bos >= 0;
     json_t *tmpl = json_object_get(cfg, "chat_template");
     if (json_is_string(tmpl)) {
         L.spec.chat_template = json_string_value(tmpl);

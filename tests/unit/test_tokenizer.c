@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "rlpost.h"
+#include "model/tokenizer.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -350,6 +351,11 @@ static const char *write_tiny_llama3(json_t *merges_override, const char *pre_ty
                              "model", "type", "BPE", "vocab", vocab, "merges", merges,
                              "pre_tokenizer", "type", pre_type, "add_prefix_space", 0, "decoder",
                              "type", "ByteLevel");
+    /* Llama-3 adds BOS through its post-processor */
+    json_object_set_new(root, "post_processor",
+                        json_pack("{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}]}", "type", "TemplateProcessing",
+                                  "single", "SpecialToken", "id", "<|begin_of_text|>", "type_id", 0,
+                                  "Sequence", "id", "A", "type_id", 0));
     static char path[64];
     snprintf(path, sizeof path, "/tmp/rlpost_tok_%d", (int)getpid());
     mkdir(path, 0700);
@@ -379,6 +385,13 @@ static void llama3_template_text(void **state)
     assert_int_equal(count_id(ids, n, 258), 3); /* start_header_id: 2 turns + prompt */
     assert_int_equal(count_id(ids, n, 260), 2); /* eot_id: 2 turns */
     assert_int_equal(count_id(ids, n, 256), 1); /* merge "h i" applied in content */
+    int32_t bos;
+    assert_int_equal(rlp_tokenizer_special_id(&bos, t, RLP_TOKEN_BOS), RLP_OK);
+    assert_int_equal(bos, 257);
+    int32_t hi[8];
+    assert_int_equal(encode(t, "hi", RLP_ENCODE_ADD_BOS, hi, 8), 2);
+    assert_int_equal(hi[0], 257);
+    assert_int_equal(hi[1], 256);
     /* merges in ["a", "b"] form give the same tokenizer */
     rlp_tokenizer *t2;
     p = write_tiny_llama3(json_pack("[[s,s]]", "h", "i"), "ByteLevel");
@@ -568,6 +581,11 @@ static void loader_errors_name_the_cause(void **state)
                      "\"decoder\":{\"type\":\"ByteLevel\"}}";
     EXPECT_CODE(rlp_tokenizer_load(&t, write_tmp("mg.json", mg, strlen(mg))), RLP_E_FORMAT,
                 "merged token");
+    const char *ls = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+                     "\"added_tokens\":[{\"id\":1,\"content\":\"<mask>\",\"lstrip\":true}],"
+                     "\"decoder\":{\"type\":\"ByteLevel\"}}";
+    EXPECT_CODE(rlp_tokenizer_load(&t, write_tmp("ls.json", ls, strlen(ls))), RLP_E_UNSUPPORTED,
+                "lstrip");
     EXPECT_CODE(rlp_tokenizer_load(&t, write_tmp("bad.json", "{\"model\":", 9)), RLP_E_FORMAT,
                 "tokenizer.json");
     assert_null(t);
@@ -646,6 +664,132 @@ static void concurrent_encode(void **state)
     rlp_tokenizer_free(t);
 }
 
+/* ---- the GGUF path: rlpi_tokenizer_build from bare tables ---------------- */
+
+/* Builds a tokenizer the way the GGUF loader will (tokens, types, "a b"
+ * merges, a tokenizer.ggml.pre name) from a tokenizer.json's tables, and
+ * checks it encodes every fixture string like the tokenizer.json load. */
+static void spec_build_matches(const char *json_rel, const char *fixture_rel, const char *pre)
+{
+    const char *jp = path_in(json_rel);
+    if (access(jp, R_OK) != 0) {
+        fprintf(stderr, "skip: %s not present\n", jp);
+        skip();
+    }
+    json_t *root = json_load_file(jp, 0, NULL);
+    assert_non_null(root);
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    json_t *added = json_object_get(root, "added_tokens");
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    size_t n = json_object_size(vocab) + json_array_size(added) + 8;
+    const char **tokens = calloc(n, sizeof *tokens);
+    int32_t *types = calloc(n, sizeof *types);
+    size_t nm = json_array_size(merges);
+    char **ms = calloc(nm, sizeof *ms);
+    const char *key;
+    json_t *v;
+    size_t max = 0, i;
+    json_object_foreach(vocab, key, v)
+    {
+        size_t id = (size_t)json_integer_value(v);
+        assert_true(id < n);
+        tokens[id] = key;
+        types[id] = RLPI_TT_NORMAL;
+        max = id > max ? id : max;
+    }
+    json_array_foreach(added, i, v)
+    {
+        size_t id = (size_t)json_integer_value(json_object_get(v, "id"));
+        assert_true(id < n);
+        tokens[id] = json_string_value(json_object_get(v, "content"));
+        types[id] = json_is_true(json_object_get(v, "special")) ? RLPI_TT_CONTROL : RLPI_TT_USER_DEFINED;
+        max = id > max ? id : max;
+    }
+    json_array_foreach(merges, i, v)
+    {
+        const char *a = json_string_value(json_array_get(v, 0)), *b = json_string_value(json_array_get(v, 1));
+        ms[i] = malloc(strlen(a) + strlen(b) + 2);
+        sprintf(ms[i], "%s %s", a, b);
+    }
+    rlpi_tokenizer_spec spec;
+    rlpi_tokenizer_spec_init(&spec);
+    spec.model = RLPI_TOK_BYTE_BPE;
+    spec.pre_name = pre;
+    spec.n_vocab = max + 1;
+    spec.tokens = tokens;
+    spec.token_types = types;
+    spec.n_merges = nm;
+    spec.merges = (const char *const *)ms;
+    rlpi_tokenizer *core = NULL;
+    int rc = rlpi_tokenizer_build(&core, &spec);
+    if (rc)
+        fail_msg("%s", rlp_error_last());
+    rlp_tokenizer *ref = load_or_skip(json_rel);
+    FILE *f = fopen(path_in(fixture_rel), "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0, rows = 0;
+    ssize_t ll;
+    static int32_t a[65536], b[65536];
+    while ((ll = getline(&line, &cap, f)) > 0) {
+        json_t *row = json_loadb(line, (size_t)ll, 0, NULL);
+        json_t *t = json_object_get(row, "text");
+        rlpi_text_seg seg = {json_string_value(t), json_string_length(t), true};
+        rlpi_ids ids = {NULL, 0, 0};
+        assert_int_equal(rlpi_tokenizer_encode_segs(core, &seg, 1, false, &ids), RLP_OK);
+        size_t nb = encode(ref, seg.text, RLP_ENCODE_PARSE_SPECIAL, b, 65536);
+        assert_int_equal(ids.n, nb);
+        memcpy(a, ids.v, nb * sizeof *a);
+        assert_memory_equal(a, b, nb * sizeof *a);
+        rlpi_ids_free(&ids);
+        json_decref(row);
+        rows++;
+    }
+    assert_true(rows >= 2000);
+    free(line);
+    fclose(f);
+    rlp_tokenizer_free(ref);
+    rlpi_tokenizer_destroy(core);
+    for (i = 0; i < nm; i++)
+        free(ms[i]);
+    free(ms);
+    free(tokens);
+    free(types);
+    json_decref(root);
+}
+
+static void gguf_style_build_smollm(void **state)
+{
+    (void)state;
+    spec_build_matches(SMOLLM2, "tests/reference/fixtures/smollm2.jsonl", "smollm");
+}
+
+static void gguf_style_build_qwen2(void **state)
+{
+    (void)state;
+    spec_build_matches(QWEN3, "tests/reference/fixtures/qwen3.jsonl", "qwen2");
+}
+
+static void gguf_style_unknown_pre(void **state)
+{
+    (void)state;
+    const char *toks[2] = {"a", "b"};
+    rlpi_tokenizer_spec spec;
+    rlpi_tokenizer_spec_init(&spec);
+    spec.n_vocab = 2;
+    spec.tokens = toks;
+    spec.pre_name = "jais";
+    rlpi_tokenizer *t = NULL;
+    EXPECT_CODE(rlpi_tokenizer_build(&t, &spec), RLP_E_UNSUPPORTED, "\"jais\"");
+    spec.pre_name = NULL;
+    spec.model = 7;
+    EXPECT_CODE(rlpi_tokenizer_build(&t, &spec), RLP_E_UNSUPPORTED, "7");
+    spec.model = RLPI_TOK_BYTE_BPE;
+    spec.eos_id = 5;
+    EXPECT_CODE(rlpi_tokenizer_build(&t, &spec), RLP_E_FORMAT, "eos");
+    assert_null(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -662,6 +806,9 @@ int main(void)
         cmocka_unit_test(loader_errors_name_the_cause),
         cmocka_unit_test(hostile_llama2c_files),
         cmocka_unit_test(concurrent_encode),
+        cmocka_unit_test(gguf_style_build_smollm),
+        cmocka_unit_test(gguf_style_build_qwen2),
+        cmocka_unit_test(gguf_style_unknown_pre),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
