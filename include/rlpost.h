@@ -449,7 +449,7 @@ typedef struct rlp_chat_message {
 } rlp_chat_message;
 
 /**
- * Chooses the chat template: a name ("chatml", "smollm2", "llama3",
+ * Chooses the chat template: a name ("chatml", "qwen3", "smollm2", "llama3",
  * "llama2") or the Jinja source of a model's template, recognised by its
  * distinctive parts. A tokenizer starts with the template of its
  * tokenizer_config.json (or GGUF), else the one its special tokens imply.
@@ -463,7 +463,7 @@ typedef struct rlp_chat_message {
 RLP_API int rlp_tokenizer_set_chat_template(rlp_tokenizer *tok, const char *name_or_source);
 
 /**
- * Name of the chat template in use ("chatml", "smollm2", "llama3",
+ * Name of the chat template in use ("chatml", "qwen3", "smollm2", "llama3",
  * "llama2"), or NULL when the tokenizer has none (rlp_error_last() says so).
  * Static string. Thread-safe.
  */
@@ -473,10 +473,11 @@ RLP_API const char *rlp_tokenizer_chat_template(const rlp_tokenizer *tok);
  * Renders a conversation with the tokenizer's chat template and encodes it.
  * The template's own scaffolding (e.g. `<|im_start|>user\n`) is encoded with
  * special tokens parsed; message content never is, so a message that spells
- * "<|im_end|>" cannot end its turn. Templates: ChatML (Qwen2/Qwen3; for
- * SmolLM2 with its default system prompt "You are a helpful AI assistant
+ * "<|im_end|>" cannot end its turn. Templates: ChatML (Qwen2), Qwen3's
+ * ChatML (reasoning kept in a <think> block only after the last user query;
+ * tool definitions not supported), ChatML for SmolLM2 (with its default system prompt "You are a helpful AI assistant
  * named SmolLM, trained by Hugging Face" when the first message is not a
- * system message), Llama-3, Llama-2.
+ * system message)), Llama-3 (3.0), Llama-2.
  *
  * @param tok    the tokenizer
  * @param msgs   @p n messages

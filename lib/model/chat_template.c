@@ -1,5 +1,6 @@
-/* Chat templates as code: ChatML (Qwen2/Qwen3), ChatML with SmolLM2's
- * default system prompt, Llama-3 and Llama-2, chosen by name or by
+/* Chat templates as code: ChatML (Qwen2), Qwen3's ChatML (reasoning in
+ * <think> blocks, tool turns; tool definitions are not supported), ChatML
+ * with SmolLM2's default system prompt, Llama-3 and Llama-2, chosen by name or by
  * recognising a model's Jinja source. Rendering produces text segments so
  * that scaffolding is encoded with special tokens parsed and message
  * content without (public-bugs case #1). No Jinja interpreter. */
@@ -17,7 +18,7 @@ static const struct {
     int kind;
 } names[] = {
     {"chatml", RLPI_CHAT_CHATML},   {"qwen", RLPI_CHAT_CHATML},   {"qwen2", RLPI_CHAT_CHATML},
-    {"qwen3", RLPI_CHAT_CHATML},    {"smollm2", RLPI_CHAT_CHATML_SMOLLM},
+    {"qwen3", RLPI_CHAT_QWEN3},    {"smollm2", RLPI_CHAT_CHATML_SMOLLM},
     {"smollm", RLPI_CHAT_CHATML_SMOLLM}, {"llama3", RLPI_CHAT_LLAMA3},
     {"llama-3", RLPI_CHAT_LLAMA3},  {"llama2", RLPI_CHAT_LLAMA2}, {"llama-2", RLPI_CHAT_LLAMA2},
 };
@@ -29,6 +30,7 @@ const char *rlpi_chat_template_name(int kind)
     case RLPI_CHAT_CHATML_SMOLLM: return "smollm2";
     case RLPI_CHAT_LLAMA3: return "llama3";
     case RLPI_CHAT_LLAMA2: return "llama2";
+    case RLPI_CHAT_QWEN3: return "qwen3";
     default: return NULL;
     }
 }
@@ -40,6 +42,10 @@ int rlpi_chat_template_detect(int *kind, const char *src)
             *kind = names[i].kind;
             return RLP_OK;
         }
+    }
+    if (strstr(src, "<|im_start|>") && strstr(src, "reasoning_content") && strstr(src, "</think>")) {
+        *kind = RLPI_CHAT_QWEN3;
+        return RLP_OK;
     }
     if (strstr(src, "<|im_start|>")) {
         *kind = strstr(src, "You are a helpful AI assistant named SmolLM") ? RLPI_CHAT_CHATML_SMOLLM
@@ -59,7 +65,7 @@ int rlpi_chat_template_detect(int *kind, const char *src)
         return RLP_OK;
     }
     return rlpi_error_set(RLP_E_UNSUPPORTED,
-                          "chat template not recognised (known: chatml, smollm2, llama3, llama2): "
+                          "chat template not recognised (known: chatml, qwen3, smollm2, llama3, llama2): "
                           "\"%.60s%s\"",
                           src, strlen(src) > 60 ? "..." : "");
 }
@@ -158,6 +164,97 @@ static int render_chatml(segs *s, const rlpi_chat_msg *m, size_t n, bool gen, bo
     return rc;
 }
 
+static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+static bool ends_with(const char *s, const char *p)
+{
+    size_t n = strlen(s), k = strlen(p);
+    return n >= k && memcmp(s + n - k, p, k) == 0;
+}
+
+/* s[b..e) with newlines stripped at the chosen ends (Python strip('\n')). */
+static void strip_nl(const char *s, size_t *b, size_t *e, bool left, bool right)
+{
+    while (left && *b < *e && s[*b] == '\n')
+        (*b)++;
+    while (right && *e > *b && s[*e - 1] == '\n')
+        (*e)--;
+}
+
+static const char *last_strstr(const char *s, size_t n, const char *p)
+{
+    const char *last = NULL;
+    size_t k = strlen(p);
+    for (size_t i = 0; i + k <= n; i++) {
+        if (memcmp(s + i, p, k) == 0)
+            last = s + i;
+    }
+    return last;
+}
+
+/* Qwen3's template (tools absent): the system message first; assistant
+ * turns after the last real user query keep their reasoning in a
+ * <think> block (an empty one on the final turn), earlier ones lose it;
+ * consecutive tool results share one user turn. */
+static int render_qwen3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen)
+{
+    int rc = RLP_OK;
+    size_t last_query = n - 1;
+    for (size_t k = n; k-- > 0;) {
+        if (strcmp(m[k].role, "user") == 0 &&
+            !(starts_with(m[k].content, "<tool_response>") && ends_with(m[k].content, "</tool_response>"))) {
+            last_query = k;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n && rc == RLP_OK; i++) {
+        const char *role = m[i].role, *c = m[i].content;
+        if (strcmp(role, "user") == 0 || strcmp(role, "system") == 0) {
+            if ((rc = SCAF(s, "<|im_start|>")) || (rc = TEXT(s, role)) || (rc = SCAF(s, "\n")) ||
+                (rc = TEXT(s, c)) || (rc = SCAF(s, "<|im_end|>\n")))
+                break;
+        } else if (strcmp(role, "assistant") == 0) {
+            size_t n_c = strlen(c), cb = 0, ce = n_c, rb = 0, re = 0;
+            const char *close = strstr(c, "</think>");
+            if (close) {
+                const char *last = last_strstr(c, n_c, "</think>");
+                cb = (size_t)(last - c) + strlen("</think>");
+                strip_nl(c, &cb, &ce, true, false);
+                re = (size_t)(close - c);
+                const char *open = last_strstr(c, re, "<think>");
+                rb = open ? (size_t)(open - c) + strlen("<think>") : 0;
+                strip_nl(c, &rb, &re, true, true); /* rstrip, split, lstrip, then strip */
+            }
+            if ((rc = SCAF(s, "<|im_start|>assistant\n")))
+                break;
+            if (i > last_query && (i == n - 1 || re > rb)) {
+                strip_nl(c, &cb, &ce, true, false);
+                if ((rc = SCAF(s, "<think>\n")) || (rc = seg(s, c + rb, re - rb, false)) ||
+                    (rc = SCAF(s, "\n</think>\n\n")))
+                    break;
+            }
+            if ((rc = seg(s, c + cb, ce - cb, false)) || (rc = SCAF(s, "<|im_end|>\n")))
+                break;
+        } else if (strcmp(role, "tool") == 0) {
+            if ((i == 0 || strcmp(m[i - 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_start|>user")))
+                break;
+            if ((rc = SCAF(s, "\n<tool_response>\n")) || (rc = TEXT(s, c)) ||
+                (rc = SCAF(s, "\n</tool_response>")))
+                break;
+            if ((i == n - 1 || strcmp(m[i + 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_end|>\n")))
+                break;
+        } else {
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "chat template qwen3: msgs[%zu].role \"%s\" (system, user, assistant "
+                                  "or tool)",
+                                  i, role);
+        }
+    }
+    if (rc == RLP_OK && gen)
+        rc = SCAF(s, "<|im_start|>assistant\n");
+    return rc;
+}
+
 /* Meta's Llama-3 (3.0) template: bos, then per message a header, the
  * trimmed content and <|eot_id|>. */
 static int render_llama3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen)
@@ -248,6 +345,7 @@ int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_cha
     case RLPI_CHAT_CHATML_SMOLLM:
         rc = render_chatml(&s, msgs, n, add_generation_prompt, kind == RLPI_CHAT_CHATML_SMOLLM);
         break;
+    case RLPI_CHAT_QWEN3: rc = render_qwen3(&s, msgs, n, add_generation_prompt); break;
     case RLPI_CHAT_LLAMA3: rc = render_llama3(&s, msgs, n, add_generation_prompt); break;
     case RLPI_CHAT_LLAMA2: rc = render_llama2(&s, tok, msgs, n); break;
     default:

@@ -172,11 +172,12 @@ typedef enum rlpi_chat_kind {
     RLPI_CHAT_CHATML = 1,          /* Qwen2/Qwen3 */
     RLPI_CHAT_CHATML_SMOLLM = 2,   /* ChatML + SmolLM2's default system prompt */
     RLPI_CHAT_LLAMA3 = 3,
-    RLPI_CHAT_LLAMA2 = 4
+    RLPI_CHAT_LLAMA2 = 4,
+    RLPI_CHAT_QWEN3 = 5            /* ChatML + Qwen3's <think> handling and tool turns */
 } rlpi_chat_kind;
 
 /* Recognises a Jinja template source by its distinctive substrings, or a
- * name ("chatml", "smollm2", "llama3", "llama2"). RLP_E_UNSUPPORTED
+ * name ("chatml", "qwen3", "smollm2", "llama3", "llama2"). RLP_E_UNSUPPORTED
  * naming an excerpt of anything else. */
 int rlpi_chat_template_detect(int *kind, const char *src);
 const char *rlpi_chat_template_name(int kind);

@@ -5,6 +5,9 @@ Writes JSONL files, one object per line, {"text": ..., "ids": [...]} and,
 where encoding with special-token matching off differs, "ids_plain": [...]:
   fixtures/qwen3.jsonl    Hugging Face `tokenizers` with Qwen3's tokenizer.json
   fixtures/smollm2.jsonl  `tokenizers` with fixtures/smollm2/tokenizer.json
+  fixtures/chat_*.jsonl   transformers' apply_chat_template with each model's
+                          Jinja template: {messages, add_generation_prompt,
+                          text, ids}, ids from `tokenizers` on the text
   fixtures/llama2c.jsonl  `sentencepiece` with Llama 2's tokenizer.model
                           (what llama2.c's tokenizer.bin was exported from)
 "ids" are encode(text, add_special_tokens=False) (special-token text is
@@ -104,6 +107,42 @@ def hf_rows(tok_path, texts):
     return rows
 
 
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "user", "content": "  What is 2+2?  \n"}],
+    [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+     {"role": "user", "content": "2+2?"}],
+    [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+    [{"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n4"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nx\n</think>\n\nb"},
+     {"role": "user", "content": "c"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nx\n</think>\n\nb"},
+     {"role": "user", "content": "c"}, {"role": "assistant", "content": "\n\nd"}],
+    [{"role": "system", "content": "S"}, {"role": "user", "content": "u1"},
+     {"role": "assistant", "content": "a1"}, {"role": "system", "content": "S2"},
+     {"role": "user", "content": "u2"}],
+    [{"role": "user", "content": "你好 🦙 e\u0301"}, {"role": "assistant", "content": "  spaced  "}],
+]
+
+
+def chat_rows(tok_path, template):
+    """Reference chat rendering: transformers' apply_chat_template (Jinja)."""
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer
+    hf = PreTrainedTokenizerFast(tokenizer_file=tok_path)
+    hf.chat_template = template
+    tok = Tokenizer.from_file(tok_path)
+    rows = []
+    for conv in CONVERSATIONS:
+        for gen in (True, False):
+            text = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+            rows.append({"messages": conv, "add_generation_prompt": gen, "text": text,
+                         "ids": tok.encode(text, add_special_tokens=False).ids})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gsm8k", required=True)
@@ -117,6 +156,13 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     write(os.path.join(a.out, "qwen3.jsonl"), hf_rows(a.qwen3, texts))
     write(os.path.join(a.out, "smollm2.jsonl"), hf_rows(a.smollm2, texts))
+
+    qcfg = os.path.join(os.path.dirname(a.qwen3), "tokenizer_config.json")
+    scfg = os.path.join(os.path.dirname(a.smollm2), "tokenizer_config.json")
+    write(os.path.join(a.out, "chat_qwen3.jsonl"),
+          chat_rows(a.qwen3, json.load(open(qcfg))["chat_template"]))
+    write(os.path.join(a.out, "chat_smollm2.jsonl"),
+          chat_rows(a.smollm2, json.load(open(scfg))["chat_template"]))
 
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=a.llama2c_model)

@@ -223,12 +223,17 @@ static void qwen3_chat_content_case1(void **state)
                                      20841, 1172, 10402, 151645, 198, 151644, 77091, 198};
     int32_t ids[64];
     size_t n;
-    assert_string_equal(rlp_tokenizer_chat_template(t), "chatml");
+    assert_string_equal(rlp_tokenizer_chat_template(t), "qwen3");
     assert_int_equal(rlp_tokenizer_apply_chat_template(t, &m, 1, 1, ids, 64, &n), RLP_OK);
     assert_int_equal(n, 26);
     assert_memory_equal(ids, want, sizeof want);
     assert_int_equal(count_id(ids, n, 151644), 2);
     assert_int_equal(count_id(ids, n, 151645), 1);
+    /* plain ChatML gives the same ids for a single user turn */
+    assert_int_equal(rlp_tokenizer_set_chat_template(t, "chatml"), RLP_OK);
+    assert_int_equal(rlp_tokenizer_apply_chat_template(t, &m, 1, 1, ids, 64, &n), RLP_OK);
+    assert_int_equal(n, 26);
+    assert_memory_equal(ids, want, sizeof want);
     /* the same text through plain encode: specials on gives the injected
      * 17-id form, off gives literal text */
     const char *c = m.content;
