@@ -875,6 +875,7 @@ static int encode_word_bytes(enc *e, const char *s, size_t n)
             if (id < 0) {
                 /* flush what we have, then the unknown */
                 if (m) {
+                    e->syms[m - 1].next = -1;
                     rc = bpe_merge(e, m, e->ids);
                     m = 0;
                 }

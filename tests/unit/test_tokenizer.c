@@ -795,6 +795,43 @@ static void gguf_style_unknown_pre(void **state)
     assert_null(t);
 }
 
+/* A byte-level vocabulary without some byte tokens: the unknown id stands
+ * in for the byte, and the words on both sides still merge (a fuzz find:
+ * the merge list was not terminated before the unknown byte). */
+static void byte_level_missing_bytes(void **state)
+{
+    (void)state;
+    const char *toks[5] = {"a", "b", "c", "ab", "<unk>"};
+    const int32_t types[5] = {RLPI_TT_NORMAL, RLPI_TT_NORMAL, RLPI_TT_NORMAL, RLPI_TT_NORMAL,
+                              RLPI_TT_UNKNOWN};
+    const char *merges[1] = {"a b"};
+    rlpi_tokenizer_spec spec;
+    rlpi_tokenizer_spec_init(&spec);
+    spec.n_vocab = 5;
+    spec.tokens = toks;
+    spec.token_types = types;
+    spec.merges = merges;
+    spec.n_merges = 1;
+    spec.unk_id = 4;
+    spec.pre_regex[0] = "z+"; /* keep the text one word */
+    spec.n_pre = 1;
+    rlpi_tokenizer *t = NULL;
+    assert_int_equal(rlpi_tokenizer_build(&t, &spec), RLP_OK);
+    rlpi_text_seg seg = {"abcab\x01" "ab\x01\x01" "c", 11, false};
+    rlpi_ids ids = {NULL, 0, 0};
+    assert_int_equal(rlpi_tokenizer_encode_segs(t, &seg, 1, false, &ids), RLP_OK);
+    static const int32_t want[] = {3, 2, 3, 4, 3, 4, 4, 2};
+    assert_int_equal(ids.n, 8);
+    assert_memory_equal(ids.v, want, sizeof want);
+    rlpi_ids_free(&ids);
+    rlpi_tokenizer_destroy(t);
+    spec.unk_id = -1;
+    assert_int_equal(rlpi_tokenizer_build(&t, &spec), RLP_OK);
+    EXPECT_CODE(rlpi_tokenizer_encode_segs(t, &seg, 1, false, &ids), RLP_E_UNSUPPORTED, "0x01");
+    rlpi_ids_free(&ids);
+    rlpi_tokenizer_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -814,6 +851,7 @@ int main(void)
         cmocka_unit_test(gguf_style_build_smollm),
         cmocka_unit_test(gguf_style_build_qwen2),
         cmocka_unit_test(gguf_style_unknown_pre),
+        cmocka_unit_test(byte_level_missing_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
