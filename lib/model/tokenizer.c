@@ -53,7 +53,7 @@ struct rlpi_tokenizer {
 
     pcre2_code *re[RLPI_TOK_MAX_PRE];
     size_t n_re;
-    bool prefix_space, ignore_merges, add_bos, byte_fallback, strip_space;
+    bool prefix_space, ignore_merges, add_bos, byte_fallback, strip_space, spm_prefix;
     int normalizer;
 
     int32_t *added;          /* ids of matchable added tokens, by first byte then longest */
@@ -339,8 +339,10 @@ static int setup_pre(rlpi_tokenizer *tok, const rlpi_tokenizer_spec *spec)
         strcmp(name, "gpt-2") == 0)
         return compile_re(tok, PRE_GPT2);
     if (strcmp(name, "llama-bpe") == 0 || strcmp(name, "llama3") == 0 ||
-        strcmp(name, "llama-v3") == 0)
+        strcmp(name, "llama-v3") == 0) {
+        tok->ignore_merges = true; /* Llama-3's tokenizer.json: "ignore_merges": true */
         return compile_re(tok, PRE_LLAMA3);
+    }
     if (strcmp(name, "qwen2") == 0) {
         tok->normalizer = RLPI_NORM_NFC; /* Qwen2/Qwen3 tokenizer.json normalizer */
         return compile_re(tok, PRE_QWEN2);
@@ -604,7 +606,8 @@ int rlpi_tokenizer_build(rlpi_tokenizer **out, const rlpi_tokenizer_spec *spec)
         goto fail;
     if (spec->model == RLPI_TOK_SPM && spec->normalizer == RLPI_NORM_NONE)
         tok->normalizer = RLPI_NORM_SPM_ESCAPE;
-    tok->strip_space = tok->normalizer == RLPI_NORM_SPM_ESCAPE;
+    tok->spm_prefix = !spec->spm_no_dummy_prefix;
+    tok->strip_space = tok->normalizer == RLPI_NORM_SPM_ESCAPE && tok->spm_prefix;
     if (spec->chat_template) {
         tok->chat_template = strdup(spec->chat_template);
         if (!tok->chat_template) {
@@ -1024,7 +1027,7 @@ static int encode_text(enc *e, const char *s, size_t n)
         }
         if ((rc = ensure_tmp(e, need)) == RLP_OK) {
             size_t k = 0;
-            if (tok->normalizer == RLPI_NORM_SPM_ESCAPE) {
+            if (tok->normalizer == RLPI_NORM_SPM_ESCAPE && tok->spm_prefix) {
                 memcpy(e->tmp, "\xe2\x96\x81", 3);
                 k = 3;
             }

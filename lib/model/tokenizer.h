@@ -54,7 +54,8 @@ typedef enum rlpi_tok_merge_src {
  *                "llama" → RLPI_TOK_SPM (merge_src = FROM_SCORES unless
  *                merges are present)
  *   pre_name     tokenizer.ggml.pre ("default", "gpt2", "smollm", "qwen2",
- *                "llama-bpe", "llama3"); NULL = the model's default. An
+ *                "llama-bpe", "llama3"; "llama-bpe" also turns on
+ *                ignore_merges, "qwen2" NFC); NULL = the model's default. An
  *                unknown name makes build fail with RLP_E_UNSUPPORTED.
  *   tokens       tokenizer.ggml.tokens, in vocabulary form (byte-level
  *                tokens as GPT-2 unicode, e.g. "Ġthe"; SPM as "▁the")
@@ -64,6 +65,7 @@ typedef enum rlpi_tok_merge_src {
  *   merges       tokenizer.ggml.merges as "a b"
  *   bos/eos/unk/pad  tokenizer.ggml.*_token_id, -1 when absent
  *   add_bos      tokenizer.ggml.add_bos_token
+ *   spm_no_dummy_prefix  !tokenizer.ggml.add_space_prefix (SPM only)
  *   chat_template tokenizer.chat_template (may be NULL)
  */
 typedef struct rlpi_tokenizer_spec {
@@ -90,6 +92,7 @@ typedef struct rlpi_tokenizer_spec {
     int32_t bos_id, eos_id, unk_id, pad_id; /* -1 = none */
     bool add_bos;                     /* default for encode */
     bool byte_fallback;               /* unknown chars → <0xNN> tokens */
+    bool spm_no_dummy_prefix;         /* GGUF tokenizer.ggml.add_space_prefix = false */
     const char *chat_template;        /* template source, or NULL */
 } rlpi_tokenizer_spec;
 

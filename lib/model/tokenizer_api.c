@@ -102,7 +102,12 @@ RLP_API int rlp_tokenizer_load(rlp_tokenizer **out, const char *path)
     size_t i = 0;
     while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
         i++;
-    if (i < len && data[i] == '{') {
+    /* JSON: '{' then '"' or '}' (a tokenizer.bin whose max_token_length
+     * is 123 starts with '{' too, followed by a zero byte) */
+    size_t j = i + 1;
+    while (j < len && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r'))
+        j++;
+    if (i < len && data[i] == '{' && j < len && (data[j] == '"' || data[j] == '}')) {
         /* tokenizer_config.json beside it, when there is one */
         char *cfg = NULL;
         size_t cfg_len = 0;

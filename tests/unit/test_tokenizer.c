@@ -608,6 +608,12 @@ static void hostile_llama2c_files(void **state)
     assert_int_equal(nv, 2);
     rlp_tokenizer_free(t);
     t = NULL;
+    /* max_token_length 123 starts the file with '{': still a tokenizer.bin */
+    ok[0] = '{';
+    assert_int_equal(rlp_tokenizer_load(&t, write_tmp("brace.bin", ok, sizeof ok)), RLP_OK);
+    rlp_tokenizer_free(t);
+    t = NULL;
+    ok[0] = 4;
     unsigned char trunc[sizeof ok];
     memcpy(trunc, ok, sizeof ok);
     EXPECT_CODE(rlp_tokenizer_load(&t, write_tmp("tr.bin", trunc, sizeof ok - 1)), RLP_E_FORMAT,
