@@ -5,6 +5,8 @@ Writes JSONL files, one object per line, {"text": ..., "ids": [...]} and,
 where encoding with special-token matching off differs, "ids_plain": [...]:
   fixtures/qwen3.jsonl    Hugging Face `tokenizers` with Qwen3's tokenizer.json
   fixtures/smollm2.jsonl  `tokenizers` with fixtures/smollm2/tokenizer.json
+  fixtures/llama3style.jsonl  SmolLM2's vocabulary with Llama-3's split regex
+                          and ignore_merges (no Llama-3 file is redistributable)
   fixtures/chat_*.jsonl   transformers' apply_chat_template with each model's
                           Jinja template: {messages, add_generation_prompt,
                           text, ids}, ids from `tokenizers` on the text
@@ -143,6 +145,24 @@ def chat_rows(tok_path, template):
     return rows
 
 
+LLAMA3_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def llama3_style(smollm2_path):
+    """SmolLM2's vocabulary behind Llama-3's pre-tokenizer (Split with its
+    regex, then ByteLevel without regex) and ignore_merges, as Meta's
+    Llama-3 tokenizer.json has them. The test builds the same file."""
+    d = json.load(open(smollm2_path, encoding="utf-8"))
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+    d["model"]["ignore_merges"] = True
+    return json.dumps(d)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gsm8k", required=True)
@@ -157,6 +177,11 @@ def main():
     write(os.path.join(a.out, "qwen3.jsonl"), hf_rows(a.qwen3, texts))
     write(os.path.join(a.out, "smollm2.jsonl"), hf_rows(a.smollm2, texts))
 
+    from tokenizers import Tokenizer
+    l3 = Tokenizer.from_str(llama3_style(a.smollm2))
+    l3texts = edge_strings() + gsm8k(a.gsm8k)[:300]
+    write(os.path.join(a.out, "llama3style.jsonl"),
+          [{"text": t, "ids": l3.encode(t, add_special_tokens=False).ids} for t in l3texts])
     qcfg = os.path.join(os.path.dirname(a.qwen3), "tokenizer_config.json")
     scfg = os.path.join(os.path.dirname(a.smollm2), "tokenizer_config.json")
     write(os.path.join(a.out, "chat_qwen3.jsonl"),

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "rlpost.h"
+#include "tok_test_util.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -154,6 +155,17 @@ static void llama2c_matches_sentencepiece(void **state)
     run_fixture(tp, fx, 300, false);
 }
 
+static void llama3_style_matches_hf(void **state)
+{
+    (void)state;
+    char sp[4096], fx[4096];
+    snprintf(sp, sizeof sp, "%s/tests/reference/fixtures/smollm2/tokenizer.json", src_root());
+    snprintf(fx, sizeof fx, "%s/tests/reference/fixtures/llama3style.jsonl", src_root());
+    const char *p = write_llama3_style(sp);
+    assert_non_null(p);
+    run_fixture(p, fx, 300, false);
+}
+
 /* Chat templates against transformers' Jinja rendering of each model's own
  * template, tokenized by HF tokenizers (benign content, so scaffolding and
  * content split invisibly). */
@@ -228,6 +240,7 @@ int main(void)
         cmocka_unit_test(smollm2_matches_hf),
         cmocka_unit_test(qwen3_matches_hf),
         cmocka_unit_test(llama2c_matches_sentencepiece),
+        cmocka_unit_test(llama3_style_matches_hf),
         cmocka_unit_test(chat_smollm2_matches_jinja),
         cmocka_unit_test(chat_qwen3_matches_jinja),
     };
