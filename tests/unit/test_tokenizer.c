@@ -848,6 +848,39 @@ static void byte_level_missing_bytes(void **state)
     rlpi_tokenizer_destroy(t);
 }
 
+/* ignore_merges (Llama-3): a word that is itself a token is emitted whole
+ * even where the merges cannot reach it. */
+static void ignore_merges_takes_whole_words(void **state)
+{
+    (void)state;
+    const char *toks[5] = {"a", "b", "c", "ab", "abc"};
+    const char *merges[1] = {"a b"};
+    rlpi_tokenizer_spec spec;
+    rlpi_tokenizer_spec_init(&spec);
+    spec.n_vocab = 5;
+    spec.tokens = toks;
+    spec.merges = merges;
+    spec.n_merges = 1;
+    for (int ignore = 0; ignore < 2; ignore++) {
+        spec.ignore_merges = ignore;
+        rlpi_tokenizer *t = NULL;
+        assert_int_equal(rlpi_tokenizer_build(&t, &spec), RLP_OK);
+        rlpi_text_seg seg = {"abc", 3, false};
+        rlpi_ids ids = {NULL, 0, 0};
+        assert_int_equal(rlpi_tokenizer_encode_segs(t, &seg, 1, false, &ids), RLP_OK);
+        if (ignore) {
+            assert_int_equal(ids.n, 1);
+            assert_int_equal(ids.v[0], 4);
+        } else {
+            assert_int_equal(ids.n, 2);
+            assert_int_equal(ids.v[0], 3);
+            assert_int_equal(ids.v[1], 2);
+        }
+        rlpi_ids_free(&ids);
+        rlpi_tokenizer_destroy(t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -869,6 +902,7 @@ int main(void)
         cmocka_unit_test(gguf_style_build_llama_bpe),
         cmocka_unit_test(gguf_style_unknown_pre),
         cmocka_unit_test(byte_level_missing_bytes),
+        cmocka_unit_test(ignore_merges_takes_whole_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
