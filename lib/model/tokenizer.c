@@ -53,6 +53,7 @@ struct rlpi_tokenizer {
 
     pcre2_code *re[RLPI_TOK_MAX_PRE];
     size_t n_re;
+    size_t prefix_stage; /* split stage at which ByteLevel adds its prefix space */
     bool prefix_space, ignore_merges, add_bos, byte_fallback, strip_space, spm_prefix;
     int normalizer;
 
@@ -511,6 +512,7 @@ int rlpi_tokenizer_build(rlpi_tokenizer **out, const rlpi_tokenizer_spec *spec)
     tok->n_vocab = spec->n_vocab;
     tok->normalizer = spec->normalizer;
     tok->prefix_space = spec->byte_level_prefix_space;
+    tok->prefix_stage = spec->byte_level_stage;
     tok->ignore_merges = spec->ignore_merges;
     tok->add_bos = spec->add_bos;
     tok->byte_fallback = spec->byte_fallback || spec->model == RLPI_TOK_SPM;
@@ -959,6 +961,18 @@ static int split_stage(enc *e, size_t stage, const char *s, size_t n)
     const rlpi_tokenizer *tok = e->tok;
     if (n == 0)
         return RLP_OK;
+    if (tok->prefix_space && stage == tok->prefix_stage && s[0] != ' ') {
+        /* HF ByteLevel(add_prefix_space) prepends a space to every split
+         * that reaches it, not just to the start of the text */
+        char *p = malloc(n + 1);
+        if (!p)
+            return rlpi_error_set(RLP_E_NOMEM, "tokenizer: out of memory");
+        p[0] = ' ';
+        memcpy(p + 1, s, n);
+        int rc = split_stage(e, stage, p, n + 1);
+        free(p);
+        return rc;
+    }
     if (stage == tok->n_re)
         return encode_word_bytes(e, s, n);
     size_t pos = 0, gap = 0;
@@ -988,11 +1002,6 @@ static int split_stage(enc *e, size_t stage, const char *s, size_t n)
     if (gap < n)
         rc = split_stage(e, stage + 1, s + gap, n - gap);
     return rc;
-}
-
-static bool is_space_start(const char *s, size_t n)
-{
-    return n > 0 && (s[0] == ' ');
 }
 
 /* A run of text between added tokens: normalize, pre-tokenize, BPE. */
@@ -1045,20 +1054,7 @@ static int encode_text(enc *e, const char *s, size_t n)
         free(nfc);
         return rc;
     }
-    char *pre = NULL;
-    if (tok->prefix_space && !is_space_start(s, n)) {
-        pre = malloc(n + 1);
-        if (!pre) {
-            free(nfc);
-            return rlpi_error_set(RLP_E_NOMEM, "tokenizer: out of memory");
-        }
-        pre[0] = ' ';
-        memcpy(pre + 1, s, n);
-        s = pre;
-        n++;
-    }
     rc = split_stage(e, 0, s, n);
-    free(pre);
     free(nfc);
     return rc;
 }

@@ -76,6 +76,8 @@ typedef struct rlpi_tokenizer_spec {
     const char *pre_regex[RLPI_TOK_MAX_PRE];
     size_t n_pre;
     bool byte_level_prefix_space;     /* ByteLevel add_prefix_space */
+    size_t byte_level_stage;          /* index of the split stage ByteLevel sits at
+                                         (its own regex, or n_pre when it has none) */
     bool ignore_merges;               /* whole word in vocab → one token (Llama-3) */
     int normalizer;                   /* rlpi_tok_norm */
     int merge_src;                    /* rlpi_tok_merge_src */

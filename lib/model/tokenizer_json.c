@@ -59,6 +59,7 @@ static int parse_pre(jload *L, json_t *p)
     if (strcmp(t, "ByteLevel") == 0) {
         L->byte_level = true;
         L->spec.byte_level_prefix_space = json_is_true(json_object_get(p, "add_prefix_space"));
+        L->spec.byte_level_stage = L->spec.n_pre;
         json_t *ur = json_object_get(p, "use_regex");
         if (!ur || json_is_true(ur))
             return add_regex(L, GPT2_REGEX, "ByteLevel");

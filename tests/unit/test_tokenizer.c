@@ -881,6 +881,35 @@ static void ignore_merges_takes_whole_words(void **state)
     }
 }
 
+/* ByteLevel(add_prefix_space) after Digits: HF prepends the space to every
+ * split reaching ByteLevel (ids from tokenizers 0.23.3 on this file). */
+static void byte_level_prefix_space_per_split(void **state)
+{
+    (void)state;
+    json_t *d = json_load_file(path_in(SMOLLM2), 0, NULL);
+    assert_non_null(d);
+    json_t *bl = json_array_get(json_object_get(json_object_get(d, "pre_tokenizer"), "pretokenizers"), 1);
+    json_object_set_new(bl, "add_prefix_space", json_true());
+    char dir[64], file[96];
+    snprintf(dir, sizeof dir, "/tmp/rlpost_ps_%d", (int)getpid());
+    mkdir(dir, 0700);
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    assert_int_equal(json_dump_file(d, file, JSON_COMPACT), 0);
+    json_decref(d);
+    rlp_tokenizer *t;
+    assert_int_equal(rlp_tokenizer_load(&t, file), RLP_OK);
+    int32_t ids[32];
+    static const int32_t a[9] = {43239, 216, 216, 33, 216, 34, 216, 35, 753};
+    assert_int_equal(encode(t, "abc 123 def", RLP_ENCODE_PARSE_SPECIAL, ids, 32), 9);
+    assert_memory_equal(ids, a, sizeof a);
+    static const int32_t b[3] = {1792, 2, 329};
+    assert_int_equal(encode(t, "x<|im_end|>y", RLP_ENCODE_PARSE_SPECIAL, ids, 32), 3);
+    assert_memory_equal(ids, b, sizeof b);
+    assert_int_equal(encode(t, " lead", RLP_ENCODE_PARSE_SPECIAL, ids, 32), 1);
+    assert_int_equal(ids[0], 1022);
+    rlp_tokenizer_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -903,6 +932,7 @@ int main(void)
         cmocka_unit_test(gguf_style_unknown_pre),
         cmocka_unit_test(byte_level_missing_bytes),
         cmocka_unit_test(ignore_merges_takes_whole_words),
+        cmocka_unit_test(byte_level_prefix_space_per_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
