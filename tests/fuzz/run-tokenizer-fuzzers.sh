@@ -26,7 +26,10 @@ for t in tokenizer_json tokenizer_bin; do
     rm -rf "$out/corpus_$t"
     cp -r "$src/tests/fuzz/corpus/$t" "$out/corpus_$t"
     echo "== fuzz_$t for ${secs}s"
-    if ! "$out/fuzz_$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \
+    dict=
+    [ -f "$src/tests/fuzz/$t.dict" ] && dict="-dict=$src/tests/fuzz/$t.dict"
+    # shellcheck disable=SC2086
+    if ! "$out/fuzz_$t" $dict -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \
         -artifact_prefix="$out/artifacts/$t-" "$out/corpus_$t" > "$out/fuzz_$t.log" 2>&1; then
         echo "fuzz_$t FAILED: see $out/fuzz_$t.log and $out/artifacts/"
         status=1
