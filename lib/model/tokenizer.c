@@ -54,7 +54,8 @@ struct rlpi_tokenizer {
     pcre2_code *re[RLPI_TOK_MAX_PRE];
     size_t n_re;
     size_t prefix_stage; /* split stage at which ByteLevel adds its prefix space */
-    bool prefix_space, ignore_merges, add_bos, byte_fallback, strip_space, spm_prefix;
+    bool prefix_space, ignore_merges, add_bos, byte_fallback, strip_space, spm_prefix,
+        spm_prefix_first, spm_prefix_unless_space;
     int normalizer;
 
     int32_t *added;          /* ids of matchable added tokens, by first byte then longest */
@@ -609,6 +610,8 @@ int rlpi_tokenizer_build(rlpi_tokenizer **out, const rlpi_tokenizer_spec *spec)
     if (spec->model == RLPI_TOK_SPM && spec->normalizer == RLPI_NORM_NONE)
         tok->normalizer = RLPI_NORM_SPM_ESCAPE;
     tok->spm_prefix = !spec->spm_no_dummy_prefix;
+    tok->spm_prefix_first = spec->spm_prefix_first;
+    tok->spm_prefix_unless_space = spec->spm_prefix_unless_space;
     tok->strip_space = tok->normalizer == RLPI_NORM_SPM_ESCAPE && tok->spm_prefix;
     if (spec->chat_template) {
         tok->chat_template = strdup(spec->chat_template);
@@ -673,6 +676,7 @@ typedef struct enc {
     char *tmp;              /* normalization / mapping scratch */
     size_t tmp_cap;
     pcre2_match_data *md;
+    bool at_input_start;    /* nothing encoded yet (Metaspace "first") */
 } enc;
 
 static bool cand_less(const cand *a, const cand *b)
@@ -1036,7 +1040,10 @@ static int encode_text(enc *e, const char *s, size_t n)
         }
         if ((rc = ensure_tmp(e, need)) == RLP_OK) {
             size_t k = 0;
-            if (tok->normalizer == RLPI_NORM_SPM_ESCAPE && tok->spm_prefix) {
+            bool has_space = s[0] == ' ' || (n >= 3 && memcmp(s, "\xe2\x96\x81", 3) == 0);
+            if (tok->normalizer == RLPI_NORM_SPM_ESCAPE && tok->spm_prefix &&
+                (!tok->spm_prefix_first || e->at_input_start) &&
+                !(tok->spm_prefix_unless_space && has_space)) {
                 memcpy(e->tmp, "\xe2\x96\x81", 3);
                 k = 3;
             }
@@ -1063,6 +1070,7 @@ static int flush_text(enc *e)
 {
     int rc = encode_text(e, e->pend, e->plen);
     e->plen = 0;
+    e->at_input_start = false;
     return rc;
 }
 
@@ -1111,6 +1119,7 @@ int rlpi_tokenizer_encode_segs(const rlpi_tokenizer *tok, const rlpi_text_seg *s
     memset(&e, 0, sizeof e);
     e.tok = tok;
     e.ids = ids;
+    e.at_input_start = true;
     int rc = RLP_OK;
     if (tok->n_re > 0) {
         e.md = pcre2_match_data_create(4, NULL);

@@ -95,6 +95,10 @@ typedef struct rlpi_tokenizer_spec {
     bool add_bos;                     /* default for encode */
     bool byte_fallback;               /* unknown chars → <0xNN> tokens */
     bool spm_no_dummy_prefix;         /* GGUF tokenizer.ggml.add_space_prefix = false */
+    bool spm_prefix_first;            /* ▁ prefix only on text at the very start of the
+                                         input (HF Metaspace prepend_scheme "first") */
+    bool spm_prefix_unless_space;     /* no ▁ prefix on text already starting with one
+                                         (HF Metaspace, unlike the Prepend normalizer) */
     const char *chat_template;        /* template source, or NULL */
 } rlpi_tokenizer_spec;
 

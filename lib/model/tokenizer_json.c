@@ -84,6 +84,29 @@ static int parse_pre(jload *L, json_t *p)
                                   "tokenizer.json: pre_tokenizer Split pattern must be a Regex");
         return add_regex(L, re, "Split");
     }
+    if (strcmp(t, "Metaspace") == 0) {
+        /* Llama-2 files written by newer `tokenizers`: ' ' → ▁ and a ▁
+         * prefix as a pre-tokenizer instead of a normalizer */
+        const char *rep = json_string_value(json_object_get(p, "replacement"));
+        const char *scheme = json_string_value(json_object_get(p, "prepend_scheme"));
+        json_t *split = json_object_get(p, "split");
+        if (!rep || strcmp(rep, "\xe2\x96\x81") != 0)
+            return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer.json: Metaspace replacement other than U+2581");
+        if (!split || json_is_true(split))
+            return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer.json: Metaspace with split");
+        if (!scheme) /* older files: add_prefix_space */
+            scheme = json_is_false(json_object_get(p, "add_prefix_space")) ? "never" : "always";
+        if (strcmp(scheme, "always") != 0 && strcmp(scheme, "first") != 0 &&
+            strcmp(scheme, "never") != 0)
+            return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer.json: Metaspace prepend_scheme \"%s\"",
+                                  scheme);
+        L->spm_style = true;
+        L->spec.normalizer = RLPI_NORM_SPM_ESCAPE;
+        L->spec.spm_no_dummy_prefix = strcmp(scheme, "never") == 0;
+        L->spec.spm_prefix_first = strcmp(scheme, "first") == 0;
+        L->spec.spm_prefix_unless_space = true;
+        return RLP_OK;
+    }
     return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer.json: pre_tokenizer type \"%s\"", t);
 }
 
@@ -218,7 +241,8 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
         return rlpi_error_set(RLP_E_FORMAT, "tokenizer.json: line %d: %s", jerr.line, jerr.text);
     json_t *cfg = NULL;
     if (config_text) {
-        cfg = json_loadb(config_text, config_len, 0, &jerr);
+        /* HF configs hold model_max_length = 1e30 as an integer literal */
+        cfg = json_loadb(config_text, config_len, JSON_DECODE_INT_AS_REAL, &jerr);
         if (!cfg) {
             json_decref(root);
             return rlpi_error_set(RLP_E_FORMAT, "tokenizer_config.json: line %d: %s", jerr.line,

@@ -398,6 +398,21 @@ static void llama3_template_text(void **state)
     assert_int_equal(encode(t, "hi", RLP_ENCODE_ADD_BOS, hi, 8), 2);
     assert_int_equal(hi[0], 257);
     assert_int_equal(hi[1], 256);
+    /* a tokenizer_config.json beside it, with HF's 1e30 model_max_length */
+    char cfgp[200];
+    snprintf(cfgp, sizeof cfgp, "%.*s/tokenizer_config.json", (int)(strrchr(p, '/') - p), p);
+    FILE *cf = fopen(cfgp, "w");
+    assert_non_null(cf);
+    fputs("{\"model_max_length\": 1000000000000000019884624838656, \"eos_token\": \"<|eot_id|>\"}",
+          cf);
+    fclose(cf);
+    rlp_tokenizer *t3;
+    assert_int_equal(rlp_tokenizer_load(&t3, p), RLP_OK);
+    int32_t eos;
+    assert_int_equal(rlp_tokenizer_special_id(&eos, t3, RLP_TOKEN_EOS), RLP_OK);
+    assert_int_equal(eos, 260);
+    rlp_tokenizer_free(t3);
+    remove(cfgp);
     /* merges in ["a", "b"] form give the same tokenizer */
     rlp_tokenizer *t2;
     p = write_tiny_llama3(json_pack("[[s,s]]", "h", "i"), "ByteLevel");
