@@ -675,6 +675,76 @@ typedef struct rlp_train_stats {
     double seconds;                /**< wall time of the step */
 } rlp_train_stats;
 
+/**
+ * Loads a policy: a GGUF file, a Hugging Face folder (config.json +
+ * *.safetensors [+ tokenizer.json]) or a llama2.c checkpoint (.bin).
+ *
+ * @param[out] out   new policy; free with rlp_policy_free()
+ * @param ctx        context whose backend the policy runs on; must outlive it
+ * @param path       file or folder
+ * @param opts       options or NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO; RLP_E_FORMAT (names the file
+ *         and field/tensor); RLP_E_UNSUPPORTED (architecture, dtype);
+ *         RLP_E_NOMEM.
+ */
+RLP_API int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path,
+                            const rlp_policy_options *opts);
+
+/** Storage dtypes for saved weights (values fixed). */
+typedef enum rlp_dtype {
+    RLP_DTYPE_F32 = 0,
+    RLP_DTYPE_F16 = 1,
+    RLP_DTYPE_BF16 = 2
+} rlp_dtype;
+
+/**
+ * Saves the policy's weights as a Hugging Face folder: config.json,
+ * model.safetensors (in @p dtype; a tied head is not stored) and
+ * generation_config.json, loadable by transformers, vLLM and SGLang. Each
+ * file is written to a temporary name, fsynced and renamed.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (names the file).
+ */
+RLP_API int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype);
+
+/**
+ * Saves the optimizer state (AdamW moments, step count, skipped count) and
+ * the policy version to one safetensors file, atomically, for resume.
+ */
+RLP_API int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path);
+
+/**
+ * Restores what rlp_policy_save_optimizer() wrote into a trainable policy
+ * of the same architecture (RLP_E_FORMAT naming the tensor on a mismatch);
+ * the version is restored too. The weights are not touched.
+ */
+RLP_API int rlp_policy_load_optimizer(rlp_policy *policy, const char *path);
+
+/** Version of rlp_model_info filled by this library. */
+#define RLP_MODEL_INFO_VERSION 1
+
+/** What a model file holds (rlp_model_inspect()). */
+typedef struct rlp_model_info {
+    uint32_t version;            /**< set by the library */
+    char architecture[32];       /**< "llama", "qwen2", "mistral" */
+    char format[16];             /**< "gguf", "hf", "llama2c" */
+    int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+    int32_t context_length;
+    float rope_theta, rms_eps;
+    int32_t rope_scaling;        /**< 0 none, 1 llama3, 2 linear */
+    int32_t tie_embeddings;      /**< 1: the output head is the token embedding */
+    int32_t attention_bias;      /**< 1: q/k/v projections have biases */
+    uint64_t n_params;           /**< parameters, a tied head counted once */
+    uint64_t n_tensors;          /**< tensors stored in the file */
+    char dtypes[128];            /**< stored dtypes with tensor counts, e.g. "Q4_1:210 F32:61 Q8_0:1" */
+} rlp_model_info;
+
+/**
+ * Reads a model file or folder (as rlp_policy_load() would) and describes
+ * it. Thread-safe (no shared state).
+ * @return RLP_OK or the loader's error (RLP_E_IO, RLP_E_FORMAT, RLP_E_UNSUPPORTED).
+ */
+RLP_API int rlp_model_inspect(rlp_model_info *out, const char *path);
+
 /** Frees a policy (and its tokenizer). NULL is a no-op. */
 RLP_API void rlp_policy_free(rlp_policy *policy);
 
@@ -685,6 +755,14 @@ RLP_API void rlp_policy_free(rlp_policy *policy);
  * version, with a fresh optimizer.
  */
 RLP_API int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable);
+
+/**
+ * The tokenizer that came with the model (GGUF metadata or the HF folder's
+ * tokenizer.json), borrowed: valid until the policy is freed. NULL (with
+ * RLP_E_NOT_FOUND in rlp_error_last()) when the model file has none, as
+ * for llama2.c checkpoints.
+ */
+RLP_API const rlp_tokenizer *rlp_policy_tokenizer(const rlp_policy *policy);
 
 /** Optimizer steps applied so far (the policy version of the RL loop). */
 RLP_API int rlp_policy_version(uint64_t *out_version, const rlp_policy *policy);

@@ -1,26 +1,11 @@
 /* `rlpost version`: library and ABI version and which backends this machine
  * can use, as one JSON object on stdout. */
 #include "commands.h"
+#include "json_out.h"
 
 #include "rlpost.h"
 
 #include <stdio.h>
-
-/* JSON string escaping for the free-text reasons we print. */
-static void print_json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
 
 int cmd_version(int argc, char **argv)
 {
@@ -47,12 +32,12 @@ int cmd_version(int argc, char **argv)
             rlp_context *ctx;
             if (rlp_context_create(&ctx, &o) == RLP_OK) {
                 printf(", \"device\": ");
-                print_json_string(rlp_context_device_name(ctx));
+                json_print_string(stdout, rlp_context_device_name(ctx));
                 rlp_context_free(ctx);
             }
         } else {
             printf(", \"reason\": ");
-            print_json_string(rlp_error_last());
+            json_print_string(stdout, rlp_error_last());
         }
         printf("}");
     }

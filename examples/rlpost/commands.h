@@ -6,5 +6,8 @@
 #define EXIT_USAGE 2
 
 int cmd_version(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logprobs(int argc, char **argv);
 
 #endif

@@ -14,6 +14,9 @@ typedef struct command {
 
 static const command commands[] = {
     {"version", cmd_version, "library version, ABI version and available backends"},
+    {"info", cmd_info, "MODEL: architecture, parameters, dtypes, tokenizer, chat template"},
+    {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
+    {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
 };
 
 static void usage(FILE *f)

@@ -1,6 +1,7 @@
 /* Files ↔ policies: format detection and dispatch to the loaders (GGUF,
  * HF folder, llama2.c), saving as an HF folder, and the optimizer state
  * file for resume. Parsing itself lives in the per-format files. */
+#include "model/gguf_model.h"
 #include "model/hf_dir.h"
 #include "model/llama2c.h"
 #include "model/policy.h"
@@ -46,9 +47,7 @@ static int detect(const char *path, model_format *fmt)
     return RLP_OK;
 }
 
-int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w);
-
-int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w)
+int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w, rlpi_threadpool *pool)
 {
     model_format fmt;
     int rc = detect(path, &fmt);
@@ -58,7 +57,7 @@ int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weigh
     switch (fmt) {
     case FORMAT_HF_DIR: return rlpi_hf_dir_load(path, cfg, w);
     case FORMAT_LLAMA2C: return rlpi_llama2c_load(path, cfg, w);
-    case FORMAT_GGUF: return rlpi_gguf_load_for_policy(path, cfg, w);
+    case FORMAT_GGUF: return rlpi_gguf_model_load(path, cfg, w, pool, NULL);
     }
     return rlpi_error_set(RLP_E_INTERNAL, "model load: unreachable");
 }
@@ -70,13 +69,32 @@ int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path, const 
     RLPI_CHECK_ARG(path, "path is NULL");
     rlpi_model_config cfg;
     rlpi_weights w;
-    int rc = rlpi_model_load_weights(path, &cfg, &w);
+    int rc = rlpi_model_load_weights(path, &cfg, &w, rlpi_backend_cpu_pool(ctx->backend));
     if (rc)
         return rlpi_error_wrap("%s", __func__);
-    rc = rlpi_policy_create(out, ctx, &cfg, &w, opts);
+    rlp_policy *p;
+    rc = rlpi_policy_create(&p, ctx, &cfg, &w, opts);
     rlpi_weights_free(&w);
     if (rc)
         return rlpi_error_wrap("%s: %s", __func__, path);
+    /* the tokenizer that ships with the weights: GGUF metadata, or the HF
+     * folder's tokenizer.json; llama2.c checkpoints carry none */
+    model_format fmt;
+    detect(path, &fmt);
+    char tok_path[4096] = "";
+    if (fmt == FORMAT_GGUF)
+        snprintf(tok_path, sizeof tok_path, "%s", path);
+    else if (fmt == FORMAT_HF_DIR) {
+        snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", path);
+        struct stat st;
+        if (stat(tok_path, &st) != 0)
+            tok_path[0] = '\0';
+    }
+    if (tok_path[0] && (rc = rlpi_policy_attach_tokenizer(p, tok_path)) != RLP_OK) {
+        rlp_policy_free(p);
+        return rlpi_error_wrap("%s: %s", __func__, path);
+    }
+    *out = p;
     return RLP_OK;
 }
 
@@ -219,4 +237,64 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
     rlpi_weights_free(&w);
     rlpi_st_metadata_free(&meta);
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
+
+int rlp_model_inspect(rlp_model_info *out, const char *path)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(path, "path is NULL");
+    model_format fmt;
+    int rc = detect(path, &fmt);
+    if (rc)
+        return rc;
+    rlpi_model_config c;
+    rlpi_weights w;
+    if ((rc = rlpi_model_load_weights(path, &c, &w, NULL)) != RLP_OK)
+        return rlpi_error_wrap("%s", __func__);
+    rlp_model_info info;
+    memset(&info, 0, sizeof info);
+    info.version = RLP_MODEL_INFO_VERSION;
+    snprintf(info.architecture, sizeof info.architecture, "%s", c.arch);
+    snprintf(info.format, sizeof info.format, "%s",
+             fmt == FORMAT_GGUF ? "gguf" : fmt == FORMAT_HF_DIR ? "hf" : "llama2c");
+    info.n_layers = c.n_layers;
+    info.dim = c.dim;
+    info.n_heads = c.n_heads;
+    info.n_kv_heads = c.n_kv_heads;
+    info.head_dim = c.head_dim;
+    info.ffn_dim = c.ffn_dim;
+    info.vocab_size = c.vocab_size;
+    info.context_length = c.max_seq_len;
+    info.rope_theta = c.rope_theta;
+    info.rms_eps = c.rms_eps;
+    info.rope_scaling = c.rope_scaling;
+    info.tie_embeddings = c.tie_embeddings;
+    info.attention_bias = c.attention_bias;
+    /* dtype histogram over stored tensors (aliases are not stored) */
+    char names[8][8];
+    uint64_t counts[8];
+    int kinds = 0;
+    for (size_t i = 0; i < w.n; i++) {
+        const rlpi_tensor *t = &w.tensors[i];
+        if (t->alias_of >= 0)
+            continue;
+        info.n_tensors++;
+        info.n_params += t->n_elems;
+        int k = 0;
+        while (k < kinds && strcmp(names[k], t->src_dtype))
+            k++;
+        if (k == kinds && kinds < 8) {
+            snprintf(names[kinds], sizeof names[kinds], "%s", t->src_dtype[0] ? t->src_dtype : "F32");
+            counts[kinds++] = 0;
+        }
+        if (k < kinds)
+            counts[k]++;
+    }
+    size_t used = 0;
+    for (int k = 0; k < kinds && used < sizeof info.dtypes; k++)
+        used += (size_t)snprintf(info.dtypes + used, sizeof info.dtypes - used, "%s%s:%llu", k ? " " : "", names[k],
+                                 (unsigned long long)counts[k]);
+    rlpi_weights_free(&w);
+    *out = info;
+    return RLP_OK;
 }

@@ -91,6 +91,8 @@ void rlp_policy_free(rlp_policy *policy)
         return;
     rlpi_optimizer_release(&policy->opt);
     rlpi_transformer_free(policy->tf);
+    rlp_tokenizer_free(policy->tokenizer);
+    free(policy->tokenizer_path);
     free(policy);
 }
 
@@ -111,8 +113,39 @@ int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable)
         return rc;
     c->version = policy->version;
     c->opt.cfg = policy->opt.cfg;
+    if (policy->tokenizer_path && (rc = rlpi_policy_attach_tokenizer(c, policy->tokenizer_path)) != RLP_OK) {
+        rlp_policy_free(c);
+        return rc;
+    }
     *out = c;
     return RLP_OK;
+}
+
+int rlpi_policy_attach_tokenizer(rlp_policy *p, const char *path)
+{
+    rlp_tokenizer *t;
+    int rc = rlp_tokenizer_load(&t, path);
+    if (rc)
+        return rc;
+    char *copy = strdup(path);
+    if (!copy) {
+        rlp_tokenizer_free(t);
+        return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
+    }
+    rlp_tokenizer_free(p->tokenizer);
+    free(p->tokenizer_path);
+    p->tokenizer = t;
+    p->tokenizer_path = copy;
+    return RLP_OK;
+}
+
+const rlp_tokenizer *rlp_policy_tokenizer(const rlp_policy *policy)
+{
+    RLPI_CHECK_ARG_NULL(policy, "policy is NULL");
+    if (!policy->tokenizer)
+        rlpi_error_set(RLP_E_NOT_FOUND, "%s: this model file has no tokenizer (load one with rlp_tokenizer_load)",
+                       __func__);
+    return policy->tokenizer;
 }
 
 int rlp_policy_version(uint64_t *out_version, const rlp_policy *policy)

@@ -17,11 +17,22 @@ struct rlp_policy {
     rlpi_transformer *tf;      /* owned */
     rlpi_optimizer opt;
     uint64_t version;          /* optimizer steps applied */
+    rlp_tokenizer *tokenizer;  /* owned; NULL when the file has none (llama2.c) */
+    char *tokenizer_path;      /* where it came from (a GGUF or tokenizer.json), for clones and saves */
 };
 
 /* Builds a policy on ctx's backend from a config and HF-named weights
  * (copied). */
 int rlpi_policy_create(rlp_policy **out, rlp_context *ctx, const rlpi_model_config *cfg, const rlpi_weights *w,
                        const rlp_policy_options *opts);
+
+/* Loads the tokenizer at `path` (GGUF or tokenizer.json) into the policy. */
+int rlpi_policy_attach_tokenizer(rlp_policy *p, const char *path);
+
+/* Reads a model file or folder (GGUF, HF folder, llama2.c) into a config
+ * and HF-named fp32 weights; `pool` (may be NULL) parallelises
+ * dequantization. */
+int rlpi_model_load_weights(const char *path, rlpi_model_config *cfg, rlpi_weights *w,
+                            struct rlpi_threadpool *pool);
 
 #endif

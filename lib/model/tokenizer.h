@@ -204,4 +204,9 @@ typedef struct rlpi_chat_msg {
 int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
                              size_t n, bool add_generation_prompt, rlpi_ids *ids);
 
+/* Wraps a core tokenizer as a public rlp_tokenizer (takes ownership of
+ * `core`, also on failure). */
+struct rlp_tokenizer;
+int rlpi_tokenizer_wrap_public(rlpi_tokenizer *core, struct rlp_tokenizer **out);
+
 #endif

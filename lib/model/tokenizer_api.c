@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "model/tok_utf8.h"
+#include "model/gguf.h"
+#include "model/gguf_tokenizer.h"
 #include "model/tokenizer.h"
 
 #include <errno.h>
@@ -84,21 +86,45 @@ static rlp_tokenizer *wrap(rlpi_tokenizer *core)
     return t;
 }
 
+int rlpi_tokenizer_wrap_public(rlpi_tokenizer *core, rlp_tokenizer **out)
+{
+    rlp_tokenizer *t = wrap(core);
+    if (!t)
+        return rlpi_error_set(RLP_E_NOMEM, "tokenizer: out of memory");
+    *out = t;
+    return RLP_OK;
+}
+
 RLP_API int rlp_tokenizer_load(rlp_tokenizer **out, const char *path)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(path, "path is NULL");
+    /* a GGUF model carries its tokenizer in metadata: map the file instead
+     * of reading hundreds of megabytes of tensors */
+    unsigned char magic[4] = {0};
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+        return rlpi_error_set(RLP_E_IO, "%s: %s", path, strerror(errno));
+    size_t got = fread(magic, 1, 4, probe);
+    fclose(probe);
+    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+        rlpi_gguf *g;
+        int grc = rlpi_gguf_open(&g, path);
+        rlpi_tokenizer *gcore = NULL;
+        if (grc == RLP_OK) {
+            grc = rlpi_tokenizer_from_gguf(&gcore, g);
+            rlpi_gguf_close(g);
+        }
+        if (grc)
+            return grc;
+        return rlpi_tokenizer_wrap_public(gcore, out);
+    }
     char *data;
     size_t len;
     int rc = read_file(path, &data, &len);
     if (rc)
         return rc;
     rlpi_tokenizer *core = NULL;
-    if (len >= 4 && memcmp(data, "GGUF", 4) == 0) {
-        free(data);
-        return rlpi_error_set(RLP_E_UNSUPPORTED,
-                              "%s: a GGUF file: its tokenizer is loaded with the model", path);
-    }
     size_t i = 0;
     while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
         i++;

@@ -1,0 +1,17 @@
+/* Shared helpers of the driver's model subcommands. */
+#ifndef RLPOST_MODEL_FILES_H
+#define RLPOST_MODEL_FILES_H
+
+#include "rlpost.h"
+
+/* The tokenizer that belongs to MODEL: the GGUF itself, or
+ * MODEL/tokenizer.json for an HF folder. NULL with a message on stderr. */
+rlp_tokenizer *load_model_tokenizer(const char *model);
+
+/* Encodes text into a malloc'd array (*n ids); NULL on error. */
+int32_t *encode_text(const rlp_tokenizer *tok, const char *text, uint32_t flags, size_t *n);
+
+/* Chat-templates one user message (with the generation prompt). */
+int32_t *encode_chat(const rlp_tokenizer *tok, const char *user, size_t *n);
+
+#endif
