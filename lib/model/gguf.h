@@ -1,9 +1,8 @@
-/* GGUF (v2, v3) reader. Maps the file read-only, validates everything it
- * will later hand out (lengths, counts, types, alignment, every tensor's
- * extent, no overlap) before allocating anything sized by the file (no
- * single allocation exceeds 3x the file size; tests/unit/test_gguf.c), and
- * gives typed access to metadata and tensor infos. It does not dequantize
- * (quant.h) or know about model architectures (gguf_model.c). */
+/* GGUF (v2, v3) reader: maps the file read-only and validates all it hands
+ * out (lengths, counts, types, alignment, tensor extents, no overlap) before
+ * allocating anything sized by the file (never more than 3x its size at
+ * once), then gives typed access to metadata and tensor infos. It does not
+ * dequantize (quant.h) or know model architectures (gguf_model.c). */
 #ifndef RLPI_MODEL_GGUF_H
 #define RLPI_MODEL_GGUF_H
 

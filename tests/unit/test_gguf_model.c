@@ -381,6 +381,34 @@ static void llama3_rope_scaling_is_recovered(void **state)
     rlpi_weights_free(&w);
 }
 
+/* public-bugs.md case #4 through the model loader, from a file on disk:
+ * the error names tensor 'b' and the weights stay empty. */
+static void case4_file_fails_model_load(void **state)
+{
+    (void)state;
+    gb b = {0};
+    gb_header(&b, 3, 2, 1);
+    gb_kv_u32(&b, "general.alignment", 32);
+    uint64_t ne_a[1] = {64}, ne_b[4] = {4, 1073741823, 1073741825, 1};
+    gb_tensor(&b, "a", 1, ne_a, RLPI_GGML_F32, 0);
+    gb_tensor(&b, "b", 4, ne_b, RLPI_GGML_F32, 256);
+    gb_pad(&b, 32);
+    gb_fill(&b, 256, 9);
+    char path[] = "/tmp/rlpost_case4_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b.p, b.n), (ssize_t)b.n);
+    close(fd);
+    rlpi_model_config c;
+    rlpi_weights w;
+    rlpi_weights_init(&w);
+    assert_int_equal(rlpi_gguf_model_load(path, &c, &w, NULL, NULL), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "tensor 'b'"));
+    assert_int_equal(w.n, 0);
+    unlink(path);
+    gb_free(&b);
+}
+
 /* ---- the real model ------------------------------------------------------ */
 
 static long status_kib(const char *field)
@@ -529,6 +557,7 @@ int main(void)
         cmocka_unit_test(qk_rows_are_unpermuted_for_llama_only),
         cmocka_unit_test(bad_models_are_refused_by_name),
         cmocka_unit_test(llama3_rope_scaling_is_recovered),
+        cmocka_unit_test(case4_file_fails_model_load),
         cmocka_unit_test(smollm2_matches_gguf_py),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
