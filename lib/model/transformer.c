@@ -536,6 +536,50 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     return RLP_OK;
 }
 
+int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *batch, float *logits)
+{
+    if (!tf || !batch || !logits || batch->n_seq < 1 || batch->n_tokens < 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer last logits: bad arguments");
+    int32_t *none = malloc((size_t)batch->n_tokens * sizeof *none);
+    float *lp = malloc((size_t)batch->n_tokens * sizeof *lp);
+    int32_t *last = malloc((size_t)batch->n_seq * sizeof *last);
+    int rc = none && lp && last ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer last logits: out of memory");
+    rlpi_buffer *idx = NULL, *rows = NULL, *out = NULL;
+    if (!rc) {
+        for (int64_t i = 0; i < batch->n_tokens; i++)
+            none[i] = -1; /* no head during the forward: it runs once below */
+        rlpi_packed_batch b = *batch;
+        b.targets = none;
+        rc = rlpi_transformer_forward(tf, &b, 1.0f, lp, NULL, false);
+    }
+    const rlpi_model_config *c = &tf->cfg;
+    int64_t S = batch->n_seq, d = c->dim;
+    if (!rc) {
+        for (int64_t s = 0; s < S; s++)
+            last[s] = (int32_t)(batch->seq_start[s + 1] - 1);
+        rc = rlpi_buffer_alloc(tf->be, (size_t)S * 4, &idx);
+    }
+    if (!rc)
+        rc = rlpi_buffer_alloc(tf->be, (size_t)(S * d) * 4, &rows);
+    if (!rc)
+        rc = rlpi_buffer_alloc(tf->be, (size_t)(S * c->vocab_size) * 4, &out);
+    if (!rc)
+        rc = rlpi_buffer_upload(idx, 0, last, (size_t)S * 4);
+    if (!rc)
+        rc = rlpi_op_embedding_fwd(tf->be, RLPI_REF(rows, 0), RLPI_REF(tf->h, 0), RLPI_REF(idx, 0), S, d, tf->n);
+    if (!rc)
+        rc = mm(tf, out, 0, rows, 0, 0, tf->params, tf->lm_head, 1, S, c->vocab_size, d, 0.0f);
+    if (!rc)
+        rc = rlpi_buffer_download(out, 0, logits, (size_t)(S * c->vocab_size) * 4);
+    rlpi_buffer_free(idx);
+    rlpi_buffer_free(rows);
+    rlpi_buffer_free(out);
+    free(none);
+    free(lp);
+    free(last);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- backward */
 
 typedef struct grad_scratch {

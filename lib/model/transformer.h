@@ -50,6 +50,11 @@ size_t rlpi_transformer_n_params(const rlpi_transformer *tf);
 int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, float inv_temp,
                              float *logp, float *entropy, bool keep_for_backward);
 
+/* Forward pass that returns the raw logits (no temperature) at the last
+ * token of every sequence: host array (n_seq, vocab). What prefill and
+ * greedy decoding need. batch->targets is ignored. */
+int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *batch, float *logits);
+
 /* Backward of the last forward (which must have kept its activations) given
  * ∂L/∂logp and optionally ∂L/∂entropy per token (host, n_tokens; entries
  * without a target are ignored). Gradients are ADDED to the gradient buffer
