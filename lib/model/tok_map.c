@@ -94,41 +94,34 @@ static size_t pair_slot(uint64_t key, size_t mask)
 bool rlpi_pairmap_init(rlpi_pairmap *m, size_t n_expected)
 {
     size_t size = table_size(n_expected);
-    m->keys = malloc(size * sizeof *m->keys);
-    m->prio = malloc(size * sizeof *m->prio);
-    m->merged = malloc(size * sizeof *m->merged);
+    m->slots = malloc(size * sizeof *m->slots);
     m->mask = size - 1;
     m->n = 0;
-    if (!m->keys || !m->prio || !m->merged) {
-        rlpi_pairmap_free(m);
+    if (!m->slots)
         return false;
-    }
-    memset(m->keys, 0xff, size * sizeof *m->keys);
+    for (size_t i = 0; i < size; i++)
+        m->slots[i].key = UINT64_MAX;
     return true;
 }
 
 void rlpi_pairmap_free(rlpi_pairmap *m)
 {
-    free(m->keys);
-    free(m->prio);
-    free(m->merged);
-    m->keys = NULL;
-    m->prio = NULL;
-    m->merged = NULL;
+    free(m->slots);
+    m->slots = NULL;
 }
 
 void rlpi_pairmap_put(rlpi_pairmap *m, int32_t left, int32_t right, double prio, int32_t merged)
 {
     uint64_t key = pair_key(left, right);
     size_t i = pair_slot(key, m->mask);
-    while (m->keys[i] != UINT64_MAX) {
-        if (m->keys[i] == key)
+    while (m->slots[i].key != UINT64_MAX) {
+        if (m->slots[i].key == key)
             return;
         i = (i + 1) & m->mask;
     }
-    m->keys[i] = key;
-    m->prio[i] = prio;
-    m->merged[i] = merged;
+    m->slots[i].key = key;
+    m->slots[i].prio = (float)prio;
+    m->slots[i].merged = merged;
     m->n++;
 }
 
@@ -138,14 +131,14 @@ bool rlpi_pairmap_get(const rlpi_pairmap *m, int32_t left, int32_t right, double
     uint64_t key = pair_key(left, right);
     size_t i = pair_slot(key, m->mask);
     for (;;) {
-        uint64_t k = m->keys[i];
-        if (k == UINT64_MAX)
-            return false;
-        if (k == key) {
-            *prio = m->prio[i];
-            *merged = m->merged[i];
+        const rlpi_pair_slot *s = &m->slots[i];
+        if (s->key == key) {
+            *prio = s->prio;
+            *merged = s->merged;
             return true;
         }
+        if (s->key == UINT64_MAX)
+            return false;
         i = (i + 1) & m->mask;
     }
 }

@@ -28,11 +28,18 @@ void rlpi_strmap_free(rlpi_strmap *m);
 int32_t rlpi_strmap_insert(rlpi_strmap *m, int32_t id);
 int32_t rlpi_strmap_find(const rlpi_strmap *m, const char *s, size_t len);
 
-/* (left, right) → (priority, merged id); lower priority merges first. */
+/* (left, right) → (priority, merged id); lower priority merges first.
+ * One 16-byte slot per entry so that a probe touches one cache line.
+ * Priorities are floats: exact for merge ranks below 2^24 and for
+ * SentencePiece's float scores. */
+typedef struct rlpi_pair_slot {
+    uint64_t key;   /* left << 32 | right; UINT64_MAX = empty */
+    float prio;
+    int32_t merged;
+} rlpi_pair_slot;
+
 typedef struct rlpi_pairmap {
-    uint64_t *keys;  /* [mask + 1], UINT64_MAX = empty */
-    double *prio;    /* [mask + 1] */
-    int32_t *merged; /* [mask + 1] */
+    rlpi_pair_slot *slots; /* [mask + 1] */
     size_t mask, n;
 } rlpi_pairmap;
 

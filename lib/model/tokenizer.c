@@ -491,9 +491,12 @@ int rlpi_tokenizer_build(rlpi_tokenizer **out, const rlpi_tokenizer_spec *spec)
         return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer: unknown model kind %d", spec->model);
     if (spec->n_vocab == 0 || !spec->tokens)
         return rlpi_error_set(RLP_E_FORMAT, "tokenizer: empty vocabulary");
-    if (spec->n_vocab >= (size_t)INT32_MAX)
+    /* merge priorities are floats (tok_map.h): exact below 2^24 */
+    if (spec->n_vocab > ((size_t)1 << 24))
         return rlpi_error_set(RLP_E_FORMAT, "tokenizer: vocabulary of %zu tokens is too large",
                               spec->n_vocab);
+    if (spec->n_merges > ((size_t)1 << 24))
+        return rlpi_error_set(RLP_E_FORMAT, "tokenizer: %zu merges is too many", spec->n_merges);
     if (spec->n_merges > 0 && !spec->merges)
         return rlpi_error_set(RLP_E_FORMAT, "tokenizer: merges missing");
     const int32_t special[4] = {spec->bos_id, spec->eos_id, spec->unk_id, spec->pad_id};
