@@ -22,7 +22,7 @@ LD_LIBRARY_PATH=$libdir "$stage/c_shared"
 # static archive, its dependencies linked dynamically (as a host would)
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Werror -o "$stage/c_static" "$src/consumer.c" $(pkg-config $flags --cflags rlpost) \
-    "$libdir/librlpost.a" $(pkg-config --libs jansson libcurl) -lopenblas -lpthread -ldl -lm
+    "$libdir/librlpost.a" $(pkg-config --libs jansson libcurl libpcre2-8 icu-uc) -lopenblas -lpthread -ldl -lm
 "$stage/c_static"
 mkdir "$stage/cmake-build"
 cmake -S "$src" -B "$stage/cmake-build" -DCMAKE_PREFIX_PATH="$root" >/dev/null

@@ -12,6 +12,10 @@ int main(void)
         return 1;
     }
     printf("consumer linked librlpost %s on %s\n", rlp_version_string(), rlp_context_device_name(ctx));
+    /* reach the tokenizer code (PCRE2, ICU) so a static link needs its deps */
+    rlp_tokenizer *tok = NULL;
+    if (rlp_tokenizer_load(&tok, "/nonexistent/tokenizer.json") != RLP_E_IO)
+        return 1;
     rlp_context_free(ctx);
     return rlp_version_number() == RLP_VERSION_NUMBER ? 0 : 1;
 }
