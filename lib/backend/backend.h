@@ -231,6 +231,9 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
 /* CPU backend on `n_threads` threads (OpenBLAS + the core thread pool). */
 int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads);
 
+/* A performance warning about the BLAS this process loaded, or NULL. */
+const char *rlpi_backend_cpu_advice(void);
+
 /* The CPU backend's thread pool (NULL for other backends): the CPU kernels
  * of later issues run their loops on it. */
 struct rlpi_threadpool *rlpi_backend_cpu_pool(rlpi_backend *be);

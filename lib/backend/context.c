@@ -95,6 +95,11 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
     }
     ctx->backend->logger = &ctx->log;
     rlpi_log(&ctx->log, RLP_LOG_INFO, "context on %s", ctx->backend->description);
+    /* once per process: every context shares the one OpenBLAS */
+    static int advised;
+    const char *advice = ctx->kind == RLP_BACKEND_CPU ? rlpi_backend_cpu_advice() : NULL;
+    if (advice && !__atomic_exchange_n(&advised, 1, __ATOMIC_RELAXED))
+        rlpi_log(&ctx->log, RLP_LOG_WARN, "%s", advice);
     *out = ctx;
     return RLP_OK;
 }

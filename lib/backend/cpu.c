@@ -17,6 +17,7 @@
  * which symbols we rely on) */
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_config(void);
+char *openblas_get_corename(void);
 
 typedef struct cpu_state {
     rlpi_threadpool *pool;
@@ -169,6 +170,24 @@ int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)
              n_threads == 1 ? "" : "s", openblas_get_config());
     *out = be;
     return RLP_OK;
+}
+
+const char *rlpi_backend_cpu_advice(void)
+{
+#if defined(__x86_64__)
+    /* OpenBLAS 0.3.21 (Debian 12) does not know some recent Xeons and falls
+     * back to its SSE3 "Prescott" kernels, about 5x slower than its AVX-512
+     * ones here (docs/PERFORMANCE.md). The choice is made when OpenBLAS
+     * loads, before we run, so all we can do is say so. */
+    const char *core = openblas_get_corename();
+    if (core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx2"))
+        return __builtin_cpu_supports("avx512f")
+                   ? "OpenBLAS picked its generic Prescott kernels on an AVX-512 CPU; set "
+                     "OPENBLAS_CORETYPE=SkylakeX (or Haswell) before starting for ~5x faster GEMMs"
+                   : "OpenBLAS picked its generic Prescott kernels on an AVX2 CPU; set "
+                     "OPENBLAS_CORETYPE=Haswell before starting for faster GEMMs";
+#endif
+    return NULL;
 }
 
 rlpi_threadpool *rlpi_backend_cpu_pool(rlpi_backend *be)
