@@ -109,8 +109,10 @@ static void capture_log(int level, const char *message, void *payload)
     log_capture *lc = payload;
     pthread_mutex_lock(&lc->mu);
     lc->n++;
-    lc->last_level = level;
-    strncpy(lc->last, message, sizeof lc->last - 1);
+    if (level == RLP_LOG_INFO) { /* keep the creation message (a BLAS warning may follow it) */
+        lc->last_level = level;
+        strncpy(lc->last, message, sizeof lc->last - 1);
+    }
     pthread_mutex_unlock(&lc->mu);
 }
 
