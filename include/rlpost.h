@@ -700,8 +700,11 @@ typedef enum rlp_dtype {
 /**
  * Saves the policy's weights as a Hugging Face folder: config.json,
  * model.safetensors (in @p dtype; a tied head is not stored) and
- * generation_config.json, loadable by transformers, vLLM and SGLang. Each
- * file is written to a temporary name, fsynced and renamed.
+ * generation_config.json, loadable by transformers, vLLM and SGLang, plus
+ * tokenizer.json (and tokenizer_config.json) when the policy's tokenizer
+ * came from such a file. (A tokenizer read from GGUF metadata is not
+ * written out yet.) Each file is written to a temporary name, fsynced and
+ * renamed.
  * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (names the file).
  */
 RLP_API int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype);

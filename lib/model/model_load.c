@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef enum model_format { FORMAT_HF_DIR, FORMAT_GGUF, FORMAT_LLAMA2C } model_format;
 
@@ -98,6 +99,39 @@ int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path, const 
     return RLP_OK;
 }
 
+/* Copies a file through a temporary name, fsynced and renamed. */
+static int copy_file(const char *src, const char *dst)
+{
+    FILE *in = fopen(src, "rb");
+    if (!in)
+        return rlpi_error_set(RLP_E_IO, "%s: %s", src, strerror(errno));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    FILE *out = fopen(tmp, "wb");
+    if (!out) {
+        fclose(in);
+        return rlpi_error_set(RLP_E_IO, "%s: %s", tmp, strerror(errno));
+    }
+    char buf[65536];
+    size_t n;
+    int rc = RLP_OK;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            rc = rlpi_error_set(RLP_E_IO, "%s: write failed", tmp);
+            break;
+        }
+    if (!rc && (ferror(in) || fflush(out) != 0 || fsync(fileno(out)) != 0))
+        rc = rlpi_error_set(RLP_E_IO, "%s: copy failed", tmp);
+    fclose(in);
+    if (fclose(out) != 0 && !rc)
+        rc = rlpi_error_set(RLP_E_IO, "%s: close failed", tmp);
+    if (!rc && rename(tmp, dst) != 0)
+        rc = rlpi_error_set(RLP_E_IO, "%s: %s", dst, strerror(errno));
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
 int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
@@ -110,6 +144,21 @@ int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
         return rc;
     rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
     rlpi_weights_free(&w);
+    /* a tokenizer that came as tokenizer.json goes along (with its config) */
+    const char *tp = policy->tokenizer_path;
+    size_t tl = tp ? strlen(tp) : 0;
+    if (!rc && tl >= 14 && !strcmp(tp + tl - 14, "tokenizer.json")) {
+        char src[4096], dst[4096];
+        snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+        if (strcmp(tp, dst) != 0) {
+            rc = copy_file(tp, dst);
+            snprintf(src, sizeof src, "%.*stokenizer_config.json", (int)(tl - 14), tp);
+            snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
+            struct stat st;
+            if (!rc && stat(src, &st) == 0)
+                rc = copy_file(src, dst);
+        }
+    }
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }
 
@@ -179,6 +228,7 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
     if (!policy->trainable)
         return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
     rlpi_weights w;
+    rlpi_weights_init(&w);
     rlpi_st_metadata meta;
     rlpi_st_metadata_init(&meta);
     int rc = rlpi_safetensors_read(path, &w, &meta);

@@ -281,6 +281,68 @@ static void frozen_clone(void **state)
     unload(&f);
 }
 
+/* save → load gives the same numbers; the optimizer state file resumes
+ * training exactly where it stopped */
+static void save_load_and_resume(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    char dir[] = "/tmp/rlpost-policy-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char opt_path[256];
+    snprintf(opt_path, sizeof opt_path, "%s/optimizer.safetensors", dir);
+    rlp_policy *a, *b;
+    assert_int_equal(rlpi_policy_create(&a, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    rlp_optimizer_options oo = fixture_optimizer(&f);
+    rlp_policy_set_optimizer(a, &oo);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rlp_policy_train_step(a, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, NULL), RLP_OK);
+    assert_int_equal(rlp_policy_save(a, dir, RLP_DTYPE_F32), RLP_OK);
+    assert_int_equal(rlp_policy_save_optimizer(a, opt_path), RLP_OK);
+
+    assert_int_equal(rlp_policy_load(&b, ctx, dir, NULL), RLP_OK);
+    float la[64], lb[64];
+    size_t n;
+    assert_int_equal(rlp_policy_logprobs(a, f.seqs, f.n_seqs, 1.0f, la, NULL, 64, &n), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(b, f.seqs, f.n_seqs, 1.0f, lb, NULL, 64, &n), RLP_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(la[i] == lb[i]); /* F32 save is bit-exact */
+    uint64_t v;
+    rlp_policy_version(&v, b);
+    assert_int_equal(v, 0); /* weights carry no version ... */
+    assert_int_equal(rlp_policy_load_optimizer(b, opt_path), RLP_OK);
+    rlp_policy_version(&v, b);
+    assert_int_equal(v, 2); /* ... the optimizer file does */
+    rlp_policy_set_optimizer(b, &oo);
+    rlp_train_stats sa, sb;
+    assert_int_equal(rlp_policy_train_step(a, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &sa), RLP_OK);
+    assert_int_equal(rlp_policy_train_step(b, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &sb), RLP_OK);
+    assert_true(sa.loss == sb.loss && sa.grad_norm == sb.grad_norm);
+    assert_int_equal(rlp_policy_logprobs(a, f.seqs, f.n_seqs, 1.0f, la, NULL, 64, &n), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(b, f.seqs, f.n_seqs, 1.0f, lb, NULL, 64, &n), RLP_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(la[i] == lb[i]); /* resumed moments: the same update */
+
+    /* a weights file is not an optimizer file; a frozen policy has none */
+    char st[256];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    assert_int_equal(rlp_policy_load_optimizer(b, st), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "optimizer"));
+    rlp_policy *frozen;
+    assert_int_equal(rlp_policy_clone(&frozen, a, 0), RLP_OK);
+    assert_int_equal(rlp_policy_load_optimizer(frozen, opt_path), RLP_E_STATE);
+    assert_int_equal(rlp_policy_save(a, dir, 7), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_load(&b, ctx, "/nonexistent/model", NULL), RLP_E_IO);
+    rlp_policy_free(frozen);
+    rlp_policy_free(a);
+    rlp_policy_free(b);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    unload(&f);
+}
+
 static void schedules(void **state)
 {
     (void)state;
@@ -368,6 +430,7 @@ int main(void)
         cmocka_unit_test(micro_batching_is_invisible),
         cmocka_unit_test(bad_input_leaves_weights_untouched),
         cmocka_unit_test(frozen_clone),
+        cmocka_unit_test(save_load_and_resume),
         cmocka_unit_test(schedules),
         cmocka_unit_test(rejects_null_and_bad_options),
     };
