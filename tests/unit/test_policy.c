@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "model/policy.h"
+#include "model_fixture.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -24,11 +25,10 @@
 #include <string.h>
 
 typedef struct fx {
-    json_t *meta;
-    unsigned char *blob;
-    size_t len;
-    rlpi_model_config cfg;
-    rlpi_weights w;
+    model_fixture m;
+    json_t *meta;           /* = m.meta */
+    rlpi_model_config cfg;  /* = m.cfg */
+    rlpi_weights w;         /* borrowed from m */
     int32_t *tokens;
     rlp_sequence seqs[8];
     size_t n_seqs;
@@ -38,68 +38,22 @@ static rlp_context *ctx;
 
 static void load(fx *f, const char *name)
 {
-    const char *root = getenv("RLPOST_SOURCE_ROOT");
-    char path[1024];
-    json_error_t err;
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.json", root ? root : ".", name);
-    f->meta = json_load_file(path, 0, &err);
-    if (!f->meta)
-        fail_msg("%s: %s", path, err.text);
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.bin", root ? root : ".", name);
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    f->len = (size_t)ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    f->blob = malloc(f->len);
-    assert_int_equal(fread(f->blob, 1, f->len, fp), f->len);
-    fclose(fp);
-    json_t *c = json_object_get(f->meta, "config");
-    memset(&f->cfg, 0, sizeof f->cfg);
-    snprintf(f->cfg.arch, sizeof f->cfg.arch, "llama");
-#define I(field) f->cfg.field = (int32_t)json_integer_value(json_object_get(c, #field))
-    I(n_layers);
-    I(dim);
-    I(n_heads);
-    I(n_kv_heads);
-    I(head_dim);
-    I(ffn_dim);
-    I(vocab_size);
-    I(max_seq_len);
-#undef I
-    f->cfg.rope_theta = (float)json_number_value(json_object_get(c, "rope_theta"));
-    f->cfg.rms_eps = (float)json_number_value(json_object_get(c, "rms_eps"));
-    f->cfg.tie_embeddings = json_is_true(json_object_get(c, "tie_embeddings"));
-    rlpi_weights_init(&f->w);
-    json_t *arrays = json_object_get(f->meta, "arrays"), *shape;
-    const char *key;
-    json_object_foreach(json_object_get(f->meta, "shapes"), key, shape) {
-        int64_t sh[2] = {0, 0};
-        for (size_t i = 0; i < json_array_size(shape); i++)
-            sh[i] = json_integer_value(json_array_get(shape, i));
-        rlpi_tensor *t;
-        assert_int_equal(rlpi_weights_add(&f->w, key, (int32_t)json_array_size(shape), sh, &t), RLP_OK);
-        char wk[256];
-        snprintf(wk, sizeof wk, "w:%s", key);
-        json_t *a = json_object_get(arrays, wk);
-        memcpy(t->data, f->blob + json_integer_value(json_object_get(a, "offset")), t->n_elems * 4);
-    }
-    json_t *ta = json_object_get(arrays, "tokens");
-    f->tokens = (int32_t *)(f->blob + json_integer_value(json_object_get(ta, "offset")));
-    json_t *ss = json_object_get(f->meta, "seq_start");
-    f->n_seqs = json_array_size(ss) - 1;
+    fixture_load(&f->m, name);
+    f->meta = f->m.meta;
+    f->cfg = f->m.cfg;
+    f->w = f->m.w;
+    size_t count;
+    f->tokens = (int32_t *)fixture_array(&f->m, "tokens", &count);
+    f->n_seqs = (size_t)f->m.n_seq;
     uint32_t n_prompt = (uint32_t)json_integer_value(json_object_get(f->meta, "n_prompt"));
-    for (size_t i = 0; i < f->n_seqs; i++) {
-        json_int_t a = json_integer_value(json_array_get(ss, i)), b = json_integer_value(json_array_get(ss, i + 1));
-        f->seqs[i] = (rlp_sequence){f->tokens + a, (uint32_t)(b - a), n_prompt};
-    }
+    for (size_t i = 0; i < f->n_seqs; i++)
+        f->seqs[i] = (rlp_sequence){f->tokens + f->m.seq_start[i],
+                                    (uint32_t)(f->m.seq_start[i + 1] - f->m.seq_start[i]), n_prompt};
 }
 
 static void unload(fx *f)
 {
-    json_decref(f->meta);
-    free(f->blob);
-    rlpi_weights_free(&f->w);
+    fixture_free(&f->m);
 }
 
 static rlp_optimizer_options fixture_optimizer(fx *f)

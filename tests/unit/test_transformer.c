@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/transformer.h"
+#include "model_fixture.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -29,13 +30,7 @@
 #include <string.h>
 
 typedef struct fixture {
-    json_t *meta;
-    unsigned char *blob;
-    size_t blob_len;
-    rlpi_model_config cfg;
-    rlpi_weights w;
-    int64_t n, n_seq;
-    int64_t seq_start[16];
+    model_fixture m;
     float inv_temp;
 } fixture;
 
@@ -43,97 +38,25 @@ static rlpi_backend *be;
 
 static const void *array(fixture *f, const char *key, size_t *count)
 {
-    json_t *a = json_object_get(json_object_get(f->meta, "arrays"), key);
-    assert_non_null(a);
-    size_t off = (size_t)json_integer_value(json_object_get(a, "offset"));
-    *count = (size_t)json_integer_value(json_object_get(a, "count"));
-    assert_true(off + *count * 4 <= f->blob_len);
-    return f->blob + off;
+    return fixture_array(&f->m, key, count);
 }
 
 static void load_fixture(fixture *f, const char *name)
 {
-    const char *root = getenv("RLPOST_SOURCE_ROOT");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.json", root ? root : ".", name);
-    json_error_t err;
-    f->meta = json_load_file(path, 0, &err);
-    if (!f->meta)
-        fail_msg("cannot load %s: %s", path, err.text);
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s.bin", root ? root : ".", name);
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    fseek(fp, 0, SEEK_END);
-    f->blob_len = (size_t)ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    f->blob = malloc(f->blob_len);
-    assert_int_equal(fread(f->blob, 1, f->blob_len, fp), f->blob_len);
-    fclose(fp);
-
-    json_t *c = json_object_get(f->meta, "config");
-    memset(&f->cfg, 0, sizeof f->cfg);
-    snprintf(f->cfg.arch, sizeof f->cfg.arch, "%s", json_string_value(json_object_get(c, "arch")));
-#define I(field, key) f->cfg.field = (int32_t)json_integer_value(json_object_get(c, key))
-    I(n_layers, "n_layers");
-    I(dim, "dim");
-    I(n_heads, "n_heads");
-    I(n_kv_heads, "n_kv_heads");
-    I(head_dim, "head_dim");
-    I(ffn_dim, "ffn_dim");
-    I(vocab_size, "vocab_size");
-    I(max_seq_len, "max_seq_len");
-#undef I
-    f->cfg.rope_theta = (float)json_number_value(json_object_get(c, "rope_theta"));
-    f->cfg.rms_eps = (float)json_number_value(json_object_get(c, "rms_eps"));
-    f->cfg.tie_embeddings = json_is_true(json_object_get(c, "tie_embeddings"));
-    f->cfg.attention_bias = json_is_true(json_object_get(c, "attention_bias"));
-    f->cfg.bos_id = f->cfg.eos_id = -1;
-    json_t *sc = json_object_get(c, "rope_scaling");
-    if (sc) {
-        f->cfg.rope_scaling = RLPI_ROPE_SCALING_LLAMA3;
-        f->cfg.rope_factor = (float)json_number_value(json_object_get(sc, "factor"));
-        f->cfg.rope_low_freq_factor = (float)json_number_value(json_object_get(sc, "low_freq_factor"));
-        f->cfg.rope_high_freq_factor = (float)json_number_value(json_object_get(sc, "high_freq_factor"));
-        f->cfg.rope_original_max_pos =
-            (int32_t)json_integer_value(json_object_get(sc, "original_max_position_embeddings"));
-    }
-    f->inv_temp = (float)json_number_value(json_object_get(f->meta, "inv_temp"));
-    json_t *ss = json_object_get(f->meta, "seq_start");
-    f->n_seq = (int64_t)json_array_size(ss) - 1;
-    for (size_t i = 0; i < json_array_size(ss); i++)
-        f->seq_start[i] = json_integer_value(json_array_get(ss, i));
-    f->n = f->seq_start[f->n_seq];
-
-    rlpi_weights_init(&f->w);
-    const char *key;
-    json_t *shape;
-    json_object_foreach(json_object_get(f->meta, "shapes"), key, shape) {
-        int64_t sh[2] = {0, 0};
-        for (size_t i = 0; i < json_array_size(shape); i++)
-            sh[i] = json_integer_value(json_array_get(shape, i));
-        rlpi_tensor *t;
-        assert_int_equal(rlpi_weights_add(&f->w, key, (int32_t)json_array_size(shape), sh, &t), RLP_OK);
-        char wk[256];
-        snprintf(wk, sizeof wk, "w:%s", key);
-        size_t count;
-        const float *src = array(f, wk, &count);
-        assert_int_equal(count, t->n_elems);
-        memcpy(t->data, src, count * 4);
-    }
+    fixture_load(&f->m, name);
+    f->inv_temp = (float)json_number_value(json_object_get(f->m.meta, "inv_temp"));
 }
 
 static void free_fixture(fixture *f)
 {
-    json_decref(f->meta);
-    free(f->blob);
-    rlpi_weights_free(&f->w);
+    fixture_free(&f->m);
 }
 
 static rlpi_packed_batch batch_of(fixture *f)
 {
     size_t c;
     rlpi_packed_batch b = {
-        .n_seq = f->n_seq, .seq_start = f->seq_start, .n_tokens = f->n,
+        .n_seq = f->m.n_seq, .seq_start = f->m.seq_start, .n_tokens = f->m.n,
         .tokens = array(f, "tokens", &c), .positions = array(f, "positions", &c), .targets = array(f, "targets", &c),
     };
     return b;
@@ -163,13 +86,13 @@ static void check_against_reference(const char *name)
     load_fixture(&f, name);
     rlpi_transformer *tf;
     rlpi_transformer_options o = {.head_chunk_tokens = 5};
-    assert_int_equal(rlpi_transformer_create(&tf, be, &f.cfg, &f.w, &o), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
     float logp[64], ent[64];
     run_fb(&f, tf, logp, ent);
     size_t c;
     const float *rl = array(&f, "logp", &c), *re = array(&f, "entropy", &c);
     double max_lp = 0, max_h = 0;
-    for (int64_t i = 0; i < f.n; i++) {
+    for (int64_t i = 0; i < f.m.n; i++) {
         max_lp = fmax(max_lp, fabs(logp[i] - rl[i]));
         max_h = fmax(max_h, fabs(ent[i] - re[i]));
     }
@@ -227,12 +150,12 @@ static void chunking_and_checkpointing_are_invisible(void **state)
     float lp0[64], e0[64], lp1[64], e1[64];
     rlpi_transformer_options base = {.head_chunk_tokens = 64};
     rlpi_transformer *a, *b;
-    assert_int_equal(rlpi_transformer_create(&a, be, &f.cfg, &f.w, &base), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&a, be, &f.m.cfg, &f.m.w, &base), RLP_OK);
     rlpi_transformer_options other = {.head_chunk_tokens = 1, .activation_checkpointing = true};
-    assert_int_equal(rlpi_transformer_create(&b, be, &f.cfg, &f.w, &other), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&b, be, &f.m.cfg, &f.m.w, &other), RLP_OK);
     run_fb(&f, a, lp0, e0);
     run_fb(&f, b, lp1, e1);
-    for (int64_t i = 0; i < f.n; i++) {
+    for (int64_t i = 0; i < f.m.n; i++) {
         assert_true(fabsf(lp0[i] - lp1[i]) <= 1e-6f);
         assert_true(fabsf(e0[i] - e1[i]) <= 1e-6f);
     }
@@ -255,7 +178,7 @@ static void micro_batches_accumulate(void **state)
     fixture f;
     load_fixture(&f, "transformer_llama_gqa");
     rlpi_transformer *tf;
-    assert_int_equal(rlpi_transformer_create(&tf, be, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
     float lp[64], ent[64];
     run_fb(&f, tf, lp, ent);
     float *whole = download_grads(tf);
@@ -264,12 +187,12 @@ static void micro_batches_accumulate(void **state)
     const int32_t *tok = array(&f, "tokens", &c), *pos = array(&f, "positions", &c), *tgt = array(&f, "targets", &c);
     const float *dl = array(&f, "dlogp", &c), *de = array(&f, "dentropy", &c);
     assert_int_equal(rlpi_transformer_zero_grad(tf), RLP_OK);
-    int64_t cut = f.seq_start[1]; /* first sequence | the rest */
+    int64_t cut = f.m.seq_start[1]; /* first sequence | the rest */
     int64_t ss1[2] = {0, cut}, ss2[16];
-    for (int64_t s = 1; s <= f.n_seq; s++)
-        ss2[s - 1] = f.seq_start[s] - cut;
+    for (int64_t s = 1; s <= f.m.n_seq; s++)
+        ss2[s - 1] = f.m.seq_start[s] - cut;
     rlpi_packed_batch b1 = {1, ss1, cut, tok, pos, tgt};
-    rlpi_packed_batch b2 = {f.n_seq - 1, ss2, f.n - cut, tok + cut, pos + cut, tgt + cut};
+    rlpi_packed_batch b2 = {f.m.n_seq - 1, ss2, f.m.n - cut, tok + cut, pos + cut, tgt + cut};
     assert_int_equal(rlpi_transformer_forward(tf, &b1, f.inv_temp, lp, ent, true), RLP_OK);
     assert_int_equal(rlpi_transformer_backward(tf, dl, de), RLP_OK);
     assert_int_equal(rlpi_transformer_forward(tf, &b2, f.inv_temp, lp, ent, true), RLP_OK);
@@ -295,7 +218,7 @@ static double fixture_loss(fixture *f, rlpi_transformer *tf)
     const float *dl = array(f, "dlogp", &c), *de = array(f, "dentropy", &c);
     assert_int_equal(rlpi_transformer_forward(tf, &b, f->inv_temp, lp, ent, false), RLP_OK);
     double L = 0;
-    for (int64_t i = 0; i < f->n; i++)
+    for (int64_t i = 0; i < f->m.n; i++)
         if (b.targets[i] >= 0)
             L += (double)dl[i] * lp[i] + (double)de[i] * ent[i];
     return L;
@@ -307,7 +230,7 @@ static void finite_differences_agree(void **state)
     fixture f;
     load_fixture(&f, "transformer_qwen2_tied_bias_llama3rope");
     rlpi_transformer *tf;
-    assert_int_equal(rlpi_transformer_create(&tf, be, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
     float lp[64], ent[64];
     run_fb(&f, tf, lp, ent);
     float *g = download_grads(tf);
@@ -358,17 +281,17 @@ static void rejects_bad_batches(void **state)
     fixture f;
     load_fixture(&f, "transformer_llama_gqa");
     rlpi_transformer *tf;
-    assert_int_equal(rlpi_transformer_create(&tf, be, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
     float lp[64];
     rlpi_packed_batch b = batch_of(&f);
     int32_t bad_tokens[64];
-    memcpy(bad_tokens, b.tokens, (size_t)f.n * 4);
-    bad_tokens[3] = f.cfg.vocab_size; /* out of vocabulary */
+    memcpy(bad_tokens, b.tokens, (size_t)f.m.n * 4);
+    bad_tokens[3] = f.m.cfg.vocab_size; /* out of vocabulary */
     rlpi_packed_batch x = b;
     x.tokens = bad_tokens;
     assert_int_equal(rlpi_transformer_forward(tf, &x, 1.0f, lp, NULL, false), RLP_E_INVALID_ARG);
     assert_non_null(strstr(rlp_error_last(), "vocabulary"));
-    int64_t ss[4] = {0, 5, 4, f.n}; /* reversed sequence */
+    int64_t ss[4] = {0, 5, 4, f.m.n}; /* reversed sequence */
     x = b;
     x.seq_start = ss;
     assert_int_equal(rlpi_transformer_forward(tf, &x, 1.0f, lp, NULL, false), RLP_E_INVALID_ARG);
@@ -380,7 +303,7 @@ static void rejects_bad_batches(void **state)
     rlpi_weights w2;
     rlpi_weights_init(&w2);
     rlpi_transformer *t2 = NULL;
-    assert_int_equal(rlpi_transformer_create(&t2, be, &f.cfg, &w2, NULL), RLP_E_FORMAT);
+    assert_int_equal(rlpi_transformer_create(&t2, be, &f.m.cfg, &w2, NULL), RLP_E_FORMAT);
     assert_non_null(strstr(rlp_error_last(), "model.embed_tokens.weight"));
     rlpi_transformer_free(tf);
     free_fixture(&f);
