@@ -147,6 +147,24 @@ def make_case(name, cfg, seq_lens, inv_temp, out):
     loss = (-(w * logp) + u * ent).mul(sel).sum()
     loss.backward()
 
+    # finite-difference spot checks of the reference itself, in float64:
+    # central differences at the largest-gradient coordinate of every tensor
+    with torch.no_grad():
+        for k, t in P.items():
+            i = int(t.grad.abs().argmax())
+            flat = t.view(-1)
+            old = flat[i].item()
+            h = 1e-6
+            flat[i] = old + h
+            lp_, en_ = forward(cfg, P, tokens, positions, seq_start, targets, inv_temp)
+            lplus = (-(w * lp_) + u * en_).mul(sel).sum().item()
+            flat[i] = old - h
+            lp_, en_ = forward(cfg, P, tokens, positions, seq_start, targets, inv_temp)
+            lminus = (-(w * lp_) + u * en_).mul(sel).sum().item()
+            flat[i] = old
+            fd, an = (lplus - lminus) / (2 * h), t.grad.view(-1)[i].item()
+            assert abs(fd - an) <= 1e-6 * max(1.0, abs(an)), (k, fd, an)
+
     blob = bytearray()
     index = {}
 
@@ -244,7 +262,7 @@ def adamw_case(name, cfg, seq_lens, n_prompt, steps, opt, out):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/reference/fixtures"
-    base = dict(n_layers=2, dim=32, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=48, vocab_size=97,
+    base = dict(n_layers=2, dim=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96, vocab_size=300,
                 max_seq_len=64, rope_theta=10000.0, rms_eps=1e-5, tie_embeddings=False, attention_bias=False)
     make_case("transformer_llama_gqa", dict(base, arch="llama"), [5, 9, 3], 1.0 / 0.7, out)
     qwen = dict(base, arch="qwen2", n_kv_heads=1, tie_embeddings=True, attention_bias=True, rope_theta=500000.0,
