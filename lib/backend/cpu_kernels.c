@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,9 +292,9 @@ static int64_t max_seq_len(const int64_t *seq_start, int64_t n_seq)
     return m;
 }
 
-int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+static int attention_fwd_streaming(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
+                                   const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 {
     attn_arg a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .seq_start = seq_start,
                   .n_seq = n_seq, .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim,
@@ -340,15 +341,164 @@ static void attn_bwd_range(void *p, int64_t b, int64_t e, int tid)
     }
 }
 
-int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                           const float *q, const float *k, const float *v, const float *out,
-                           const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v, const float *out,
+                                   const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 {
     attn_arg a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out,
                   .lse_in = lse, .seq_start = seq_start, .n_seq = n_seq, .n = n, .H = n_heads,
                   .KV = n_kv_heads, .hd = head_dim};
     rlpi_threadpool_parallel_for(POOL(be), n_seq * n_kv_heads, 1, attn_bwd_range, &a);
+    return RLP_OK;
+}
+
+
+/* Attention through BLAS. Per (sequence, head) the L×L score block is
+ * materialised (L ≤ rlpi_cpu_attention_blas_max_len, 2048 → 16 MiB) so that the four
+ * products run as OpenBLAS GEMMs at full speed; the causal mask, softmax
+ * and its backward are row loops on the thread pool. Longer sequences use
+ * the streaming kernels above, which never hold a score matrix. */
+int64_t rlpi_cpu_attention_blas_max_len = 2048;
+
+typedef struct sm_arg {
+    float *S;           /* (L, L) scores → probabilities, in place */
+    float *dS;          /* backward: (L, L) dP → dS, in place */
+    float *lse;         /* (L) out (forward) */
+    const float *lse_in, *dO, *O;
+    int64_t L, ld_o, hd;
+    float scale;
+} sm_arg;
+
+static void softmax_rows(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    sm_arg *a = p;
+    for (int64_t i = b; i < e; i++) {
+        float *row = a->S + i * a->L;
+        float m = -INFINITY;
+        for (int64_t j = 0; j <= i; j++) {
+            row[j] *= a->scale;
+            m = row[j] > m ? row[j] : m;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+            row[j] = expf(row[j] - m);
+            sum += row[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j <= i; j++)
+            row[j] *= inv;
+        for (int64_t j = i + 1; j < a->L; j++)
+            row[j] = 0.0f; /* causal mask */
+        a->lse[i] = m + (float)log(sum);
+    }
+}
+
+/* recompute P from S = QKᵀ and lse; dS = P ∘ (dP − D), D_i = dO_i·O_i */
+static void softmax_bwd_rows(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    sm_arg *a = p;
+    for (int64_t i = b; i < e; i++) {
+        float *prow = a->S + i * a->L, *drow = a->dS + i * a->L;
+        float D = dotf(a->dO + i * a->ld_o, a->O + i * a->ld_o, a->hd);
+        float l = a->lse_in[i];
+        for (int64_t j = 0; j <= i; j++) {
+            float pj = expf(prow[j] * a->scale - l);
+            prow[j] = pj;
+            drow[j] = pj * (drow[j] - D);
+        }
+        for (int64_t j = i + 1; j < a->L; j++)
+            prow[j] = drow[j] = 0.0f;
+    }
+}
+
+int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
+                           const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+{
+    int64_t max_len = max_seq_len(seq_start, n_seq);
+    if (max_len > rlpi_cpu_attention_blas_max_len)
+        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim);
+    float *S = malloc((size_t)(max_len * max_len) * sizeof(float));
+    float *l = malloc((size_t)max_len * sizeof(float));
+    if (!S || !l) {
+        free(S);
+        free(l);
+        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim);
+    }
+    const int64_t H = n_heads, KV = n_kv_heads, hd = head_dim, group = H / KV;
+    const int ldq = (int)(H * hd), ldk = (int)(KV * hd);
+    for (int64_t s = 0; s < n_seq; s++) {
+        int64_t t0 = seq_start[s], L = seq_start[s + 1] - t0;
+        if (L == 0)
+            continue;
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kvh = h / group;
+            const float *Q = q + t0 * ldq + h * hd, *K = k + t0 * ldk + kvh * hd, *V = v + t0 * ldk + kvh * hd;
+            /* S = Q Kᵀ (L, L); the upper triangle is computed and discarded:
+             * cheaper than L small products */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K,
+                        ldk, 0.0f, S, (blasint)L);
+            sm_arg a = {.S = S, .lse = l, .L = L, .scale = 1.0f / sqrtf((float)hd)};
+            rlpi_threadpool_parallel_for(POOL(be), L, 16, softmax_rows, &a);
+            for (int64_t i = 0; i < L; i++)
+                lse[h * n + t0 + i] = l[i];
+            /* O = P V */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S,
+                        (blasint)L, V, ldk, 0.0f, out + t0 * ldq + h * hd, ldq);
+        }
+    }
+    free(S);
+    free(l);
+    return RLP_OK;
+}
+
+int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                           const float *q, const float *k, const float *v, const float *out,
+                           const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+{
+    int64_t max_len = max_seq_len(seq_start, n_seq);
+    float *S = max_len <= rlpi_cpu_attention_blas_max_len ? malloc((size_t)(max_len * max_len) * sizeof(float)) : NULL;
+    float *dS = S ? malloc((size_t)(max_len * max_len) * sizeof(float)) : NULL;
+    if (!S || !dS) {
+        free(S);
+        return attention_bwd_streaming(be, dq, dk, dv, dout, q, k, v, out, lse, seq_start, n_seq, n, n_heads,
+                                       n_kv_heads, head_dim);
+    }
+    const int64_t H = n_heads, KV = n_kv_heads, hd = head_dim, group = H / KV;
+    const int ldq = (int)(H * hd), ldk = (int)(KV * hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t s = 0; s < n_seq; s++) {
+        int64_t t0 = seq_start[s], L = seq_start[s + 1] - t0;
+        if (L == 0)
+            continue;
+        for (int64_t h = 0; h < H; h++) {
+            int64_t kvh = h / group;
+            float beta_kv = h % group == 0 ? 0.0f : 1.0f; /* dK, dV accumulate over the heads of a group */
+            const float *Q = q + t0 * ldq + h * hd, *K = k + t0 * ldk + kvh * hd, *V = v + t0 * ldk + kvh * hd;
+            const float *dO = dout + t0 * ldq + h * hd, *O = out + t0 * ldq + h * hd;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K,
+                        ldk, 0.0f, S, (blasint)L);
+            /* dP = dO Vᵀ */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, dO, ldq, V,
+                        ldk, 0.0f, dS, (blasint)L);
+            sm_arg a = {.S = S, .dS = dS, .lse_in = lse + h * n + t0, .dO = dO, .O = O, .L = L, .ld_o = ldq,
+                        .hd = hd, .scale = scale};
+            rlpi_threadpool_parallel_for(POOL(be), L, 16, softmax_bwd_rows, &a);
+            /* dQ = scale·dS K ; dK += scale·dSᵀ Q ; dV += Pᵀ dO */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
+                        (blasint)L, K, ldk, 0.0f, dq + t0 * ldq + h * hd, ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
+                        (blasint)L, Q, ldq, beta_kv, dk + t0 * ldk + kvh * hd, ldk);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S,
+                        (blasint)L, dO, ldq, beta_kv, dv + t0 * ldk + kvh * hd, ldk);
+        }
+    }
+    free(S);
+    free(dS);
     return RLP_OK;
 }
 
@@ -493,10 +643,10 @@ static void row_stats(const float *row, int64_t vocab, float inv_temp, double *l
     }
     double sum = 0, spz = 0;
     for (int64_t j = 0; j < vocab; j++) {
-        double z = (double)(row[j] * inv_temp);
-        double e = exp(z - m);
+        float z = row[j] * inv_temp;
+        float e = expf(z - m); /* fp32 exp (1 ulp), sums in double */
         sum += e;
-        spz += e * z;
+        spz += (double)e * z;
     }
     *lse = m + log(sum);
     *pz = spz / sum;
@@ -549,13 +699,14 @@ static void lp_bwd_range(void *p, int64_t b, int64_t e, int tid)
         row_stats(row, a->vocab, a->inv_temp, &lse, &pz);
         double H = lse - pz;
         float dl = a->dlogp[i], dh = a->dentropy ? a->dentropy[i] : 0.0f;
+        float lse_f = (float)lse, zh = (float)(H - lse);
         for (int64_t j = 0; j < a->vocab; j++) {
-            double z = (double)(row[j] * a->inv_temp);
-            double pj = exp(z - lse);
-            double g = -dl * pj - dh * pj * (z - lse + H);
+            float z = row[j] * a->inv_temp;
+            float pj = expf(z - lse_f);
+            float g = -dl * pj - dh * pj * (z + zh);
             if (j == t)
                 g += dl;
-            row[j] = (float)(g * a->inv_temp);
+            row[j] = g * a->inv_temp;
         }
     }
 }

@@ -6,6 +6,11 @@
 
 #include "backend/backend.h"
 
+/* Longest sequence whose attention runs through BLAS with an L×L score
+ * block (default 2048); longer ones use the streaming kernels. Tests set it
+ * to 0 to exercise the streaming path. Not thread-safe to change. */
+extern int64_t rlpi_cpu_attention_blas_max_len;
+
 int rlpi_cpu_embedding_fwd(rlpi_backend *be, float *out, const float *table, const int32_t *ids,
                            int64_t n, int64_t dim, int64_t vocab);
 int rlpi_cpu_embedding_bwd(rlpi_backend *be, float *dtable, const float *dout, const int32_t *ids,

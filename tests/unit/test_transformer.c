@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "backend/cpu_kernels.h"
 #include "model/transformer.h"
 #include "model_fixture.h"
 
@@ -135,6 +136,18 @@ static void qwen2_tied_bias_llama3_rope_matches_pytorch(void **state)
 {
     (void)state;
     check_against_reference("transformer_qwen2_tied_bias_llama3rope");
+}
+
+/* the same checks with the streaming attention kernels (used for
+ * sequences too long for an L×L score block) */
+static void streaming_attention_matches_pytorch(void **state)
+{
+    (void)state;
+    int64_t saved = rlpi_cpu_attention_blas_max_len;
+    rlpi_cpu_attention_blas_max_len = 0;
+    check_against_reference("transformer_llama_gqa");
+    check_against_reference("transformer_qwen2_tied_bias_llama3rope");
+    rlpi_cpu_attention_blas_max_len = saved;
 }
 
 /* Head chunk size and activation checkpointing are implementation choices:
@@ -327,6 +340,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama_gqa_matches_pytorch),
         cmocka_unit_test(qwen2_tied_bias_llama3_rope_matches_pytorch),
+        cmocka_unit_test(streaming_attention_matches_pytorch),
         cmocka_unit_test(chunking_and_checkpointing_are_invisible),
         cmocka_unit_test(micro_batches_accumulate),
         cmocka_unit_test(finite_differences_agree),
