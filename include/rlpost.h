@@ -701,10 +701,11 @@ typedef enum rlp_dtype {
  * Saves the policy's weights as a Hugging Face folder: config.json,
  * model.safetensors (in @p dtype; a tied head is not stored) and
  * generation_config.json, loadable by transformers, vLLM and SGLang, plus
- * tokenizer.json (and tokenizer_config.json) when the policy's tokenizer
- * came from such a file. (A tokenizer read from GGUF metadata is not
- * written out yet.) Each file is written to a temporary name, fsynced and
- * renamed.
+ * the tokenizer as tokenizer.json and tokenizer_config.json: copied when it
+ * came as such files, written from GGUF metadata when it came from a GGUF
+ * (byte-level BPE vocabularies; a SentencePiece GGUF vocabulary gives
+ * RLP_E_UNSUPPORTED after the weights are written). Each file is written to
+ * a temporary name and renamed.
  * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (names the file).
  */
 RLP_API int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype);

@@ -1,7 +1,9 @@
 /* Files ↔ policies: format detection and dispatch to the loaders (GGUF,
  * HF folder, llama2.c), saving as an HF folder, and the optimizer state
  * file for resume. Parsing itself lives in the per-format files. */
+#include "model/gguf.h"
 #include "model/gguf_model.h"
+#include "model/gguf_tokenizer.h"
 #include "model/hf_dir.h"
 #include "model/llama2c.h"
 #include "model/policy.h"
@@ -144,10 +146,18 @@ int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
         return rc;
     rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
     rlpi_weights_free(&w);
-    /* a tokenizer that came as tokenizer.json goes along (with its config) */
+    /* the tokenizer goes along: written from GGUF metadata, or the
+     * tokenizer.json it came as copied (with its config) */
     const char *tp = policy->tokenizer_path;
     size_t tl = tp ? strlen(tp) : 0;
-    if (!rc && tl >= 14 && !strcmp(tp + tl - 14, "tokenizer.json")) {
+    model_format tfmt;
+    if (!rc && tp && detect(tp, &tfmt) == RLP_OK && tfmt == FORMAT_GGUF) {
+        rlpi_gguf *g;
+        if ((rc = rlpi_gguf_open(&g, tp)) == RLP_OK) {
+            rc = rlpi_tokenizer_json_from_gguf(g, dir);
+            rlpi_gguf_close(g);
+        }
+    } else if (!rc && tl >= 14 && !strcmp(tp + tl - 14, "tokenizer.json")) {
         char src[4096], dst[4096];
         snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
         if (strcmp(tp, dst) != 0) {

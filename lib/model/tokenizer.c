@@ -315,6 +315,29 @@ static int compile_re(rlpi_tokenizer *tok, const char *pattern)
     return RLP_OK;
 }
 
+int rlpi_tokenizer_pre_split(const char *name, const char **regex, bool *digits, bool *nfc, bool *ignore_merges)
+{
+    *regex = NULL;
+    *digits = *nfc = *ignore_merges = false;
+    if (!name || !strcmp(name, "default") || !strcmp(name, "gpt2") || !strcmp(name, "gpt-2"))
+        return RLP_OK; /* ByteLevel's own GPT-2 split */
+    if (!strcmp(name, "llama-bpe") || !strcmp(name, "llama3") || !strcmp(name, "llama-v3")) {
+        *regex = PRE_LLAMA3;
+        *ignore_merges = true;
+        return RLP_OK;
+    }
+    if (!strcmp(name, "qwen2")) {
+        *regex = PRE_QWEN2;
+        *nfc = true;
+        return RLP_OK;
+    }
+    if (!strcmp(name, "smollm")) {
+        *digits = true;
+        return RLP_OK;
+    }
+    return rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer: unknown pre-tokenizer \"%s\"", name);
+}
+
 static int setup_pre(rlpi_tokenizer *tok, const rlpi_tokenizer_spec *spec)
 {
     int rc = RLP_OK;

@@ -204,6 +204,12 @@ typedef struct rlpi_chat_msg {
 int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
                              size_t n, bool add_generation_prompt, rlpi_ids *ids);
 
+/* What a named byte-level pre-tokenizer does, for writers of tokenizer.json:
+ * an explicit split regex before ByteLevel (NULL: ByteLevel's own GPT-2
+ * split), a Digits(individual) split first, an NFC normalizer, and
+ * ignore_merges. RLP_E_UNSUPPORTED for an unknown name. */
+int rlpi_tokenizer_pre_split(const char *name, const char **regex, bool *digits, bool *nfc, bool *ignore_merges);
+
 /* Wraps a core tokenizer as a public rlp_tokenizer (takes ownership of
  * `core`, also on failure). */
 struct rlp_tokenizer;

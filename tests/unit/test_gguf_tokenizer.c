@@ -4,12 +4,15 @@
  * whitespace runs, code, special-token text), round-trips them through
  * decode (with and without special-token matching), and renders the 20 chat fixtures with the template it detects.
  * Skipped (77) when the model file is absent. */
+#include "model/gguf.h"
+#include "model/gguf_tokenizer.h"
 #include "rlpost.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_file(const rlp_tokenizer *t, const char *path, int chat)
 {
@@ -102,5 +105,31 @@ int main(void)
     snprintf(fx, sizeof fx, "%s/tests/reference/fixtures/chat_smollm2.jsonl", root ? root : ".");
     fails += check_file(t, fx, 1);
     rlp_tokenizer_free(t);
+
+    /* the tokenizer.json written from the GGUF metadata (what a policy
+     * loaded from GGUF saves) gives the same ids and chat renderings */
+    char tmpdir[] = "/tmp/rlpost-tokjson-XXXXXX", path[256];
+    rlpi_gguf *g;
+    if (!mkdtemp(tmpdir) || rlpi_gguf_open(&g, model) != RLP_OK) {
+        fprintf(stderr, "setup: %s\n", rlp_error_last());
+        return 1;
+    }
+    int wrc = rlpi_tokenizer_json_from_gguf(g, tmpdir);
+    rlpi_gguf_close(g);
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir);
+    if (wrc != RLP_OK || rlp_tokenizer_load(&t, path) != RLP_OK) {
+        fprintf(stderr, "tokenizer.json from GGUF: %s\n", rlp_error_last());
+        return 1;
+    }
+    printf("written tokenizer.json (template %s):\n", rlp_tokenizer_chat_template(t));
+    snprintf(fx, sizeof fx, "%s/tests/reference/fixtures/smollm2.jsonl", root ? root : ".");
+    fails += check_file(t, fx, 0);
+    snprintf(fx, sizeof fx, "%s/tests/reference/fixtures/chat_smollm2.jsonl", root ? root : ".");
+    fails += check_file(t, fx, 1);
+    rlp_tokenizer_free(t);
+    remove(path);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", tmpdir);
+    remove(path);
+    rmdir(tmpdir);
     return fails ? 1 : 0;
 }
