@@ -2,9 +2,12 @@
  * shared classifier, q/k rows permuted to the HF layout) gives the logprob
  * of every token and the entropy at every position of a float64 PyTorch
  * port of llama2.c's run.c, which applies RoPE to the raw interleaved rows
- * (tests/reference/make_stories_fixtures.py). Tolerance 1e-4 absolute: a
+ * (tests/reference/make_stories_fixtures.py). The fixture's sequence is
+ * that reference's greedy continuation of BOS, so our argmax at every
+ * position must reproduce it token for token. Tolerance 1e-4 absolute: a
  * 5-layer, 64-wide fp32 model is expected near 1e-6, and a wrong RoPE
  * layout is off by > 0.1. Skipped (77) without ../shared/data. */
+#include "model/policy.h"
 #include "rlpost.h"
 
 #include <jansson.h>
@@ -59,7 +62,31 @@ int main(void)
         max_lp = fmax(max_lp, fabs(lp[i] - json_number_value(json_array_get(rl, i))));
         max_h = fmax(max_h, fabs(ent[i] - json_number_value(json_array_get(re, i))));
     }
-    printf("stories260K: %zu tokens, max |dlogprob| %.2e, max |dentropy| %.2e\n", n, max_lp, max_h);
+    /* greedy: argmax of the last-position logits after each prefix */
+    size_t same = 0;
+    float logits[512];
+    for (size_t len = 1; len < n; len++) {
+        int64_t ss[2] = {0, (int64_t)len};
+        int32_t pos[256], tg[256];
+        for (size_t i = 0; i < len; i++) {
+            pos[i] = (int32_t)i;
+            tg[i] = -1;
+        }
+        rlpi_packed_batch b = {1, ss, (int64_t)len, tok, pos, tg};
+        if (rlpi_transformer_last_logits(p->tf, &b, logits) != RLP_OK) {
+            fprintf(stderr, "%s\n", rlp_error_last());
+            return 1;
+        }
+        int32_t best = 0;
+        for (int32_t v = 1; v < 512; v++)
+            if (logits[v] > logits[best])
+                best = v;
+        same += best == tok[len];
+    }
+    printf("stories260K: %zu tokens, max |dlogprob| %.2e, max |dentropy| %.2e, greedy %zu of %zu equal\n", n,
+           max_lp, max_h, same, n - 1);
+    if (same != n - 1)
+        return 1;
     rlp_policy_free(p);
     rlp_context_free(ctx);
     json_decref(fx);
