@@ -97,7 +97,8 @@ def forward(cfg, P, tokens, positions, seq_start, targets, inv_temp):
     return logp, ent
 
 
-def make_case(name, cfg, seq_lens, inv_temp, out):
+def param_shapes(cfg):
+    """HF names and PyTorch shapes of a Llama/Qwen2 decoder's parameters."""
     d, H, KV, hd, F, V = cfg["dim"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["ffn_dim"], cfg["vocab_size"]
     shapes = {"model.embed_tokens.weight": (V, d)}
     for l in range(cfg["n_layers"]):
@@ -118,21 +119,37 @@ def make_case(name, cfg, seq_lens, inv_temp, out):
     shapes["model.norm.weight"] = (d,)
     if not cfg["tie_embeddings"]:
         shapes["lm_head.weight"] = (V, d)
+    return shapes
+
+
+def random_params(shapes):
+    """Norms near 1, matrices ~ N(0, 0.25/fan_in), rounded to fp32 so that the
+    C side starts from the same numbers; float64 leaves with gradients."""
     P = {}
     for k, s in shapes.items():
         if k.endswith("norm.weight"):
             t = 1.0 + 0.1 * torch.randn(s, dtype=DT)
         else:
             t = torch.randn(s, dtype=DT) * (0.5 / math.sqrt(s[-1]))
-        # round to fp32 so that the C side starts from the same numbers
         P[k] = t.float().double().requires_grad_(True)
+    return P
 
+
+def random_batch(seq_lens, V):
+    """Packed sequences: seq_start, random tokens, per-sequence positions."""
     seq_start = [0]
     for L in seq_lens:
         seq_start.append(seq_start[-1] + L)
-    n = seq_start[-1]
-    tokens = torch.randint(0, V, (n,))
+    tokens = torch.randint(0, V, (seq_start[-1],))
     positions = torch.cat([torch.arange(L) for L in seq_lens])
+    return seq_start, seq_start[-1], tokens, positions
+
+
+def make_case(name, cfg, seq_lens, inv_temp, out):
+    V = cfg["vocab_size"]
+    shapes = param_shapes(cfg)
+    P = random_params(shapes)
+    seq_start, n, tokens, positions = random_batch(seq_lens, V)
     targets = torch.full((n,), -1, dtype=torch.long)
     for s in range(len(seq_lens)):
         a, b = seq_start[s], seq_start[s + 1]
@@ -199,29 +216,10 @@ def adamw_case(name, cfg, seq_lens, n_prompt, steps, opt, out):
     embeddings; global-norm clipping by torch.nn.utils.clip_grad_norm_.
     Records the loss and the pre-clipping gradient norm of every step."""
     torch.manual_seed(99)
-    d, H, KV, hd, F, V = cfg["dim"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["ffn_dim"], cfg["vocab_size"]
-    shapes = {"model.embed_tokens.weight": (V, d)}
-    for l in range(cfg["n_layers"]):
-        pre = f"model.layers.{l}."
-        shapes.update({pre + "input_layernorm.weight": (d,), pre + "self_attn.q_proj.weight": (H * hd, d),
-                       pre + "self_attn.k_proj.weight": (KV * hd, d), pre + "self_attn.v_proj.weight": (KV * hd, d),
-                       pre + "self_attn.o_proj.weight": (d, H * hd), pre + "post_attention_layernorm.weight": (d,),
-                       pre + "mlp.gate_proj.weight": (F, d), pre + "mlp.up_proj.weight": (F, d),
-                       pre + "mlp.down_proj.weight": (d, F)})
-    shapes["model.norm.weight"] = (d,)
-    if not cfg["tie_embeddings"]:
-        shapes["lm_head.weight"] = (V, d)
-    P = {}
-    for k, sh in shapes.items():
-        t = 1.0 + 0.1 * torch.randn(sh, dtype=DT) if k.endswith("norm.weight") else torch.randn(sh, dtype=DT) * (0.5 / math.sqrt(sh[-1]))
-        P[k] = t.float().double().requires_grad_(True)
+    shapes = param_shapes(cfg)
+    P = random_params(shapes)
     initial = {k: t.detach().clone() for k, t in P.items()}
-    seq_start = [0]
-    for L in seq_lens:
-        seq_start.append(seq_start[-1] + L)
-    n = seq_start[-1]
-    tokens = torch.randint(0, V, (n,))
-    positions = torch.cat([torch.arange(L) for L in seq_lens])
+    seq_start, n, tokens, positions = random_batch(seq_lens, cfg["vocab_size"])
     targets = torch.full((n,), -1, dtype=torch.long)
     for s_ in range(len(seq_lens)):
         a, b = seq_start[s_], seq_start[s_ + 1]
