@@ -174,6 +174,11 @@ int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
 
 /* The optimizer file: tensors "m/<param>" and "v/<param>" in fp32 with
  * __metadata__ {format: "rlpost-adamw", step, skipped, version}. */
+static void optimizer_tensor_name(char *buf, size_t cap, int which, const char *param)
+{
+    snprintf(buf, cap, "%s/%s", which ? "v" : "m", param);
+}
+
 int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
@@ -190,7 +195,7 @@ int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
         const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
         for (int which = 0; which < 2 && rc == RLP_OK; which++) {
             char name[300];
-            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            optimizer_tensor_name(name, sizeof name, which, in->name);
             rlpi_tensor *t;
             int64_t shape[2] = {in->shape[0], in->shape[1]};
             rc = rlpi_weights_add(&w, name, in->n_dims, shape, &t);
@@ -262,7 +267,7 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
         const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
         for (int which = 0; which < 2 && !rc; which++) {
             char name[300];
-            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            optimizer_tensor_name(name, sizeof name, which, in->name);
             const rlpi_tensor *t = rlpi_weights_find(&w, name);
             if (!t || t->n_elems != in->n_elems)
                 rc = rlpi_error_set(RLP_E_FORMAT, "%s: tensor '%s' %s", path, name,
@@ -284,7 +289,7 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
         const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
         for (int which = 0; which < 2 && !rc; which++) {
             char name[300];
-            snprintf(name, sizeof name, "%s/%s", which ? "v" : "m", in->name);
+            optimizer_tensor_name(name, sizeof name, which, in->name);
             const rlpi_tensor *t = rlpi_weights_find(&w, name);
             rc = rlpi_buffer_upload(which ? opt->v : opt->m, in->offset * 4, rlpi_tensor_data(&w, t), in->n_elems * 4);
         }
