@@ -1,0 +1,79 @@
+/* Client of OpenAI-compatible completion servers (vLLM, SGLang, llama.cpp
+ * server, `rlpost serve`) over libcurl's multi interface: many requests in
+ * flight on one thread, per-request timeout, bounded retries with backoff on
+ * connection errors and 5xx, a response-size limit, token ids recovered
+ * from the response. One failing request never fails the others. */
+#ifndef RLPI_ROLLOUT_REMOTE_CLIENT_H
+#define RLPI_ROLLOUT_REMOTE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rlpi_remote_client rlpi_remote_client;
+
+typedef struct rlpi_remote_config {
+    const char *const *base_urls;  /* (n_urls) e.g. "http://127.0.0.1:8000"; requests spread round-robin */
+    size_t n_urls;
+    const char *model;             /* "model" field of each request (NULL = omitted) */
+    const char *api_key;           /* bearer token or NULL */
+    uint32_t timeout_ms;           /* whole-request timeout (0 = 600000) */
+    uint32_t connect_timeout_ms;   /* 0 = 10000 */
+    uint32_t max_retries;          /* retries after the first try on connection errors / 5xx / timeout */
+    uint32_t backoff_ms;           /* first backoff, doubled each retry (0 = 200) */
+    size_t max_response_bytes;     /* 0 = 64 MiB */
+    uint32_t max_in_flight;        /* concurrent transfers (0 = 64) */
+} rlpi_remote_config;
+
+/* One /v1/completions call: prompt as token ids, n samples. */
+typedef struct rlpi_remote_request {
+    const int32_t *prompt;         /* (n_prompt) */
+    size_t n_prompt;
+    uint32_t n;
+    uint32_t max_tokens;
+    float temperature, top_p, min_p;
+    int32_t top_k;                 /* 0 = off (sent as -1 for vLLM) */
+    uint64_t seed;                 /* sent when has_seed */
+    int has_seed;
+    const char *const *stop;       /* (n_stop) */
+    size_t n_stop;
+    const int32_t *stop_ids;       /* (n_stop_ids) sent as stop_token_ids */
+    size_t n_stop_ids;
+    int include_stop_str;          /* include_stop_str_in_output */
+} rlpi_remote_request;
+
+typedef struct rlpi_remote_choice {
+    int32_t *tokens;               /* (n_tokens) completion token ids, malloc'd */
+    float *logprobs;               /* (n_tokens) malloc'd */
+    size_t n_tokens;
+    char *text;                    /* completion text, malloc'd, NUL-terminated */
+    char finish_reason[16];        /* "stop", "length", "abort" */
+} rlpi_remote_choice;
+
+typedef struct rlpi_remote_result {
+    int status;                    /* RLP_OK or the error of this request */
+    char *error;                   /* malloc'd message with URL and HTTP code, or NULL */
+    long http_code;                /* last HTTP code seen (0 = none) */
+    uint32_t attempts;
+    rlpi_remote_choice *choices;   /* (n_choices) in index order, malloc'd */
+    size_t n_choices;
+    int64_t weight_version;        /* "weight_version" of the response when present, else -1 */
+} rlpi_remote_result;
+
+int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg);
+void rlpi_remote_client_free(rlpi_remote_client *c);
+
+/* Runs all requests concurrently and waits for every one to end. results
+ * (n) are filled whether each succeeded or not; the return value is RLP_OK
+ * unless the call itself could not run (bad arguments, no memory). */
+int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request *reqs, size_t n,
+                                rlpi_remote_result *results);
+void rlpi_remote_result_clear(rlpi_remote_result *r);
+
+/* Parses one /v1/completions response body (exposed for tests and the
+ * fuzz target). Token ids are taken, in order of preference, from
+ * choices[i].token_ids, from logprobs.tokens entries "token_id:N" (vLLM's
+ * return_tokens_as_token_ids), or from logprobs.content[].id (llama.cpp).
+ * A choice without recoverable ids is RLP_E_FORMAT. */
+int rlpi_remote_parse_completion(const char *body, size_t len, uint32_t n_expected, rlpi_remote_result *out);
+
+#endif

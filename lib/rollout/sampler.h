@@ -1,0 +1,63 @@
+/* Token sampling from one row of logits: temperature, top-k, top-p, min-p,
+ * and the behaviour logprob of the drawn token. Pure functions over host
+ * arrays, no model and no global state: the engine (local) and the tests
+ * call them; randomness comes in as a uniform number so a draw is a pure
+ * function of (seed, sequence, step) whatever the batch or thread count. */
+#ifndef RLPI_ROLLOUT_SAMPLER_H
+#define RLPI_ROLLOUT_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Which distribution the recorded behaviour logprob is taken under
+ * (values mirror the public RLP_LOGPROBS_* enum). */
+enum {
+    RLPI_LOGPROBS_SAMPLING = 0, /* the truncated, renormalised, tempered distribution the token was drawn from */
+    RLPI_LOGPROBS_TEMPERED = 1, /* log_softmax(logits / T) over the whole vocabulary (what a trainer recomputes) */
+    RLPI_LOGPROBS_RAW = 2       /* log_softmax(logits), T = 1, no truncation (vLLM's default; for comparison) */
+};
+
+typedef struct rlpi_sampler_params {
+    float temperature;   /* 0 = greedy (argmax, lowest id on ties); > 0 otherwise */
+    int32_t top_k;       /* 0 = off; keep the k largest */
+    float top_p;         /* 1 = off; keep the smallest prefix (by prob, descending) with mass >= top_p */
+    float min_p;         /* 0 = off; keep tokens with p >= min_p * p_max */
+    int32_t logprobs_mode; /* RLPI_LOGPROBS_* */
+} rlpi_sampler_params;
+
+/* Scratch space for one sampler call: reuse across calls on one thread. */
+typedef struct rlpi_sampler_scratch {
+    float *probs;     /* (cap) */
+    int32_t *idx;     /* (cap) */
+    size_t cap;
+} rlpi_sampler_scratch;
+
+void rlpi_sampler_scratch_free(rlpi_sampler_scratch *s);
+
+/* Validates params (finite, temperature >= 0, top_k >= 0, 0 < top_p <= 1,
+ * 0 <= min_p <= 1, known mode); RLP_OK or RLP_E_INVALID_ARG naming the field. */
+int rlpi_sampler_params_check(const rlpi_sampler_params *p);
+
+/* Draws one token from logits (vocab floats, read-only) with uniform u in
+ * [0, 1). Order of the truncations (Hugging Face's warper order):
+ * temperature, top-k, top-p, min-p; the kept set is renormalised.
+ * *out_logprob follows p->logprobs_mode; at temperature 0 it is the raw
+ * log_softmax(logits) of the argmax. Non-finite logits: +Inf/NaN give
+ * RLP_E_INVALID_ARG ("logits[i] is NaN"); -Inf entries are allowed
+ * (masked tokens) unless all are -Inf.
+ * Returns RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */
+int rlpi_sample(const float *logits, int32_t vocab, const rlpi_sampler_params *p, double u,
+                rlpi_sampler_scratch *scratch, int32_t *out_token, float *out_logprob);
+
+/* The full sampling distribution (vocab floats, zeros outside the kept set)
+ * that rlpi_sample draws from: for tests (chi-square) and for callers that
+ * want top-n alternatives. */
+int rlpi_sampler_distribution(const float *logits, int32_t vocab, const rlpi_sampler_params *p,
+                              rlpi_sampler_scratch *scratch, float *out_probs);
+
+/* Counter-based uniform in [0, 1) with 53 random bits: a pure function of
+ * (seed, stream, step), so sequence `stream` draws the same numbers whatever
+ * else is in the batch. */
+double rlpi_sample_uniform(uint64_t seed, uint64_t stream, uint64_t step);
+
+#endif
