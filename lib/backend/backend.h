@@ -120,6 +120,10 @@ struct rlpi_backend_ops {
     int (*sum_squares)(rlpi_backend *be, double *out_host, const float *x, int64_t n);
     int (*adamw)(rlpi_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
                  const rlpi_adamw_step *step);
+    /* inference against a KV cache (see rlpi_op_attention_cached) */
+    int (*attention_cached)(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
+                            const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
+                            int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
 };
 
 
@@ -195,6 +199,17 @@ int rlpi_op_rope(rlpi_backend *be, rlpi_ref x, rlpi_ref pos, rlpi_ref inv_freq, 
 int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
                           int64_t n_kv_heads, int64_t head_dim);
+/* Causal GQA of new query rows against a KV cache, for generation.
+ * Sequence s owns query rows [q_start[s], q_start[s+1]) of q (n, H, hd);
+ * its keys and values are in cache slot slot[s] of kc/vc, laid out
+ * (slots, slot_stride) with row p of a slot at p·KV·hd, and already hold
+ * the new rows. Query row i of s sits at position past[s] + (i − q_start[s])
+ * and attends to cache rows [0, that position]. Host arrays q_start
+ * (n_seq + 1), slot and past (n_seq). out (n, H, hd). Scale 1/sqrt(hd). */
+int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
+                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
+                             int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim);
 /* Writes dq, dk, dv (not accumulated). */
 int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
                           rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,

@@ -311,3 +311,36 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
     RES(v, n, vv);
     return n ? be->ops->adamw(be, p, g, mm, vv, n, step) : RLP_OK;
 }
+
+int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
+                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
+                             int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim)
+{
+    static const char op[] = "cached attention";
+    SLOT(attention_cached);
+    DIMS_OK(n >= 0 && n_seq >= 0 && n_slots > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0 &&
+            head_dim > 0 && slot_stride > 0 && slot_stride % prod(n_kv_heads, head_dim) == 0);
+    if (!slot || !past)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: NULL slot or past", op);
+    int rc = check_seqs(op, q_start, n_seq, n);
+    if (rc)
+        return rc;
+    int64_t capacity = slot_stride / (n_kv_heads * head_dim);
+    for (int64_t s = 0; s < n_seq; s++) {
+        if (slot[s] < 0 || slot[s] >= n_slots)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: sequence %lld uses slot %lld of %lld", op, (long long)s,
+                                  (long long)slot[s], (long long)n_slots);
+        if (past[s] < 0 || past[s] > capacity - (q_start[s + 1] - q_start[s]))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: sequence %lld needs %lld rows of a %lld-row slot", op,
+                                  (long long)s, (long long)(past[s] + q_start[s + 1] - q_start[s]), (long long)capacity);
+    }
+    float *o, *qq, *kk, *vv;
+    RES(out, prod(prod(n, n_heads), head_dim), o);
+    RES(q, prod(prod(n, n_heads), head_dim), qq);
+    RES(kc, prod(n_slots, slot_stride), kk);
+    RES(vc, prod(n_slots, slot_stride), vv);
+    return n ? be->ops->attention_cached(be, o, qq, kk, vv, q_start, slot, past, n_seq, n, slot_stride, n_heads,
+                                         n_kv_heads, head_dim)
+             : RLP_OK;
+}

@@ -130,6 +130,7 @@ static const rlpi_backend_ops cpu_ops = {
     .rmsnorm_bwd = rlpi_cpu_rmsnorm_bwd,
     .rope = rlpi_cpu_rope,
     .attention_fwd = rlpi_cpu_attention_fwd,
+    .attention_cached = rlpi_cpu_attention_cached,
     .attention_bwd = rlpi_cpu_attention_bwd,
     .swiglu_fwd = rlpi_cpu_swiglu_fwd,
     .swiglu_bwd = rlpi_cpu_swiglu_bwd,

@@ -521,6 +521,78 @@ static void swiglu_fwd_range(void *p, int64_t b, int64_t e, int tid)
     }
 }
 
+/* ------------------------------------------------------- cached attention */
+
+typedef struct cached_arg {
+    float *out;
+    const float *q, *kc, *vc;
+    const int64_t *q_start, *slot, *past;
+    int64_t n_seq, n, slot_stride, H, KV, hd, max_keys;
+    int nomem;
+} cached_arg;
+
+/* items: (token i, kv head): the `group` query heads that share a kv head
+ * are done together so each cache row is read once for all of them. */
+static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    cached_arg *a = p;
+    const int64_t group = a->H / a->KV;
+    float *s = malloc((size_t)(group * a->max_keys) * sizeof(float));
+    if (!s) {
+        __atomic_store_n(&a->nomem, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)a->hd);
+    for (int64_t it = b; it < e; it++) {
+        int64_t i = it / a->KV, kvh = it % a->KV;
+        int64_t sq = seq_of(a->q_start, a->n_seq, i);
+        int64_t pos = a->past[sq] + (i - a->q_start[sq]);
+        const float *K = a->kc + a->slot[sq] * a->slot_stride + kvh * a->hd;
+        const float *V = a->vc + a->slot[sq] * a->slot_stride + kvh * a->hd;
+        const int64_t row = a->KV * a->hd, nk = pos + 1;
+        for (int64_t g = 0; g < group; g++) {
+            int64_t h = kvh * group + g;
+            const float *q = a->q + (i * a->H + h) * a->hd;
+            float *sg = s + g * a->max_keys;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < nk; j++) {
+                float v = dotf(q, K + j * row, a->hd) * scale;
+                sg[j] = v;
+                m = v > m ? v : m;
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                float pj = expf(sg[j] - m);
+                sg[j] = pj;
+                sum += pj;
+            }
+            float inv = (float)(1.0 / sum);
+            float *o = a->out + (i * a->H + h) * a->hd;
+            memset(o, 0, (size_t)a->hd * sizeof(float));
+            for (int64_t j = 0; j < nk; j++)
+                axpyf(o, sg[j] * inv, V + j * row, a->hd);
+        }
+    }
+    free(s);
+}
+
+int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
+                              const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
+                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                              int64_t head_dim)
+{
+    int64_t max_keys = 1;
+    for (int64_t s = 0; s < n_seq; s++)
+        if (past[s] + q_start[s + 1] - q_start[s] > max_keys)
+            max_keys = past[s] + q_start[s + 1] - q_start[s];
+    cached_arg a = {.out = out, .q = q, .kc = kc, .vc = vc, .q_start = q_start, .slot = slot, .past = past,
+                    .n_seq = n_seq, .n = n, .slot_stride = slot_stride, .H = n_heads, .KV = n_kv_heads,
+                    .hd = head_dim, .max_keys = max_keys};
+    rlpi_threadpool_parallel_for(POOL(be), n * n_kv_heads, 1, attn_cached_range, &a);
+    return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "cached attention: out of memory") : RLP_OK;
+}
+
 int rlpi_cpu_swiglu_fwd(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
     ew_arg a = {.y = out, .a = gate, .b = up};

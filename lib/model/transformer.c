@@ -4,7 +4,7 @@
  * offsets, and every layer is a forward/backward pair over explicit
  * buffers. Only backend wrappers are called here (no host loops over
  * activations), so the CUDA backend runs this file unchanged. */
-#include "model/transformer.h"
+#include "model/transformer_internal.h"
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -13,44 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct layer_params {
-    size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd; /* offsets (floats) */
-} layer_params;
-
-/* Offsets (floats) of one layer's saved activations inside its buffer. */
-typedef struct act_layout {
-    size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act, total;
-} act_layout;
-
-struct rlpi_transformer {
-    rlpi_model_config cfg;
-    rlpi_transformer_options opts;
-    rlpi_backend *be;
-    int64_t qdim, kvdim;           /* H·hd, KV·hd */
-
-    rlpi_param_info *infos;        /* (n_infos) */
-    char **names;                  /* owned strings behind infos[].name */
-    size_t n_infos;
-    size_t n_params;
-    size_t embed, final_norm, lm_head;
-    layer_params *layers;          /* (n_layers) */
-    rlpi_buffer *params;           /* (n_params) */
-    rlpi_buffer *grads;            /* (n_params) */
-    rlpi_buffer *inv_freq;         /* (head_dim / 2) */
-
-    /* state of the last forward */
-    int64_t n, m, n_seq;           /* tokens, tokens with a target, sequences */
-    int64_t *seq_start;            /* host copy (n_seq + 1) */
-    int32_t *sel_host;             /* token index of each target row (m) */
-    rlpi_buffer *tokens, *positions, *sel, *targets_sel; /* int32 */
-    rlpi_buffer *xs;               /* residual stream (n_layers + 1, n, dim) */
-    rlpi_buffer *acts;             /* (n_layers or 1) × layout.total */
-    act_layout lay;
-    rlpi_buffer *h, *rstd_f, *hsel; /* final norm output (n, dim), (n), gathered (m, dim) */
-    bool kept;                     /* activations of every layer are valid */
-    float inv_temp;
-};
 
 /* ------------------------------------------------------------ parameters */
 
@@ -339,9 +301,8 @@ static int realloc_buf(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
     return rlpi_buffer_alloc(be, bytes ? bytes : 4, buf);
 }
 
-/* C (m, n) = op(A) op(B) (+ C when beta = 1); row-major, contiguous. */
-static int mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A, size_t aoff, int ta,
-              rlpi_buffer *B, size_t boff, int tb, int64_t m, int64_t n, int64_t k, float beta)
+int rlpi_tf_mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A, size_t aoff, int ta,
+               rlpi_buffer *B, size_t boff, int tb, int64_t m, int64_t n, int64_t k, float beta)
 {
     rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = beta,
                    .batch = 1,
@@ -370,9 +331,9 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     int64_t n = tf->n, d = c->dim;
 #define A(field) RLPI_REF(a, aoff + L->field)
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
-    TRY(mm(tf, a, aoff + L->q, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
-    TRY(mm(tf, a, aoff + L->k, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
-    TRY(mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->q, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->k, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
     if (c->attention_bias) {
         TRY(rlpi_op_add_bias(be, A(q), RLPI_REF(W, P->bq), n, tf->qdim));
         TRY(rlpi_op_add_bias(be, A(k), RLPI_REF(W, P->bk), n, tf->kvdim));
@@ -384,14 +345,14 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
                               c->n_kv_heads, c->head_dim));
     /* x_mid = x_in + att·Woᵀ */
     TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
-    TRY(mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
-    TRY(mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
-    TRY(mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
     TRY(rlpi_op_swiglu_fwd(be, A(act), A(gate), A(up), n * c->ffn_dim));
     /* x_out = x_mid + act·Wdᵀ */
     TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
-    TRY(mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
 #undef A
     return RLP_OK;
 }
@@ -510,7 +471,7 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
             rc = rlpi_buffer_alloc(be, (size_t)m * 4, &ent);
         for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
             int64_t rows = m - r0 < chunk ? m - r0 : chunk;
-            rc = mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+            rc = rlpi_tf_mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
             if (!rc)
                 rc = rlpi_op_logprob_rows(be, RLPI_REF(lp, (size_t)r0), RLPI_REF(ent, (size_t)r0), RLPI_REF(logits, 0),
                                           RLPI_REF(tf->targets_sel, (size_t)r0), rows, c->vocab_size, inv_temp);
@@ -568,7 +529,7 @@ int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *
     if (!rc)
         rc = rlpi_op_embedding_fwd(tf->be, RLPI_REF(rows, 0), RLPI_REF(tf->h, 0), RLPI_REF(idx, 0), S, d, tf->n);
     if (!rc)
-        rc = mm(tf, out, 0, rows, 0, 0, tf->params, tf->lm_head, 1, S, c->vocab_size, d, 0.0f);
+        rc = rlpi_tf_mm(tf, out, 0, rows, 0, 0, tf->params, tf->lm_head, 1, S, c->vocab_size, d, 0.0f);
     if (!rc)
         rc = rlpi_buffer_download(out, 0, logits, (size_t)(S * c->vocab_size) * 4);
     rlpi_buffer_free(idx);
@@ -599,18 +560,18 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
 #define A(field) RLPI_REF(a, aoff + L->field)
 #define SR(field) RLPI_REF(S, g->field)
     /* MLP: out = x_mid + act·Wdᵀ */
-    TRY(mm(tf, S, g->dact, S, g->dx, 0, W, P->wd, 0, n, F, d, 0.0f));
-    TRY(mm(tf, G, P->wd, S, g->dx, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dact, S, g->dx, 0, W, P->wd, 0, n, F, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wd, S, g->dx, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
     TRY(rlpi_op_swiglu_bwd(be, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
-    TRY(mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
-    TRY(mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
-    TRY(mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
-    TRY(mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
                             A(rstd2), n, d));
     /* attention: x_mid = x_in + att·Woᵀ */
-    TRY(mm(tf, S, g->datt, S, g->dx, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
-    TRY(mm(tf, G, P->wo, S, g->dx, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->datt, S, g->dx, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wo, S, g->dx, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
     TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse),
                               tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim));
     TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 1));
@@ -620,12 +581,12 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk), n, tf->kvdim));
         TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
     }
-    TRY(mm(tf, S, g->dxn, S, g->dq, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
-    TRY(mm(tf, S, g->dxn, S, g->dk, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
-    TRY(mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
-    TRY(mm(tf, G, P->wq, S, g->dq, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
-    TRY(mm(tf, G, P->wk, S, g->dk, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
-    TRY(mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
                             RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
 #undef A
@@ -664,15 +625,15 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
     for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
         int64_t rows = m - r0 < chunk ? m - r0 : chunk;
         /* recompute this chunk's logits rather than keep m × vocab of them */
-        rc = mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+        rc = rlpi_tf_mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
         if (!rc)
             rc = rlpi_op_logprob_rows_bwd(be, RLPI_REF(logits, 0), RLPI_REF(tf->targets_sel, (size_t)r0),
                                           RLPI_REF(dl, (size_t)r0), de ? RLPI_REF(de, (size_t)r0) : RLPI_REF(NULL, 0),
                                           rows, c->vocab_size, tf->inv_temp);
         if (!rc) /* dhsel = dlogits · W_lm */
-            rc = mm(tf, dhsel, (size_t)(r0 * d), logits, 0, 0, tf->params, tf->lm_head, 0, rows, d, c->vocab_size, 0.0f);
+            rc = rlpi_tf_mm(tf, dhsel, (size_t)(r0 * d), logits, 0, 0, tf->params, tf->lm_head, 0, rows, d, c->vocab_size, 0.0f);
         if (!rc) /* dW_lm += dlogitsᵀ · hsel */
-            rc = mm(tf, tf->grads, tf->lm_head, logits, 0, 1, tf->hsel, (size_t)(r0 * d), 0, c->vocab_size, d, rows, 1.0f);
+            rc = rlpi_tf_mm(tf, tf->grads, tf->lm_head, logits, 0, 1, tf->hsel, (size_t)(r0 * d), 0, c->vocab_size, d, rows, 1.0f);
     }
     /* scatter the target rows back to token positions of dh (in dxn) */
     if (!rc)

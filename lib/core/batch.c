@@ -1,0 +1,280 @@
+/* rlp_batch: an array of owned trajectories with copy-in (append), view-out
+ * (get) accessors. Validation lives here so every producer (local engine,
+ * remote engine, hosts, Python) is held to the same rules. */
+#include "core/batch.h"
+
+#include "core/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rlpi_traj_clear(rlpi_traj *t)
+{
+    if (!t)
+        return;
+    free(t->prompt);
+    free(t->tokens);
+    free(t->logprobs);
+    free(t->versions);
+    free(t->prompt_text);
+    free(t->text);
+    free(t->error);
+    free(t->metadata);
+    memset(t, 0, sizeof *t);
+}
+
+int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t version)
+{
+    if (t->n_tokens == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        int32_t *tok = realloc(t->tokens, cap * sizeof *tok);
+        if (tok)
+            t->tokens = tok;
+        float *lp = realloc(t->logprobs, cap * sizeof *lp);
+        if (lp)
+            t->logprobs = lp;
+        uint64_t *ver = realloc(t->versions, cap * sizeof *ver);
+        if (ver)
+            t->versions = ver;
+        if (!tok || !lp || !ver)
+            return rlpi_error_set(RLP_E_NOMEM, "trajectory: out of memory");
+        t->cap = cap;
+    }
+    t->tokens[t->n_tokens] = token;
+    t->logprobs[t->n_tokens] = logprob;
+    t->versions[t->n_tokens] = version;
+    t->n_tokens++;
+    return RLP_OK;
+}
+
+int rlpi_batch_reserve(rlp_batch *b, size_t more)
+{
+    if (b->n + more <= b->cap)
+        return RLP_OK;
+    if (more > SIZE_MAX / sizeof(rlpi_traj) - b->n)
+        return rlpi_error_set(RLP_E_OVERFLOW, "batch: too many trajectories");
+    size_t cap = b->cap ? b->cap : 8;
+    while (cap < b->n + more)
+        cap = cap > SIZE_MAX / (2 * sizeof(rlpi_traj)) ? b->n + more : 2 * cap;
+    rlpi_traj *items = realloc(b->items, cap * sizeof *items);
+    if (!items)
+        return rlpi_error_set(RLP_E_NOMEM, "batch: out of memory");
+    b->items = items;
+    b->cap = cap;
+    return RLP_OK;
+}
+
+int rlpi_batch_take(rlp_batch *b, rlpi_traj *t)
+{
+    int rc = rlpi_batch_reserve(b, 1);
+    if (rc)
+        return rc;
+    b->items[b->n++] = *t;
+    memset(t, 0, sizeof *t);
+    return RLP_OK;
+}
+
+static int dup_mem(void **dst, const void *src, size_t n, size_t elem)
+{
+    *dst = NULL;
+    if (!src || n == 0)
+        return RLP_OK;
+    *dst = malloc(n * elem);
+    if (!*dst)
+        return rlpi_error_set(RLP_E_NOMEM, "batch: out of memory");
+    memcpy(*dst, src, n * elem);
+    return RLP_OK;
+}
+
+static int dup_str(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src)
+        return RLP_OK;
+    *dst = strdup(src);
+    return *dst ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "batch: out of memory");
+}
+
+int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
+{
+    *dst = *src;
+    dst->prompt = NULL;
+    dst->tokens = NULL;
+    dst->logprobs = NULL;
+    dst->versions = NULL;
+    dst->prompt_text = dst->text = dst->error = dst->metadata = NULL;
+    dst->cap = src->n_tokens;
+    int rc;
+    if ((rc = dup_mem((void **)&dst->prompt, src->prompt, src->n_prompt, sizeof(int32_t))) ||
+        (rc = dup_mem((void **)&dst->tokens, src->tokens, src->n_tokens, sizeof(int32_t))) ||
+        (rc = dup_mem((void **)&dst->logprobs, src->logprobs, src->n_tokens, sizeof(float))) ||
+        (rc = dup_mem((void **)&dst->versions, src->versions, src->n_tokens, sizeof(uint64_t))) ||
+        (rc = dup_str(&dst->prompt_text, src->prompt_text)) || (rc = dup_str(&dst->text, src->text)) ||
+        (rc = dup_str(&dst->error, src->error)) || (rc = dup_str(&dst->metadata, src->metadata))) {
+        rlpi_traj_clear(dst);
+        return rc;
+    }
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------ public API */
+
+int rlp_batch_create(rlp_batch **out)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    rlp_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return rlpi_error_set(RLP_E_NOMEM, "rlp_batch_create: out of memory");
+    *out = b;
+    return RLP_OK;
+}
+
+void rlp_batch_free(rlp_batch *batch)
+{
+    if (!batch)
+        return;
+    for (size_t i = 0; i < batch->n; i++)
+        rlpi_traj_clear(&batch->items[i]);
+    free(batch->items);
+    free(batch);
+}
+
+int rlp_batch_size(size_t *out_count, const rlp_batch *batch)
+{
+    RLPI_CHECK_ARG(out_count, "out_count is NULL");
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    *out_count = batch->n;
+    return RLP_OK;
+}
+
+int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    RLPI_CHECK_ARG(out->version >= 1, "out->version must be set to RLP_TRAJECTORY_VERSION");
+    if (index >= batch->n)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_get: index %zu outside the batch of %zu", index,
+                              batch->n);
+    const rlpi_traj *t = &batch->items[index];
+    rlp_trajectory v;
+    memset(&v, 0, sizeof v);
+    v.version = RLP_TRAJECTORY_VERSION;
+    v.group_id = t->group_id;
+    v.prompt_tokens = t->prompt;
+    v.n_prompt_tokens = t->n_prompt;
+    v.completion_tokens = t->tokens;
+    v.n_completion_tokens = t->n_tokens;
+    v.logprobs = t->logprobs;
+    v.token_versions = t->versions;
+    v.prompt_text = t->prompt_text;
+    v.completion_text = t->text ? t->text : "";
+    v.policy_version = t->policy_version;
+    v.finish_reason = t->finish_reason;
+    v.stop_index = t->stop_index;
+    v.temperature = t->temperature;
+    v.reward = t->reward;
+    v.valid = t->valid;
+    v.error = t->error;
+    v.metadata_json = t->metadata;
+    /* a caller built against an older header gets only the fields it knows */
+    size_t n = sizeof v;
+    memcpy(out, &v, n);
+    return RLP_OK;
+}
+
+int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    RLPI_CHECK_ARG(traj, "traj is NULL");
+    RLPI_CHECK_ARG(traj->version >= 1, "traj->version must be set to RLP_TRAJECTORY_VERSION");
+    RLPI_CHECK_ARG(traj->n_prompt_tokens == 0 || traj->prompt_tokens, "prompt_tokens is NULL");
+    RLPI_CHECK_ARG(traj->n_completion_tokens == 0 || (traj->completion_tokens && traj->logprobs),
+                   "completion_tokens or logprobs is NULL");
+    RLPI_CHECK_ARG(traj->finish_reason >= RLP_FINISH_NONE && traj->finish_reason <= RLP_FINISH_ERROR,
+                   "finish_reason is not an rlp_finish_reason");
+    RLPI_CHECK_ARG(!(traj->temperature < 0) && isfinite(traj->temperature), "temperature must be finite and >= 0");
+    for (size_t i = 0; i < traj->n_completion_tokens; i++) {
+        if (traj->completion_tokens[i] < 0)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: completion token %zu has negative id %d", i,
+                                  traj->completion_tokens[i]);
+        if (!isfinite(traj->logprobs[i]) || traj->logprobs[i] > 0)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: logprob %zu is %g (must be finite and <= 0)",
+                                  i, (double)traj->logprobs[i]);
+    }
+    for (size_t i = 0; i < traj->n_prompt_tokens; i++)
+        if (traj->prompt_tokens[i] < 0)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: prompt token %zu has negative id %d", i,
+                                  traj->prompt_tokens[i]);
+    rlpi_traj src = {
+        .group_id = traj->group_id,
+        .prompt = (int32_t *)traj->prompt_tokens,
+        .n_prompt = traj->n_prompt_tokens,
+        .tokens = (int32_t *)traj->completion_tokens,
+        .logprobs = (float *)traj->logprobs,
+        .versions = (uint64_t *)traj->token_versions,
+        .n_tokens = traj->n_completion_tokens,
+        .prompt_text = (char *)traj->prompt_text,
+        .text = (char *)(traj->completion_text ? traj->completion_text : ""),
+        .policy_version = traj->policy_version,
+        .finish_reason = traj->finish_reason,
+        .stop_index = traj->stop_index,
+        .temperature = traj->temperature,
+        .reward = traj->reward,
+        .valid = traj->valid,
+        .error = (char *)traj->error,
+        .metadata = (char *)traj->metadata_json,
+    };
+    rlpi_traj t;
+    int rc = rlpi_traj_copy(&t, &src);
+    if (rc)
+        return rc;
+    if (!traj->token_versions && t.n_tokens) {
+        t.versions = malloc(t.n_tokens * sizeof *t.versions);
+        if (!t.versions) {
+            rlpi_traj_clear(&t);
+            return rlpi_error_set(RLP_E_NOMEM, "rlp_batch_append: out of memory");
+        }
+        for (size_t i = 0; i < t.n_tokens; i++)
+            t.versions[i] = traj->policy_version;
+    }
+    if ((rc = rlpi_batch_take(batch, &t)) != RLP_OK)
+        rlpi_traj_clear(&t);
+    return rc;
+}
+
+int rlp_batch_extend(rlp_batch *dst, rlp_batch *src)
+{
+    RLPI_CHECK_ARG(dst, "dst is NULL");
+    RLPI_CHECK_ARG(src, "src is NULL");
+    RLPI_CHECK_ARG(dst != src, "dst and src are the same batch");
+    int rc = rlpi_batch_reserve(dst, src->n);
+    if (rc)
+        return rc;
+    memcpy(dst->items + dst->n, src->items, src->n * sizeof *src->items);
+    dst->n += src->n;
+    src->n = 0;
+    return RLP_OK;
+}
+
+int rlp_batch_set_reward(rlp_batch *batch, size_t index, float reward)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    RLPI_CHECK_ARG(index < batch->n, "index outside the batch");
+    RLPI_CHECK_ARG(isfinite(reward), "reward is not finite");
+    batch->items[index].reward = reward;
+    return RLP_OK;
+}
+
+int rlp_batch_set_invalid(rlp_batch *batch, size_t index, const char *reason)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    RLPI_CHECK_ARG(index < batch->n, "index outside the batch");
+    char *r = strdup(reason ? reason : "marked invalid");
+    if (!r)
+        return rlpi_error_set(RLP_E_NOMEM, "rlp_batch_set_invalid: out of memory");
+    free(batch->items[index].error);
+    batch->items[index].error = r;
+    batch->items[index].valid = 0;
+    return RLP_OK;
+}

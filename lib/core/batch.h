@@ -1,0 +1,50 @@
+/* The trajectory batch that rollout, reward, replay buffer and algorithms
+ * share (rlp_batch). Internal code builds trajectories in place and hands
+ * them over without copying; the public accessors are in batch.c. It knows
+ * nothing about models or sampling. */
+#ifndef RLPI_CORE_BATCH_H
+#define RLPI_CORE_BATCH_H
+
+#include "rlpost.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rlpi_traj {
+    uint64_t group_id;
+    int32_t *prompt;        /* (n_prompt) */
+    size_t n_prompt;
+    int32_t *tokens;        /* (n_tokens, cap) completion ids */
+    float *logprobs;        /* (n_tokens, cap) behaviour logprobs */
+    uint64_t *versions;     /* (n_tokens, cap) policy version per token */
+    size_t n_tokens, cap;
+    char *prompt_text;      /* NULL or owned */
+    char *text;             /* completion text, owned (never NULL once finished) */
+    uint64_t policy_version;
+    int32_t finish_reason;
+    int32_t stop_index;
+    float temperature;
+    float reward;           /* NaN until scored */
+    int32_t valid;
+    char *error;            /* owned or NULL */
+    char *metadata;         /* owned JSON or NULL */
+} rlpi_traj;
+
+struct rlp_batch {
+    rlpi_traj *items;       /* (n, cap) */
+    size_t n, cap;
+};
+
+/* Frees what a trajectory owns and zeroes it. */
+void rlpi_traj_clear(rlpi_traj *t);
+/* Appends one completion token (grows the arrays). */
+int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t version);
+/* Moves *t into the batch (t is zeroed; on failure t is untouched). */
+int rlpi_batch_take(rlp_batch *b, rlpi_traj *t);
+/* Reserve room for n more trajectories. */
+int rlpi_batch_reserve(rlp_batch *b, size_t more);
+/* Copies src (all owned memory duplicated). */
+int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src);
+
+#endif

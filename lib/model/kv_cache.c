@@ -1,0 +1,254 @@
+/* KV-cached inference: the decoder layers of transformer.c without the
+ * activations that backward needs, writing keys and values into cache
+ * slots and attending over them. Like transformer.c it calls only backend
+ * wrappers, so the CUDA backend runs it unchanged. */
+#include "model/kv_cache.h"
+
+#include "core/error.h"
+#include "model/transformer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct rlpi_kv_cache {
+    rlpi_backend *be;
+    int64_t n_layers, kvdim, n_slots, capacity;
+    int64_t slot_stride;        /* capacity · kvdim floats */
+    rlpi_buffer *kv;            /* (n_layers, 2, n_slots, capacity, kvdim) */
+    /* workspace of the last call, grown on demand */
+    int64_t ws_tokens, ws_seqs;
+    rlpi_buffer *x, *xn, *rstd, *q, *k, *v, *att, *gate, *up, *act; /* (n, ·) */
+    rlpi_buffer *ids, *pos;     /* int32 (n) */
+    rlpi_buffer *last, *rows, *rows_n, *rows_rstd, *logits; /* (n_seq, ·) */
+};
+
+static size_t k_off(const rlpi_kv_cache *kv, int64_t l)
+{
+    return (size_t)((l * 2 + 0) * kv->n_slots * kv->slot_stride);
+}
+
+static size_t v_off(const rlpi_kv_cache *kv, int64_t l)
+{
+    return (size_t)((l * 2 + 1) * kv->n_slots * kv->slot_stride);
+}
+
+int rlpi_kv_cache_create(rlpi_kv_cache **out, rlpi_transformer *tf, int64_t n_slots, int64_t capacity)
+{
+    if (!out || !tf || n_slots < 1 || capacity < 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "KV cache: bad arguments");
+    if (capacity > tf->cfg.max_seq_len)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "KV cache: capacity %lld exceeds the context length %d",
+                              (long long)capacity, tf->cfg.max_seq_len);
+    rlpi_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return rlpi_error_set(RLP_E_NOMEM, "KV cache: out of memory");
+    kv->be = tf->be;
+    kv->n_layers = tf->cfg.n_layers;
+    kv->kvdim = tf->kvdim;
+    kv->n_slots = n_slots;
+    kv->capacity = capacity;
+    kv->slot_stride = capacity * tf->kvdim;
+    double bytes = (double)kv->n_layers * 2.0 * (double)n_slots * (double)kv->slot_stride * 4.0;
+    int rc = bytes > (double)(SIZE_MAX / 2)
+                 ? rlpi_error_set(RLP_E_OVERFLOW, "KV cache: %.0f bytes do not fit", bytes)
+                 : rlpi_buffer_alloc(kv->be, (size_t)bytes, &kv->kv);
+    if (rc) {
+        free(kv);
+        return rlpi_error_wrap("KV cache of %lld slots × %lld tokens (%.1f MiB)", (long long)n_slots,
+                               (long long)capacity, bytes / 1048576.0);
+    }
+    *out = kv;
+    return RLP_OK;
+}
+
+void rlpi_kv_cache_free(rlpi_kv_cache *kv)
+{
+    if (!kv)
+        return;
+    rlpi_buffer *bufs[] = {kv->kv, kv->x, kv->xn, kv->rstd, kv->q, kv->k, kv->v, kv->att, kv->gate, kv->up,
+                           kv->act, kv->ids, kv->pos, kv->last, kv->rows, kv->rows_n, kv->rows_rstd, kv->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        rlpi_buffer_free(bufs[i]);
+    free(kv);
+}
+
+int64_t rlpi_kv_cache_slots(const rlpi_kv_cache *kv)
+{
+    return kv->n_slots;
+}
+
+int64_t rlpi_kv_cache_capacity(const rlpi_kv_cache *kv)
+{
+    return kv->capacity;
+}
+
+size_t rlpi_kv_cache_bytes(const rlpi_kv_cache *kv)
+{
+    return kv->kv->nbytes;
+}
+
+int rlpi_kv_cache_copy_prefix(rlpi_kv_cache *kv, int64_t dst, int64_t src, int64_t n_rows)
+{
+    if (!kv || dst < 0 || src < 0 || dst >= kv->n_slots || src >= kv->n_slots || n_rows < 0 ||
+        n_rows > kv->capacity)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "KV cache: bad prefix copy");
+    if (dst == src || n_rows == 0)
+        return RLP_OK;
+    size_t bytes = (size_t)(n_rows * kv->kvdim) * 4;
+    for (int64_t l = 0; l < kv->n_layers; l++) {
+        size_t offs[2] = {k_off(kv, l), v_off(kv, l)};
+        for (int t = 0; t < 2; t++) {
+            int rc = rlpi_buffer_copy(kv->kv, (offs[t] + (size_t)(dst * kv->slot_stride)) * 4, kv->kv,
+                                      (offs[t] + (size_t)(src * kv->slot_stride)) * 4, bytes);
+            if (rc)
+                return rc;
+        }
+    }
+    return RLP_OK;
+}
+
+static int grow(rlpi_backend *be, rlpi_buffer **b, int64_t elems)
+{
+    size_t bytes = (size_t)(elems > 0 ? elems : 1) * 4;
+    if (*b && (*b)->nbytes >= bytes)
+        return RLP_OK;
+    rlpi_buffer_free(*b);
+    *b = NULL;
+    return rlpi_buffer_alloc(be, bytes, b);
+}
+
+static int ensure_workspace(rlpi_kv_cache *kv, const rlpi_transformer *tf, int64_t n, int64_t n_seq)
+{
+    if (n <= kv->ws_tokens && n_seq <= kv->ws_seqs)
+        return RLP_OK;
+    const rlpi_model_config *c = &tf->cfg;
+    int64_t N = n > kv->ws_tokens ? n : kv->ws_tokens, S = n_seq > kv->ws_seqs ? n_seq : kv->ws_seqs;
+    rlpi_backend *be = kv->be;
+    int rc;
+    if ((rc = grow(be, &kv->x, N * c->dim)) || (rc = grow(be, &kv->xn, N * c->dim)) ||
+        (rc = grow(be, &kv->rstd, N)) || (rc = grow(be, &kv->q, N * tf->qdim)) ||
+        (rc = grow(be, &kv->k, N * tf->kvdim)) || (rc = grow(be, &kv->v, N * tf->kvdim)) ||
+        (rc = grow(be, &kv->att, N * tf->qdim)) || (rc = grow(be, &kv->gate, N * c->ffn_dim)) ||
+        (rc = grow(be, &kv->up, N * c->ffn_dim)) || (rc = grow(be, &kv->act, N * c->ffn_dim)) ||
+        (rc = grow(be, &kv->ids, N)) || (rc = grow(be, &kv->pos, N)) || (rc = grow(be, &kv->last, S)) ||
+        (rc = grow(be, &kv->rows, S * c->dim)) || (rc = grow(be, &kv->rows_n, S * c->dim)) ||
+        (rc = grow(be, &kv->rows_rstd, S)) || (rc = grow(be, &kv->logits, S * c->vocab_size)))
+        return rc;
+    kv->ws_tokens = N;
+    kv->ws_seqs = S;
+    return RLP_OK;
+}
+
+#define TRY(x)                       \
+    do {                             \
+        int rc_ = (x);               \
+        if (rc_ != RLP_OK)           \
+            return rc_;              \
+    } while (0)
+
+static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t n, int64_t n_seq,
+                        const int64_t *q_start, const int64_t *slot, const int64_t *past)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    const layer_params *P = &tf->layers[l];
+    rlpi_backend *be = tf->be;
+    rlpi_buffer *W = tf->params;
+    int64_t d = c->dim;
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
+                            RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
+    TRY(rlpi_tf_mm(tf, kv->q, 0, kv->xn, 0, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, kv->k, 0, kv->xn, 0, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, kv->v, 0, kv->xn, 0, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+    if (c->attention_bias) {
+        TRY(rlpi_op_add_bias(be, RLPI_REF(kv->q, 0), RLPI_REF(W, P->bq), n, tf->qdim));
+        TRY(rlpi_op_add_bias(be, RLPI_REF(kv->k, 0), RLPI_REF(W, P->bk), n, tf->kvdim));
+        TRY(rlpi_op_add_bias(be, RLPI_REF(kv->v, 0), RLPI_REF(W, P->bv), n, tf->kvdim));
+    }
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads,
+                     c->head_dim, 0));
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads,
+                     c->head_dim, 0));
+    /* the new keys and values go to their slots' rows [past, past + new) */
+    size_t ko = k_off(kv, l), vo = v_off(kv, l);
+    for (int64_t s = 0; s < n_seq; s++) {
+        size_t rows = (size_t)(q_start[s + 1] - q_start[s]);
+        size_t dst = (size_t)(slot[s] * kv->slot_stride + past[s] * kv->kvdim);
+        size_t src = (size_t)(q_start[s] * kv->kvdim);
+        TRY(rlpi_buffer_copy(kv->kv, (ko + dst) * 4, kv->k, src * 4, rows * (size_t)kv->kvdim * 4));
+        TRY(rlpi_buffer_copy(kv->kv, (vo + dst) * 4, kv->v, src * 4, rows * (size_t)kv->kvdim * 4));
+    }
+    TRY(rlpi_op_attention_cached(be, RLPI_REF(kv->att, 0), RLPI_REF(kv->q, 0), RLPI_REF(kv->kv, ko),
+                                 RLPI_REF(kv->kv, vo), q_start, slot, past, n_seq, n, kv->n_slots, kv->slot_stride,
+                                 c->n_heads, c->n_kv_heads, c->head_dim));
+    /* x += att·Woᵀ ; x += swiglu(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ */
+    TRY(rlpi_tf_mm(tf, kv->x, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
+                            RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
+    TRY(rlpi_tf_mm(tf, kv->gate, 0, kv->xn, 0, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, kv->up, 0, kv->xn, 0, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
+    TRY(rlpi_tf_mm(tf, kv->x, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    return RLP_OK;
+}
+
+int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_seq, const int64_t *q_start,
+                            const int64_t *slot, const int64_t *past, const int32_t *tokens, float *logits)
+{
+    if (!tf || !kv || n_seq < 1 || !q_start || !slot || !past || !tokens || !logits)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "extend: bad arguments");
+    const rlpi_model_config *c = &tf->cfg;
+    if (tf->be != kv->be || c->n_layers != kv->n_layers || tf->kvdim != kv->kvdim)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the KV cache was made for another model shape");
+    if (q_start[0] != 0)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "extend: q_start[0] must be 0");
+    int64_t n = q_start[n_seq];
+    for (int64_t s = 0; s < n_seq; s++) {
+        int64_t len = q_start[s + 1] - q_start[s];
+        if (len < 1)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "extend: sequence %lld has no new token", (long long)s);
+        if (slot[s] < 0 || slot[s] >= kv->n_slots)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "extend: slot %lld outside [0, %lld)", (long long)slot[s],
+                                  (long long)kv->n_slots);
+        if (past[s] < 0 || past[s] + len > kv->capacity)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "extend: sequence %lld needs %lld of %lld cache rows",
+                                  (long long)s, (long long)(past[s] + len), (long long)kv->capacity);
+        for (int64_t t = 0; t < s; t++)
+            if (slot[t] == slot[s])
+                return rlpi_error_set(RLP_E_INVALID_ARG, "extend: slot %lld used twice", (long long)slot[s]);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "extend: token id %d outside the vocabulary of %d", tokens[i],
+                                  c->vocab_size);
+    TRY(ensure_workspace(kv, tf, n, n_seq));
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *last = malloc((size_t)n_seq * sizeof *last);
+    int rc = pos && last ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "extend: out of memory");
+    if (!rc) {
+        for (int64_t s = 0; s < n_seq; s++) {
+            for (int64_t i = q_start[s]; i < q_start[s + 1]; i++)
+                pos[i] = (int32_t)(past[s] + (i - q_start[s]));
+            last[s] = (int32_t)(q_start[s + 1] - 1);
+        }
+        rc = rlpi_buffer_upload(kv->ids, 0, tokens, (size_t)n * 4);
+    }
+    if (!rc)
+        rc = rlpi_buffer_upload(kv->pos, 0, pos, (size_t)n * 4);
+    if (!rc)
+        rc = rlpi_buffer_upload(kv->last, 0, last, (size_t)n_seq * 4);
+    free(pos);
+    free(last);
+    if (rc)
+        return rc;
+    int64_t d = c->dim;
+    TRY(rlpi_op_embedding_fwd(tf->be, RLPI_REF(kv->x, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(kv->ids, 0), n,
+                              d, c->vocab_size));
+    for (int l = 0; l < c->n_layers; l++)
+        TRY(layer_extend(tf, kv, l, n, n_seq, q_start, slot, past));
+    /* the head only for each sequence's last row */
+    TRY(rlpi_op_embedding_fwd(tf->be, RLPI_REF(kv->rows, 0), RLPI_REF(kv->x, 0), RLPI_REF(kv->last, 0), n_seq, d, n));
+    TRY(rlpi_op_rmsnorm_fwd(tf->be, RLPI_REF(kv->rows_n, 0), RLPI_REF(kv->rows_rstd, 0), RLPI_REF(kv->rows, 0),
+                            RLPI_REF(tf->params, tf->final_norm), n_seq, d, c->rms_eps));
+    TRY(rlpi_tf_mm(tf, kv->logits, 0, kv->rows_n, 0, 0, tf->params, tf->lm_head, 1, n_seq, c->vocab_size, d, 0.0f));
+    return rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4);
+}

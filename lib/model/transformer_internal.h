@@ -1,0 +1,51 @@
+/* The layout of rlpi_transformer, shared by the training passes
+ * (transformer.c) and the KV-cached inference pass (kv_cache.c). Nothing
+ * outside lib/model/ includes this. */
+#ifndef RLPI_MODEL_TRANSFORMER_INTERNAL_H
+#define RLPI_MODEL_TRANSFORMER_INTERNAL_H
+
+#include "model/transformer.h"
+
+typedef struct layer_params {
+    size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd; /* offsets (floats) */
+} layer_params;
+
+/* Offsets (floats) of one layer's saved activations inside its buffer. */
+typedef struct act_layout {
+    size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act, total;
+} act_layout;
+
+struct rlpi_transformer {
+    rlpi_model_config cfg;
+    rlpi_transformer_options opts;
+    rlpi_backend *be;
+    int64_t qdim, kvdim;           /* H·hd, KV·hd */
+
+    rlpi_param_info *infos;        /* (n_infos) */
+    char **names;                  /* owned strings behind infos[].name */
+    size_t n_infos;
+    size_t n_params;
+    size_t embed, final_norm, lm_head;
+    layer_params *layers;          /* (n_layers) */
+    rlpi_buffer *params;           /* (n_params) */
+    rlpi_buffer *grads;            /* (n_params) */
+    rlpi_buffer *inv_freq;         /* (head_dim / 2) */
+
+    /* state of the last forward */
+    int64_t n, m, n_seq;           /* tokens, tokens with a target, sequences */
+    int64_t *seq_start;            /* host copy (n_seq + 1) */
+    int32_t *sel_host;             /* token index of each target row (m) */
+    rlpi_buffer *tokens, *positions, *sel, *targets_sel; /* int32 */
+    rlpi_buffer *xs;               /* residual stream (n_layers + 1, n, dim) */
+    rlpi_buffer *acts;             /* (n_layers or 1) × layout.total */
+    act_layout lay;
+    rlpi_buffer *h, *rstd_f, *hsel; /* final norm output (n, dim), (n), gathered (m, dim) */
+    bool kept;                     /* activations of every layer are valid */
+    float inv_temp;
+};
+
+/* C (m, n) = op(A) op(B) (+ C when beta = 1); row-major, contiguous. */
+int rlpi_tf_mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A, size_t aoff, int ta,
+               rlpi_buffer *B, size_t boff, int tb, int64_t m, int64_t n, int64_t k, float beta);
+
+#endif
