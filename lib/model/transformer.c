@@ -131,6 +131,31 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     free(tf);
 }
 
+int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w)
+{
+    int rc = RLP_OK;
+    for (size_t i = 0; i < tf->n_infos; i++) {
+        const rlpi_param_info *in = &tf->infos[i];
+        const rlpi_tensor *t = rlpi_weights_find(w, in->name);
+        if (!t) {
+            rc = rlpi_error_set(RLP_E_FORMAT, "model: missing tensor '%s'", in->name);
+            return rc;
+        }
+        bool shape_ok = t->n_dims == in->n_dims && t->shape[0] == in->shape[0] &&
+                        (in->n_dims == 1 || t->shape[1] == in->shape[1]);
+        if (!shape_ok) {
+            rc = rlpi_error_set(RLP_E_FORMAT, "model: tensor '%s' has shape (%lld, %lld), expected (%lld, %lld)",
+                                in->name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0),
+                                (long long)in->shape[0], (long long)in->shape[1]);
+            return rc;
+        }
+        if ((rc = rlpi_buffer_upload(tf->params, in->offset * sizeof(float), rlpi_tensor_data(w, t),
+                                     in->n_elems * sizeof(float))) != RLP_OK)
+            return rc;
+    }
+    return RLP_OK;
+}
+
 int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
                             const rlpi_weights *w, const rlpi_transformer_options *opts)
 {
@@ -157,25 +182,8 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
     if ((rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->params)) != RLP_OK ||
         (!tf->opts.frozen && (rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->grads)) != RLP_OK))
         goto fail;
-    for (size_t i = 0; i < tf->n_infos; i++) {
-        const rlpi_param_info *in = &tf->infos[i];
-        const rlpi_tensor *t = rlpi_weights_find(w, in->name);
-        if (!t) {
-            rc = rlpi_error_set(RLP_E_FORMAT, "model: missing tensor '%s'", in->name);
-            goto fail;
-        }
-        bool shape_ok = t->n_dims == in->n_dims && t->shape[0] == in->shape[0] &&
-                        (in->n_dims == 1 || t->shape[1] == in->shape[1]);
-        if (!shape_ok) {
-            rc = rlpi_error_set(RLP_E_FORMAT, "model: tensor '%s' has shape (%lld, %lld), expected (%lld, %lld)",
-                                in->name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0),
-                                (long long)in->shape[0], (long long)in->shape[1]);
-            goto fail;
-        }
-        if ((rc = rlpi_buffer_upload(tf->params, in->offset * sizeof(float), rlpi_tensor_data(w, t),
-                                     in->n_elems * sizeof(float))) != RLP_OK)
-            goto fail;
-    }
+    if ((rc = rlpi_transformer_set_weights(tf, w)) != RLP_OK)
+        goto fail;
     if (tf->grads && (rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
         goto fail;
     float inv_freq[512];
@@ -497,15 +505,19 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     return RLP_OK;
 }
 
-int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *batch, float *logits)
+int rlpi_transformer_logits_rows(rlpi_transformer *tf, const rlpi_packed_batch *batch, const int32_t *rows,
+                                 int64_t n_rows, float *logits)
 {
-    if (!tf || !batch || !logits || batch->n_seq < 1 || batch->n_tokens < 1)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer last logits: bad arguments");
+    if (!tf || !batch || !rows || !logits || n_rows < 1 || batch->n_seq < 1 || batch->n_tokens < 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer logits: bad arguments");
+    for (int64_t r = 0; r < n_rows; r++)
+        if (rows[r] < 0 || rows[r] >= batch->n_tokens)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer logits: row %d outside the %lld tokens", rows[r],
+                                  (long long)batch->n_tokens);
     int32_t *none = malloc((size_t)batch->n_tokens * sizeof *none);
     float *lp = malloc((size_t)batch->n_tokens * sizeof *lp);
-    int32_t *last = malloc((size_t)batch->n_seq * sizeof *last);
-    int rc = none && lp && last ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer last logits: out of memory");
-    rlpi_buffer *idx = NULL, *rows = NULL, *out = NULL;
+    int rc = none && lp ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer logits: out of memory");
+    rlpi_buffer *idx = NULL, *sel = NULL, *out = NULL;
     if (!rc) {
         for (int64_t i = 0; i < batch->n_tokens; i++)
             none[i] = -1; /* no head during the forward: it runs once below */
@@ -514,29 +526,39 @@ int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *
         rc = rlpi_transformer_forward(tf, &b, 1.0f, lp, NULL, false);
     }
     const rlpi_model_config *c = &tf->cfg;
-    int64_t S = batch->n_seq, d = c->dim;
-    if (!rc) {
-        for (int64_t s = 0; s < S; s++)
-            last[s] = (int32_t)(batch->seq_start[s + 1] - 1);
-        rc = rlpi_buffer_alloc(tf->be, (size_t)S * 4, &idx);
-    }
+    int64_t R = n_rows, d = c->dim;
     if (!rc)
-        rc = rlpi_buffer_alloc(tf->be, (size_t)(S * d) * 4, &rows);
+        rc = rlpi_buffer_alloc(tf->be, (size_t)R * 4, &idx);
     if (!rc)
-        rc = rlpi_buffer_alloc(tf->be, (size_t)(S * c->vocab_size) * 4, &out);
+        rc = rlpi_buffer_alloc(tf->be, (size_t)(R * d) * 4, &sel);
     if (!rc)
-        rc = rlpi_buffer_upload(idx, 0, last, (size_t)S * 4);
+        rc = rlpi_buffer_alloc(tf->be, (size_t)(R * c->vocab_size) * 4, &out);
     if (!rc)
-        rc = rlpi_op_embedding_fwd(tf->be, RLPI_REF(rows, 0), RLPI_REF(tf->h, 0), RLPI_REF(idx, 0), S, d, tf->n);
+        rc = rlpi_buffer_upload(idx, 0, rows, (size_t)R * 4);
     if (!rc)
-        rc = rlpi_tf_mm(tf, out, 0, rows, 0, 0, tf->params, tf->lm_head, 1, S, c->vocab_size, d, 0.0f);
+        rc = rlpi_op_embedding_fwd(tf->be, RLPI_REF(sel, 0), RLPI_REF(tf->h, 0), RLPI_REF(idx, 0), R, d, tf->n);
     if (!rc)
-        rc = rlpi_buffer_download(out, 0, logits, (size_t)(S * c->vocab_size) * 4);
+        rc = rlpi_tf_mm(tf, out, 0, sel, 0, 0, tf->params, tf->lm_head, 1, R, c->vocab_size, d, 0.0f);
+    if (!rc)
+        rc = rlpi_buffer_download(out, 0, logits, (size_t)(R * c->vocab_size) * 4);
     rlpi_buffer_free(idx);
-    rlpi_buffer_free(rows);
+    rlpi_buffer_free(sel);
     rlpi_buffer_free(out);
     free(none);
     free(lp);
+    return rc;
+}
+
+int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *batch, float *logits)
+{
+    if (!tf || !batch || !logits || batch->n_seq < 1 || batch->n_tokens < 1 || !batch->seq_start)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer last logits: bad arguments");
+    int32_t *last = malloc((size_t)batch->n_seq * sizeof *last);
+    if (!last)
+        return rlpi_error_set(RLP_E_NOMEM, "transformer last logits: out of memory");
+    for (int64_t s = 0; s < batch->n_seq; s++)
+        last[s] = (int32_t)(batch->seq_start[s + 1] - 1);
+    int rc = rlpi_transformer_logits_rows(tf, batch, last, batch->n_seq, logits);
     free(last);
     return rc;
 }

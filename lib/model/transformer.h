@@ -39,6 +39,10 @@ typedef struct rlpi_transformer_options {
 int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
                             const rlpi_weights *w, const rlpi_transformer_options *opts);
 void rlpi_transformer_free(rlpi_transformer *tf);
+/* Overwrites every parameter from HF-named weights of the same shapes
+ * (RLP_E_FORMAT naming a missing or misshapen tensor; parameters before it
+ * are already overwritten). */
+int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w);
 const rlpi_model_config *rlpi_transformer_config(const rlpi_transformer *tf);
 size_t rlpi_transformer_n_params(const rlpi_transformer *tf);
 
@@ -54,6 +58,9 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
  * token of every sequence: host array (n_seq, vocab). What prefill and
  * greedy decoding need. batch->targets is ignored. */
 int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *batch, float *logits);
+/* Same at any token rows of the batch: host (n_rows, vocab). */
+int rlpi_transformer_logits_rows(rlpi_transformer *tf, const rlpi_packed_batch *batch, const int32_t *rows,
+                                 int64_t n_rows, float *logits);
 
 /* Backward of the last forward (which must have kept its activations) given
  * ∂L/∂logp and optionally ∂L/∂entropy per token (host, n_tokens; entries

@@ -1,0 +1,70 @@
+/* Internal layout of rlp_rollout_engine, shared by the public entry points
+ * (engine.c), the local batched generator (engine_local.c) and the remote
+ * OpenAI-compatible generator (engine_remote.c).
+ *
+ * Weight updates from other threads meet the generate loop here: a step
+ * runs with `in_step` set; an update raises `pending`, waits for the step
+ * to end, swaps the weights under `mu` and bumps `epoch`; the loop waits
+ * for `pending` to drop before it starts the next step and then treats the
+ * sequences in flight by the interrupt mode. */
+#ifndef RLPI_ROLLOUT_ENGINE_H
+#define RLPI_ROLLOUT_ENGINE_H
+
+#include "core/batch.h"
+#include "model/kv_cache.h"
+#include "rlpost.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+enum { RLPI_ENGINE_LOCAL = 1, RLPI_ENGINE_REMOTE = 2 };
+
+struct rlpi_remote_client;
+
+struct rlp_rollout_engine {
+    int kind;
+    const rlp_tokenizer *tok;      /* borrowed */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;                   /* weight updates waiting for the step to end */
+    bool in_step, generating;
+    uint64_t epoch;                /* bumped by every weight swap */
+    uint64_t version;              /* of the weights in use (local: own copy; remote: set/reported) */
+    uint64_t next_group;           /* engine-numbered group ids handed out so far */
+    int abort_requested;           /* atomic */
+    rlp_rollout_stats stats;       /* under mu */
+
+    /* local */
+    rlp_rollout_options opts;
+    rlp_policy *policy;            /* borrowed (share_weights) or owned frozen copy */
+    bool owns_policy;
+    rlpi_kv_cache *kv;
+
+    /* remote */
+    struct rlpi_remote_client *client;
+    rlp_remote_options ropts;
+};
+
+/* Resolved sampling options with defaults applied and everything checked. */
+int rlpi_engine_check_sampling(const rlp_sampling_options *in, rlp_sampling_options *out);
+
+/* Prompt i's ids: borrowed from the prompt, or encoded from its text into
+ * *owned (caller frees). */
+int rlpi_engine_prompt_ids(const rlp_rollout_engine *e, const rlp_prompt *p, size_t index, const int32_t **ids,
+                           size_t *n, int32_t **owned);
+
+/* Generate on each kind; the public rlp_rollout_generate() validates first. */
+int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
+                               const rlp_sampling_options *s, rlp_stream_fn cb, void *payload);
+int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
+                                const rlp_sampling_options *s, rlp_stream_fn cb, void *payload);
+int rlpi_engine_remote_create(rlp_rollout_engine *e);
+void rlpi_engine_remote_destroy(rlp_rollout_engine *e);
+
+/* The group id that a prompt's samples carry, and the random stream of its
+ * sample j: a pure function of (group, j), never of the batch around it. */
+uint64_t rlpi_engine_group_id(const rlp_prompt *p, size_t index, uint64_t base);
+uint64_t rlpi_engine_stream(uint64_t group, uint32_t j);
+
+#endif

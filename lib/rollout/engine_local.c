@@ -1,0 +1,474 @@
+/* The local generator: continuous batching over KV-cache slots. Each step
+ * (1) parks for pending weight updates and applies the interrupt mode to
+ * sequences whose cache was built with older weights, (2) refills free
+ * slots from the queue, sharing a prompt's prefill among the samples of
+ * its group, (3) runs one rlpi_transformer_extend() over every running
+ * sequence (prompt chunks and single decode tokens together) and (4)
+ * samples one token for each sequence whose context is fully cached.
+ * Sampling never depends on the batch: sample j of group g draws its k-th
+ * token with the uniform number (seed, stream(g, j), k). */
+#include "rollout/engine.h"
+
+#include "core/error.h"
+#include "model/policy.h"
+#include "rollout/sampler.h"
+#include "rollout/stop_matcher.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* most tokens run through one extend call: bounds the workspace of a step
+ * (prompts longer than this are prefilled in chunks over several steps) */
+#define PREFILL_BUDGET 2048
+
+enum { SEQ_QUEUED = 0, SEQ_RUNNING = 1, SEQ_DONE = 2 };
+
+typedef struct seq_state {
+    size_t prompt;              /* index in the call */
+    uint32_t j;                 /* sample index within the group */
+    uint64_t stream;
+    const int32_t *ids;         /* (n_prompt) borrowed from the call's prompt table */
+    size_t n_prompt;
+    rlpi_traj traj;
+    rlpi_stop_matcher *sm;      /* NULL without a tokenizer */
+    int64_t slot;
+    int64_t filled;             /* context rows whose keys/values are in the slot */
+    uint64_t epoch;             /* weights epoch those rows were computed with */
+    int state;
+    bool started;               /* has a policy_version */
+} seq_state;
+
+typedef struct gen_ctx {
+    rlp_rollout_engine *e;
+    const rlp_sampling_options *s;
+    rlp_stream_fn cb;
+    void *payload;
+    seq_state *seqs;            /* (N) prompt-major */
+    size_t N, n_done;
+    int32_t *stop_ids;          /* EOS (unless ignored) + the caller's */
+    size_t n_stop_ids;
+    rlpi_sampler_params sp;
+    rlpi_sampler_scratch scratch;
+    char *delta;                /* stream text of the current event */
+    size_t delta_cap;
+} gen_ctx;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int32_t ctx_token(const seq_state *q, int64_t i)
+{
+    return i < (int64_t)q->n_prompt ? q->ids[i] : q->traj.tokens[i - (int64_t)q->n_prompt];
+}
+
+static int64_t ctx_len(const seq_state *q)
+{
+    return (int64_t)(q->n_prompt + q->traj.n_tokens);
+}
+
+static int delta_append(gen_ctx *g, size_t *len, const char *text, size_t n)
+{
+    if (*len + n + 1 > g->delta_cap) {
+        size_t cap = (*len + n + 1) * 2;
+        char *d = realloc(g->delta, cap);
+        if (!d)
+            return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+        g->delta = d;
+        g->delta_cap = cap;
+    }
+    if (n)
+        memcpy(g->delta + *len, text, n);
+    *len += n;
+    g->delta[*len] = '\0';
+    return RLP_OK;
+}
+
+/* Ends a sequence: its text, its slot back to the pool, a final stream
+ * event (with the text the matcher still held) when `emit` is set. */
+static int finish(gen_ctx *g, seq_state *q, int reason, int64_t *free_slots, int64_t *n_free, bool emit)
+{
+    size_t dlen = 0;
+    int rc = RLP_OK;
+    if (q->sm) {
+        const char *d = NULL;
+        size_t n = 0;
+        if (reason != RLP_FINISH_STOP && (rc = rlpi_stop_matcher_finish(q->sm, &d, &n)) != RLP_OK)
+            return rc;
+        if ((rc = delta_append(g, &dlen, d, n)) != RLP_OK)
+            return rc;
+        size_t tl;
+        const char *t = rlpi_stop_matcher_text(q->sm, &tl);
+        q->traj.text = malloc(tl + 1);
+        if (!q->traj.text)
+            return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+        memcpy(q->traj.text, t, tl);
+        q->traj.text[tl] = '\0';
+        q->traj.stop_index = rlpi_stop_matcher_matched_string(q->sm);
+    } else {
+        q->traj.text = strdup("");
+        if (!q->traj.text)
+            return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+    }
+    q->traj.finish_reason = reason;
+    if (q->slot >= 0)
+        free_slots[(*n_free)++] = q->slot;
+    q->slot = -1;
+    q->state = SEQ_DONE;
+    g->n_done++;
+    if (emit && g->cb) {
+        rlp_stream_event ev = {.version = 1, .prompt_index = q->prompt, .sample_index = q->j, .token = -1,
+                               .policy_version = q->traj.policy_version, .text = g->delta ? g->delta : "",
+                               .text_len = dlen, .finish_reason = reason};
+        g->cb(&ev, g->payload); /* the sequence has ended: its answer is moot */
+    }
+    return RLP_OK;
+}
+
+/* Records a sampled token, runs the stop rules, streams it. */
+static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_t version, int64_t capacity,
+                        int64_t *free_slots, int64_t *n_free)
+{
+    int rc = rlpi_traj_push_token(&q->traj, tok, lp, version);
+    if (rc)
+        return rc;
+    bool stopped = false;
+    for (size_t i = 0; i < g->n_stop_ids; i++)
+        stopped |= tok == g->stop_ids[i];
+    size_t dlen = 0;
+    if (q->sm) {
+        const char *d;
+        size_t n;
+        bool s2 = false;
+        if ((rc = rlpi_stop_matcher_push(q->sm, tok, &s2, &d, &n)) != RLP_OK ||
+            (rc = delta_append(g, &dlen, d, n)) != RLP_OK)
+            return rc;
+        stopped |= s2;
+    }
+    int reason = RLP_FINISH_NONE;
+    if (stopped)
+        reason = RLP_FINISH_STOP;
+    else if (q->traj.n_tokens >= g->s->max_new_tokens || ctx_len(q) >= capacity)
+        reason = RLP_FINISH_LENGTH;
+    int verdict = 0;
+    if (g->cb) {
+        rlp_stream_event ev = {.version = 1, .prompt_index = q->prompt, .sample_index = q->j, .token = tok,
+                               .logprob = lp, .policy_version = version, .text = g->delta ? g->delta : "",
+                               .text_len = dlen, .finish_reason = RLP_FINISH_NONE};
+        verdict = g->cb(&ev, g->payload);
+    }
+    if (reason == RLP_FINISH_NONE && verdict != 0)
+        reason = RLP_FINISH_ABORT;
+    if (reason != RLP_FINISH_NONE)
+        return finish(g, q, reason, free_slots, n_free, true);
+    return RLP_OK;
+}
+
+static void seqs_free(gen_ctx *g)
+{
+    for (size_t i = 0; i < g->N; i++) {
+        rlpi_traj_clear(&g->seqs[i].traj);
+        rlpi_stop_matcher_free(g->seqs[i].sm);
+    }
+    free(g->seqs);
+    free(g->stop_ids);
+    free(g->delta);
+    rlpi_sampler_scratch_free(&g->scratch);
+}
+
+static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const int32_t **ids, const size_t *lens,
+                 uint64_t group_base)
+{
+    rlp_rollout_engine *e = g->e;
+    const rlp_sampling_options *s = g->s;
+    const rlpi_model_config *cfg = rlpi_transformer_config(e->policy->tf);
+    g->N = n_prompts * s->n;
+    g->seqs = calloc(g->N, sizeof *g->seqs);
+    g->stop_ids = malloc((s->n_stop_token_ids + 1) * sizeof *g->stop_ids);
+    if (!g->seqs || !g->stop_ids)
+        return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+    int32_t eos = -1;
+    if (!s->ignore_eos) {
+        if (e->tok)
+            rlp_tokenizer_special_id(&eos, e->tok, RLP_TOKEN_EOS);
+        else
+            eos = cfg->eos_id;
+        if (eos >= 0)
+            g->stop_ids[g->n_stop_ids++] = eos;
+    }
+    for (size_t i = 0; i < s->n_stop_token_ids; i++)
+        g->stop_ids[g->n_stop_ids++] = s->stop_token_ids[i];
+    if (s->n_stop && !e->tok)
+        return rlpi_error_set(RLP_E_STATE, "generate: stop strings need a tokenizer and the model has none");
+    rlpi_stop_config sc = {.stop = s->stop, .n_stop = s->n_stop, .stop_ids = g->stop_ids,
+                           .n_stop_ids = g->n_stop_ids, .include_stop_str = s->include_stop_str != 0};
+    for (size_t p = 0; p < n_prompts; p++) {
+        uint64_t group = rlpi_engine_group_id(&prompts[p], p, group_base);
+        uint64_t stream_group = prompts[p].group_id ? prompts[p].group_id : p;
+        for (uint32_t j = 0; j < s->n; j++) {
+            seq_state *q = &g->seqs[p * s->n + j];
+            q->prompt = p;
+            q->j = j;
+            q->stream = rlpi_engine_stream(stream_group, j);
+            q->ids = ids[p];
+            q->n_prompt = lens[p];
+            q->slot = -1;
+            q->traj.group_id = group;
+            q->traj.temperature = s->temperature;
+            q->traj.reward = NAN;
+            q->traj.valid = 1;
+            q->traj.stop_index = -1;
+            q->traj.n_prompt = lens[p];
+            q->traj.prompt = malloc(lens[p] * sizeof(int32_t));
+            if (!q->traj.prompt)
+                return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+            memcpy(q->traj.prompt, ids[p], lens[p] * sizeof(int32_t));
+            if (prompts[p].text && !(q->traj.prompt_text = strdup(prompts[p].text)))
+                return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+            if (prompts[p].metadata_json && !(q->traj.metadata = strdup(prompts[p].metadata_json)))
+                return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+            if (e->tok) {
+                int rc = rlpi_stop_matcher_create(&q->sm, e->tok, &sc);
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    return RLP_OK;
+}
+
+/* Weights in use for the next step: (epoch, version). A shared-weights
+ * engine follows the policy's own version. */
+static void current_weights(rlp_rollout_engine *e, uint64_t *epoch, uint64_t *version)
+{
+    if (!e->owns_policy) {
+        *version = e->policy->version;
+        *epoch = e->policy->version;
+    } else {
+        *version = e->version;
+        *epoch = e->epoch;
+    }
+}
+
+static int run(gen_ctx *g)
+{
+    rlp_rollout_engine *e = g->e;
+    rlpi_transformer *tf = e->policy->tf;
+    const int64_t V = rlpi_transformer_config(tf)->vocab_size;
+    const int64_t n_slots = rlpi_kv_cache_slots(e->kv), capacity = rlpi_kv_cache_capacity(e->kv);
+    int64_t *free_slots = malloc((size_t)n_slots * sizeof *free_slots);
+    int64_t *q_start = malloc((size_t)(n_slots + 1) * sizeof *q_start);
+    int64_t *slot = malloc((size_t)n_slots * sizeof *slot), *past = malloc((size_t)n_slots * sizeof *past);
+    size_t *member = malloc((size_t)n_slots * sizeof *member);
+    int64_t *fed = malloc((size_t)n_slots * sizeof *fed);
+    int32_t *tokens = malloc((size_t)(PREFILL_BUDGET + n_slots) * sizeof *tokens);
+    float *logits = malloc((size_t)(n_slots * V) * sizeof *logits);
+    size_t *running = malloc((size_t)n_slots * sizeof *running);
+    int rc = free_slots && q_start && slot && past && member && fed && tokens && logits && running
+                 ? RLP_OK
+                 : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+    int64_t n_free = 0;
+    for (int64_t s = n_slots - 1; s >= 0; s--)
+        free_slots[n_free++] = s;
+    size_t next = 0, n_running = 0;
+    while (!rc && g->n_done < g->N) {
+        pthread_mutex_lock(&e->mu);
+        while (e->pending > 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        e->in_step = true;
+        pthread_mutex_unlock(&e->mu);
+        uint64_t epoch, version;
+        current_weights(e, &epoch, &version);
+        uint64_t interrupts = 0, prefill_tokens = 0, decode_tokens = 0, prompts_prefilled = 0;
+        double t0 = now_s();
+
+        if (__atomic_load_n(&e->abort_requested, __ATOMIC_SEQ_CST)) {
+            for (size_t i = 0; !rc && i < g->N; i++)
+                if (g->seqs[i].state != SEQ_DONE)
+                    rc = finish(g, &g->seqs[i], RLP_FINISH_ABORT, free_slots, &n_free, true);
+        }
+        /* sequences whose cache predates the current weights */
+        n_running = 0;
+        for (size_t i = 0; !rc && i < g->N; i++) {
+            seq_state *q = &g->seqs[i];
+            if (q->state != SEQ_RUNNING)
+                continue;
+            if (q->epoch != epoch) {
+                interrupts++;
+                if (e->opts.interrupt_mode == RLP_INTERRUPT_ABORT) {
+                    rc = finish(g, q, RLP_FINISH_ABORT, free_slots, &n_free, true);
+                    continue;
+                }
+                q->filled = 0; /* recompute prompt + tokens so far with the new weights */
+                q->epoch = epoch;
+            }
+            running[n_running++] = i;
+        }
+        /* refill free slots from the queue */
+        while (!rc && n_free > 0 && next < g->N) {
+            seq_state *q = &g->seqs[next++];
+            if (q->state == SEQ_DONE)
+                continue;
+            q->state = SEQ_RUNNING;
+            q->slot = free_slots[--n_free];
+            q->filled = 0;
+            q->epoch = epoch;
+            running[n_running++] = (size_t)(q - g->seqs);
+        }
+        /* build the step: which sequences feed which tokens */
+        int64_t n_seq = 0, n_tok = 0, budget = PREFILL_BUDGET;
+        for (size_t r = 0; !rc && r < n_running; r++) {
+            seq_state *q = &g->seqs[running[r]];
+            if (q->state != SEQ_RUNNING)
+                continue;
+            int64_t len = ctx_len(q);
+            if (q->filled == 0 && q->traj.n_tokens == 0 && q->n_prompt > 1) {
+                /* share a sibling's prompt prefill when one has it cached
+                 * (same weights); wait a step when a sibling is prefilling now */
+                bool waiting = false, copied = false;
+                for (size_t r2 = 0; r2 < n_running && !copied; r2++) {
+                    seq_state *o = &g->seqs[running[r2]];
+                    if (o == q || o->state != SEQ_RUNNING || o->prompt != q->prompt || o->epoch != epoch)
+                        continue;
+                    if (o->filled >= (int64_t)q->n_prompt - 1) {
+                        rc = rlpi_kv_cache_copy_prefix(e->kv, q->slot, o->slot, (int64_t)q->n_prompt - 1);
+                        q->filled = (int64_t)q->n_prompt - 1;
+                        copied = true;
+                    } else if (r2 < r && o->filled == 0 && o->traj.n_tokens == 0) {
+                        waiting = true; /* o is scheduled to prefill in this step */
+                    }
+                }
+                if (rc)
+                    break;
+                if (waiting && !copied)
+                    continue;
+            }
+            int64_t want = len - q->filled;
+            if (want > 1) { /* prefill (chunked by the step's token budget) */
+                if (budget <= 0)
+                    continue;
+                want = want < budget ? want : budget;
+                budget -= want;
+                if (q->filled == 0)
+                    prompts_prefilled++;
+                prefill_tokens += (uint64_t)want;
+            }
+            q_start[n_seq] = n_tok;
+            slot[n_seq] = q->slot;
+            past[n_seq] = q->filled;
+            fed[n_seq] = want;
+            member[n_seq] = running[r];
+            for (int64_t i = 0; i < want; i++)
+                tokens[n_tok + i] = ctx_token(q, q->filled + i);
+            n_tok += want;
+            n_seq++;
+        }
+        q_start[n_seq] = n_tok;
+        if (!rc && n_seq > 0)
+            rc = rlpi_transformer_extend(tf, e->kv, n_seq, q_start, slot, past, tokens, logits);
+        double t1 = now_s();
+        for (int64_t s = 0; !rc && s < n_seq; s++) {
+            seq_state *q = &g->seqs[member[s]];
+            q->filled += fed[s];
+            if (q->filled < ctx_len(q))
+                continue; /* a prefill chunk: no token yet */
+            if (!q->started) {
+                q->traj.policy_version = version;
+                q->started = true;
+            }
+            int32_t tok;
+            float lp;
+            double u = rlpi_sample_uniform(g->s->seed, q->stream, q->traj.n_tokens);
+            rc = rlpi_sample(logits + (size_t)s * (size_t)V, (int32_t)V, &g->sp, u, &g->scratch, &tok, &lp);
+            if (!rc)
+                rc = accept_token(g, q, tok, lp, version, capacity, free_slots, &n_free);
+            decode_tokens++;
+        }
+        double t2 = now_s();
+        pthread_mutex_lock(&e->mu);
+        e->in_step = false;
+        e->stats.interrupts += interrupts;
+        e->stats.prefill_tokens += prefill_tokens;
+        e->stats.prompts += prompts_prefilled;
+        e->stats.decode_tokens += decode_tokens;
+        e->stats.decode_steps += n_seq > 0;
+        if (prefill_tokens > 0)
+            e->stats.prefill_seconds += t1 - t0;
+        else
+            e->stats.decode_seconds += t1 - t0;
+        e->stats.decode_seconds += t2 - t1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    free(free_slots);
+    free(q_start);
+    free(slot);
+    free(past);
+    free(member);
+    free(fed);
+    free(tokens);
+    free(logits);
+    free(running);
+    return rc;
+}
+
+int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
+                               const rlp_sampling_options *s, rlp_stream_fn cb, void *payload)
+{
+    const rlpi_model_config *cfg = rlpi_transformer_config(e->policy->tf);
+    const int32_t **ids = calloc(n_prompts, sizeof *ids);
+    size_t *lens = calloc(n_prompts, sizeof *lens);
+    int32_t **owned = calloc(n_prompts, sizeof *owned);
+    gen_ctx g = {.e = e, .s = s, .cb = cb, .payload = payload,
+                 .sp = {s->temperature, s->top_k, s->top_p, s->min_p, s->logprobs_mode}};
+    int rc = ids && lens && owned ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+    int64_t capacity = rlpi_kv_cache_capacity(e->kv);
+    for (size_t p = 0; !rc && p < n_prompts; p++) {
+        rc = rlpi_engine_prompt_ids(e, &prompts[p], p, &ids[p], &lens[p], &owned[p]);
+        if (!rc && (int64_t)lens[p] > capacity - 1)
+            rc = rlpi_error_set(RLP_E_INVALID_ARG, "prompt %zu has %zu tokens; the engine holds %lld per sequence", p,
+                                lens[p], (long long)capacity);
+        for (size_t i = 0; !rc && i < lens[p]; i++)
+            if (ids[p][i] < 0 || ids[p][i] >= cfg->vocab_size)
+                rc = rlpi_error_set(RLP_E_INVALID_ARG, "prompt %zu: token %zu has id %d outside the vocabulary of %d",
+                                    p, i, ids[p][i], cfg->vocab_size);
+    }
+    uint64_t group_base = 0;
+    if (!rc) {
+        pthread_mutex_lock(&e->mu);
+        group_base = e->next_group;
+        e->next_group += n_prompts;
+        pthread_mutex_unlock(&e->mu);
+        rc = setup(&g, prompts, n_prompts, ids, lens, group_base);
+    }
+    if (!rc)
+        rc = run(&g);
+    if (!rc)
+        rc = rlpi_batch_reserve(out, g.N);
+    for (size_t i = 0; !rc && i < g.N; i++)
+        rc = rlpi_batch_take(out, &g.seqs[i].traj);
+    if (!rc) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.completions += g.N;
+        pthread_mutex_unlock(&e->mu);
+    }
+    seqs_free(&g);
+    for (size_t p = 0; owned && p < n_prompts; p++)
+        free(owned[p]);
+    free(owned);
+    free(ids);
+    free(lens);
+    if (rc) {
+        /* the engine stays usable: clear in_step if a step failed midway */
+        pthread_mutex_lock(&e->mu);
+        e->in_step = false;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return rc;
+}
