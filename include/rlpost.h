@@ -973,6 +973,9 @@ typedef struct rlp_prompt {
                                           spellings stay text; apply a chat template to get control tokens) */
     uint64_t group_id;               /**< 0 = the engine numbers groups itself */
     const char *metadata_json;       /**< copied into every trajectory of the group, or NULL */
+    const rlp_sampling_options *sampling; /**< this prompt's own options (n, temperature, stops, …), or NULL
+                                               for the call's: requests with different options still decode
+                                               together in one batch */
 } rlp_prompt;
 
 /** What happens to sequences in flight when new weights arrive (values fixed). */
@@ -1079,10 +1082,11 @@ typedef struct rlp_stream_event {
 typedef int (*rlp_stream_fn)(const rlp_stream_event *event, void *payload);
 
 /**
- * Generates sampling->n completions for each prompt.
+ * Generates n completions for each prompt (n of the prompt's own sampling
+ * options, else of @p sampling).
  *
  * @param[out] out      new batch: prompt-major, sample-minor order
- *                      (trajectory i·n + j is sample j of prompt i)
+ *                      (with equal n: trajectory i·n + j is sample j of prompt i)
  * @param engine        the engine
  * @param prompts       (n_prompts) prompts
  * @param n_prompts     ≥ 1

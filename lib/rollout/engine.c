@@ -211,12 +211,25 @@ int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_
     RLPI_CHECK_ARG(engine, "engine is NULL");
     RLPI_CHECK_ARG(prompts, "prompts is NULL");
     RLPI_CHECK_ARG(n_prompts >= 1, "n_prompts must be >= 1");
-    rlp_sampling_options s;
-    int rc = rlpi_engine_check_sampling(sampling, &s);
-    if (rc)
-        return rlpi_error_wrap("%s", __func__);
-    if ((uint64_t)n_prompts * s.n > (UINT64_C(1) << 32))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %zu prompts × n = %u is too many", __func__, n_prompts, s.n);
+    /* every prompt's resolved options: its own, or the call's */
+    rlp_sampling_options *sp = calloc(n_prompts, sizeof *sp);
+    if (!sp)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    uint64_t total = 0;
+    int rc = RLP_OK;
+    for (size_t p = 0; !rc && p < n_prompts; p++) {
+        rc = rlpi_engine_check_sampling(prompts[p].sampling ? prompts[p].sampling : sampling, &sp[p]);
+        if (rc)
+            rc = rlpi_error_wrap("%s: prompt %zu", __func__, p);
+        total += sp[p].n;
+    }
+    if (!rc && total > (UINT64_C(1) << 32))
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: %llu samples in one call is too many", __func__,
+                            (unsigned long long)total);
+    if (rc) {
+        free(sp);
+        return rc;
+    }
     pthread_mutex_lock(&engine->mu);
     bool busy = engine->generating;
     if (!busy) {
@@ -224,14 +237,17 @@ int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_
         __atomic_store_n(&engine->abort_requested, 0, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&engine->mu);
-    if (busy)
+    if (busy) {
+        free(sp);
         return rlpi_error_set(RLP_E_STATE, "%s: another generate call is running on this engine", __func__);
+    }
     rlp_batch *b = NULL;
     rc = rlp_batch_create(&b);
     if (!rc)
         rc = engine->kind == RLPI_ENGINE_LOCAL
-                 ? rlpi_engine_local_generate(engine, b, prompts, n_prompts, &s, on_token, payload)
-                 : rlpi_engine_remote_generate(engine, b, prompts, n_prompts, &s, on_token, payload);
+                 ? rlpi_engine_local_generate(engine, b, prompts, n_prompts, sp, on_token, payload)
+                 : rlpi_engine_remote_generate(engine, b, prompts, n_prompts, sp, on_token, payload);
+    free(sp);
     pthread_mutex_lock(&engine->mu);
     engine->generating = false;
     pthread_cond_broadcast(&engine->cv);

@@ -54,7 +54,8 @@ int rlpi_engine_check_sampling(const rlp_sampling_options *in, rlp_sampling_opti
 int rlpi_engine_prompt_ids(const rlp_rollout_engine *e, const rlp_prompt *p, size_t index, const int32_t **ids,
                            size_t *n, int32_t **owned);
 
-/* Generate on each kind; the public rlp_rollout_generate() validates first. */
+/* Generate on each kind; the public rlp_rollout_generate() validates first
+ * and passes each prompt's resolved sampling options (n_prompts). */
 int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
                                const rlp_sampling_options *s, rlp_stream_fn cb, void *payload);
 int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,

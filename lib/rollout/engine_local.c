@@ -33,6 +33,10 @@ typedef struct seq_state {
     size_t n_prompt;
     rlpi_traj traj;
     rlpi_stop_matcher *sm;      /* NULL without a tokenizer */
+    const rlp_sampling_options *s; /* this prompt's options */
+    rlpi_sampler_params sp;
+    const int32_t *stop_ids;    /* EOS (unless ignored) + the prompt's own, shared by its samples */
+    size_t n_stop_ids;
     int64_t slot;
     int64_t filled;             /* context rows whose keys/values are in the slot */
     uint64_t epoch;             /* weights epoch those rows were computed with */
@@ -42,14 +46,13 @@ typedef struct seq_state {
 
 typedef struct gen_ctx {
     rlp_rollout_engine *e;
-    const rlp_sampling_options *s;
+    const rlp_sampling_options *sp; /* (n_prompts) resolved */
+    size_t n_prompts;
     rlp_stream_fn cb;
     void *payload;
     seq_state *seqs;            /* (N) prompt-major */
     size_t N, n_done;
-    int32_t *stop_ids;          /* EOS (unless ignored) + the caller's */
-    size_t n_stop_ids;
-    rlpi_sampler_params sp;
+    int32_t **stop_ids;         /* (n_prompts) */
     rlpi_sampler_scratch scratch;
     char *delta;                /* stream text of the current event */
     size_t delta_cap;
@@ -138,8 +141,8 @@ static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_
     if (rc)
         return rc;
     bool stopped = false;
-    for (size_t i = 0; i < g->n_stop_ids; i++)
-        stopped |= tok == g->stop_ids[i];
+    for (size_t i = 0; i < q->n_stop_ids; i++)
+        stopped |= tok == q->stop_ids[i];
     size_t dlen = 0;
     if (q->sm) {
         const char *d;
@@ -153,7 +156,7 @@ static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_
     int reason = RLP_FINISH_NONE;
     if (stopped)
         reason = RLP_FINISH_STOP;
-    else if (q->traj.n_tokens >= g->s->max_new_tokens || ctx_len(q) >= capacity)
+    else if (q->traj.n_tokens >= q->s->max_new_tokens || ctx_len(q) >= capacity)
         reason = RLP_FINISH_LENGTH;
     int verdict = 0;
     if (g->cb) {
@@ -176,6 +179,8 @@ static void seqs_free(gen_ctx *g)
         rlpi_stop_matcher_free(g->seqs[i].sm);
     }
     free(g->seqs);
+    for (size_t p = 0; g->stop_ids && p < g->n_prompts; p++)
+        free(g->stop_ids[p]);
     free(g->stop_ids);
     free(g->delta);
     rlpi_sampler_scratch_free(&g->scratch);
@@ -185,35 +190,45 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
                  uint64_t group_base)
 {
     rlp_rollout_engine *e = g->e;
-    const rlp_sampling_options *s = g->s;
     const rlpi_model_config *cfg = rlpi_transformer_config(e->policy->tf);
-    g->N = n_prompts * s->n;
+    g->N = 0;
+    for (size_t p = 0; p < n_prompts; p++)
+        g->N += g->sp[p].n;
     g->seqs = calloc(g->N, sizeof *g->seqs);
-    g->stop_ids = malloc((s->n_stop_token_ids + 1) * sizeof *g->stop_ids);
+    g->stop_ids = calloc(n_prompts, sizeof *g->stop_ids);
     if (!g->seqs || !g->stop_ids)
         return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     int32_t eos = -1;
-    if (!s->ignore_eos) {
-        if (e->tok)
-            rlp_tokenizer_special_id(&eos, e->tok, RLP_TOKEN_EOS);
-        else
-            eos = cfg->eos_id;
-        if (eos >= 0)
-            g->stop_ids[g->n_stop_ids++] = eos;
-    }
-    for (size_t i = 0; i < s->n_stop_token_ids; i++)
-        g->stop_ids[g->n_stop_ids++] = s->stop_token_ids[i];
-    if (s->n_stop && !e->tok)
-        return rlpi_error_set(RLP_E_STATE, "generate: stop strings need a tokenizer and the model has none");
-    rlpi_stop_config sc = {.stop = s->stop, .n_stop = s->n_stop, .stop_ids = g->stop_ids,
-                           .n_stop_ids = g->n_stop_ids, .include_stop_str = s->include_stop_str != 0};
+    if (e->tok)
+        rlp_tokenizer_special_id(&eos, e->tok, RLP_TOKEN_EOS);
+    else
+        eos = cfg->eos_id;
+    size_t k = 0;
     for (size_t p = 0; p < n_prompts; p++) {
+        const rlp_sampling_options *s = &g->sp[p];
+        if (s->n_stop && !e->tok)
+            return rlpi_error_set(RLP_E_STATE, "generate: stop strings need a tokenizer and the model has none");
+        int32_t *stops = malloc((s->n_stop_token_ids + 1) * sizeof *stops);
+        if (!stops)
+            return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
+        g->stop_ids[p] = stops;
+        size_t n_stops = 0;
+        if (!s->ignore_eos && eos >= 0)
+            stops[n_stops++] = eos;
+        for (size_t i = 0; i < s->n_stop_token_ids; i++)
+            stops[n_stops++] = s->stop_token_ids[i];
+        rlpi_stop_config sc = {.stop = s->stop, .n_stop = s->n_stop, .stop_ids = stops, .n_stop_ids = n_stops,
+                               .include_stop_str = s->include_stop_str != 0};
         uint64_t group = rlpi_engine_group_id(&prompts[p], p, group_base);
         uint64_t stream_group = prompts[p].group_id ? prompts[p].group_id : p;
-        for (uint32_t j = 0; j < s->n; j++) {
-            seq_state *q = &g->seqs[p * s->n + j];
+        for (uint32_t j = 0; j < s->n; j++, k++) {
+            seq_state *q = &g->seqs[k];
             q->prompt = p;
             q->j = j;
+            q->s = s;
+            q->sp = (rlpi_sampler_params){s->temperature, s->top_k, s->top_p, s->min_p, s->logprobs_mode};
+            q->stop_ids = stops;
+            q->n_stop_ids = n_stops;
             q->stream = rlpi_engine_stream(stream_group, j);
             q->ids = ids[p];
             q->n_prompt = lens[p];
@@ -383,8 +398,8 @@ static int run(gen_ctx *g)
             }
             int32_t tok;
             float lp;
-            double u = rlpi_sample_uniform(g->s->seed, q->stream, q->traj.n_tokens);
-            rc = rlpi_sample(logits + (size_t)s * (size_t)V, (int32_t)V, &g->sp, u, &g->scratch, &tok, &lp);
+            double u = rlpi_sample_uniform(q->s->seed, q->stream, q->traj.n_tokens);
+            rc = rlpi_sample(logits + (size_t)s * (size_t)V, (int32_t)V, &q->sp, u, &g->scratch, &tok, &lp);
             if (!rc)
                 rc = accept_token(g, q, tok, lp, version, capacity, free_slots, &n_free);
             decode_tokens++;
@@ -418,14 +433,13 @@ static int run(gen_ctx *g)
 }
 
 int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
-                               const rlp_sampling_options *s, rlp_stream_fn cb, void *payload)
+                               const rlp_sampling_options *sp, rlp_stream_fn cb, void *payload)
 {
     const rlpi_model_config *cfg = rlpi_transformer_config(e->policy->tf);
     const int32_t **ids = calloc(n_prompts, sizeof *ids);
     size_t *lens = calloc(n_prompts, sizeof *lens);
     int32_t **owned = calloc(n_prompts, sizeof *owned);
-    gen_ctx g = {.e = e, .s = s, .cb = cb, .payload = payload,
-                 .sp = {s->temperature, s->top_k, s->top_p, s->min_p, s->logprobs_mode}};
+    gen_ctx g = {.e = e, .sp = sp, .n_prompts = n_prompts, .cb = cb, .payload = payload};
     int rc = ids && lens && owned ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     int64_t capacity = rlpi_kv_cache_capacity(e->kv);
     for (size_t p = 0; !rc && p < n_prompts; p++) {

@@ -77,7 +77,7 @@ static int32_t matched_stop(const rlp_sampling_options *s, const char *text, int
 }
 
 int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
-                                const rlp_sampling_options *s, rlp_stream_fn cb, void *payload)
+                                const rlp_sampling_options *sp, rlp_stream_fn cb, void *payload)
 {
     rlpi_remote_request *reqs = calloc(n_prompts, sizeof *reqs);
     rlpi_remote_result *res = calloc(n_prompts, sizeof *res);
@@ -85,6 +85,7 @@ int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp
     int rc = reqs && res && owned ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     for (size_t p = 0; !rc && p < n_prompts; p++) {
         rlpi_remote_request *r = &reqs[p];
+        const rlp_sampling_options *s = &sp[p];
         rc = rlpi_engine_prompt_ids(e, &prompts[p], p, &r->prompt, &r->n_prompt, &owned[p]);
         r->n = s->n;
         r->max_tokens = s->max_new_tokens;
@@ -110,10 +111,10 @@ int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp
         pthread_mutex_unlock(&e->mu);
         rc = rlpi_remote_client_complete(e->client, reqs, n_prompts, res);
     }
-    uint64_t errors = 0, tokens = 0;
-    if (!rc)
-        rc = rlpi_batch_reserve(out, n_prompts * s->n);
+    uint64_t errors = 0, tokens = 0, samples = 0;
     for (size_t p = 0; !rc && p < n_prompts; p++) {
+        const rlp_sampling_options *s = &sp[p];
+        samples += s->n;
         uint64_t group = rlpi_engine_group_id(&prompts[p], p, group_base);
         uint64_t v = res[p].weight_version >= 0 ? (uint64_t)res[p].weight_version : version;
         errors += res[p].status != RLP_OK;
@@ -155,7 +156,7 @@ int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp
     pthread_mutex_lock(&e->mu);
     e->stats.remote_errors += errors;
     e->stats.prompts += n_prompts;
-    e->stats.completions += n_prompts * s->n;
+    e->stats.completions += samples;
     e->stats.decode_tokens += tokens;
     pthread_mutex_unlock(&e->mu);
     for (size_t p = 0; res && p < n_prompts; p++)
