@@ -33,19 +33,23 @@ build() {
     srcs=""
     for s in "$@"; do srcs="$srcs $root/lib/$s"; done
     # shellcheck disable=SC2086
-    $CC $cflags -o "$work/$name" "$here/$name.c" $srcs -lpthread -lm
+    $CC $cflags -o "$work/$name" "$here/$name.c" $srcs -ljansson -lpthread -lm
 }
 
 build fuzz_gguf core/error.c core/threadpool.c model/config.c model/weights.c \
     model/quant.c model/gguf.c model/gguf_model.c
+build fuzz_completion_response core/error.c core/json_guard.c rollout/remote_parse.c
 
 status=0
-for t in fuzz_gguf; do
+for t in fuzz_gguf fuzz_completion_response; do
     corpus="$work/corpus-${t#fuzz_}"
     mkdir -p "$corpus"
     cp "$here/corpus/${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true
+    dict=""
+    [ -f "$here/${t#fuzz_}.dict" ] && dict="-dict=$here/${t#fuzz_}.dict"
     echo "== $t: ${secs}s, corpus $corpus" >&2
+    # shellcheck disable=SC2086
     (cd "$work" && ./"$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 \
-        -print_final_stats=1 "$corpus") || status=1
+        -print_final_stats=1 $dict "$corpus") || status=1
 done
 exit $status
