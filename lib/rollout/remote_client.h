@@ -59,12 +59,23 @@ typedef struct rlpi_remote_result {
     int64_t weight_version;        /* "weight_version" of the response when present, else -1 */
 } rlpi_remote_result;
 
+/* A base URL may end in "/" or "/v1"; requests go to <base>/v1/completions.
+ * The first call in the process runs curl_global_init, once (pthread_once);
+ * a host that uses libcurl itself from several threads should call it
+ * before starting them. A client is used by one thread at a time; distinct
+ * clients may run on distinct threads. RLP_E_INVALID_ARG, RLP_E_NETWORK
+ * (curl failed to initialise), RLP_E_NOMEM. */
 int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg);
 void rlpi_remote_client_free(rlpi_remote_client *c);
 
 /* Runs all requests concurrently and waits for every one to end. results
  * (n) are filled whether each succeeded or not; the return value is RLP_OK
- * unless the call itself could not run (bad arguments, no memory). */
+ * unless the call itself could not run (bad arguments, no memory).
+ * results are overwritten, not freed: clear earlier results first; after
+ * any return other than RLP_E_INVALID_ARG each result is safe to clear. A
+ * malformed request fails alone with status RLP_E_INVALID_ARG, 0 attempts.
+ * Retried: connection errors, timeouts, truncated bodies, HTTP 5xx, 408 and
+ * 429; each retry goes to the next base URL. */
 int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request *reqs, size_t n,
                                 rlpi_remote_result *results);
 void rlpi_remote_result_clear(rlpi_remote_result *r);
@@ -73,7 +84,9 @@ void rlpi_remote_result_clear(rlpi_remote_result *r);
  * fuzz target). Token ids are taken, in order of preference, from
  * choices[i].token_ids, from logprobs.tokens entries "token_id:N" (vLLM's
  * return_tokens_as_token_ids), or from logprobs.content[].id (llama.cpp).
- * A choice without recoverable ids is RLP_E_FORMAT. */
+ * A choice without recoverable ids is RLP_E_FORMAT. n_expected 0 accepts
+ * any non-zero count. Sets out->choices, n_choices, weight_version (NULL, 0,
+ * -1 on failure) and nothing else; out->choices must hold nothing. */
 int rlpi_remote_parse_completion(const char *body, size_t len, uint32_t n_expected, rlpi_remote_result *out);
 
 #endif

@@ -1,0 +1,681 @@
+/* /v1/completions requests over libcurl's multi interface: every request of
+ * a call in flight at once (up to max_in_flight) on the calling thread, each
+ * with its own timeouts, retries, size limit and error. Builds request
+ * bodies and drives transfers; parsing the answer is remote_parse.c's job.
+ * Must not block on one request while others could progress, nor let one
+ * failure end the others. */
+#include "rollout/remote_client.h"
+
+#include "core/error.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#if LIBCURL_VERSION_NUM < 0x074200
+#error "remote_client.c needs libcurl >= 7.66 (curl_multi_poll)"
+#endif
+
+#define DEFAULT_TIMEOUT_MS 600000u
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000u
+#define DEFAULT_BACKOFF_MS 200u
+#define DEFAULT_MAX_RESPONSE ((size_t)64 << 20)
+#define DEFAULT_MAX_IN_FLIGHT 64u
+/* Longest wait between retries however many there are: a server that is
+ * down for minutes should be probed, not waited out for hours. */
+#define MAX_BACKOFF_MS 30000u
+/* Bytes of an error response body quoted in the message. */
+#define BODY_QUOTE 200
+/* Longest wait in one curl_multi_poll (curl shortens it to its own timers). */
+#define POLL_MS 1000
+
+struct rlpi_remote_client {
+    char **urls; /* (n_urls) full endpoints ".../v1/completions" */
+    size_t n_urls;
+    size_t next_url; /* round-robin cursor, carried across calls */
+    char *model;
+    struct curl_slist *headers; /* content type, bearer token, no Expect: 100-continue */
+    uint32_t timeout_ms, connect_timeout_ms, max_retries, backoff_ms, max_in_flight;
+    size_t max_response_bytes;
+    uint64_t rng; /* xorshift state for backoff jitter */
+    CURLM *multi; /* kept across calls: its connection cache reuses sockets */
+};
+
+enum { X_WAITING = 0, X_RUNNING = 1, X_DONE = 2 };
+
+/* One request's transfer state across its attempts. */
+typedef struct xfer {
+    size_t req;     /* index into reqs / results */
+    int state;      /* X_* */
+    char *body;     /* request JSON, built at the first attempt, freed when done */
+    size_t body_len;
+    size_t url;     /* URL of the current (or next) attempt */
+    uint64_t ready_ns; /* earliest start of the next attempt */
+    CURL *easy;     /* while running */
+    char *resp;     /* (resp_cap) bytes received so far, resp_len of them used */
+    size_t resp_len, resp_cap, limit;
+    int overflow, nomem; /* why the write callback stopped the transfer */
+    char errbuf[CURL_ERROR_SIZE];
+} xfer;
+
+/* ---- libcurl global state ---------------------------------------------- */
+
+/* curl_global_init is not safe to race with itself (and before curl 7.84
+ * not with anything else using curl), so it runs once per process behind
+ * pthread_once. curl_global_cleanup is never called: the library cannot
+ * know when the host, or another library in it, is done with curl. A host
+ * that uses curl itself from several threads should call curl_global_init
+ * before it starts them, as libcurl asks; our call is then a no-op. */
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* malloc'd printf; NULL when out of memory. */
+static char *fmt_alloc(const char *fmt, ...) RLPI_PRINTF(1, 2);
+static char *fmt_alloc(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *s = malloc((size_t)n + 1);
+    if (!s)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* A float as the double with the fewest significant digits that reads
+ * back as the same float, so 0.7f goes out as 0.7, not 0.699999988. */
+static double short_double(float f)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f)
+            return d;
+    }
+    return (double)f;
+}
+
+/* ---- client ------------------------------------------------------------- */
+
+/* base "http://h:p", "http://h:p/" or "http://h:p/v1" -> ".../v1/completions" */
+static char *endpoint_url(const char *base)
+{
+    size_t n = strlen(base);
+    while (n > 0 && base[n - 1] == '/')
+        n--;
+    int has_v1 = n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0;
+    return fmt_alloc("%.*s%s", (int)n, base, has_v1 ? "/completions" : "/v1/completions");
+}
+
+static int has_ctl(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    *out = NULL;
+    RLPI_CHECK_ARG(cfg, "cfg is NULL");
+    RLPI_CHECK_ARG(cfg->n_urls > 0 && cfg->base_urls, "no base_urls");
+    for (size_t i = 0; i < cfg->n_urls; i++) {
+        const char *u = cfg->base_urls[i];
+        if (!u || !(strncasecmp(u, "http://", 7) == 0 || strncasecmp(u, "https://", 8) == 0) ||
+            has_ctl(u))
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "remote client: base_urls[%zu] \"%s\" is not an http:// or "
+                                  "https:// URL",
+                                  i, u ? u : "(null)");
+    }
+    if (cfg->api_key && (has_ctl(cfg->api_key) || !*cfg->api_key))
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "remote client: api_key is empty or has control characters");
+    if (cfg->model) {
+        json_t *probe = json_string(cfg->model);
+        if (!probe)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "remote client: model is not valid UTF-8");
+        json_decref(probe);
+    }
+
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK)
+        return rlpi_error_set(RLP_E_NETWORK, "remote client: curl_global_init failed: %s",
+                              curl_easy_strerror(curl_init_rc));
+
+    rlpi_remote_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    c->n_urls = cfg->n_urls;
+    c->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+    c->max_retries = cfg->max_retries;
+    c->backoff_ms = cfg->backoff_ms ? cfg->backoff_ms : DEFAULT_BACKOFF_MS;
+    c->max_response_bytes = cfg->max_response_bytes ? cfg->max_response_bytes : DEFAULT_MAX_RESPONSE;
+    c->max_in_flight = cfg->max_in_flight ? cfg->max_in_flight : DEFAULT_MAX_IN_FLIGHT;
+    c->rng = (now_ns() ^ (uint64_t)(uintptr_t)c) | 1;
+
+    int ok = (c->urls = calloc(cfg->n_urls, sizeof *c->urls)) != NULL;
+    for (size_t i = 0; ok && i < cfg->n_urls; i++)
+        ok = (c->urls[i] = endpoint_url(cfg->base_urls[i])) != NULL;
+    if (ok && cfg->model)
+        ok = (c->model = dup_str(cfg->model)) != NULL;
+
+    const char *fixed[] = {"Content-Type: application/json", "Accept: application/json", "Expect:"};
+    for (size_t i = 0; ok && i < sizeof fixed / sizeof *fixed; i++) {
+        struct curl_slist *h = curl_slist_append(c->headers, fixed[i]);
+        ok = h != NULL;
+        if (h)
+            c->headers = h;
+    }
+    if (ok && cfg->api_key) {
+        char *auth = fmt_alloc("Authorization: Bearer %s", cfg->api_key);
+        struct curl_slist *h = auth ? curl_slist_append(c->headers, auth) : NULL;
+        free(auth); /* curl_slist_append copies */
+        ok = h != NULL;
+        if (h)
+            c->headers = h;
+    }
+    if (ok)
+        ok = (c->multi = curl_multi_init()) != NULL;
+    if (ok) /* keep a connection per transfer for reuse by the next call */
+        curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)c->max_in_flight);
+    if (!ok) {
+        rlpi_remote_client_free(c);
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    }
+    *out = c;
+    return RLP_OK;
+}
+
+void rlpi_remote_client_free(rlpi_remote_client *c)
+{
+    if (!c)
+        return;
+    if (c->multi)
+        curl_multi_cleanup(c->multi);
+    curl_slist_free_all(c->headers);
+    for (size_t i = 0; c->urls && i < c->n_urls; i++)
+        free(c->urls[i]);
+    free(c->urls);
+    free(c->model);
+    free(c);
+}
+
+/* ---- request body ------------------------------------------------------- */
+
+static int put(json_t *o, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(o, key, v) : -1;
+}
+
+/* Checks one request; NULL if fine, else a static reason. */
+static const char *request_problem(const rlpi_remote_request *r)
+{
+    if (r->n_prompt == 0 || !r->prompt)
+        return "empty prompt";
+    for (size_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0)
+            return "negative prompt token id";
+    if (r->n == 0)
+        return "n is 0";
+    if (!isfinite(r->temperature) || !isfinite(r->top_p) || !isfinite(r->min_p))
+        return "temperature, top_p or min_p is not finite";
+    if (r->has_seed && r->seed > (uint64_t)INT64_MAX)
+        return "seed does not fit in a JSON int64 (vLLM takes a signed 64-bit seed)";
+    if (r->n_stop && !r->stop)
+        return "stop is NULL with n_stop > 0";
+    for (size_t i = 0; i < r->n_stop; i++)
+        if (!r->stop[i])
+            return "a stop string is NULL";
+    if (r->n_stop_ids && !r->stop_ids)
+        return "stop_ids is NULL with n_stop_ids > 0";
+    for (size_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] < 0)
+            return "negative stop token id";
+    return NULL;
+}
+
+/* The /v1/completions body. Beyond OpenAI's fields: top_k, min_p,
+ * stop_token_ids, include_stop_str_in_output, skip_special_tokens,
+ * return_tokens_as_token_ids and return_token_ids are vLLM's (SGLang and
+ * llama.cpp read the sampling ones, ignore the rest). logprobs: 1, not 0:
+ * llama.cpp returns no probabilities at all for 0, and 1 still costs
+ * only one alternative per token. */
+static char *build_body(const rlpi_remote_client *c, const rlpi_remote_request *r, size_t *len)
+{
+    json_t *o = json_object();
+    json_t *prompt = json_array();
+    int bad = !o || !prompt;
+    for (size_t i = 0; !bad && i < r->n_prompt; i++)
+        bad = json_array_append_new(prompt, json_integer(r->prompt[i])) != 0;
+    if (!bad && c->model)
+        bad = put(o, "model", json_string(c->model));
+    if (bad)
+        json_decref(prompt); /* put() takes the reference, even when it fails */
+    else
+        bad = put(o, "prompt", prompt);
+    bad = bad || put(o, "n", json_integer(r->n));
+    bad = bad || put(o, "max_tokens", json_integer(r->max_tokens));
+    bad = bad || put(o, "temperature", json_real(short_double(r->temperature)));
+    bad = bad || put(o, "top_p", json_real(short_double(r->top_p)));
+    bad = bad || put(o, "top_k", json_integer(r->top_k > 0 ? r->top_k : -1));
+    bad = bad || put(o, "min_p", json_real(short_double(r->min_p)));
+    if (!bad && r->has_seed)
+        bad = put(o, "seed", json_integer((json_int_t)r->seed));
+    if (!bad && r->n_stop) {
+        json_t *stop = json_array();
+        bad = put(o, "stop", stop);
+        for (size_t i = 0; !bad && i < r->n_stop; i++)
+            bad = json_array_append_new(stop, json_string(r->stop[i])) != 0;
+    }
+    if (!bad && r->n_stop_ids) {
+        json_t *ids = json_array();
+        bad = put(o, "stop_token_ids", ids);
+        for (size_t i = 0; !bad && i < r->n_stop_ids; i++)
+            bad = json_array_append_new(ids, json_integer(r->stop_ids[i])) != 0;
+    }
+    bad = bad || put(o, "include_stop_str_in_output", json_boolean(r->include_stop_str));
+    bad = bad || put(o, "logprobs", json_integer(1));
+    bad = bad || put(o, "echo", json_false());
+    bad = bad || put(o, "stream", json_false());
+    bad = bad || put(o, "skip_special_tokens", json_false());
+    bad = bad || put(o, "return_tokens_as_token_ids", json_true());
+    bad = bad || put(o, "return_token_ids", json_true());
+    char *s = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (s)
+        *len = strlen(s);
+    return s;
+}
+
+/* ---- transfers ---------------------------------------------------------- */
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
+{
+    xfer *x = ud;
+    size_t n = size * nmemb; /* size is always 1 */
+    if (n > x->limit - x->resp_len) {
+        x->overflow = 1;
+        return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
+    }
+    if (x->resp_len + n > x->resp_cap) {
+        size_t cap = x->resp_cap ? x->resp_cap : x->limit < 16384 ? x->limit : 16384;
+        while (cap < x->resp_len + n)
+            cap = cap > x->limit / 2 ? x->limit : cap * 2;
+        char *b = realloc(x->resp, cap);
+        if (!b) {
+            x->nomem = 1;
+            return 0;
+        }
+        x->resp = b;
+        x->resp_cap = cap;
+    }
+    memcpy(x->resp + x->resp_len, p, n);
+    x->resp_len += n;
+    return n;
+}
+
+/* Starts the next attempt of x; RLP_OK or the code that ends the request. */
+static int start(rlpi_remote_client *c, xfer *x)
+{
+    CURL *e = curl_easy_init();
+    if (!e)
+        return RLP_E_NOMEM;
+    x->resp_len = 0;
+    x->overflow = x->nomem = 0;
+    x->errbuf[0] = '\0';
+    x->limit = c->max_response_bytes;
+    int bad = 0;
+    bad |= curl_easy_setopt(e, CURLOPT_URL, c->urls[x->url]) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)x) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)x) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms) != CURLE_OK;
+    /* refuse a declared Content-Length over the limit before reading it;
+     * on_data enforces the limit on bodies of unknown length */
+    if (c->max_response_bytes <= (size_t)INT64_MAX)
+        bad |= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK; /* no SIGALRM in a library */
+    bad |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
+#if LIBCURL_VERSION_NUM >= 0x075500
+    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
+#else
+    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) != CURLE_OK;
+#endif
+    if (bad || curl_multi_add_handle(c->multi, e) != CURLM_OK) {
+        curl_easy_cleanup(e);
+        return RLP_E_NOMEM;
+    }
+    x->easy = e;
+    x->state = X_RUNNING;
+    return RLP_OK;
+}
+
+/* Transport failures worth another try: the peer may be back, or the next
+ * URL may answer. Certificate, protocol and URL errors are not. */
+static int curl_retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE: /* peer closed mid-body: a crash or restart */
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_AGAIN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* 5xx, and 408/429 (timeout, rate limit) that proxies in front of a
+ * server send when it is busy; other 4xx mean the request is wrong. */
+static int http_retryable(long code)
+{
+    return code >= 500 || code == 408 || code == 429;
+}
+
+/* First bytes of a body, one printable line. */
+static void quote_body(const xfer *x, char *dst, size_t cap)
+{
+    size_t n = x->resp_len < cap - 1 ? x->resp_len : cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)x->resp[i];
+        dst[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : '?';
+    }
+    dst[n] = '\0';
+    if (n == 0)
+        snprintf(dst, cap, "(empty body)");
+}
+
+static uint64_t backoff_ns(rlpi_remote_client *c, uint32_t attempts)
+{
+    uint64_t ms = c->backoff_ms;
+    for (uint32_t i = 1; i < attempts && ms < MAX_BACKOFF_MS; i++)
+        ms *= 2;
+    if (ms > MAX_BACKOFF_MS)
+        ms = MAX_BACKOFF_MS;
+    /* jitter in [ms/2, ms]: requests that failed together do not all
+     * come back at the same instant */
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    ms = ms / 2 + c->rng % (ms / 2 + 1);
+    return ms * 1000000u;
+}
+
+/* Ends request x with `status` and `msg` (taken); returns 0 (not queued). */
+static int finish(xfer *x, rlpi_remote_result *res, int status, char *msg)
+{
+    res->status = status;
+    free(res->error);
+    res->error = msg;
+    if (status != RLP_OK && !msg)
+        res->status = RLP_E_NOMEM; /* could not even say why */
+    x->state = X_DONE;
+    free(x->body);
+    x->body = NULL;
+    free(x->resp);
+    x->resp = NULL;
+    x->resp_len = x->resp_cap = 0;
+    return 0;
+}
+
+/* An attempt ended: done, failed for good, or queued for a retry. Returns 1
+ * when it is queued. */
+static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_expected,
+                        rlpi_remote_result *res)
+{
+    long code = 0;
+    curl_off_t declared = -1;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &declared);
+    curl_multi_remove_handle(c->multi, x->easy);
+    curl_easy_cleanup(x->easy);
+    x->easy = NULL;
+    if (code)
+        res->http_code = code;
+    const char *url = c->urls[x->url];
+    uint32_t att = res->attempts;
+    const char *s = att == 1 ? "" : "s";
+
+    if (x->nomem)
+        return finish(x, res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory for the response", url));
+    if (x->overflow || rc == CURLE_FILESIZE_EXCEEDED)
+        return finish(x, res, RLP_E_OVERFLOW,
+                      fmt_alloc("POST %s: HTTP %ld: response larger than the limit of %zu bytes "
+                                "(max_response_bytes)",
+                                url, code, c->max_response_bytes));
+
+    int retry;
+    if (rc != CURLE_OK)
+        retry = curl_retryable(rc);
+    else if (code >= 200 && code < 300)
+        retry = 0;
+    else
+        retry = http_retryable(code);
+    if (retry && att <= c->max_retries) {
+        x->url = (x->url + 1) % c->n_urls; /* the next server may be up */
+        x->ready_ns = now_ns() + backoff_ns(c, att);
+        x->state = X_WAITING;
+        return 1;
+    }
+
+    if (rc == CURLE_PARTIAL_FILE)
+        return finish(x, res, RLP_E_FORMAT,
+                      fmt_alloc("POST %s: HTTP %ld after %u attempt%s: body truncated, connection "
+                                "closed after %zu of %lld bytes",
+                                url, code, att, s, x->resp_len, (long long)declared));
+    if (rc != CURLE_OK) {
+        const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
+        int st = rc == CURLE_OPERATION_TIMEDOUT ? RLP_E_TIMEOUT : RLP_E_NETWORK;
+        if (code)
+            return finish(x, res, st,
+                          fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, why));
+        return finish(x, res, st, fmt_alloc("POST %s: %s after %u attempt%s", url, why, att, s));
+    }
+    if (code < 200 || code >= 300) {
+        char quote[BODY_QUOTE + 1];
+        quote_body(x, quote, sizeof quote);
+        return finish(x, res, RLP_E_NETWORK,
+                      fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, quote));
+    }
+    int st = rlpi_remote_parse_completion(x->resp, x->resp_len, n_expected, res);
+    return finish(x, res, st,
+                  st ? fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s,
+                                 rlp_error_last())
+                     : NULL);
+}
+
+/* Fails every unfinished request with `why` (the multi handle broke). */
+static void fail_all(rlpi_remote_client *c, xfer *xs, size_t n, rlpi_remote_result *results,
+                     const char *why)
+{
+    for (size_t i = 0; i < n; i++) {
+        xfer *x = &xs[i];
+        if (x->state == X_DONE)
+            continue;
+        if (x->easy) {
+            curl_multi_remove_handle(c->multi, x->easy);
+            curl_easy_cleanup(x->easy);
+            x->easy = NULL;
+        }
+        finish(x, &results[i], RLP_E_NETWORK, fmt_alloc("POST %s: %s", c->urls[x->url], why));
+    }
+}
+
+int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request *reqs, size_t n,
+                                rlpi_remote_result *results)
+{
+    RLPI_CHECK_ARG(c, "client is NULL");
+    RLPI_CHECK_ARG(n == 0 || (reqs && results), "reqs or results is NULL");
+    for (size_t i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof results[i]);
+        results[i].weight_version = -1;
+    }
+    if (n == 0)
+        return RLP_OK;
+    xfer *xs = calloc(n, sizeof *xs);
+    size_t *retry_q = calloc(n, sizeof *retry_q); /* waiting retries, unordered */
+    if (!xs || !retry_q) {
+        free(xs);
+        free(retry_q);
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory for %zu requests", n);
+    }
+    size_t n_retry = 0, next_fresh = 0, n_done = 0, running = 0;
+    int rc = RLP_OK;
+    for (size_t i = 0; i < n; i++) {
+        xs[i].req = i;
+        xs[i].url = (c->next_url + i) % c->n_urls;
+    }
+    c->next_url = (c->next_url + n) % c->n_urls;
+
+    while (n_done < n) {
+        uint64_t now = now_ns();
+        /* retries whose backoff is over go first, then untried requests */
+        for (size_t q = 0; q < n_retry && running < c->max_in_flight;) {
+            xfer *x = &xs[retry_q[q]];
+            if (x->ready_ns > now) {
+                q++;
+                continue;
+            }
+            retry_q[q] = retry_q[--n_retry];
+            results[x->req].attempts++;
+            int st = start(c, x);
+            if (st) {
+                finish(x, &results[x->req], st, fmt_alloc("POST %s: cannot start a transfer", c->urls[x->url]));
+                n_done++;
+            } else {
+                running++;
+            }
+        }
+        while (next_fresh < n && running < c->max_in_flight) {
+            xfer *x = &xs[next_fresh++];
+            rlpi_remote_result *res = &results[x->req];
+            const char *problem = request_problem(&reqs[x->req]);
+            if (problem) {
+                finish(x, res, RLP_E_INVALID_ARG, fmt_alloc("request %zu: %s", x->req, problem));
+                n_done++;
+                continue;
+            }
+            x->body = build_body(c, &reqs[x->req], &x->body_len);
+            int st = x->body ? RLP_OK : RLP_E_INVALID_ARG;
+            if (st == RLP_OK) {
+                res->attempts++;
+                st = start(c, x);
+            }
+            if (st) {
+                finish(x, res, st,
+                       fmt_alloc(st == RLP_E_INVALID_ARG
+                                     ? "request %zu: cannot encode as JSON (a stop string that is "
+                                       "not UTF-8?), or out of memory"
+                                     : "request %zu: cannot start a transfer (out of memory)",
+                                 x->req));
+                n_done++;
+            } else {
+                running++;
+            }
+        }
+        if (n_done == n)
+            break;
+
+        int still;
+        CURLMcode mc = curl_multi_perform(c->multi, &still);
+        if (mc != CURLM_OK) {
+            fail_all(c, xs, n, results, curl_multi_strerror(mc));
+            rc = rlpi_error_set(RLP_E_NETWORK, "remote client: curl_multi_perform: %s",
+                                curl_multi_strerror(mc));
+            break;
+        }
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(c->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            char *priv = NULL;
+            CURLcode res_rc = m->data.result; /* m is invalid once its handle is removed */
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+            xfer *x = (xfer *)(void *)priv;
+            running--;
+            if (attempt_done(c, x, res_rc, reqs[x->req].n, &results[x->req]))
+                retry_q[n_retry++] = x->req;
+            else
+                n_done++;
+        }
+        if (n_done == n)
+            break;
+
+        /* sleep until a socket is ready, a curl timer fires, or the first
+         * backoff ends (when a slot is free for it) */
+        long wait_ms = POLL_MS;
+        if (running < c->max_in_flight && n_retry) {
+            now = now_ns();
+            for (size_t q = 0; q < n_retry; q++) {
+                uint64_t t = xs[retry_q[q]].ready_ns;
+                long ms = t <= now ? 0 : (long)((t - now + 999999u) / 1000000u);
+                if (ms < wait_ms)
+                    wait_ms = ms;
+            }
+        }
+        if (wait_ms > 0 && (mc = curl_multi_poll(c->multi, NULL, 0, (int)wait_ms, NULL)) != CURLM_OK) {
+            fail_all(c, xs, n, results, curl_multi_strerror(mc));
+            rc = rlpi_error_set(RLP_E_NETWORK, "remote client: curl_multi_poll: %s",
+                                curl_multi_strerror(mc));
+            break;
+        }
+    }
+    free(xs);
+    free(retry_q);
+    return rc;
+}
