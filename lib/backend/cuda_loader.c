@@ -23,8 +23,6 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static device_count_fn module_device_count;
 static create_fn module_create;
 static char load_error[1024];
-/* an object in this library, whose address dladdr maps back to our file */
-static const char module_anchor;
 
 static void host_log(const void *logger, int level, const char *fmt, ...)
 {
@@ -43,6 +41,9 @@ static const rlpi_host_api host_api = {
 };
 
 #ifdef RLPI_HAVE_CUDA
+/* an object in this library, whose address dladdr maps back to our file */
+static const char module_anchor;
+
 static void *try_open(const char *path, char *why, size_t why_len)
 {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
