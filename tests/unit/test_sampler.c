@@ -739,9 +739,11 @@ static void uniform_is_counter_based(void **state)
     assert_true(u0 != rlpi_sample_uniform(1, 2, 4));
     assert_true(u0 != rlpi_sample_uniform(1, 3, 2));
     assert_true(rlpi_sample_uniform(0, 0, 0) != rlpi_sample_uniform(0, 0, 1));
-    /* a fixed value: the mapping is part of reproducibility across
-     * versions; changing it changes every seeded rollout */
-    printf("rlpi_sample_uniform(0, 0, 0) = %.17g\n", rlpi_sample_uniform(0, 0, 0));
+    /* fixed values: the mapping is part of reproducibility across versions
+     * (changing it changes every seeded rollout). Both come from a Python
+     * transcription of the formula documented in sampler.c, not from it. */
+    assert_true(rlpi_sample_uniform(0, 0, 0) == 0.23286544795475594);
+    assert_true(rlpi_sample_uniform(20240611, 3, 7) == 0.9742813878592118);
 }
 
 static int cmp_double(const void *x, const void *y)
