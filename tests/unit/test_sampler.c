@@ -306,9 +306,9 @@ static int fit_one(const char *name, rlpi_sampler_params p, uint64_t stream)
         assert_true(tok >= 0 && tok < FIT_V);
         if (ref[tok] <= 0.0)
             fail_msg("%s: drew truncated token %d (draw %ld)", name, (int)tok, s);
-        if (fabs(lp - log(ref[tok])) > LOGPROB_TOL)
-            fail_msg("%s: logprob %.7f for token %d, log p = %.7f", name, (double)lp, (int)tok,
-                     log(ref[tok]));
+        if (fabs(lp - log(ref[tok])) > LOGPROB_TOL || fabs(lp - log(dist[tok])) > LOGPROB_TOL)
+            fail_msg("%s: logprob %.7f for token %d, log p = %.7f (reference %.7f)", name,
+                     (double)lp, (int)tok, log(dist[tok]), log(ref[tok]));
         count[tok]++;
     }
     int df;
