@@ -32,9 +32,9 @@ void rlpi_stop_matcher_reset(rlpi_stop_matcher *m);
 /* Feeds the next generated token. Sets *stopped when generation must end
  * after this token (a stop id, or a stop string now complete in the text;
  * a stop string may begin inside an earlier token and end inside this one).
- * *delta and *delta_len (owned by the matcher, valid until the next call)
- * receive the text that is now safe to stream. Special tokens (stop ids)
- * add no text. */
+ * *delta and *delta_len (NUL-terminated, owned by the matcher, valid
+ * until the next call) receive the text that is now safe to stream.
+ * Special tokens (stop ids) add no text. */
 int rlpi_stop_matcher_push(rlpi_stop_matcher *m, int32_t token, bool *stopped, const char **delta,
                            size_t *delta_len);
 
