@@ -219,7 +219,9 @@ static void test_seeded_sampling_independent_of_batch(void **state)
             for (size_t j = 0; j < 3; j++) {
                 rlp_trajectory t = get(b, 2 * 3 + j), r = get(alone, j);
                 assert_same_tokens(&t, &r);
-                assert_memory_equal(t.logprobs, r.logprobs, t.n_completion_tokens * sizeof(float));
+                /* logits of a row depend on the GEMM's shape only through rounding */
+                for (size_t k = 0; k < t.n_completion_tokens; k++)
+                    assert_true(fabsf(t.logprobs[k] - r.logprobs[k]) < 1e-5f);
                 assert_int_equal(t.group_id, 102);
             }
             rlp_batch_free(b);
