@@ -234,6 +234,7 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
             q->n_prompt = lens[p];
             q->slot = -1;
             q->traj.group_id = group;
+            q->traj.sample_index = j;
             q->traj.temperature = s->temperature;
             q->traj.reward = NAN;
             q->traj.valid = 1;
