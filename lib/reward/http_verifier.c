@@ -1,0 +1,602 @@
+/* HTTP verifier: POSTs samples in batches to a user's scoring service
+ * over libcurl's multi interface (every request of a score call in flight
+ * at once, up to max_in_flight, on the one worker thread that runs it),
+ * with per-attempt timeouts, bounded retries with jittered backoff, a
+ * response-size limit, and a strict reader of the answer (protocol in
+ * rlpost.h, rlp_http_reward_options). A failed or malformed request marks
+ * its own samples invalid and never the others. Must not follow
+ * redirects, speak anything but http(s), or raise signals. */
+#include "reward/http_verifier.h"
+
+#include "core/error.h"
+#include "core/json_guard.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#if LIBCURL_VERSION_NUM < 0x074200
+#error "http_verifier.c needs libcurl >= 7.66 (curl_multi_poll)"
+#endif
+
+#define DEFAULT_TIMEOUT_MS 60000u
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000u
+#define DEFAULT_BACKOFF_MS 200u
+#define DEFAULT_BATCH 64u
+#define DEFAULT_IN_FLIGHT 8u
+#define DEFAULT_MAX_RESPONSE ((uint64_t)16 << 20)
+/* Longest wait between two attempts, whatever the retry count. */
+#define MAX_BACKOFF_MS 30000u
+/* Longest single curl_multi_poll (curl shortens it to its own timers). */
+#define POLL_MS 1000
+/* Characters of the URL quoted in a reason (reasons are short). */
+#define URL_QUOTE 48
+
+/* ---- libcurl's global state -------------------------------------------------- */
+
+/* curl_global_init must not race with itself: once per process. Never
+ * cleaned up: the host, or another library, may still use curl. */
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct http_impl {
+    char *url;
+    struct curl_slist *headers;
+    CURLM *multi;                 /* kept across calls for its connection cache */
+    uint32_t timeout_ms, connect_timeout_ms, max_retries, backoff_ms, batch_size, max_in_flight;
+    size_t max_response;
+    int send_tokens;
+    uint64_t rng;                 /* xorshift state of the backoff jitter */
+} http_impl;
+
+enum { X_WAITING = 0, X_RUNNING, X_DONE };
+
+/* One request (samples [b, e)) across its attempts. */
+typedef struct xfer {
+    size_t b, e;
+    int state;
+    uint32_t attempts;
+    uint64_t ready_ns;
+    char *body;
+    size_t body_len;
+    CURL *easy;
+    char *resp;
+    size_t resp_len, resp_cap, limit;
+    int overflow, nomem;
+    char errbuf[CURL_ERROR_SIZE];
+} xfer;
+
+/* ---- request bodies ----------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[i] (n), or 0 when invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t i)
+{
+    unsigned char c = s[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    else if ((c & 0xe0) == 0xc0)
+        len = 2, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+        len = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (i + len > n)
+        return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[i + k] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i + k] & 0x3f);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A JSON string of s (n bytes): invalid UTF-8 bytes (a completion cut in
+ * the middle of a character) become U+FFFD, which JSON can carry. */
+static json_t *json_text(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u, n, i);
+        bad += l == 0;
+        i += l ? l : 1;
+    }
+    if (!bad)
+        return json_stringn(s, n);
+    char *fixed = malloc(n + 2 * bad + 1);
+    if (!fixed)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u, n, i);
+        if (l) {
+            memcpy(fixed + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(fixed + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(fixed, o);
+    free(fixed);
+    return j;
+}
+
+static int put(json_t *o, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(o, key, v) : -1;
+}
+
+static char *build_body(const http_impl *h, const rlp_reward_request *req, size_t b, size_t e, size_t *len)
+{
+    json_t *root = json_object(), *samples = json_array();
+    int bad = !root || !samples;
+    if (bad)
+        json_decref(samples);
+    else
+        bad = put(root, "version", json_integer(1)) || put(root, "samples", samples);
+    for (size_t i = b; !bad && i < e; i++) {
+        const rlp_reward_request *r = &req[i];
+        json_t *s = json_object();
+        bad = !s || json_array_append_new(samples, s);
+        bad = bad || put(s, "id", json_integer((json_int_t)r->batch_index));
+        bad = bad || put(s, "prompt", json_text(r->prompt_text, r->prompt_len));
+        bad = bad || put(s, "completion", json_text(r->completion_text, r->completion_len));
+        bad = bad || put(s, "reference", r->reference ? json_text(r->reference, strlen(r->reference)) : json_null());
+        json_t *meta = r->metadata_json ? json_loads(r->metadata_json, 0, NULL) : NULL;
+        bad = bad || put(s, "metadata", meta ? meta : json_null());
+        bad = bad || put(s, "group_id", json_integer((json_int_t)r->group_id));
+        bad = bad || put(s, "sample_index", json_integer(r->sample_index));
+        bad = bad || put(s, "policy_version", json_integer((json_int_t)r->policy_version));
+        if (!bad && h->send_tokens) {
+            json_t *toks = json_array();
+            bad = put(s, "completion_tokens", toks);
+            for (size_t t = 0; !bad && t < r->n_completion_tokens; t++)
+                bad = json_array_append_new(toks, json_integer(r->completion_tokens[t]));
+        }
+    }
+    char *out = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (out)
+        *len = strlen(out);
+    return out;
+}
+
+/* ---- answers ------------------------------------------------------------------ */
+
+static void fail_all(rlp_reward_result *res, uint8_t *fail, size_t b, size_t e, int kind, const char *why)
+{
+    for (size_t i = b; i < e; i++) {
+        res[i].valid = 0;
+        fail[i] = (uint8_t)kind;
+        rlpi_reason(&res[i], "%s", why);
+    }
+}
+
+/* Reads one answer into res[b, e). */
+static void read_answer(const http_impl *h, const char *body, size_t len, rlp_reward_result *res, uint8_t *fail,
+                        const rlp_reward_request *req, size_t b, size_t e)
+{
+    char why[RLP_REWARD_REASON_MAX];
+    json_t *root = NULL;
+    if (rlpi_json_load_guarded(body, len, RLPI_JSON_MAX_DEPTH, "verifier response", &root)) {
+        snprintf(why, sizeof why, "%.*s: malformed response: %s", URL_QUOTE, h->url, rlp_error_last());
+        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
+        return;
+    }
+    json_t *scores = json_is_object(root) ? json_object_get(root, "scores") : NULL;
+    if (!json_is_array(scores)) {
+        snprintf(why, sizeof why, "%.*s: malformed response: no \"scores\" array", URL_QUOTE, h->url);
+        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
+    } else if (json_array_size(scores) != e - b) {
+        snprintf(why, sizeof why, "%.*s: %s response: %zu scores for %zu samples", URL_QUOTE, h->url,
+                 json_array_size(scores) < e - b ? "short" : "long", json_array_size(scores), e - b);
+        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
+    } else {
+        for (size_t i = b; i < e; i++) {
+            json_t *v = json_array_get(scores, i - b);
+            rlp_reward_result *r = &res[i];
+            if (json_is_number(v)) {
+                r->score = json_number_value(v);
+                continue;
+            }
+            if (json_is_null(v)) {
+                r->valid = 0;
+                rlpi_reason(r, "verifier returned null");
+                continue;
+            }
+            json_t *sc = json_object_get(v, "score"), *valid = json_object_get(v, "valid");
+            json_t *reason = json_object_get(v, "reason"), *toks = json_object_get(v, "token_scores");
+            if (!json_is_object(v) || (valid && !json_is_boolean(valid)) || (reason && !json_is_string(reason)) ||
+                (!json_is_false(valid) && !json_is_number(sc))) {
+                r->valid = 0;
+                fail[i] = RLPI_RW_ERROR;
+                rlpi_reason(r, "malformed score entry %zu (want a number, null or {\"score\": x, ...})", i - b);
+                continue;
+            }
+            if (reason)
+                rlpi_reason(r, "%s", json_string_value(reason));
+            if (json_is_false(valid)) {
+                r->valid = 0;
+                if (!reason)
+                    rlpi_reason(r, "verifier marked it invalid");
+                continue;
+            }
+            r->score = json_number_value(sc);
+            if (toks && !json_is_null(toks)) {
+                size_t nt = req[i].n_completion_tokens;
+                int ok = json_is_array(toks) && json_array_size(toks) == nt;
+                for (size_t t = 0; ok && t < nt; t++)
+                    ok = json_is_number(json_array_get(toks, t));
+                if (!ok) {
+                    r->valid = 0;
+                    fail[i] = RLPI_RW_ERROR;
+                    rlpi_reason(r, "token_scores must be %zu numbers", nt);
+                    continue;
+                }
+                for (size_t t = 0; t < nt; t++)
+                    r->token_scores[t] = (float)json_number_value(json_array_get(toks, t));
+                r->has_token_scores = nt > 0;
+            }
+        }
+    }
+    json_decref(root);
+}
+
+/* ---- transfers ------------------------------------------------------------------ */
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
+{
+    xfer *x = ud;
+    size_t n = size * nmemb;
+    if (n > x->limit - x->resp_len) {
+        x->overflow = 1;
+        return 0;
+    }
+    if (x->resp_len + n > x->resp_cap) {
+        size_t cap = x->resp_cap ? x->resp_cap : 16384;
+        while (cap < x->resp_len + n)
+            cap = cap > x->limit / 2 ? x->limit : cap * 2;
+        char *nb = realloc(x->resp, cap);
+        if (!nb) {
+            x->nomem = 1;
+            return 0;
+        }
+        x->resp = nb;
+        x->resp_cap = cap;
+    }
+    memcpy(x->resp + x->resp_len, p, n);
+    x->resp_len += n;
+    return n;
+}
+
+static int start(http_impl *h, xfer *x)
+{
+    CURL *c = curl_easy_init();
+    if (!c)
+        return RLP_E_NOMEM;
+    x->resp_len = 0;
+    x->overflow = x->nomem = 0;
+    x->errbuf[0] = '\0';
+    x->limit = h->max_response;
+    x->attempts++;
+    int bad = 0;
+    bad |= curl_easy_setopt(c, CURLOPT_URL, h->url) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, x->body) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->headers) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *)x) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_PRIVATE, (void *)x) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)h->max_response) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
+#if LIBCURL_VERSION_NUM >= 0x075500
+    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
+#else
+    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) != CURLE_OK;
+#endif
+    if (bad || curl_multi_add_handle(h->multi, c) != CURLM_OK) {
+        curl_easy_cleanup(c);
+        return RLP_E_NOMEM;
+    }
+    x->easy = c;
+    x->state = X_RUNNING;
+    return RLP_OK;
+}
+
+/* Transport failures another attempt may cure. */
+static int curl_retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_AGAIN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static uint64_t backoff_ns(http_impl *h, uint32_t attempts)
+{
+    uint64_t ms = h->backoff_ms;
+    for (uint32_t i = 1; i < attempts && ms < MAX_BACKOFF_MS; i++)
+        ms *= 2;
+    if (ms > MAX_BACKOFF_MS)
+        ms = MAX_BACKOFF_MS;
+    h->rng ^= h->rng << 13;
+    h->rng ^= h->rng >> 7;
+    h->rng ^= h->rng << 17;
+    ms = ms / 2 + h->rng % (ms / 2 + 1); /* jitter: requests that failed together come back apart */
+    return ms * 1000000u;
+}
+
+static void finish(xfer *x)
+{
+    x->state = X_DONE;
+    free(x->body);
+    x->body = NULL;
+    free(x->resp);
+    x->resp = NULL;
+    x->resp_len = x->resp_cap = 0;
+}
+
+/* An attempt ended. Returns 1 when another attempt is queued. */
+static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *res, uint8_t *fail,
+                        const rlp_reward_request *req)
+{
+    long code = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    curl_multi_remove_handle(h->multi, x->easy);
+    curl_easy_cleanup(x->easy);
+    x->easy = NULL;
+    char why[RLP_REWARD_REASON_MAX];
+    const char *s = x->attempts == 1 ? "" : "s";
+    if (x->nomem) {
+        snprintf(why, sizeof why, "%.*s: out of memory for the response", URL_QUOTE, h->url);
+        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+        finish(x);
+        return 0;
+    }
+    if (x->overflow || rc == CURLE_FILESIZE_EXCEEDED) {
+        snprintf(why, sizeof why, "%.*s: response larger than %zu bytes", URL_QUOTE, h->url, h->max_response);
+        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+        finish(x);
+        return 0;
+    }
+    int retry = rc != CURLE_OK ? curl_retryable(rc) : (code >= 500 || code == 408 || code == 429);
+    if (retry && x->attempts <= h->max_retries) {
+        x->ready_ns = now_ns() + backoff_ns(h, x->attempts);
+        x->state = X_WAITING;
+        return 1;
+    }
+    if (rc != CURLE_OK) {
+        snprintf(why, sizeof why, "%.*s: %.50s after %u attempt%s", URL_QUOTE, h->url,
+                 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc), x->attempts, s);
+        fail_all(res, fail, x->b, x->e, rc == CURLE_OPERATION_TIMEDOUT ? RLPI_RW_TIMEOUT : RLPI_RW_ERROR, why);
+    } else if (code < 200 || code >= 300) {
+        snprintf(why, sizeof why, "%.*s: HTTP %ld after %u attempt%s", URL_QUOTE, h->url, code, x->attempts, s);
+        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+    } else {
+        read_answer(h, x->resp ? x->resp : "", x->resp_len, res, fail, req, x->b, x->e);
+    }
+    finish(x);
+    return 0;
+}
+
+static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *req, size_t n, uint8_t *fail)
+{
+    http_impl *h = impl;
+    size_t nx = (n + h->batch_size - 1) / h->batch_size;
+    xfer *xs = calloc(nx, sizeof *xs);
+    size_t *retry_q = calloc(nx, sizeof *retry_q);
+    if (!xs || !retry_q) {
+        free(xs);
+        free(retry_q);
+        rlpi_reason(&res[0], "out of memory");
+        return RLP_E_NOMEM;
+    }
+    for (size_t k = 0; k < nx; k++) {
+        xs[k].b = k * h->batch_size;
+        xs[k].e = xs[k].b + h->batch_size < n ? xs[k].b + h->batch_size : n;
+    }
+    size_t next = 0, n_retry = 0, done = 0, running = 0;
+    while (done < nx) {
+        uint64_t now = now_ns();
+        for (size_t q = 0; q < n_retry && running < h->max_in_flight;) {
+            xfer *x = &xs[retry_q[q]];
+            if (x->ready_ns > now) {
+                q++;
+                continue;
+            }
+            retry_q[q] = retry_q[--n_retry];
+            if (start(h, x)) {
+                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, "cannot start a transfer (out of memory)");
+                finish(x);
+                done++;
+            } else {
+                running++;
+            }
+        }
+        while (next < nx && running < h->max_in_flight) {
+            xfer *x = &xs[next++];
+            x->body = build_body(h, req, x->b, x->e, &x->body_len);
+            if (!x->body || start(h, x)) {
+                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, "cannot build or start the request (out of memory)");
+                finish(x);
+                done++;
+            } else {
+                running++;
+            }
+        }
+        if (done == nx)
+            break;
+        int still;
+        CURLMcode mc = curl_multi_perform(h->multi, &still);
+        CURLMsg *m;
+        int left;
+        while (mc == CURLM_OK && (m = curl_multi_info_read(h->multi, &left)) != NULL) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            CURLcode rc = m->data.result;
+            char *priv = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+            xfer *x = (xfer *)(void *)priv;
+            running--;
+            if (attempt_done(h, x, rc, res, fail, req))
+                retry_q[n_retry++] = (size_t)(x - xs);
+            else
+                done++;
+        }
+        long wait_ms = POLL_MS;
+        if (mc == CURLM_OK && done < nx && running < h->max_in_flight && n_retry) {
+            now = now_ns();
+            for (size_t q = 0; q < n_retry; q++) {
+                uint64_t t = xs[retry_q[q]].ready_ns;
+                long ms = t <= now ? 0 : (long)((t - now + 999999u) / 1000000u);
+                if (ms < wait_ms)
+                    wait_ms = ms;
+            }
+        }
+        if (mc == CURLM_OK && done < nx && wait_ms > 0)
+            mc = curl_multi_poll(h->multi, NULL, 0, (int)wait_ms, NULL);
+        if (mc != CURLM_OK) { /* the multi handle broke: every open request fails */
+            for (size_t k = 0; k < nx; k++) {
+                xfer *x = &xs[k];
+                if (x->state == X_DONE)
+                    continue;
+                if (x->easy) {
+                    curl_multi_remove_handle(h->multi, x->easy);
+                    curl_easy_cleanup(x->easy);
+                    x->easy = NULL;
+                }
+                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, curl_multi_strerror(mc));
+                finish(x);
+            }
+            break;
+        }
+    }
+    free(xs);
+    free(retry_q);
+    return 0;
+}
+
+static void destroy(void *impl)
+{
+    http_impl *h = impl;
+    if (h->multi)
+        curl_multi_cleanup(h->multi);
+    curl_slist_free_all(h->headers);
+    free(h->url);
+    free(h);
+}
+
+static const rlpi_scorer_ops ops = {score, destroy};
+
+static int has_ctl(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+int rlpi_http_scorer(rlpi_scorer **out, const rlp_http_reward_options *o)
+{
+    if (!o->url || !(strncasecmp(o->url, "http://", 7) == 0 || strncasecmp(o->url, "https://", 8) == 0) ||
+        has_ctl(o->url))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_reward_fn_create_http: url \"%s\" is not an http:// or https:// URL",
+                              o->url ? o->url : "(null)");
+    if (o->api_key && (!*o->api_key || has_ctl(o->api_key)))
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "rlp_reward_fn_create_http: api_key is empty or has control characters");
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK)
+        return rlpi_error_set(RLP_E_NETWORK, "rlp_reward_fn_create_http: curl_global_init failed: %s",
+                              curl_easy_strerror(curl_init_rc));
+    http_impl *h = calloc(1, sizeof *h);
+    if (!h)
+        return rlpi_error_set(RLP_E_NOMEM, "rlp_reward_fn_create_http: out of memory");
+    h->timeout_ms = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    h->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+    h->max_retries = o->max_retries;
+    h->backoff_ms = o->backoff_ms ? o->backoff_ms : DEFAULT_BACKOFF_MS;
+    h->batch_size = o->batch_size ? o->batch_size : DEFAULT_BATCH;
+    h->max_in_flight = o->max_in_flight ? o->max_in_flight : DEFAULT_IN_FLIGHT;
+    uint64_t maxr = o->max_response_bytes ? o->max_response_bytes : DEFAULT_MAX_RESPONSE;
+    h->max_response = maxr > (uint64_t)INT64_MAX / 2 ? (size_t)INT64_MAX / 2 : (size_t)maxr;
+    h->send_tokens = o->send_tokens != 0;
+    h->rng = (now_ns() ^ (uint64_t)(uintptr_t)h) | 1;
+    int ok = (h->url = strdup(o->url)) != NULL;
+    const char *fixed[] = {"Content-Type: application/json", "Accept: application/json", "Expect:"};
+    for (size_t i = 0; ok && i < sizeof fixed / sizeof *fixed; i++) {
+        struct curl_slist *l = curl_slist_append(h->headers, fixed[i]);
+        ok = l != NULL;
+        if (l)
+            h->headers = l;
+    }
+    if (ok && o->api_key) {
+        size_t len = strlen(o->api_key) + 32;
+        char *auth = malloc(len);
+        struct curl_slist *l = NULL;
+        if (auth) {
+            snprintf(auth, len, "Authorization: Bearer %s", o->api_key);
+            l = curl_slist_append(h->headers, auth);
+            free(auth);
+        }
+        ok = l != NULL;
+        if (l)
+            h->headers = l;
+    }
+    if (ok)
+        ok = (h->multi = curl_multi_init()) != NULL;
+    if (!ok) {
+        destroy(h);
+        return rlpi_error_set(RLP_E_NOMEM, "rlp_reward_fn_create_http: out of memory");
+    }
+    int rc = rlpi_scorer_create(out, &ops, h, 0);
+    if (rc == RLP_OK) {
+        (*out)->token_scores = 1;
+        (*out)->bounds_own_time = 1;
+    }
+    return rc;
+}
