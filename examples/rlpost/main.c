@@ -17,6 +17,7 @@ static const command commands[] = {
     {"info", cmd_info, "MODEL: architecture, parameters, dtypes, tokenizer, chat template"},
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
+    {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
 };
 
 static void usage(FILE *f)
