@@ -301,5 +301,8 @@ int rlpi_builtin_countdown(rlpi_scorer **out, rlpi_opts *o)
         free(cfg);
         return rc;
     }
-    return rlpi_scorer_create(out, &ops, cfg, 1);
+    rc = rlpi_scorer_create(out, &ops, cfg, 1);
+    if (rc == RLP_OK)
+        (*out)->needs_reference = 0; /* numbers and target come from the metadata itself */
+    return rc;
 }

@@ -210,7 +210,7 @@ static void run_call(job *j, size_t c)
     for (size_t i = b; i < e; i++) {
         rlp_reward_request *r = &j->reqs[i];
         rlp_reward_result *res = &j->res[i];
-        if (!r->reference && r->metadata_json) {
+        if (!r->reference && r->metadata_json && j->sc->needs_reference) {
             int bad = 0;
             j->ref_owned[i] = rlpi_metadata_reference(r->metadata_json, &bad);
             r->reference = j->ref_owned[i];
@@ -472,12 +472,12 @@ static void make_outcome(const job *j, size_t i, int state, int rc, uint32_t tim
     why[sizeof why - 1] = '\0';
     if (j->fail[i]) {
         o->kind = j->fail[i];
-        snprintf(o->reason, sizeof o->reason, "%s", why[0] ? why : "failed");
+        memcpy(o->reason, why[0] ? why : "failed", why[0] ? sizeof why : 7);
         return;
     }
     if (!res->valid) {
         o->kind = RLPI_RW_REJECTED;
-        snprintf(o->reason, sizeof o->reason, "%s", why[0] ? why : "marked invalid");
+        memcpy(o->reason, why[0] ? why : "marked invalid", why[0] ? sizeof why : 15);
         return;
     }
     if (!isfinite(res->score) || fabs(res->score) > FLT_MAX) {
@@ -513,7 +513,7 @@ static void make_outcome(const job *j, size_t i, int state, int rc, uint32_t tim
     o->kind = RLPI_RW_OK;
     o->valid = 1;
     o->score = res->score;
-    snprintf(o->reason, sizeof o->reason, "%s", why);
+    memcpy(o->reason, why, sizeof why);
 }
 
 int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout_ms, int refine, float eta,

@@ -24,7 +24,7 @@ typedef struct gsm8k_cfg {
 static int after_hashes(const char *s, size_t n, rlpi_num *out)
 {
     int found = 0;
-    for (const char *p = s; (p = memmem(p, (size_t)(s + n - p), "####", 4)) != NULL;) {
+    for (const char *p = s; (p = rlpi_find(p, (size_t)(s + n - p), "####", 4)) != NULL;) {
         size_t i = (size_t)(p - s) + 4, end;
         while (i < n && s[i] == '#')
             i++;
@@ -47,11 +47,16 @@ static int after_hashes(const char *s, size_t n, rlpi_num *out)
  * of it when it is one after normalisation, else its last number. */
 static int number_in(const char *s, size_t n, rlpi_num *out)
 {
+    size_t b = 0, e = n;
+    rlpi_trim(s, &b, &e);
+    int r = rlpi_num_parse(s + b, e - b, out); /* the common case: just a number */
+    if (r)
+        return r;
     size_t len;
     char *norm = rlpi_math_normalise(s, n, &len);
     if (!norm)
         return -1;
-    int r = rlpi_num_parse(norm, len, out);
+    r = rlpi_num_parse(norm, len, out);
     if (r == 0)
         r = rlpi_num_last_in_text(norm, len, out);
     free(norm);
@@ -86,6 +91,8 @@ static int reference_number(const char *ref, rlpi_num *out)
         return r;
     size_t b = 0, e = n;
     rlpi_trim(ref, &b, &e);
+    if ((r = rlpi_num_parse(ref + b, e - b, out)) != 0)
+        return r;
     size_t len;
     char *norm = rlpi_math_normalise(ref + b, e - b, &len);
     if (!norm)
@@ -130,7 +137,11 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
             rlpi_num_format(&got, a, sizeof a);
             int eq = rlpi_num_eq(&got, &ref);
             r->score = eq ? cfg->correct : cfg->wrong;
-            rlpi_reason(r, "%s: %s from %s, reference %s", eq ? "correct" : "wrong", a, how, b);
+            /* "correct: 18 from ####, reference 18", without printf */
+            r->reason[0] = '\0';
+            const char *parts[] = {eq ? "correct: " : "wrong: ", a, " from ", how, ", reference ", b};
+            for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+                rlpi_cat(r->reason, sizeof r->reason, parts[k]);
             rlpi_num_clear(&got);
         }
         rlpi_num_clear(&ref);

@@ -96,7 +96,8 @@ int rlpi_format_check(const rlpi_format_cfg *cfg, const rlp_reward_request *req,
             snprintf(why, cap, "format: %s comes after %s", TAGS[k], TAGS[k + 1]);
             return 0;
         }
-    snprintf(why, cap, "format ok");
+    if (cap > 9)
+        memcpy(why, "format ok", 10);
     return 1;
 }
 
@@ -133,5 +134,8 @@ int rlpi_builtin_logic_rl_format(rlpi_scorer **out, rlpi_opts *o)
         destroy(cfg);
         return rc;
     }
-    return rlpi_scorer_create(out, &ops, cfg, 1);
+    rc = rlpi_scorer_create(out, &ops, cfg, 1);
+    if (rc == RLP_OK)
+        (*out)->needs_reference = 0;
+    return rc;
 }

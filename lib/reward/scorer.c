@@ -19,6 +19,7 @@ int rlpi_scorer_create(rlpi_scorer **out, const rlpi_scorer_ops *ops, void *impl
     sc->ops = ops;
     sc->impl = impl;
     sc->chunk = chunk;
+    sc->needs_reference = 1;
     *out = sc;
     return RLP_OK;
 }

@@ -40,6 +40,7 @@ typedef struct rlpi_scorer {
     size_t chunk;          /* samples per call: 1 (single form), k (batch form), 0 = all in one call */
     int token_scores;      /* may give per-token scores: buffers are provided */
     int bounds_own_time;   /* 1: the scorer enforces its own deadlines (HTTP); no executor deadline */
+    int needs_reference;   /* 0: the scorer never reads request->reference (skip reading the metadata) */
 } rlpi_scorer;
 
 /* A scorer with one reference; destroy(impl) runs when the last goes.

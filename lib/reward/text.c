@@ -8,6 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *rlpi_find(const char *s, size_t n, const char *pat, size_t m)
+{
+    if (m == 0 || m > n)
+        return NULL;
+    const char *end = s + n - m + 1; /* last start + 1 */
+    for (const char *p = s; p < end; p++) {
+        p = memchr(p, pat[0], (size_t)(end - p));
+        if (!p)
+            return NULL;
+        if (memcmp(p + 1, pat + 1, m - 1) == 0)
+            return p;
+    }
+    return NULL;
+}
+
 int rlpi_ci_eq(const char *a, const char *b, size_t m)
 {
     for (size_t i = 0; i < m; i++)
@@ -23,7 +38,7 @@ size_t rlpi_count(const char *s, size_t n, const char *pat, size_t m, int ci)
         return 0;
     if (!ci) {
         const char *p = s, *end = s + n;
-        while ((size_t)(end - p) >= m && (p = memmem(p, (size_t)(end - p), pat, m)) != NULL) {
+        while ((size_t)(end - p) >= m && (p = rlpi_find(p, (size_t)(end - p), pat, m)) != NULL) {
             count++;
             p += m;
         }
@@ -45,11 +60,11 @@ int rlpi_last_block(const char *s, size_t n, const char *open, const char *close
     size_t lo = strlen(open), lc = strlen(close), pos = 0;
     int found = 0;
     for (;;) {
-        const char *o = memmem(s + pos, n - pos, open, lo);
+        const char *o = rlpi_find(s + pos, n - pos, open, lo);
         if (!o)
             break;
         size_t cb = (size_t)(o - s) + lo;
-        const char *c = memmem(s + cb, n - cb, close, lc);
+        const char *c = rlpi_find(s + cb, n - cb, close, lc);
         if (!c)
             break;
         *b = cb;
@@ -185,12 +200,25 @@ int rlpi_num_eq(const rlpi_num *a, const rlpi_num *b)
 
 void rlpi_num_format(const rlpi_num *x, char *buf, size_t cap)
 {
-    if (x->big)
+    if (x->big) {
         snprintf(buf, cap, "%s%.40s%s", x->neg ? "-" : "", x->digits, strlen(x->digits) > 40 ? "..." : "");
-    else if (x->q == 1)
-        snprintf(buf, cap, "%lld", (long long)x->p);
-    else
+    } else if (x->q == 1 && cap >= 21) { /* without printf: this runs for every scored sample */
+        char tmp[24];
+        size_t k = 0;
+        uint64_t v = x->p < 0 ? 0 - (uint64_t)x->p : (uint64_t)x->p;
+        do {
+            tmp[k++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        size_t o = 0;
+        if (x->p < 0)
+            buf[o++] = '-';
+        while (k)
+            buf[o++] = tmp[--k];
+        buf[o] = '\0';
+    } else {
         snprintf(buf, cap, "%lld/%lld", (long long)x->p, (long long)x->q);
+    }
 }
 
 /* A decimal at s[i]: digits with optional ",ddd" groups and ".digits", or

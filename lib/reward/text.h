@@ -49,6 +49,11 @@ static inline int rlpi_word_boundary(const char *s, size_t n, size_t i)
     return before != after;
 }
 
+/* The first occurrence of pat (m > 0 bytes) in s (n), or NULL. memchr
+ * on the first byte, then memcmp: faster than glibc's memmem on the short
+ * tags and markers searched here, which rarely start with a common byte. */
+const char *rlpi_find(const char *s, size_t n, const char *pat, size_t m);
+
 /* ASCII case-insensitive equality of m bytes. */
 int rlpi_ci_eq(const char *a, const char *b, size_t m);
 
