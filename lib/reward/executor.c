@@ -144,7 +144,7 @@ static job *job_create(rlpi_scorer *sc, const rlp_reward_request *reqs, size_t n
     size_t bytes = 0, tokens = 0;
     for (size_t i = 0; i < n; i++) {
         const rlp_reward_request *r = &reqs[i];
-        bytes += (r->n_completion_tokens * sizeof(int32_t) + 7) & ~(size_t)7;
+        bytes += r->n_completion_tokens * sizeof(int32_t) + 7; /* + padding to align the tokens */
         bytes += str_bytes(r->prompt_text, r->prompt_len) + str_bytes(r->completion_text, r->completion_len);
         bytes += r->reference ? strlen(r->reference) + 1 : 0;
         bytes += r->metadata_json ? strlen(r->metadata_json) + 1 : 0;
@@ -175,9 +175,10 @@ static job *job_create(rlpi_scorer *sc, const rlp_reward_request *reqs, size_t n
         *d = *r;
         d->version = RLP_REWARD_REQUEST_VERSION;
         if (r->n_completion_tokens) {
+            at += (size_t)(-(uintptr_t)at & (_Alignof(int32_t) - 1)); /* strings before may end anywhere */
             d->completion_tokens = (const int32_t *)(void *)at;
             memcpy(at, r->completion_tokens, r->n_completion_tokens * sizeof(int32_t));
-            at += (r->n_completion_tokens * sizeof(int32_t) + 7) & ~(size_t)7;
+            at += r->n_completion_tokens * sizeof(int32_t);
         } else {
             d->completion_tokens = NULL;
         }
