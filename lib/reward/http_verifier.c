@@ -8,8 +8,9 @@
  * redirects, speak anything but http(s), or raise signals. */
 #include "reward/http_verifier.h"
 
+#include "reward/http_protocol.h"
+
 #include "core/error.h"
-#include "core/json_guard.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -35,8 +36,6 @@
 #define MAX_BACKOFF_MS 30000u
 /* Longest single curl_multi_poll (curl shortens it to its own timers). */
 #define POLL_MS 1000
-/* Characters of the URL quoted in a reason (reasons are short). */
-#define URL_QUOTE 48
 
 /* ---- libcurl's global state -------------------------------------------------- */
 
@@ -83,192 +82,6 @@ typedef struct xfer {
     int overflow, nomem;
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
-
-/* ---- request bodies ----------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s[i] (n), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t i)
-{
-    unsigned char c = s[i];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    else if ((c & 0xe0) == 0xc0)
-        len = 2, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0)
-        len = 3, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0)
-        len = 4, cp = c & 0x07;
-    else
-        return 0;
-    if (i + len > n)
-        return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[i + k] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* A JSON string of s (n bytes): invalid UTF-8 bytes (a completion cut in
- * the middle of a character) become U+FFFD, which JSON can carry. */
-static json_t *json_text(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t bad = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u, n, i);
-        bad += l == 0;
-        i += l ? l : 1;
-    }
-    if (!bad)
-        return json_stringn(s, n);
-    char *fixed = malloc(n + 2 * bad + 1);
-    if (!fixed)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u, n, i);
-        if (l) {
-            memcpy(fixed + o, s + i, l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(fixed + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(fixed, o);
-    free(fixed);
-    return j;
-}
-
-static int put(json_t *o, const char *key, json_t *v)
-{
-    return v ? json_object_set_new(o, key, v) : -1;
-}
-
-static char *build_body(const http_impl *h, const rlp_reward_request *req, size_t b, size_t e, size_t *len)
-{
-    json_t *root = json_object(), *samples = json_array();
-    int bad = !root || !samples;
-    if (bad)
-        json_decref(samples);
-    else
-        bad = put(root, "version", json_integer(1)) || put(root, "samples", samples);
-    for (size_t i = b; !bad && i < e; i++) {
-        const rlp_reward_request *r = &req[i];
-        json_t *s = json_object();
-        bad = !s || json_array_append_new(samples, s);
-        bad = bad || put(s, "id", json_integer((json_int_t)r->batch_index));
-        bad = bad || put(s, "prompt", json_text(r->prompt_text, r->prompt_len));
-        bad = bad || put(s, "completion", json_text(r->completion_text, r->completion_len));
-        bad = bad || put(s, "reference", r->reference ? json_text(r->reference, strlen(r->reference)) : json_null());
-        json_t *meta = r->metadata_json ? json_loads(r->metadata_json, 0, NULL) : NULL;
-        bad = bad || put(s, "metadata", meta ? meta : json_null());
-        bad = bad || put(s, "group_id", json_integer((json_int_t)r->group_id));
-        bad = bad || put(s, "sample_index", json_integer(r->sample_index));
-        bad = bad || put(s, "policy_version", json_integer((json_int_t)r->policy_version));
-        if (!bad && h->send_tokens) {
-            json_t *toks = json_array();
-            bad = put(s, "completion_tokens", toks);
-            for (size_t t = 0; !bad && t < r->n_completion_tokens; t++)
-                bad = json_array_append_new(toks, json_integer(r->completion_tokens[t]));
-        }
-    }
-    char *out = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    json_decref(root);
-    if (out)
-        *len = strlen(out);
-    return out;
-}
-
-/* ---- answers ------------------------------------------------------------------ */
-
-static void fail_all(rlp_reward_result *res, uint8_t *fail, size_t b, size_t e, int kind, const char *why)
-{
-    for (size_t i = b; i < e; i++) {
-        res[i].valid = 0;
-        fail[i] = (uint8_t)kind;
-        rlpi_reason(&res[i], "%s", why);
-    }
-}
-
-/* Reads one answer into res[b, e). */
-static void read_answer(const http_impl *h, const char *body, size_t len, rlp_reward_result *res, uint8_t *fail,
-                        const rlp_reward_request *req, size_t b, size_t e)
-{
-    char why[RLP_REWARD_REASON_MAX];
-    json_t *root = NULL;
-    if (rlpi_json_load_guarded(body, len, RLPI_JSON_MAX_DEPTH, "verifier response", &root)) {
-        snprintf(why, sizeof why, "%.*s: malformed response: %s", URL_QUOTE, h->url, rlp_error_last());
-        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
-        return;
-    }
-    json_t *scores = json_is_object(root) ? json_object_get(root, "scores") : NULL;
-    if (!json_is_array(scores)) {
-        snprintf(why, sizeof why, "%.*s: malformed response: no \"scores\" array", URL_QUOTE, h->url);
-        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
-    } else if (json_array_size(scores) != e - b) {
-        snprintf(why, sizeof why, "%.*s: %s response: %zu scores for %zu samples", URL_QUOTE, h->url,
-                 json_array_size(scores) < e - b ? "short" : "long", json_array_size(scores), e - b);
-        fail_all(res, fail, b, e, RLPI_RW_ERROR, why);
-    } else {
-        for (size_t i = b; i < e; i++) {
-            json_t *v = json_array_get(scores, i - b);
-            rlp_reward_result *r = &res[i];
-            if (json_is_number(v)) {
-                r->score = json_number_value(v);
-                continue;
-            }
-            if (json_is_null(v)) {
-                r->valid = 0;
-                rlpi_reason(r, "verifier returned null");
-                continue;
-            }
-            json_t *sc = json_object_get(v, "score"), *valid = json_object_get(v, "valid");
-            json_t *reason = json_object_get(v, "reason"), *toks = json_object_get(v, "token_scores");
-            if (!json_is_object(v) || (valid && !json_is_boolean(valid)) || (reason && !json_is_string(reason)) ||
-                (!json_is_false(valid) && !json_is_number(sc))) {
-                r->valid = 0;
-                fail[i] = RLPI_RW_ERROR;
-                rlpi_reason(r, "malformed score entry %zu (want a number, null or {\"score\": x, ...})", i - b);
-                continue;
-            }
-            if (reason)
-                rlpi_reason(r, "%s", json_string_value(reason));
-            if (json_is_false(valid)) {
-                r->valid = 0;
-                if (!reason)
-                    rlpi_reason(r, "verifier marked it invalid");
-                continue;
-            }
-            r->score = json_number_value(sc);
-            if (toks && !json_is_null(toks)) {
-                size_t nt = req[i].n_completion_tokens;
-                int ok = json_is_array(toks) && json_array_size(toks) == nt;
-                for (size_t t = 0; ok && t < nt; t++)
-                    ok = json_is_number(json_array_get(toks, t));
-                if (!ok) {
-                    r->valid = 0;
-                    fail[i] = RLPI_RW_ERROR;
-                    rlpi_reason(r, "token_scores must be %zu numbers", nt);
-                    continue;
-                }
-                for (size_t t = 0; t < nt; t++)
-                    r->token_scores[t] = (float)json_number_value(json_array_get(toks, t));
-                r->has_token_scores = nt > 0;
-            }
-        }
-    }
-    json_decref(root);
-}
 
 /* ---- transfers ------------------------------------------------------------------ */
 
@@ -393,13 +206,13 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
     const char *s = x->attempts == 1 ? "" : "s";
     if (x->nomem) {
         snprintf(why, sizeof why, "%.*s: out of memory for the response", URL_QUOTE, h->url);
-        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+        rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
         finish(x);
         return 0;
     }
     if (x->overflow || rc == CURLE_FILESIZE_EXCEEDED) {
         snprintf(why, sizeof why, "%.*s: response larger than %zu bytes", URL_QUOTE, h->url, h->max_response);
-        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+        rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
         finish(x);
         return 0;
     }
@@ -412,12 +225,14 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
     if (rc != CURLE_OK) {
         snprintf(why, sizeof why, "%.*s: %.50s after %u attempt%s", URL_QUOTE, h->url,
                  x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc), x->attempts, s);
-        fail_all(res, fail, x->b, x->e, rc == CURLE_OPERATION_TIMEDOUT ? RLPI_RW_TIMEOUT : RLPI_RW_ERROR, why);
+        int kind = rc == CURLE_OPERATION_TIMEDOUT ? RLPI_RW_TIMEOUT : RLPI_RW_ERROR;
+        rlpi_http_fail_all(res, fail, x->b, x->e, kind, why);
     } else if (code < 200 || code >= 300) {
         snprintf(why, sizeof why, "%.*s: HTTP %ld after %u attempt%s", URL_QUOTE, h->url, code, x->attempts, s);
-        fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
+        rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
     } else {
-        read_answer(h, x->resp ? x->resp : "", x->resp_len, res, fail, req, x->b, x->e);
+        rlpi_http_read_answer(h->url, x->resp ? x->resp : "", x->resp_len, res + x->b, fail + x->b, req + x->b,
+                              x->e - x->b);
     }
     finish(x);
     return 0;
@@ -450,7 +265,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
             }
             retry_q[q] = retry_q[--n_retry];
             if (start(h, x)) {
-                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, "cannot start a transfer (out of memory)");
+                rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, "cannot start a transfer (out of memory)");
                 finish(x);
                 done++;
             } else {
@@ -459,9 +274,10 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
         }
         while (next < nx && running < h->max_in_flight) {
             xfer *x = &xs[next++];
-            x->body = build_body(h, req, x->b, x->e, &x->body_len);
+            x->body = rlpi_http_body(req, x->b, x->e, h->send_tokens, &x->body_len);
             if (!x->body || start(h, x)) {
-                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, "cannot build or start the request (out of memory)");
+                rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR,
+                                   "cannot build or start the request (out of memory)");
                 finish(x);
                 done++;
             } else {
@@ -509,7 +325,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
                     curl_easy_cleanup(x->easy);
                     x->easy = NULL;
                 }
-                fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, curl_multi_strerror(mc));
+                rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, curl_multi_strerror(mc));
                 finish(x);
             }
             break;
@@ -544,7 +360,8 @@ int rlpi_http_scorer(rlpi_scorer **out, const rlp_http_reward_options *o)
 {
     if (!o->url || !(strncasecmp(o->url, "http://", 7) == 0 || strncasecmp(o->url, "https://", 8) == 0) ||
         has_ctl(o->url))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_reward_fn_create_http: url \"%s\" is not an http:// or https:// URL",
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "rlp_reward_fn_create_http: url \"%s\" is not an http:// or https:// URL",
                               o->url ? o->url : "(null)");
     if (o->api_key && (!*o->api_key || has_ctl(o->api_key)))
         return rlpi_error_set(RLP_E_INVALID_ARG,

@@ -10,7 +10,6 @@
 #include "reward/builtin.h"
 
 #include "core/error.h"
-#include "reward/executor.h"
 #include "reward/text.h"
 
 #include <jansson.h>
