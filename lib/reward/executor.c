@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { ST_PENDING = 0, ST_RUNNING, ST_DONE, ST_TIMEDOUT, ST_NOWORKER };
+enum { ST_PENDING = 0, ST_COPYING, ST_RUNNING, ST_DONE, ST_TIMEDOUT, ST_NOWORKER };
 
 /* Longest sleep of the supervisor when no call has a deadline. */
 #define IDLE_WAIT_NS 1000000000ull
@@ -64,24 +64,41 @@ char *rlpi_metadata_reference(const char *metadata_json, int *bad)
 
 /* ---- jobs ------------------------------------------------------------------ */
 
+/* A job is one run: the caller's requests and outcome slots (used only
+ * while the caller waits), and the job's own copies that the scorers read,
+ * which outlive the caller when a call is abandoned. Each call copies its
+ * own samples on its worker before its deadline starts, so the copying
+ * runs in parallel and an abandoned call never reads the host's memory. */
 typedef struct job {
     atomic_int refs;
-    rlpi_scorer *sc;            /* a reference */
+    rlpi_scorer *sc;             /* a reference */
     size_t n, chunk, n_calls;
-    rlp_reward_request *reqs;   /* (n) pointing into arena / ref_owned */
-    char *arena;                /* copies of every string and token array */
-    char **ref_owned;           /* (n) references read from metadata by the workers */
-    rlp_reward_result *res;     /* (n) */
-    uint8_t *fail;              /* (n) */
-    float *tok;                 /* (total tokens) when sc->token_scores */
-    uint8_t *steps;             /* (total tokens) */
-    size_t *tok_off;            /* (n) offset of sample i's tokens in tok/steps */
-    atomic_int *state;          /* (n_calls) ST_* */
-    int *rc;                    /* (n_calls) return of each call */
+    uint32_t timeout_ms;
+    int refine;
+    float eta;
+    /* the caller's: valid until every call is finished; never touched by
+     * an abandoned worker */
+    const rlp_reward_request *src; /* (n) */
+    rlpi_outcome *out;             /* (n) */
+    /* the job's own */
+    rlp_reward_request *reqs;    /* (n) copies of src, pointing into call_mem */
+    rlp_reward_result *res;      /* (n) */
+    uint8_t *fail;               /* (n) */
+    char **ref_owned;            /* (n) references read from the metadata */
+    void **call_mem;             /* (n_calls) each call's copies and token buffers */
+    atomic_int *state;           /* (n_calls) ST_* */
+    int *rc;                     /* (n_calls) return of each call */
+    /* Calls are claimed in blocks of `block` consecutive ones, so that one
+     * worker writes neighbouring samples (no false sharing between
+     * workers). The rest of an abandoned worker's block is orphaned: put
+     * here (under mu) for the others to take. */
+    size_t block;
     atomic_size_t next_call;
+    size_t *orph_b, *orph_e;     /* (n_orph) orphaned ranges of calls, capacity n_calls */
+    atomic_size_t n_orph;
     atomic_size_t n_done;
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* the last call finished */
+    pthread_cond_t cv;           /* the last call finished */
 } job;
 
 static void job_unref(job *j)
@@ -90,14 +107,15 @@ static void job_unref(job *j)
         return;
     for (size_t i = 0; j->ref_owned && i < j->n; i++)
         free(j->ref_owned[i]);
+    for (size_t c = 0; j->call_mem && c < j->n_calls; c++)
+        free(j->call_mem[c]);
     free(j->ref_owned);
+    free(j->call_mem);
+    free(j->orph_b);
+    free(j->orph_e);
     free(j->reqs);
-    free(j->arena);
     free(j->res);
     free(j->fail);
-    free(j->tok);
-    free(j->steps);
-    free(j->tok_off);
     free(j->state);
     free(j->rc);
     pthread_cond_destroy(&j->cv);
@@ -106,23 +124,7 @@ static void job_unref(job *j)
     free(j);
 }
 
-static size_t str_bytes(const char *s, size_t len)
-{
-    return s ? len + 1 : 0;
-}
-
-static char *copy_str(char **at, const char *s, size_t len)
-{
-    if (!s)
-        return NULL;
-    char *d = *at;
-    memcpy(d, s, len);
-    d[len] = '\0';
-    *at += len + 1;
-    return d;
-}
-
-static job *job_create(rlpi_scorer *sc, const rlp_reward_request *reqs, size_t n)
+static job *job_create(rlpi_scorer *sc, const rlp_reward_request *src, size_t n, rlpi_outcome *out)
 {
     job *j = calloc(1, sizeof *j);
     if (!j)
@@ -133,101 +135,200 @@ static job *job_create(rlpi_scorer *sc, const rlp_reward_request *reqs, size_t n
     j->n = n;
     j->chunk = sc->chunk ? sc->chunk : n;
     j->n_calls = (n + j->chunk - 1) / j->chunk;
+    j->src = src;
+    j->out = out;
     pthread_mutex_init(&j->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&j->cv, &ca);
     pthread_condattr_destroy(&ca);
-
-    /* one arena for every string and token array, aligned for int32 */
-    size_t bytes = 0, tokens = 0;
-    for (size_t i = 0; i < n; i++) {
-        const rlp_reward_request *r = &reqs[i];
-        bytes += r->n_completion_tokens * sizeof(int32_t) + 7; /* + padding to align the tokens */
-        bytes += str_bytes(r->prompt_text, r->prompt_len) + str_bytes(r->completion_text, r->completion_len);
-        bytes += r->reference ? strlen(r->reference) + 1 : 0;
-        bytes += r->metadata_json ? strlen(r->metadata_json) + 1 : 0;
-        tokens += r->n_completion_tokens;
-    }
-    j->arena = malloc(bytes ? bytes : 1);
     j->reqs = malloc(n * sizeof *j->reqs);
-    j->ref_owned = calloc(n, sizeof *j->ref_owned);
     j->res = malloc(n * sizeof *j->res);
     j->fail = calloc(n, 1);
-    j->tok_off = malloc(n * sizeof *j->tok_off);
+    j->ref_owned = calloc(n, sizeof *j->ref_owned);
+    j->call_mem = calloc(j->n_calls, sizeof *j->call_mem);
     j->state = malloc(j->n_calls * sizeof *j->state);
     j->rc = calloc(j->n_calls, sizeof *j->rc);
-    if (sc->token_scores && tokens) {
-        j->tok = malloc(tokens * sizeof *j->tok);
-        j->steps = malloc(tokens);
-    }
-    if (!j->arena || !j->reqs || !j->ref_owned || !j->res || !j->fail || !j->tok_off || !j->state || !j->rc ||
-        (sc->token_scores && tokens && (!j->tok || !j->steps))) {
+    if (!j->reqs || !j->res || !j->fail || !j->ref_owned || !j->call_mem || !j->state || !j->rc) {
         job_unref(j);
         return NULL;
-    }
-    char *at = j->arena;
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        const rlp_reward_request *r = &reqs[i];
-        rlp_reward_request *d = &j->reqs[i];
-        *d = *r;
-        d->version = RLP_REWARD_REQUEST_VERSION;
-        if (r->n_completion_tokens) {
-            at += (size_t)(-(uintptr_t)at & (_Alignof(int32_t) - 1)); /* strings before may end anywhere */
-            d->completion_tokens = (const int32_t *)(void *)at;
-            memcpy(at, r->completion_tokens, r->n_completion_tokens * sizeof(int32_t));
-            at += r->n_completion_tokens * sizeof(int32_t);
-        } else {
-            d->completion_tokens = NULL;
-        }
-        d->prompt_text = copy_str(&at, r->prompt_text, r->prompt_len);
-        d->completion_text = copy_str(&at, r->completion_text, r->completion_len);
-        d->reference = r->reference ? copy_str(&at, r->reference, strlen(r->reference)) : NULL;
-        d->metadata_json = r->metadata_json ? copy_str(&at, r->metadata_json, strlen(r->metadata_json)) : NULL;
-        if (!d->prompt_text) {
-            d->prompt_text = "";
-            d->prompt_len = 0;
-        }
-        if (!d->completion_text) {
-            d->completion_text = "";
-            d->completion_len = 0;
-        }
-        j->tok_off[i] = off;
-        off += r->n_completion_tokens;
     }
     for (size_t c = 0; c < j->n_calls; c++)
         atomic_init(&j->state[c], ST_PENDING);
     atomic_init(&j->next_call, 0);
+    atomic_init(&j->n_orph, 0);
     atomic_init(&j->n_done, 0);
+    j->block = 1;
     return j;
 }
 
-/* Everything a call does before and after the scorer itself, on a worker. */
-static void run_call(job *j, size_t c)
+static char *copy_str(char **at, const char *s, size_t len)
 {
-    size_t b = c * j->chunk, e = b + j->chunk < j->n ? b + j->chunk : j->n;
+    char *d = *at;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    *at += len + 1;
+    return d;
+}
+
+/* Copies samples [b, e) of the caller's requests into one block owned by
+ * call c and initialises their results. Returns 0, or -1 when out of
+ * memory (the results then say so). */
+static int copy_call(job *j, size_t c, size_t b, size_t e)
+{
+    size_t bytes = 0, tokens = 0;
+    for (size_t i = b; i < e; i++) {
+        const rlp_reward_request *r = &j->src[i];
+        bytes += r->n_completion_tokens * sizeof(int32_t) + _Alignof(int32_t);
+        bytes += (r->prompt_text ? r->prompt_len : 0) + (r->completion_text ? r->completion_len : 0) + 2;
+        bytes += r->reference ? strlen(r->reference) + 1 : 0;
+        bytes += r->metadata_json ? strlen(r->metadata_json) + 1 : 0;
+        tokens += r->n_completion_tokens;
+    }
+    size_t tok_bytes = j->sc->token_scores ? tokens * (sizeof(float) + 1) : 0;
+    /* token scores first: malloc's alignment suits floats */
+    char *mem = malloc(tok_bytes + bytes);
+    j->call_mem[c] = mem;
+    float *tok = (float *)(void *)mem;
+    uint8_t *steps = (uint8_t *)(mem + tokens * sizeof(float) * (j->sc->token_scores != 0));
+    char *at = mem + tok_bytes;
+    for (size_t i = b; i < e; i++) {
+        const rlp_reward_request *r = &j->src[i];
+        rlp_reward_request *d = &j->reqs[i];
+        rlp_reward_result *res = &j->res[i];
+        memset(res, 0, sizeof *res);
+        res->version = RLP_REWARD_RESULT_VERSION;
+        res->score = NAN;
+        res->valid = 1;
+        if (!mem) {
+            rlpi_reason(res, "out of memory copying the sample");
+            continue;
+        }
+        *d = *r;
+        d->version = RLP_REWARD_REQUEST_VERSION;
+        d->completion_tokens = NULL;
+        if (r->n_completion_tokens) {
+            at += (size_t)(-(uintptr_t)at & (_Alignof(int32_t) - 1)); /* the strings before end anywhere */
+            d->completion_tokens = (const int32_t *)(void *)at;
+            memcpy(at, r->completion_tokens, r->n_completion_tokens * sizeof(int32_t));
+            at += r->n_completion_tokens * sizeof(int32_t);
+        }
+        d->prompt_text = copy_str(&at, r->prompt_text ? r->prompt_text : "", r->prompt_text ? r->prompt_len : 0);
+        d->prompt_len = r->prompt_text ? r->prompt_len : 0;
+        d->completion_text =
+            copy_str(&at, r->completion_text ? r->completion_text : "", r->completion_text ? r->completion_len : 0);
+        d->completion_len = r->completion_text ? r->completion_len : 0;
+        d->reference = r->reference ? copy_str(&at, r->reference, strlen(r->reference)) : NULL;
+        d->metadata_json = r->metadata_json ? copy_str(&at, r->metadata_json, strlen(r->metadata_json)) : NULL;
+        if (j->sc->token_scores && r->n_completion_tokens) {
+            res->token_scores = tok;
+            res->step_ends = steps;
+            memset(tok, 0, r->n_completion_tokens * sizeof *tok);
+            memset(steps, 0, r->n_completion_tokens);
+            tok += r->n_completion_tokens;
+            steps += r->n_completion_tokens;
+        }
+    }
+    return mem ? 0 : -1;
+}
+
+/* Reads the references a scorer needs from the metadata (on the worker:
+ * parsing JSON is the costly part of handing out a sample). */
+static void read_references(job *j, size_t b, size_t e)
+{
     for (size_t i = b; i < e; i++) {
         rlp_reward_request *r = &j->reqs[i];
-        rlp_reward_result *res = &j->res[i];
         if (!r->reference && r->metadata_json && j->sc->needs_reference) {
             int bad = 0;
             j->ref_owned[i] = rlpi_metadata_reference(r->metadata_json, &bad);
             r->reference = j->ref_owned[i];
         }
-        memset(res, 0, sizeof *res);
-        res->version = RLP_REWARD_RESULT_VERSION;
-        res->score = NAN;
-        res->valid = 1;
-        if (j->tok && r->n_completion_tokens) {
-            res->token_scores = j->tok + j->tok_off[i];
-            res->step_ends = j->steps + j->tok_off[i];
-            memset(res->token_scores, 0, r->n_completion_tokens * sizeof(float));
-            memset(res->step_ends, 0, r->n_completion_tokens);
-        }
     }
-    j->rc[c] = j->sc->ops->score(j->sc->impl, j->res + b, j->reqs + b, e - b, j->fail + b);
+}
+
+static void fail_outcome(rlpi_outcome *o, int kind, const char *why)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    snprintf(o->reason, sizeof o->reason, "%s", why);
+}
+
+/* The outcome of sample i of a finished call that returned rc. */
+static void make_outcome(const job *j, size_t i, int rc, rlpi_outcome *o)
+{
+    const rlp_reward_result *res = &j->res[i];
+    memset(o, 0, sizeof *o);
+    if (rc != 0) {
+        o->kind = RLPI_RW_ERROR;
+        if (res->reason[0] && memchr(res->reason, '\0', sizeof res->reason))
+            memcpy(o->reason, res->reason, sizeof o->reason);
+        else
+            snprintf(o->reason, sizeof o->reason, "callback returned %d", rc);
+        return;
+    }
+    /* the scorer's own text, NUL-terminated whatever it wrote */
+    char why[RLP_REWARD_REASON_MAX];
+    memcpy(why, res->reason, sizeof why);
+    why[sizeof why - 1] = '\0';
+    if (j->fail[i]) {
+        o->kind = j->fail[i];
+        memcpy(o->reason, why[0] ? why : "failed", why[0] ? sizeof why : 7);
+        return;
+    }
+    if (!res->valid) {
+        o->kind = RLPI_RW_REJECTED;
+        memcpy(o->reason, why[0] ? why : "marked invalid", why[0] ? sizeof why : 15);
+        return;
+    }
+    if (!isfinite(res->score) || fabs(res->score) > FLT_MAX) {
+        o->kind = RLPI_RW_NONFINITE;
+        snprintf(o->reason, sizeof o->reason, "score is %g (must be finite and fit in a float)", res->score);
+        return;
+    }
+    size_t nt = j->reqs[i].n_completion_tokens;
+    if (res->has_token_scores && res->token_scores && nt) {
+        for (size_t t = 0; t < nt; t++)
+            if (!isfinite(res->token_scores[t])) {
+                o->kind = RLPI_RW_NONFINITE;
+                snprintf(o->reason, sizeof o->reason, "token score %zu is %g", t, (double)res->token_scores[t]);
+                return;
+            }
+        o->token_scores = malloc(nt * sizeof *o->token_scores);
+        o->step_ends = malloc(nt);
+        if (!o->token_scores || !o->step_ends) {
+            free(o->token_scores);
+            free(o->step_ends);
+            fail_outcome(o, RLPI_RW_ERROR, "out of memory for token scores");
+            return;
+        }
+        memcpy(o->token_scores, res->token_scores, nt * sizeof *o->token_scores);
+        memcpy(o->step_ends, res->step_ends, nt);
+        o->n_tokens = nt;
+        if (j->refine != RLP_REFINE_NONE)
+            rlpi_refine_tokens(o->token_scores, o->step_ends, nt, j->refine, j->eta);
+    }
+    o->kind = RLPI_RW_OK;
+    o->valid = 1;
+    o->score = res->score;
+    memcpy(o->reason, why, sizeof why);
+}
+
+static void call_range(const job *j, size_t c, size_t *b, size_t *e)
+{
+    *b = c * j->chunk;
+    *e = *b + j->chunk < j->n ? *b + j->chunk : j->n;
+}
+
+/* A call is finished (by its worker, or by the supervisor): count it and
+ * wake the caller after the last one. */
+static void call_finished(job *j)
+{
+    if (atomic_fetch_add(&j->n_done, 1) + 1 == j->n_calls) {
+        pthread_mutex_lock(&j->mu);
+        pthread_cond_signal(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
 }
 
 /* ---- workers ----------------------------------------------------------------- */
@@ -249,6 +350,7 @@ typedef struct wslot {
     pthread_t thread;
     _Atomic int64_t call;        /* index of the call being run, -1 when idle */
     _Atomic uint64_t start_ns;   /* when that call started */
+    _Atomic size_t blk_end;      /* end of the block of calls it claimed */
     uint64_t seen_gen;
     rlpi_reward_exec *ex;        /* not to be touched once abandoned */
     exec_shared *shared;
@@ -268,30 +370,71 @@ struct rlpi_reward_exec {
     exec_shared *shared;
 };
 
+/* The next block of calls to run: a fresh one, else an orphaned one.
+ * Returns 0 when there is none. */
+static int claim(job *j, size_t *c, size_t *end)
+{
+    size_t first = atomic_fetch_add(&j->next_call, j->block);
+    if (first < j->n_calls) {
+        *c = first;
+        *end = first + j->block < j->n_calls ? first + j->block : j->n_calls;
+        return 1;
+    }
+    if (atomic_load(&j->n_orph) == 0)
+        return 0;
+    int got = 0;
+    pthread_mutex_lock(&j->mu);
+    size_t k = atomic_load(&j->n_orph);
+    if (k > 0) {
+        *c = j->orph_b[k - 1];
+        *end = j->orph_e[k - 1];
+        atomic_store(&j->n_orph, k - 1);
+        got = 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return got;
+}
+
 /* Claims and runs calls of j until none is left. Returns 1 when this
  * worker was abandoned (its call overran), 0 otherwise. */
 static int run_job(wslot *w, job *j)
 {
-    for (;;) {
-        size_t c = atomic_fetch_add(&j->next_call, 1);
-        if (c >= j->n_calls)
-            return 0;
-        int exp = ST_PENDING;
-        if (!atomic_compare_exchange_strong(&j->state[c], &exp, ST_RUNNING))
-            continue; /* failed by the supervisor already */
-        atomic_store(&w->start_ns, now_ns());
-        atomic_store(&w->call, (int64_t)c);
-        run_call(j, c);
-        exp = ST_RUNNING;
-        if (!atomic_compare_exchange_strong(&j->state[c], &exp, ST_DONE))
-            return 1; /* timed out: the result is discarded */
-        atomic_store(&w->call, -1);
-        if (atomic_fetch_add(&j->n_done, 1) + 1 == j->n_calls) {
-            pthread_mutex_lock(&j->mu);
-            pthread_cond_signal(&j->cv);
-            pthread_mutex_unlock(&j->mu);
+    size_t c, end;
+    while (claim(j, &c, &end)) {
+        atomic_store(&w->blk_end, end);
+        for (; c < end; c++) {
+            int exp = ST_PENDING;
+            if (!atomic_compare_exchange_strong(&j->state[c], &exp, ST_COPYING))
+                continue; /* failed by the supervisor already */
+            size_t b, e;
+            call_range(j, c, &b, &e);
+            int copied = copy_call(j, c, b, e) == 0; /* bounded: not under the deadline */
+            atomic_store(&w->start_ns, now_ns());
+            atomic_store(&w->call, (int64_t)c);
+            atomic_store(&j->state[c], ST_RUNNING);
+            if (copied) {
+                read_references(j, b, e);
+                j->rc[c] = j->sc->ops->score(j->sc->impl, j->res + b, j->reqs + b, e - b, j->fail + b);
+            } else {
+                j->rc[c] = RLP_E_NOMEM;
+            }
+            exp = ST_RUNNING;
+            if (!atomic_compare_exchange_strong(&j->state[c], &exp, ST_DONE))
+                return 1; /* timed out: the result is discarded, the block's rest orphaned */
+            atomic_store(&w->call, -1);
+            for (size_t i = b; i < e; i++)
+                make_outcome(j, i, j->rc[c], &j->out[i]);
+            /* nobody reads this call's copies any more */
+            free(j->call_mem[c]);
+            j->call_mem[c] = NULL;
+            for (size_t i = b; i < e; i++) {
+                free(j->ref_owned[i]);
+                j->ref_owned[i] = NULL;
+            }
+            call_finished(j);
         }
     }
+    return 0;
 }
 
 static void *worker_main(void *arg)
@@ -300,7 +443,8 @@ static void *worker_main(void *arg)
     rlpi_reward_exec *ex = w->ex;
     pthread_mutex_lock(&ex->mu);
     for (;;) {
-        while (!ex->quit && (!ex->cur || ex->gen == w->seen_gen))
+        /* a new job, or orphaned calls of the current one */
+        while (!ex->quit && (!ex->cur || (ex->gen == w->seen_gen && atomic_load(&ex->cur->n_orph) == 0)))
             pthread_cond_wait(&ex->work_cv, &ex->mu);
         if (ex->quit)
             break;
@@ -335,6 +479,7 @@ static int spawn_worker(rlpi_reward_exec *ex)
         return RLP_E_NOMEM;
     atomic_init(&w->call, -1);
     atomic_init(&w->start_ns, 0);
+    atomic_init(&w->blk_end, 0);
     w->ex = ex;
     w->shared = ex->shared;
     atomic_fetch_add(&ex->shared->refs, 1);
@@ -399,6 +544,35 @@ void rlpi_reward_exec_free(rlpi_reward_exec *ex)
     free(ex);
 }
 
+/* Puts calls [b, e) back for other workers (the rest of an abandoned
+ * worker's block). Called with j->mu held. */
+static void orphan(job *j, size_t b, size_t e)
+{
+    if (b >= e)
+        return;
+    if (!j->orph_b) {
+        j->orph_b = malloc(j->n_calls * sizeof *j->orph_b);
+        j->orph_e = malloc(j->n_calls * sizeof *j->orph_e);
+    }
+    size_t k = atomic_load(&j->n_orph);
+    if (!j->orph_b || !j->orph_e || k >= j->n_calls) {
+        for (size_t c = b; c < e; c++) { /* cannot queue them: fail them */
+            int exp = ST_PENDING;
+            if (atomic_compare_exchange_strong(&j->state[c], &exp, ST_NOWORKER)) {
+                size_t sb, se;
+                call_range(j, c, &sb, &se);
+                for (size_t i = sb; i < se; i++)
+                    fail_outcome(&j->out[i], RLPI_RW_ERROR, "out of memory re-queueing the call");
+                atomic_fetch_add(&j->n_done, 1);
+            }
+        }
+        return;
+    }
+    j->orph_b[k] = b;
+    j->orph_e[k] = e;
+    atomic_store(&j->n_orph, k + 1);
+}
+
 /* Times out every call whose deadline has passed; returns the earliest
  * deadline still ahead. Called with j->mu held. */
 static uint64_t supervise(rlpi_reward_exec *ex, job *j, uint64_t timeout_ns, uint64_t now)
@@ -406,115 +580,74 @@ static uint64_t supervise(rlpi_reward_exec *ex, job *j, uint64_t timeout_ns, uin
     uint64_t next = now + (timeout_ns ? timeout_ns : IDLE_WAIT_NS);
     if (!timeout_ns)
         return next;
-    for (int i = 0; i < ex->n_slots;) {
-        wslot *w = ex->slots[i];
+    int orphaned = 0;
+    for (int k = 0; k < ex->n_slots;) {
+        wslot *w = ex->slots[k];
         int64_t c = atomic_load(&w->call);
         uint64_t start = atomic_load(&w->start_ns);
         if (c < 0 || start + timeout_ns > now) {
             if (c >= 0 && start + timeout_ns < next)
                 next = start + timeout_ns;
-            i++;
+            k++;
             continue;
         }
-        pthread_t th = w->thread; /* w may be freed once the CAS below succeeds */
+        /* read before the CAS: w may be freed once it succeeds */
+        pthread_t th = w->thread;
+        size_t blk_end = atomic_load(&w->blk_end);
         atomic_fetch_add(&ex->shared->abandoned_running, 1);
         int exp = ST_RUNNING;
         if (!atomic_compare_exchange_strong(&j->state[c], &exp, ST_TIMEDOUT)) {
             atomic_fetch_sub(&ex->shared->abandoned_running, 1); /* it has just finished */
-            i++;
+            k++;
             continue;
         }
-        atomic_fetch_add(&j->n_done, 1);
+        size_t b, e;
+        call_range(j, (size_t)c, &b, &e);
+        char why[RLP_REWARD_REASON_MAX];
+        snprintf(why, sizeof why, "timed out after %u ms (call abandoned)", j->timeout_ms);
+        for (size_t i = b; i < e; i++)
+            fail_outcome(&j->out[i], RLPI_RW_TIMEOUT, why);
+        atomic_fetch_add(&j->n_done, 1); /* under j->mu: the caller is this thread */
+        orphan(j, (size_t)c + 1, blk_end);
+        orphaned = 1;
         pthread_detach(th);
-        ex->slots[i] = ex->slots[--ex->n_slots];
+        ex->slots[k] = ex->slots[--ex->n_slots];
         if (may_spawn(ex))
             spawn_worker(ex); /* if it fails the others carry on */
+    }
+    if (orphaned) { /* idle workers take them */
+        pthread_mutex_lock(&ex->mu);
+        pthread_cond_broadcast(&ex->work_cv);
+        pthread_mutex_unlock(&ex->mu);
     }
     return next;
 }
 
 /* No worker is left: fail every call that nobody has claimed. */
-static void fail_unclaimed(job *j)
+static void fail_range(job *j, size_t from, size_t to)
 {
-    size_t from = atomic_exchange(&j->next_call, j->n_calls);
-    for (size_t c = from; c < j->n_calls; c++) {
+    for (size_t c = from; c < to; c++) {
         int exp = ST_PENDING;
-        if (atomic_compare_exchange_strong(&j->state[c], &exp, ST_NOWORKER))
+        if (atomic_compare_exchange_strong(&j->state[c], &exp, ST_NOWORKER)) {
+            size_t b, e;
+            call_range(j, c, &b, &e);
+            for (size_t i = b; i < e; i++)
+                fail_outcome(&j->out[i], RLPI_RW_NOWORKER,
+                             "no worker left: every worker is stuck in an abandoned call");
             atomic_fetch_add(&j->n_done, 1);
+        }
     }
 }
 
-static void make_outcome(const job *j, size_t i, int state, int rc, uint32_t timeout_ms, int refine, float eta,
-                         rlpi_outcome *o)
+/* No worker is left: fail every call that nobody has claimed. Called with
+ * j->mu held. */
+static void fail_unclaimed(job *j)
 {
-    const rlp_reward_result *res = &j->res[i];
-    o->valid = 0;
-    if (state == ST_TIMEDOUT) {
-        o->kind = RLPI_RW_TIMEOUT;
-        snprintf(o->reason, sizeof o->reason, "timed out after %u ms (call abandoned)", timeout_ms);
-        return;
-    }
-    if (state == ST_NOWORKER) {
-        o->kind = RLPI_RW_NOWORKER;
-        snprintf(o->reason, sizeof o->reason, "no worker left: every worker is stuck in an abandoned call");
-        return;
-    }
-    if (rc != 0) {
-        o->kind = RLPI_RW_ERROR;
-        if (res->reason[0] && memchr(res->reason, '\0', sizeof res->reason))
-            snprintf(o->reason, sizeof o->reason, "%s", res->reason);
-        else
-            snprintf(o->reason, sizeof o->reason, "callback returned %d", rc);
-        return;
-    }
-    /* the scorer's own text, NUL-terminated whatever it wrote */
-    char why[RLP_REWARD_REASON_MAX];
-    memcpy(why, res->reason, sizeof why);
-    why[sizeof why - 1] = '\0';
-    if (j->fail[i]) {
-        o->kind = j->fail[i];
-        memcpy(o->reason, why[0] ? why : "failed", why[0] ? sizeof why : 7);
-        return;
-    }
-    if (!res->valid) {
-        o->kind = RLPI_RW_REJECTED;
-        memcpy(o->reason, why[0] ? why : "marked invalid", why[0] ? sizeof why : 15);
-        return;
-    }
-    if (!isfinite(res->score) || fabs(res->score) > FLT_MAX) {
-        o->kind = RLPI_RW_NONFINITE;
-        snprintf(o->reason, sizeof o->reason, "score is %g (must be finite and fit in a float)", res->score);
-        return;
-    }
-    size_t nt = j->reqs[i].n_completion_tokens;
-    if (res->has_token_scores && res->token_scores && nt) {
-        for (size_t t = 0; t < nt; t++)
-            if (!isfinite(res->token_scores[t])) {
-                o->kind = RLPI_RW_NONFINITE;
-                snprintf(o->reason, sizeof o->reason, "token score %zu is %g", t, (double)res->token_scores[t]);
-                return;
-            }
-        o->token_scores = malloc(nt * sizeof *o->token_scores);
-        o->step_ends = malloc(nt);
-        if (!o->token_scores || !o->step_ends) {
-            free(o->token_scores);
-            free(o->step_ends);
-            o->token_scores = NULL;
-            o->step_ends = NULL;
-            o->kind = RLPI_RW_ERROR;
-            snprintf(o->reason, sizeof o->reason, "out of memory for token scores");
-            return;
-        }
-        memcpy(o->token_scores, res->token_scores, nt * sizeof *o->token_scores);
-        memcpy(o->step_ends, res->step_ends, nt);
-        o->n_tokens = nt;
-        if (refine != RLP_REFINE_NONE)
-            rlpi_refine_tokens(o->token_scores, o->step_ends, nt, refine, eta);
-    }
-    o->kind = RLPI_RW_OK;
-    o->valid = 1;
-    o->score = res->score;
-    memcpy(o->reason, why, sizeof why);
+    size_t from = atomic_exchange(&j->next_call, j->n_calls);
+    fail_range(j, from < j->n_calls ? from : j->n_calls, j->n_calls);
+    for (size_t k = atomic_load(&j->n_orph); k > 0; k--)
+        fail_range(j, j->orph_b[k - 1], j->orph_e[k - 1]);
+    atomic_store(&j->n_orph, 0);
 }
 
 int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout_ms, int refine, float eta,
@@ -533,9 +666,16 @@ int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout
     }
     if (ex->n_slots == 0 && atomic_load(&ex->shared->abandoned_running) == 0)
         return rlpi_error_set(RLP_E_BACKEND, "reward: could not start a worker thread");
-    job *j = job_create(sc, reqs, n);
+    job *j = job_create(sc, reqs, n, out);
     if (!j)
-        return rlpi_error_set(RLP_E_NOMEM, "reward: out of memory copying %zu samples", n);
+        return rlpi_error_set(RLP_E_NOMEM, "reward: out of memory for %zu samples", n);
+    j->timeout_ms = timeout_ms;
+    j->refine = refine;
+    j->eta = eta;
+    /* about 8 blocks per worker: neighbouring samples stay on one worker,
+     * the load still balances */
+    j->block = j->n_calls / ((size_t)ex->n_threads * 8);
+    j->block = j->block < 1 ? 1 : j->block > 64 ? 64 : j->block;
 
     uint64_t timeout_ns = sc->bounds_own_time ? 0 : (uint64_t)timeout_ms * 1000000u;
     pthread_mutex_lock(&ex->mu);
@@ -561,12 +701,6 @@ int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout
     ex->cur = NULL;
     pthread_mutex_unlock(&ex->mu);
 
-    for (size_t c = 0; c < j->n_calls; c++) {
-        int st = atomic_load(&j->state[c]);
-        size_t b = c * j->chunk, e = b + j->chunk < n ? b + j->chunk : n;
-        for (size_t i = b; i < e; i++)
-            make_outcome(j, i, st, st == ST_DONE ? j->rc[c] : 0, timeout_ms, refine, eta, &out[i]);
-    }
     *abandoned_running = (uint64_t)atomic_load(&ex->shared->abandoned_running);
     job_unref(j);
     return RLP_OK;

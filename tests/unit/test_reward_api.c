@@ -334,6 +334,50 @@ static void test_abandoned_limit(void **state)
     rlp_reward_fn_free(fn);
 }
 
+/* Samples 3 and 250 hang: the calls claimed with them in one block must
+ * still be scored by the other (or a replacement) worker. */
+static atomic_int slow_woke;
+
+static int hang_two(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
+{
+    (void)payload;
+    if (req->batch_index == 3 || req->batch_index == 250) {
+        sleep_ms(600);
+        atomic_fetch_add(&slow_woke, 1);
+    }
+    res->score = (double)req->batch_index;
+    return 0;
+}
+
+static void test_rest_of_an_abandoned_block(void **state)
+{
+    (void)state;
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+        atomic_store(&slow_woke, 0);
+        rlp_reward_options o = RLP_REWARD_OPTIONS_INIT;
+        o.n_threads = threads;
+        o.timeout_ms = 50;
+        rlp_reward_fn *fn = NULL;
+        assert_int_equal(rlp_reward_fn_create_callback(&fn, hang_two, &o, NULL), RLP_OK);
+        rlp_batch *b = make_batch(400);
+        rlp_reward_stats st = new_stats();
+        assert_int_equal(rlp_reward_fn_score(fn, b, &st), RLP_OK);
+        assert_int_equal(st.timeouts, 2);
+        assert_int_equal(st.valid, 398);
+        for (size_t i = 0; i < 400; i++) {
+            rlp_trajectory t = get(b, i);
+            assert_int_equal(t.valid, i != 3 && i != 250);
+            if (t.valid)
+                assert_float_equal(t.reward, (float)i, EXACT);
+        }
+        rlp_batch_free(b);
+        rlp_reward_fn_free(fn);
+        for (int w = 0; w < 300 && atomic_load(&slow_woke) < 2; w++)
+            sleep_ms(10);
+        assert_int_equal(atomic_load(&slow_woke), 2);
+    }
+}
+
 /* ---- batch form ------------------------------------------------------------------------ */
 
 static atomic_int max_n;
@@ -646,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_callback_sees_the_batch),
         cmocka_unit_test(test_callback_faults),
         cmocka_unit_test(test_abandoned_limit),
+        cmocka_unit_test(test_rest_of_an_abandoned_block),
         cmocka_unit_test(test_batch_callback),
         cmocka_unit_test(test_token_scores_and_refinement),
         cmocka_unit_test(test_refine_function),
