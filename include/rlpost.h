@@ -1193,8 +1193,8 @@ RLP_API int rlp_batch_logprob_mismatch(rlp_mismatch_stats *out, const rlp_batch 
  *
  * How a call runs. Every handle owns a pool of worker threads (created at
  * its first score call, sized by rlp_reward_options::n_threads or the
- * "threads" option of a built-in). rlp_reward_fn_score() copies what the
- * scorers read out of the batch, hands the samples to the workers and
+ * "threads" option of a built-in). rlp_reward_fn_score() hands the samples
+ * to the workers, which copy what a callback reads before calling it, and
  * supervises them; the calling thread never runs a callback itself. Each
  * call of a callback has a deadline (timeout_ms). A call that
  *   - returns non-zero (an error),
