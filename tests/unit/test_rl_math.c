@@ -307,6 +307,40 @@ static void test_decoupled_reduces_to_ppo(void **state)
     assert_true(a1.clip_lo + a1.clip_hi > 0); /* the case does clip somewhere */
 }
 
+/* hand-computed: one sequence, Â = 1; token 1 has ρ = 1.5 (clipped at
+ * 1.2), token 2 ρ = 0.5 (not clipped: Â > 0). Token-mean loss
+ * (−1.2 − 0.5)/2 = −0.85; ∂/∂logp = (0, −ρÂ/2 = −0.25) */
+static void test_hand_computed_stats(void **state)
+{
+    (void)state;
+    size_t ts[2] = {0, 2};
+    uint64_t grp[1] = {1};
+    float rew[1] = {1}, old[2] = {-1.0f, -1.0f};
+    float lp[2] = {(float)(-1.0 + log(1.5)), (float)(-1.0 + log(0.5))}, adv[2] = {1, 1}, ent[2] = {2, 4};
+    rlpi_rl_seqs s = {.n_seqs = 1, .tok_start = ts, .group = grp, .reward = rew, .logp_old = old, .logp_behav = old};
+    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+    rlpi_rl_norm nm = {1, 2, 2};
+    size_t idx[1] = {0};
+    float g[2], d[2];
+    rlpi_rl_acc acc = {0};
+    assert_int_equal(rlpi_rl_loss(&o, &s, adv, idx, 1, ts, lp, ent, &nm, g, d, &acc), RLP_OK);
+    assert_true(fabs(acc.loss + 0.85) < 1e-6);
+    assert_true(acc.clip_hi == 1 && acc.clip_lo == 0 && acc.n_tokens == 2);
+    assert_true(fabs(acc.ratio_sum - 2.0) < 1e-6 && fabs(acc.ratio_max - 1.5) < 1e-6);
+    assert_true(acc.w_sum == 2 && acc.w_max == 1);
+    assert_true(acc.ent == 6);
+    assert_true(g[0] == 0.0f && fabsf(g[1] + 0.25f) < 1e-6f);
+    /* Â = −1: token 2 (ρ = 0.5 < 0.8) is clipped low; dual clip c = 1.1 caps token 1 at 1.1 */
+    adv[0] = adv[1] = -1;
+    o.dual_clip = 1.1f;
+    memset(&acc, 0, sizeof acc);
+    assert_int_equal(rlpi_rl_loss(&o, &s, adv, idx, 1, ts, lp, ent, &nm, g, d, &acc), RLP_OK);
+    /* token 1: max(1.5, 1.2) = 1.5 → min(1.5, 1.1) = 1.1; token 2: max(0.5, 0.8) = 0.8 */
+    assert_true(fabs(acc.loss - (1.1 + 0.8) / 2) < 1e-6);
+    assert_true(acc.clip_lo == 1 && acc.clip_hi == 0);
+    assert_true(g[0] == 0.0f && g[1] == 0.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_accumulation_normaliser),
         cmocka_unit_test(test_overlong_and_options),
         cmocka_unit_test(test_decoupled_reduces_to_ppo),
+        cmocka_unit_test(test_hand_computed_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
