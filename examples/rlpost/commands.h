@@ -10,5 +10,6 @@ int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logprobs(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

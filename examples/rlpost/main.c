@@ -18,6 +18,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
     {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
+    {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
 };
 
 static void usage(FILE *f)
