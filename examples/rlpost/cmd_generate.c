@@ -176,7 +176,6 @@ int cmd_generate(int argc, char **argv)
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
     po.trainable = 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-    ro.max_batch = (uint32_t)max_batch;
     ro.share_weights = 1; /* nothing trains here: no copy of the weights */
     rlp_context *ctx = NULL;
     rlp_policy *policy = NULL;
@@ -184,9 +183,11 @@ int cmd_generate(int argc, char **argv)
     rlp_batch *batch = NULL;
     rlp_prompt prompts[MAX_PROMPTS];
     int32_t *ids[MAX_PROMPTS] = {0};
+    size_t longest = 0;
     int status = 1;
-    if (rlp_context_create(&ctx, &co) != RLP_OK || rlp_policy_load(&policy, ctx, model, &po) != RLP_OK ||
-        rlp_rollout_engine_create(&engine, policy, &ro) != RLP_OK) {
+    rlp_model_info mi = {.version = RLP_MODEL_INFO_VERSION};
+    if (rlp_model_inspect(&mi, model) != RLP_OK || rlp_context_create(&ctx, &co) != RLP_OK ||
+        rlp_policy_load(&policy, ctx, model, &po) != RLP_OK) {
         fprintf(stderr, "rlpost generate: %s\n", rlp_error_last());
         goto done;
     }
@@ -212,6 +213,17 @@ int cmd_generate(int argc, char **argv)
             goto done;
         }
         prompts[p] = (rlp_prompt){.tokens = ids[p], .n_tokens = n};
+        longest = n > longest ? n : longest;
+    }
+    /* a KV cache for this work only: no more slots than samples, no longer
+     * than the longest prompt plus the completion (within the context) */
+    uint64_t samples = (uint64_t)n_prompts * so.n, need = (uint64_t)longest + so.max_new_tokens;
+    uint64_t ctx_len = mi.context_length > 1 ? (uint64_t)mi.context_length : 2048;
+    ro.max_batch = samples < (uint64_t)max_batch ? (uint32_t)samples : (uint32_t)max_batch;
+    ro.max_seq_len = (uint32_t)(need < ctx_len ? (need < 2 ? 2 : need) : ctx_len);
+    if (rlp_rollout_engine_create(&engine, policy, &ro) != RLP_OK) {
+        fprintf(stderr, "rlpost generate: %s\n", rlp_error_last());
+        goto done;
     }
     double t0 = now_s();
     if (rlp_rollout_generate(&batch, engine, prompts, n_prompts, &so, NULL, NULL) != RLP_OK) {
