@@ -52,6 +52,8 @@ typedef struct conn_ctx {
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    if (!fmt)
+        return;
     fprintf(stderr, "rlpost serve: ");
     vfprintf(stderr, fmt, ap);
     size_t n = strlen(fmt);
