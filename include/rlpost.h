@@ -875,7 +875,10 @@ typedef struct rlp_trajectory {
     float reward;                      /**< scalar reward; NaN until scored */
     int32_t valid;                     /**< 0: marked invalid (reward failure, remote error); see error */
     const char *error;                 /**< why invalid, or NULL */
-    const char *metadata_json;         /**< JSON object carried from the prompt (e.g. the reference answer), or NULL */
+    const char *metadata_json;         /**< JSON object carried from the prompt (by convention its "reference"
+                                            field is the reference answer rewards compare with), or NULL */
+    uint32_t sample_index;             /**< 0 … n−1 within its group */
+    const float *token_rewards;        /**< (n_completion_tokens) per-token (process) rewards, or NULL */
 } rlp_trajectory;
 
 /** Creates an empty batch. RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */
@@ -907,6 +910,13 @@ RLP_API int rlp_batch_extend(rlp_batch *dst, rlp_batch *src);
 
 /** Sets the scalar reward of trajectory @p index (finite, else RLP_E_INVALID_ARG). */
 RLP_API int rlp_batch_set_reward(rlp_batch *batch, size_t index, float reward);
+
+/**
+ * Sets per-token (process) rewards of trajectory @p index: @p n must equal
+ * its completion length; values are copied and must be finite. NULL with
+ * n = 0 clears them.
+ */
+RLP_API int rlp_batch_set_token_rewards(rlp_batch *batch, size_t index, const float *rewards, size_t n);
 
 /** Marks trajectory @p index invalid with a reason (copied); it keeps its tokens. */
 RLP_API int rlp_batch_set_invalid(rlp_batch *batch, size_t index, const char *reason);

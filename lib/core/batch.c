@@ -21,6 +21,7 @@ void rlpi_traj_clear(rlpi_traj *t)
     free(t->text);
     free(t->error);
     free(t->metadata);
+    free(t->token_rewards);
     memset(t, 0, sizeof *t);
 }
 
@@ -104,6 +105,7 @@ int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
     dst->logprobs = NULL;
     dst->versions = NULL;
     dst->prompt_text = dst->text = dst->error = dst->metadata = NULL;
+    dst->token_rewards = NULL;
     dst->cap = src->n_tokens;
     int rc;
     if ((rc = dup_mem((void **)&dst->prompt, src->prompt, src->n_prompt, sizeof(int32_t))) ||
@@ -111,7 +113,8 @@ int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
         (rc = dup_mem((void **)&dst->logprobs, src->logprobs, src->n_tokens, sizeof(float))) ||
         (rc = dup_mem((void **)&dst->versions, src->versions, src->n_tokens, sizeof(uint64_t))) ||
         (rc = dup_str(&dst->prompt_text, src->prompt_text)) || (rc = dup_str(&dst->text, src->text)) ||
-        (rc = dup_str(&dst->error, src->error)) || (rc = dup_str(&dst->metadata, src->metadata))) {
+        (rc = dup_str(&dst->error, src->error)) || (rc = dup_str(&dst->metadata, src->metadata)) ||
+        (rc = dup_mem((void **)&dst->token_rewards, src->token_rewards, src->n_tokens, sizeof(float)))) {
         rlpi_traj_clear(dst);
         return rc;
     }
@@ -177,6 +180,8 @@ int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index)
     v.valid = t->valid;
     v.error = t->error;
     v.metadata_json = t->metadata;
+    v.sample_index = t->sample_index;
+    v.token_rewards = t->token_rewards;
     /* a caller built against an older header gets only the fields it knows */
     size_t n = sizeof v;
     memcpy(out, &v, n);
@@ -202,6 +207,9 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: logprob %zu is %g (must be finite and <= 0)",
                                   i, (double)traj->logprobs[i]);
     }
+    for (size_t i = 0; traj->token_rewards && i < traj->n_completion_tokens; i++)
+        if (!isfinite(traj->token_rewards[i]))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: token reward %zu is not finite", i);
     for (size_t i = 0; i < traj->n_prompt_tokens; i++)
         if (traj->prompt_tokens[i] < 0)
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: prompt token %zu has negative id %d", i,
@@ -224,6 +232,8 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
         .valid = traj->valid,
         .error = (char *)traj->error,
         .metadata = (char *)traj->metadata_json,
+        .sample_index = traj->sample_index,
+        .token_rewards = (float *)traj->token_rewards,
     };
     rlpi_traj t;
     int rc = rlpi_traj_copy(&t, &src);
@@ -276,5 +286,31 @@ int rlp_batch_set_invalid(rlp_batch *batch, size_t index, const char *reason)
     free(batch->items[index].error);
     batch->items[index].error = r;
     batch->items[index].valid = 0;
+    return RLP_OK;
+}
+
+int rlp_batch_set_token_rewards(rlp_batch *batch, size_t index, const float *rewards, size_t n)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    RLPI_CHECK_ARG(index < batch->n, "index outside the batch");
+    rlpi_traj *t = &batch->items[index];
+    if (!rewards && n == 0) {
+        free(t->token_rewards);
+        t->token_rewards = NULL;
+        return RLP_OK;
+    }
+    RLPI_CHECK_ARG(rewards, "rewards is NULL");
+    if (n != t->n_tokens)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %zu rewards for %zu completion tokens", __func__, n,
+                              t->n_tokens);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(rewards[i]))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: reward %zu is not finite", __func__, i);
+    float *r = malloc((n ? n : 1) * sizeof *r);
+    if (!r)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    memcpy(r, rewards, n * sizeof *r);
+    free(t->token_rewards);
+    t->token_rewards = r;
     return RLP_OK;
 }

@@ -29,6 +29,8 @@ typedef struct rlpi_traj {
     int32_t valid;
     char *error;            /* owned or NULL */
     char *metadata;         /* owned JSON or NULL */
+    uint32_t sample_index;  /* within the group */
+    float *token_rewards;   /* (n_tokens) owned, or NULL */
 } rlpi_traj;
 
 struct rlp_batch {

@@ -234,6 +234,7 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
             q->n_prompt = lens[p];
             q->slot = -1;
             q->traj.group_id = group;
+            q->traj.sample_index = j;
             q->traj.temperature = s->temperature;
             q->traj.reward = NAN;
             q->traj.valid = 1;
@@ -293,7 +294,9 @@ static int run(gen_ctx *g)
     size_t next = 0, n_running = 0;
     while (!rc && g->n_done < g->N) {
         pthread_mutex_lock(&e->mu);
-        while (e->pending > 0)
+        /* park while an update swaps the weights (in DEFER mode the update
+         * itself waits for the whole call to end) */
+        while (e->pending > 0 && e->opts.interrupt_mode != RLP_INTERRUPT_DEFER)
             pthread_cond_wait(&e->cv, &e->mu);
         e->in_step = true;
         pthread_mutex_unlock(&e->mu);

@@ -122,6 +122,7 @@ int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp
             rlpi_traj t;
             memset(&t, 0, sizeof t);
             rc = fill_common(&t, &prompts[p], group, reqs[p].prompt, reqs[p].n_prompt, s, v);
+            t.sample_index = j;
             const rlpi_remote_choice *c =
                 res[p].status == RLP_OK && j < res[p].n_choices ? &res[p].choices[j] : NULL;
             if (!rc && c) {

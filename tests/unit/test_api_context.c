@@ -11,6 +11,7 @@
 #include "rlpost.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define EXPECT_INVALID(call, needle)                                  \
@@ -111,7 +112,7 @@ static void capture_log(int level, const char *message, void *payload)
     lc->n++;
     if (level == RLP_LOG_INFO) { /* keep the creation message (a BLAS warning may follow it) */
         lc->last_level = level;
-        strncpy(lc->last, message, sizeof lc->last - 1);
+        snprintf(lc->last, sizeof lc->last, "%s", message);
     }
     pthread_mutex_unlock(&lc->mu);
 }

@@ -388,14 +388,22 @@ static void interrupt_case(int mode)
     assert_int_equal(v, 5);
     rlp_rollout_stats st = {0};
     assert_int_equal(rlp_rollout_engine_stats(&st, e), RLP_OK);
-    assert_int_equal(st.interrupts, 4);
+    assert_int_equal(st.interrupts, mode == RLP_INTERRUPT_DEFER ? 0 : 4);
+    rlp_policy *p_old = p;
     for (size_t i = 0; i < 4; i++) {
         rlp_trajectory t = get(b, i);
         assert_int_equal(t.policy_version, 0);
         /* all 4 run together: every one has 8 tokens of version 0 */
         for (size_t k = 0; k < 8; k++)
             assert_int_equal(t.token_versions[k], 0);
-        if (mode == RLP_INTERRUPT_ABORT) {
+        if (mode == RLP_INTERRUPT_DEFER) {
+            /* the update waited for the call to end: one version throughout */
+            assert_int_equal(t.finish_reason, RLP_FINISH_LENGTH);
+            assert_int_equal(t.n_completion_tokens, 20);
+            for (size_t k = 0; k < 20; k++)
+                assert_int_equal(t.token_versions[k], 0);
+            check_greedy(p_old, &t);
+        } else if (mode == RLP_INTERRUPT_ABORT) {
             assert_int_equal(t.finish_reason, RLP_FINISH_ABORT);
             assert_int_equal(t.n_completion_tokens, 8);
         } else {
@@ -424,6 +432,12 @@ static void test_interrupt_abort(void **state)
 {
     (void)state;
     interrupt_case(RLP_INTERRUPT_ABORT);
+}
+
+static void test_interrupt_defer(void **state)
+{
+    (void)state;
+    interrupt_case(RLP_INTERRUPT_DEFER);
 }
 
 static void test_bad_input(void **state)
@@ -553,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_stop_ids_length_and_stream_abort),
         cmocka_unit_test(test_interrupt_recompute),
         cmocka_unit_test(test_interrupt_abort),
+        cmocka_unit_test(test_interrupt_defer),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_batch_api),
     };

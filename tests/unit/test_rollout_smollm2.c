@@ -67,6 +67,30 @@ static int argmax_mismatches(rlp_policy *p, const rlp_trajectory *t)
     return bad;
 }
 
+/* streamed text per sequence (8 sequences: 4 prompts × 2) */
+typedef struct stream_acc {
+    char text[8][4096];
+    size_t len[8];
+    int events[8], finals[8], bad_utf8;
+} stream_acc;
+
+static int on_token(const rlp_stream_event *ev, void *payload)
+{
+    stream_acc *a = payload;
+    size_t i = ev->prompt_index * 2 + ev->sample_index;
+    if (i >= 8)
+        return 0;
+    if (ev->text_len && strstr(ev->text, "\xef\xbf\xbd"))
+        a->bad_utf8++;
+    if (a->len[i] + ev->text_len < sizeof a->text[i]) {
+        memcpy(a->text[i] + a->len[i], ev->text, ev->text_len);
+        a->len[i] += ev->text_len;
+    }
+    a->events[i]++;
+    a->finals[i] += ev->finish_reason != RLP_FINISH_NONE;
+    return 0;
+}
+
 int main(void)
 {
     char path[4096];
@@ -188,7 +212,19 @@ int main(void)
     s.n = 2;
     s.max_new_tokens = 48;
     rlp_batch *b3;
-    CHECK(rlp_rollout_generate(&b3, e, pr, 4, &s, NULL, NULL) == RLP_OK, "%s", rlp_error_last());
+    static stream_acc acc;
+    CHECK(rlp_rollout_generate(&b3, e, pr, 4, &s, on_token, &acc) == RLP_OK, "%s", rlp_error_last());
+    /* the stream shows exactly the final text, piece by piece (case #2) */
+    for (size_t i = 0; i < 8; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&t, b3, i);
+        CHECK(acc.len[i] == strlen(t.completion_text) && !memcmp(acc.text[i], t.completion_text, acc.len[i]),
+              "sequence %zu: streamed text differs from the final text", i);
+        CHECK(acc.finals[i] == 1, "sequence %zu: %d final events", i, acc.finals[i]);
+        CHECK(acc.events[i] == (int)t.n_completion_tokens + 1, "sequence %zu: %d events for %zu tokens", i,
+              acc.events[i], t.n_completion_tokens);
+    }
+    CHECK(acc.bad_utf8 == 0, "a streamed delta contained U+FFFD");
     CHECK(rlp_batch_logprob_mismatch(&mm, b3, pol) == RLP_OK, "mismatch: %s", rlp_error_last());
     printf("T=1 behaviour logprobs vs policy: mean %.3g, max %.3g, mean |ratio-1| %.3g over %llu tokens\n",
            mm.mean_abs, mm.max_abs, mm.mean_ratio_dev, (unsigned long long)mm.n_tokens);
