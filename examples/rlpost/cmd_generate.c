@@ -20,17 +20,6 @@
 #define MAX_PROMPTS 256
 #define MAX_STOPS 16
 
-static const char *finish_name(int reason)
-{
-    switch (reason) {
-    case RLP_FINISH_STOP: return "stop";
-    case RLP_FINISH_LENGTH: return "length";
-    case RLP_FINISH_ABORT: return "abort";
-    case RLP_FINISH_ERROR: return "error";
-    default: return "none";
-    }
-}
-
 static void usage(void)
 {
     fprintf(stderr,
@@ -105,8 +94,9 @@ static int print_result(const char *model, const rlp_batch *batch, const rlp_pro
         printf(", \"logprobs\": [");
         for (size_t k = 0; k < t.n_completion_tokens; k++)
             printf("%s%.9g", k ? ", " : "", (double)t.logprobs[k]);
+        const char *fr = finish_reason_name(t.finish_reason);
         printf("], \"finish_reason\": \"%s\", \"stop_index\": %d, \"policy_version\": %llu}",
-               finish_name(t.finish_reason), t.stop_index, (unsigned long long)t.policy_version);
+               fr ? fr : "none", t.stop_index, (unsigned long long)t.policy_version);
     }
     printf("\n], \"stats\": ");
     print_stats(st, wall);

@@ -125,7 +125,6 @@ void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const 
 void serve_stream_fail(serve_job *job, const char *message);
 /* A JSON string of arbitrary bytes: ill-formed UTF-8 becomes U+FFFD. */
 json_t *serve_json_text(const char *s, size_t n);
-const char *serve_finish_name(int reason);
 void serve_job_free(serve_job *job);
 
 /* ---- serve_sched.c ---- */

@@ -10,6 +10,8 @@
  * logprobs a trainer gets must be those of the tokens' real distribution. */
 #include "serve.h"
 
+#include "json_out.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -38,17 +40,6 @@ static int fail(pctx *c, const char *fmt, ...)
     vsnprintf(c->err, c->errlen, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-const char *serve_finish_name(int reason)
-{
-    switch (reason) {
-    case RLP_FINISH_STOP: return "stop";
-    case RLP_FINISH_LENGTH: return "length";
-    case RLP_FINISH_ABORT: return "abort";
-    case RLP_FINISH_ERROR: return "error";
-    default: return NULL;
-    }
 }
 
 /* ---- UTF-8 ---------------------------------------------------------------- */
@@ -807,7 +798,7 @@ json_t *serve_response(serve_server *srv, const serve_job *job)
             break;
         const char *text = t.completion_text ? t.completion_text : "";
         t.completion_text = text;
-        const char *fr = serve_finish_name(t.finish_reason);
+        const char *fr = finish_reason_name(t.finish_reason);
         json_t *ch = json_pack("{s:I}", "index", (json_int_t)i);
         if (!ch) {
             ok = false;
@@ -898,7 +889,7 @@ void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const 
 {
     size_t choice = prompt * job->sampling.n + ev->sample_index;
     bool has_token = ev->token >= 0, final = ev->finish_reason != RLP_FINISH_NONE;
-    const char *fr = serve_finish_name(ev->finish_reason);
+    const char *fr = finish_reason_name(ev->finish_reason);
     json_t *text = serve_json_text(ev->text ? ev->text : "", ev->text ? ev->text_len : 0);
     size_t offset = job->choice_chars[choice];
     job->choice_chars[choice] += utf8_chars(ev->text ? ev->text : "", ev->text ? ev->text_len : 0);

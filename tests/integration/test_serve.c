@@ -369,6 +369,21 @@ static void test_http_errors(void **state)
     json_decref(j);
 }
 
+/* The library's remote engine pointed at the server, with the token. */
+static rlp_rollout_engine *remote_engine(void)
+{
+    static const char *urls[1]; /* outlives the engine, whatever it keeps */
+    urls[0] = base_url;
+    rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
+    rem.urls = urls;
+    rem.n_urls = 1;
+    rem.api_key = TOKEN;
+    rem.timeout_ms = 300000;
+    rlp_rollout_engine *e = NULL;
+    assert_int_equal(rlp_rollout_engine_create_remote(&e, tok, &rem), RLP_OK);
+    return e;
+}
+
 static const char *const PROMPTS[4] = {"The capital of France is", "Once upon a time, there was a",
                                        "def fibonacci(n):", "The three primary colors are"};
 
@@ -393,13 +408,7 @@ static void test_remote_equals_local(void **state)
     assert_int_equal(rlp_rollout_generate(&want, local, pr, 4, &so, NULL, NULL), RLP_OK);
     rlp_rollout_engine_free(local);
 
-    const char *urls[] = {base_url};
-    rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
-    rem.urls = urls;
-    rem.n_urls = 1;
-    rem.api_key = TOKEN;
-    rem.timeout_ms = 300000;
-    assert_int_equal(rlp_rollout_engine_create_remote(&remote, tok, &rem), RLP_OK);
+    remote = remote_engine();
     json_t *h0 = health();
     double t0 = now_s();
     int rc = rlp_rollout_generate(&got, remote, pr, 4, &so, NULL, NULL);
@@ -724,17 +733,11 @@ static void test_weight_updates(void **state)
     json_decref(j);
 
     /* the remote engine takes the version the server reports */
-    const char *urls[] = {base_url};
-    rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
-    rem.urls = urls;
-    rem.n_urls = 1;
-    rem.api_key = TOKEN;
-    rlp_rollout_engine *remote = NULL;
+    rlp_rollout_engine *remote = remote_engine();
     rlp_batch *b = NULL;
     rlp_prompt pr = {.text = "Hello"};
     rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
     so.max_new_tokens = 3;
-    assert_int_equal(rlp_rollout_engine_create_remote(&remote, tok, &rem), RLP_OK);
     assert_int_equal(rlp_rollout_generate(&b, remote, &pr, 1, &so, NULL, NULL), RLP_OK);
     rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
     assert_int_equal(rlp_batch_get(&t, b, 0), RLP_OK);
