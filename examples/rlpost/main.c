@@ -17,6 +17,8 @@ static const command commands[] = {
     {"info", cmd_info, "MODEL: architecture, parameters, dtypes, tokenizer, chat template"},
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
+    {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
+    {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
 };
 
 static void usage(FILE *f)
