@@ -4,11 +4,16 @@
  *
  * Each step: generate a group of completions per prompt with the current
  * weights (co-located engine sharing the policy's weights: staleness 0),
- * score them with a reward written here in C (Logic-RL's format rule:
- * <think>…</think><answer>…</answer>, each tag once and in order: +1, else
- * −1), and run one GRPO step. One JSON line per step on stdout: the mean
- * reward, the format rate, loss, KL-free statistics, and timings. This is
- * the shape of `rlpost train` without the configuration file. */
+ * score them with a reward written here in C, and run one GRPO step. As in
+ * Logic-RL the prompt ends with the assistant turn already opened by
+ * "<think>", which counts towards the format. The reward is graded so that a
+ * 135M model that never writes the whole format at first still gets a
+ * signal: 0.25 for each of <think>, </think>, <answer>, </answer> found once
+ * and after the previous one, 0 for a tag written twice (the strict Logic-RL
+ * format, all four exactly once and in order, is reported as format_rate).
+ * One JSON line per step on stdout: mean reward, format rate, loss,
+ * statistics and timings. This is the shape of `rlpost train` without the
+ * configuration file. */
 #include "rlpost.h"
 
 #include <stdio.h>
@@ -25,7 +30,25 @@
         }                                                                              \
     } while (0)
 
-/* Logic-RL's format reward: each tag exactly once, in order. */
+/* How far along the tag sequence the text gets (0, 0.25, …, 1). */
+static float format_progress(const char *text)
+{
+    static const char *tags[4] = {"<think>", "</think>", "<answer>", "</answer>"};
+    const char *at = text;
+    float score = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *p = strstr(at, tags[i]);
+        if (!p)
+            break;
+        if (strstr(p + 1, tags[i]))
+            return 0.0f; /* a tag twice: no credit (Logic-RL fails the format) */
+        score += 0.25f;
+        at = p + strlen(tags[i]);
+    }
+    return score;
+}
+
+/* Logic-RL's format rule: each tag exactly once, in order. */
 static float format_reward(const char *text)
 {
     static const char *tags[4] = {"<think>", "</think>", "<answer>", "</answer>"};
@@ -65,7 +88,7 @@ int main(int argc, char **argv)
     rlp_policy *policy;
     CHECK(rlp_policy_load(&policy, ctx, argv[1], NULL));
     rlp_optimizer_options opt = RLP_OPTIMIZER_OPTIONS_INIT;
-    opt.lr = 2e-6f;
+    opt.lr = 1e-5f;
     opt.weight_decay = 0.0f;
     CHECK(rlp_policy_set_optimizer(policy, &opt));
     const rlp_tokenizer *tok = rlp_policy_tokenizer(policy);
@@ -83,11 +106,15 @@ int main(int argc, char **argv)
     CHECK(rlp_rollout_engine_create(&engine, policy, &ro));
 
     /* 3. prompts through the chat template (content is never parsed for special tokens) */
-    int32_t ids[N_QUESTIONS][256];
+    int32_t ids[N_QUESTIONS][320];
     size_t n_ids[N_QUESTIONS];
+    const char *prefix = "<think>"; /* the assistant turn opens with it (Logic-RL) */
     for (size_t q = 0; q < N_QUESTIONS; q++) {
         rlp_chat_message msgs[2] = {{"system", system_prompt}, {"user", questions[q]}};
         CHECK(rlp_tokenizer_apply_chat_template(tok, msgs, 2, 1, ids[q], 256, &n_ids[q]));
+        size_t np = 0;
+        CHECK(rlp_tokenizer_encode(tok, prefix, strlen(prefix), 0, ids[q] + n_ids[q], 64, &np));
+        n_ids[q] += np;
     }
 
     rlp_sampling_options sampling = RLP_SAMPLING_OPTIONS_INIT;
@@ -116,10 +143,14 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n; i++) {
             rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
             CHECK(rlp_batch_get(&t, batch, i));
-            float r = format_reward(t.completion_text);
+            char *full = malloc(strlen(prefix) + strlen(t.completion_text) + 1);
+            strcpy(full, prefix);
+            strcat(full, t.completion_text);
+            float r = format_progress(full);
             CHECK(rlp_batch_set_reward(batch, i, r));
             reward_sum += r;
-            formatted += r > 0;
+            formatted += format_reward(full) > 0;
+            free(full);
         }
 
         /* train */
