@@ -9,5 +9,6 @@ int cmd_version(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logprobs(int argc, char **argv);
+int cmd_task(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"info", cmd_info, "MODEL: architecture, parameters, dtypes, tokenizer, chat template"},
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
+    {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
 };
 
 static void usage(FILE *f)
