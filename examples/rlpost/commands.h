@@ -14,5 +14,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_logprobs(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_task(int argc, char **argv);
 
 #endif

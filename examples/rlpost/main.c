@@ -19,6 +19,7 @@ static const command commands[] = {
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
     {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
     {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
+    {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
 };
 
 static void usage(FILE *f)

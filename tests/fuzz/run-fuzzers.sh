@@ -39,9 +39,10 @@ build() {
 build fuzz_gguf core/error.c core/threadpool.c model/config.c model/weights.c \
     model/quant.c model/gguf.c model/gguf_model.c
 build fuzz_completion_response core/error.c core/json_guard.c rollout/remote_parse.c
+build fuzz_jsonl core/error.c core/json_guard.c core/mapfile.c task/dataset.c
 
 status=0
-for t in fuzz_gguf fuzz_completion_response; do
+for t in fuzz_gguf fuzz_completion_response fuzz_jsonl; do
     corpus="$work/corpus-${t#fuzz_}"
     mkdir -p "$corpus"
     cp "$here/corpus/${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true
