@@ -14,6 +14,7 @@
  * One JSON line per step on stdout: mean reward, format rate, loss,
  * statistics and timings. This is the shape of `rlpost train` without the
  * configuration file. */
+#include "blas_kernels.h"
 #include "rlpost.h"
 
 #include <stdio.h>
@@ -74,6 +75,7 @@ static const char *system_prompt =
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv);
     if (argc < 2) {
         fprintf(stderr, "usage: grpo_sync MODEL [steps] [prompts_per_step] [group_size]\n");
         return 2;

@@ -5,9 +5,6 @@
 
 #define EXIT_USAGE 2
 
-/* Sets OpenBLAS's kernels for this CPU and re-executes (blas_kernels.c). */
-void rlpost_select_blas_kernels(char **argv);
-
 int cmd_version(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

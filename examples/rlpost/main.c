@@ -2,6 +2,7 @@
  * Machine-readable results go to stdout (JSON/JSONL), progress and logs to
  * stderr; exit 0 on success, 2 on bad arguments, 1 on other failures. */
 #include "commands.h"
+#include "../blas_kernels.h"
 
 #include <stdio.h>
 #include <string.h>

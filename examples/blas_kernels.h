@@ -1,18 +1,21 @@
-/* Picks OpenBLAS's kernels for this CPU before anything runs. Debian 12's
- * OpenBLAS 0.3.21 does not know recent Xeons and falls back to its SSE3
- * "Prescott" kernels, 5× slower at the GEMMs that decide train-step and
- * decode speed (docs/PERFORMANCE.md). OpenBLAS reads OPENBLAS_CORETYPE once,
- * when it is loaded, so the driver sets it and re-executes itself. This is
- * the driver's business, not the library's: a library must not change its
+/* Picks OpenBLAS's kernels for this CPU before anything runs, for the
+ * example programs (rlpost and the small examples). Debian 12's OpenBLAS
+ * 0.3.21 does not know recent Xeons and falls back to its SSE3 "Prescott"
+ * kernels, 5× slower at the GEMMs that decide train-step and decode speed
+ * (docs/PERFORMANCE.md). OpenBLAS reads OPENBLAS_CORETYPE once, when it is
+ * loaded, so a program sets it and re-executes itself. This is a host
+ * program's business, not the library's: a library must not change its
  * host's environment. Opt out with RLPOST_KEEP_BLAS=1 or by setting
- * OPENBLAS_CORETYPE yourself. */
-#include "commands.h"
+ * OPENBLAS_CORETYPE yourself. Call first thing in main(). */
+#ifndef RLPOST_EXAMPLES_BLAS_KERNELS_H
+#define RLPOST_EXAMPLES_BLAS_KERNELS_H
 
+#define _GNU_SOURCE 1
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-void rlpost_select_blas_kernels(char **argv)
+static inline void rlpost_select_blas_kernels(char **argv)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (getenv("OPENBLAS_CORETYPE") || getenv("RLPOST_KEEP_BLAS"))
@@ -35,3 +38,5 @@ void rlpost_select_blas_kernels(char **argv)
     (void)argv;
 #endif
 }
+
+#endif
