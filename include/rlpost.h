@@ -1180,6 +1180,382 @@ RLP_API int rlp_batch_logprob_mismatch(rlp_mismatch_stats *out, const rlp_batch 
                                        const rlp_policy *policy);
 
 /* ------------------------------------------------------------------------ */
+/* RL algorithms: advantages, policy losses, KL, aggregation, the RL step    */
+/* ------------------------------------------------------------------------ */
+
+/** Advantage estimators (values fixed). G = samples of a group, r = their rewards. */
+typedef enum rlp_advantage {
+    RLP_ADV_GRPO = 0,           /**< (rᵢ − mean r)/(std r + ε) (Shao et al. 2024, DeepSeekMath §4.1.2); std
+                                     is the unbiased sample std, as torch.std */
+    RLP_ADV_DR_GRPO = 1,        /**< rᵢ − mean r (Liu et al. 2025, "Understanding R1-Zero-Like Training") */
+    RLP_ADV_RLOO = 2,           /**< rᵢ − Σ_{j≠i} r_j/(G−1) (Ahmadian et al. 2024) */
+    RLP_ADV_REINFORCE_PP = 3,   /**< REINFORCE++ (Hu 2025): per-token reward −β·KLₜ (k1 against π_ref, if a
+                                     reference is given and kl_in_reward) plus r at the last token,
+                                     return-to-go with discount γ, normalised over the whole batch */
+    RLP_ADV_REINFORCE = 4       /**< rᵢ for every token: no baseline, no normalisation */
+} rlp_advantage;
+
+/** Policy losses (values fixed). ρ = exp(log π_θ − log π_old); Â the advantage. */
+typedef enum rlp_policy_loss {
+    RLP_LOSS_PPO_CLIP = 0,       /**< −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â) (Schulman et al. 2017; clip-higher:
+                                      DAPO, Yu et al. 2025), optional dual clip for Â < 0: min(that, −cÂ)
+                                      (Ye et al. 2020); π_old = π_prox (recomputed at the start of the
+                                      step); with tis_cap > 0 multiplied by min(π_old/π_behav, C) (truncated
+                                      importance sampling against the rollout's logprobs) */
+    RLP_LOSS_DECOUPLED_PPO = 1,  /**< AReaL (Fu et al. 2025, eq. 5): −w·min(ρÂ, clip(ρ)Â) with ρ against
+                                      π_prox and w = π_prox/π_behav, truncated at behav_cap (or masked
+                                      above it); π_behav = π_prox gives PPO-clip exactly */
+    RLP_LOSS_GSPO = 2            /**< GSPO (Zheng et al. 2025): sequence ratio sᵢ = exp(mean_t(log π_θ −
+                                      log π_old)), −min(sᵢÂᵢ, clip(sᵢ)Âᵢ) for every token of sequence i */
+} rlp_policy_loss;
+
+/** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020). */
+typedef enum rlp_kl_estimator {
+    RLP_KL_K1 = 1,  /**< x */
+    RLP_KL_K2 = 2,  /**< ½x² */
+    RLP_KL_K3 = 3   /**< exp(−x) + x − 1 */
+} rlp_kl_estimator;
+
+/** How per-token losses ℓ combine into the step loss (verl's names; values fixed). The normaliser
+ *  is taken over the whole step, so micro-batching never changes the gradient (public-bugs case #9). */
+typedef enum rlp_loss_agg {
+    RLP_AGG_TOKEN_MEAN = 0,              /**< Σ ℓ / Σ tokens */
+    RLP_AGG_SEQ_MEAN_TOKEN_SUM = 1,      /**< (1/S) Σᵢ Σₜ ℓ */
+    RLP_AGG_SEQ_MEAN_TOKEN_MEAN = 2,     /**< (1/S) Σᵢ (1/|yᵢ|) Σₜ ℓ */
+    RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3  /**< Σᵢ Σₜ ℓ / (S·C), C = agg_norm_constant (Dr.GRPO) */
+} rlp_loss_agg;
+
+/** Version of rlp_rl_options understood by this header. */
+#define RLP_RL_OPTIONS_VERSION 1
+
+/** Everything one RL step is made of. */
+typedef struct rlp_rl_options {
+    uint32_t version;            /**< RLP_RL_OPTIONS_VERSION */
+    int32_t advantage;           /**< rlp_advantage; default GRPO */
+    float adv_eps;               /**< ε of GRPO's denominator; default 1e-6 */
+    int32_t adv_batch_norm;      /**< 1: GRPO/RLOO/Dr.GRPO advantages are further normalised over the batch */
+    float gamma;                 /**< REINFORCE++ discount; default 1 */
+    int32_t filter_equal_groups; /**< 1: drop groups whose rewards are all equal (DAPO dynamic sampling) */
+    int32_t policy_loss;         /**< rlp_policy_loss; default PPO_CLIP */
+    float clip_low, clip_high;   /**< ε_low, ε_high; default 0.2, 0.2 */
+    float dual_clip;             /**< c > 1 for the dual clip; 0 = off */
+    float tis_cap;               /**< PPO_CLIP: truncated-IS cap C on π_old/π_behav; 0 = off */
+    float behav_cap;             /**< DECOUPLED_PPO: cap on w = π_prox/π_behav; 0 = no cap */
+    int32_t behav_mask;          /**< DECOUPLED_PPO: 1 = tokens with w > behav_cap get weight 0 instead of the cap */
+    int32_t kl_estimator;        /**< rlp_kl_estimator, or 0 = no KL */
+    float kl_coef;               /**< β */
+    int32_t kl_in_reward;        /**< 1: KL goes into the REINFORCE++ per-token reward; 0: into the loss */
+    float entropy_coef;          /**< loss −= coef·entropy (an entropy bonus) */
+    int32_t loss_agg;            /**< rlp_loss_agg; default TOKEN_MEAN */
+    float agg_norm_constant;     /**< C of SEQ_MEAN_TOKEN_SUM_NORM; 0 = the longest completion of the step */
+    uint32_t overlong_max;       /**< DAPO soft overlong penalty L_max (tokens); 0 = off */
+    uint32_t overlong_cache;     /**< DAPO L_cache: penalty 0 up to L_max − L_cache, linear to −1 at L_max, −1 beyond */
+    uint32_t ppo_epochs;         /**< passes over the batch; default 1 */
+    uint32_t mini_batches;       /**< optimizer steps per pass (groups split evenly); default 1 */
+    uint32_t micro_batch_tokens; /**< tokens per forward/backward; 0 = a mini-batch at once */
+    float temperature;           /**< logprobs at this T; 0 = the trajectories' own (must agree), greedy → 1 */
+} rlp_rl_options;
+
+#define RLP_RL_OPTIONS_INIT                                                                          \
+    { RLP_RL_OPTIONS_VERSION, RLP_ADV_GRPO, 1e-6f, 0, 1.0f, 0, RLP_LOSS_PPO_CLIP, 0.2f, 0.2f, 0.0f, \
+      0.0f, 0.0f, 0, 0, 0.0f, 0, 0.0f, RLP_AGG_TOKEN_MEAN, 0.0f, 0, 0, 1, 1, 0, 0.0f }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version);
+
+/** Statistics of one RL step (over all its optimizer steps; means over scored tokens unless said). */
+typedef struct rlp_rl_stats {
+    uint32_t version;               /**< set by the library (1) */
+    double loss, pg_loss, kl, entropy;
+    double clip_frac_low, clip_frac_high;   /**< fraction of tokens whose ratio was clipped below / above */
+    double ratio_mean, ratio_max;
+    double behav_weight_mean, behav_weight_max;
+    double grad_norm;               /**< before clipping, of the last optimizer step */
+    double adv_mean, adv_std;       /**< over scored tokens */
+    double reward_mean;             /**< over the trajectories used */
+    double staleness_mean, staleness_max;   /**< policy version − trajectory version */
+    uint64_t n_seqs, n_tokens;      /**< used */
+    uint64_t n_groups, filtered_groups, zero_std_groups, invalid_seqs;
+    uint32_t optimizer_steps, skipped_steps;
+    uint64_t policy_version;        /**< after the step */
+    double seconds;
+} rlp_rl_stats;
+
+/**
+ * One RL step on a scored batch: drops invalid trajectories (counted),
+ * computes advantages per group (grouped by group_id), π_prox (and π_ref
+ * when @p ref and a KL are given) with the current weights, then runs
+ * ppo_epochs × mini_batches optimizer steps of the chosen loss, each with
+ * gradient accumulation over micro-batches, clipping and AdamW; the
+ * version grows by the steps applied.
+ *
+ * @param policy  a trainable policy
+ * @param batch   scored trajectories (rewards set, e.g. by rlp_reward_fn_score)
+ * @param ref     frozen reference policy for the KL, or NULL
+ * @param opts    options or NULL
+ * @param[out] stats  may be NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG (bad options, an unscored trajectory, a
+ *         missing reference for a KL, mixed temperatures); RLP_E_STATE (frozen
+ *         policy); RLP_E_NOMEM. When every group is filtered out nothing is
+ *         applied and stats say so (RLP_OK).
+ */
+RLP_API int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                                const rlp_rl_options *opts, rlp_rl_stats *stats);
+/* Tasks and datasets                                                       */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A source of prompts for training or evaluation: a generator (Knights and
+ * Knaves, Countdown) or a JSONL file, a prompt template, a serving order
+ * and a resumable cursor.
+ *
+ * **Order.** Items are served epoch by epoch. With `"shuffle": true` (the
+ * default) the order of epoch e is a permutation that is a pure function of
+ * (seed, e); otherwise it is file (or draw) order. A generator with
+ * `"size": 0` (its default) is an endless stream of fresh problems: its
+ * epoch stays 0 and its position counts the problems drawn.
+ *
+ * **Cursor.** (epoch, position) always names the next item to serve: after
+ * the last item of epoch e it reads (e + 1, 0), never "epoch e, finished".
+ * A cursor saved with rlp_task_cursor_save() and restored with
+ * rlp_task_cursor_restore() into a task made with the same options
+ * continues with exactly the items not yet served: mid-epoch, the rest of
+ * that epoch in the same order; at an epoch boundary, the whole next epoch
+ * (public-bugs case #10: a resume there must not run an empty epoch).
+ *
+ * A task is used by one thread at a time.
+ */
+typedef struct rlp_task rlp_task;
+
+/** Prompts made by rlp_task_next_batch(), with the strings and token ids
+ *  they point to. Read-only: any number of threads may read one. */
+typedef struct rlp_prompt_set rlp_prompt_set;
+
+/**
+ * Creates a generator task.
+ *
+ * @param[out] out  receives the task; free with rlp_task_free()
+ * @param name      "kk" or "countdown"
+ * @param options_json  a JSON object, or NULL for the defaults. Unknown keys
+ *   are refused (RLP_E_INVALID_ARG), so a misspelt option cannot be ignored.
+ *   Keys of every task:
+ *   - "seed": integer in [0, 2^63 − 1], default 0. Problem i of a generator
+ *     is a pure function of (seed, i and the options below).
+ *   - "size": problems per epoch, default 0 = an endless stream. With N > 0
+ *     the task is the fixed set of problems 0 … N − 1, served once per
+ *     epoch (shuffled unless "shuffle" is false), as a dataset would be.
+ *   - "shuffle": boolean, default true.
+ *   - Prompt template keys: "template" (a preset: "none", "logic-rl",
+ *     "logic-rl-base", "tinyzero", "tinyzero-base"), "system_prompt",
+ *     "user_template" (must contain "{prompt}" once; the question goes
+ *     there), "assistant_prefix" (text that opens the assistant's turn,
+ *     e.g. "<think>"; "" for none), "chat" (boolean: render through a
+ *     tokenizer's chat template when rlp_task_next_batch() gets one).
+ *     Explicit keys override the preset's. "logic-rl" is the system prompt of
+ *     Logic-RL (Xie et al. 2025, github.com/Unakar/Logic-RL,
+ *     examples/data_preprocess/kk.py, template 'qwen-instruct') with the user
+ *     turn "{prompt}\n" and assistant prefix "<think>", reproducing its
+ *     prompt byte for byte on a ChatML tokenizer; "logic-rl-base" is the same
+ *     file's plain-text 'base' template; "tinyzero" and "tinyzero-base" are
+ *     TinyZero's Countdown prompts (github.com/Jiayi-Pan/TinyZero,
+ *     examples/data_preprocess/countdown.py).
+ *
+ *   "kk" — Knights and Knaves (the K&K benchmark of Xie et al. 2024, "On
+ *   Memorization of Large Language Models in Logical Reasoning",
+ *   arXiv:2410.23123; github.com/AlphaPav/mem-kk-logic): every person makes
+ *   one statement of depth ≤ 2 — a claim "X is a knight/knave", its
+ *   negation, or and / or / if-then / if-and-only-if over distinct claims —
+ *   never "I am a knave" nor "I am not a knight"; of all 2^n knight/knave
+ *   assignments exactly one is consistent. Keys: "people" (2–8; fixes the
+ *   count) or "min_people"/"max_people" (default 3 and 7, Logic-RL's
+ *   training range; the count is drawn per problem), "width" (most claims
+ *   joined by one and/or, 2–4, default 2). (No depth-1 option: with bare
+ *   claims only, the complement of a solution is always a solution too, so
+ *   no puzzle is unique.) Default
+ *   template "logic-rl". The question is worded as the benchmark's `quiz`;
+ *   the reference is its `solution_text_format`, "(1) NAME is a knight\n(2)
+ *   NAME is a knave…". Metadata: "reference", "task": "kk", "names",
+ *   "solution" (booleans, true = knight), "solution_text_format",
+ *   "statements" (the benchmark's tuple form), "index", "epoch".
+ *
+ *   "countdown" — TinyZero's Countdown: numbers and a target reachable with
+ *   + − × ÷ and parentheses using every number exactly once. Built from a
+ *   random expression over the numbers in exact arithmetic, so always
+ *   solvable. Keys: "count" (fixes how many numbers) or
+ *   "min_count"/"max_count" (default 3 and 4, as Countdown-Tasks-3to4),
+ *   "min_number"/"max_number" (default 1 and 99), "min_target"/"max_target"
+ *   (default 10 and 100), "integer_steps" (default true: every intermediate
+ *   result is a positive integer, the game's rule). Default template
+ *   "tinyzero". The reference is one solution, e.g. "(44 + 19) + 35".
+ *   Metadata: "reference", "task": "countdown", "numbers", "target",
+ *   "index", "epoch".
+ *
+ *   Every prompt's metadata also carries "assistant_prefix" when the
+ *   template has one (the format reward counts a tag the prompt opened).
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, unknown name, bad option, named
+ *         in the message); RLP_E_NOMEM.
+ * Thread-safe.
+ */
+RLP_API int rlp_task_create(rlp_task **out, const char *name, const char *options_json);
+
+/**
+ * Opens a JSONL file (one JSON object per line) as a task.
+ *
+ * The file is read whole at open and treated as hostile: every line must
+ * be strict UTF-8 (no overlong forms, surrogates or NUL bytes) and valid
+ * JSON nested at most 32 deep, without repeated keys, no longer than
+ * "max_line_bytes"; the prompt field must be a non-empty string and the
+ * reference a string or a number. Blank lines, a leading byte-order mark
+ * and CRLF line ends are accepted. A file with no record is an error.
+ *
+ * @param[out] out  receives the task; free with rlp_task_free()
+ * @param path      the file
+ * @param options_json  a JSON object or NULL. Keys: "seed", "shuffle" and
+ *   the template keys as for rlp_task_create() (default template "none");
+ *   "prompt_field" (default "question"), "reference_field" (default
+ *   "answer"; null for none) — so GSM8K's `test.jsonl` works as it is;
+ *   "metadata_fields": an array of field names copied into each prompt's
+ *   metadata when present (not "reference", "task", "index", "epoch",
+ *   "line" or "assistant_prefix"); "task": a label for the metadata's
+ *   "task" key (default none); "format": "kk" reads the K&K
+ *   benchmark's records (`quiz` → prompt, `solution_text_format` →
+ *   reference, `names` and `solution` checked — equal-length arrays of
+ *   names and booleans — and copied to metadata with `statements` when
+ *   present; task "kk"; template "logic-rl"); "skip_invalid": true skips
+ *   bad lines and counts them (rlp_task_skipped()) instead of failing;
+ *   "max_line_bytes" (default 16 MiB); "max_records" (default and most
+ *   2^32 − 1; more records is an error, never a silent truncation).
+ *   Metadata of a record: "reference", "task" (if any), its metadata
+ *   fields, "index" (0-based record number in file order), "line" (1-based
+ *   line number), "epoch".
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, bad option); RLP_E_NOT_FOUND
+ *         (no such file); RLP_E_IO (cannot read); RLP_E_FORMAT (the line and
+ *         field at fault in the message); RLP_E_NOMEM.
+ * Thread-safe.
+ */
+RLP_API int rlp_task_open_jsonl(rlp_task **out, const char *path, const char *options_json);
+
+/** Frees a task. NULL is a no-op. Prompt sets made from it stay valid. */
+RLP_API void rlp_task_free(rlp_task *task);
+
+/**
+ * Items per epoch: the record count of a dataset, "size" of a generator
+ * (0 for an endless stream).
+ * @param[out] out_size  receives the count
+ * @param task           the task
+ * @return RLP_OK or RLP_E_INVALID_ARG.
+ */
+RLP_API int rlp_task_size(uint64_t *out_size, const rlp_task *task);
+
+/** Lines a JSONL task skipped at open ("skip_invalid"); 0 for generators.
+ *  @return RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_task_skipped(uint64_t *out_count, const rlp_task *task);
+
+/** The epoch of the next item to serve (0-based).
+ *  @return RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_task_epoch(uint64_t *out_epoch, const rlp_task *task);
+
+/** The position of the next item to serve within its epoch: always less
+ *  than rlp_task_size() (for an endless stream: problems drawn so far).
+ *  @return RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_task_position(uint64_t *out_position, const rlp_task *task);
+
+/**
+ * Serves the next @p n items as prompts ready for rlp_rollout_generate(),
+ * and moves the cursor past them (into the next epoch when one ends; a
+ * batch may span two or more epochs).
+ *
+ * Rendering: with a tokenizer and a template whose "chat" is true, each
+ * prompt is the tokenizer's chat template applied to [system prompt if
+ * any, user message] with the generation prompt, followed by the assistant
+ * prefix encoded as plain text: `tokens` holds those ids and `text` their
+ * decoding (special tokens shown). Question text is message content, so a
+ * question that spells "<|im_end|>" stays text (public-bugs case #1).
+ * Without a tokenizer, or with "chat" false, `tokens` is NULL and `text` is
+ * system prompt + user message + assistant prefix, concatenated as they are
+ * (the engine encodes it as plain text).
+ *
+ * @param[out] out  receives the prompts; free with rlp_prompt_set_free()
+ * @param task      the task
+ * @param n         prompts to serve, ≥ 1
+ * @param tok       tokenizer of the engine the prompts are for, or NULL;
+ *                  borrowed for the call
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_UNSUPPORTED (the tokenizer has
+ *         no chat template); RLP_E_NOMEM; RLP_E_OVERFLOW. On any failure
+ *         the cursor does not move.
+ */
+RLP_API int rlp_task_next_batch(rlp_prompt_set **out, rlp_task *task, size_t n,
+                                const rlp_tokenizer *tok);
+
+/**
+ * Writes the cursor as a small JSON object (under 512 bytes):
+ * `{"version":1,"task":…,"epoch":…,"position":…,"seed":…,"size":…,
+ * "fingerprint":…}`; the fingerprint identifies the content (a dataset's
+ * prompts and references, a generator's options) so that a cursor is never
+ * restored into another task.
+ * @param task   the task
+ * @param buf    receives the text and a NUL; may be NULL when @p cap is 0
+ * @param cap    capacity of @p buf in bytes
+ * @param[out] len_out  the text length without the NUL, also on
+ *               RLP_E_OVERFLOW
+ * @return RLP_OK; RLP_E_OVERFLOW; RLP_E_INVALID_ARG.
+ */
+RLP_API int rlp_task_cursor_save(const rlp_task *task, char *buf, size_t cap, size_t *len_out);
+
+/**
+ * Restores a cursor written by rlp_task_cursor_save(). The next batch then
+ * continues with exactly the items that had not been served. A position
+ * equal to the epoch size is read as the start of the next epoch.
+ * @param task  a task created with the same name, options (seed, size) and
+ *              content as the one that saved the cursor
+ * @param json  the saved text, @p len bytes (need not be NUL-terminated)
+ * @param len   its length
+ * @return RLP_OK; RLP_E_FORMAT (malformed, or a position past the epoch);
+ *         RLP_E_INVALID_ARG (saved by another task, seed, size or
+ *         content — the message says which). The cursor is unchanged on
+ *         failure.
+ */
+RLP_API int rlp_task_cursor_restore(rlp_task *task, const char *json, size_t len);
+
+/** Frees a prompt set. NULL is a no-op. */
+RLP_API void rlp_prompt_set_free(rlp_prompt_set *set);
+
+/** Number of prompts in a set. @return RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_prompt_set_size(size_t *out_count, const rlp_prompt_set *set);
+
+/**
+ * The prompts, as an array of rlp_prompt_set_size() entries to pass to
+ * rlp_rollout_generate(). Each has `text`, `metadata_json` (a JSON object
+ * whose "reference" is the reference answer, plus the task's fields — see
+ * rlp_task_create()), `tokens` when rendered with a tokenizer, group_id 0
+ * and sampling NULL. Borrowed: valid until the set is freed. The engine
+ * copies what it keeps, so the set may be freed once generate returns.
+ * Returns NULL for a NULL set.
+ */
+RLP_API const rlp_prompt *rlp_prompt_set_prompts(const rlp_prompt_set *set);
+
+/** Version of rlp_task_item understood by this header. */
+#define RLP_TASK_ITEM_VERSION 1
+
+/** Where a served prompt came from (a view filled by rlp_prompt_set_item();
+ *  set @ref version to RLP_TASK_ITEM_VERSION first). Strings are borrowed
+ *  from the set. */
+typedef struct rlp_task_item {
+    uint32_t version;          /**< RLP_TASK_ITEM_VERSION, set by the caller */
+    uint64_t epoch;            /**< epoch it was served in */
+    uint64_t position;         /**< its position in that epoch's order */
+    uint64_t index;            /**< record index (file order, 0-based) or problem number */
+    const char *question;      /**< the problem text before any template */
+    const char *reference;     /**< the reference answer, or NULL */
+    const char *metadata_json; /**< the prompt's metadata */
+} rlp_task_item;
+
+/**
+ * Describes prompt @p index of a set.
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, index out of range, or an
+ *         unknown out->version).
+ */
+RLP_API int rlp_prompt_set_item(rlp_task_item *out, const rlp_prompt_set *set, size_t index);
 /* Reward functions: C callbacks, built-in verifiers, HTTP, combinations     */
 /* ------------------------------------------------------------------------ */
 

@@ -9,6 +9,9 @@ int cmd_version(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logprobs(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_task(int argc, char **argv);
 int cmd_reward(int argc, char **argv);
 
 #endif

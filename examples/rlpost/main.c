@@ -2,6 +2,7 @@
  * Machine-readable results go to stdout (JSON/JSONL), progress and logs to
  * stderr; exit 0 on success, 2 on bad arguments, 1 on other failures. */
 #include "commands.h"
+#include "../blas_kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,9 @@ static const command commands[] = {
     {"info", cmd_info, "MODEL: architecture, parameters, dtypes, tokenizer, chat template"},
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
+    {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
+    {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
+    {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
 };
 
@@ -29,6 +33,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;

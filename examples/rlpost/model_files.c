@@ -43,14 +43,19 @@ int32_t *encode_text(const rlp_tokenizer *tok, const char *text, uint32_t flags,
 int32_t *encode_chat(const rlp_tokenizer *tok, const char *user, size_t *n)
 {
     rlp_chat_message msg = {"user", user};
+    return encode_chat_messages(tok, &msg, 1, n);
+}
+
+int32_t *encode_chat_messages(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs, size_t *n)
+{
     size_t need = 0;
-    int rc = rlp_tokenizer_apply_chat_template(tok, &msg, 1, 1, NULL, 0, &need);
+    int rc = rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, NULL, 0, &need);
     if (rc != RLP_OK && rc != RLP_E_OVERFLOW) {
         fprintf(stderr, "rlpost: chat template: %s\n", rlp_error_last());
         return NULL;
     }
     int32_t *ids = malloc((need ? need : 1) * sizeof *ids);
-    if (!ids || rlp_tokenizer_apply_chat_template(tok, &msg, 1, 1, ids, need, n) != RLP_OK) {
+    if (!ids || rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, ids, need, n) != RLP_OK) {
         fprintf(stderr, "rlpost: chat template: %s\n", rlp_error_last());
         free(ids);
         return NULL;

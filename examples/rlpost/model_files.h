@@ -14,4 +14,8 @@ int32_t *encode_text(const rlp_tokenizer *tok, const char *text, uint32_t flags,
 /* Chat-templates one user message (with the generation prompt). */
 int32_t *encode_chat(const rlp_tokenizer *tok, const char *user, size_t *n);
 
+/* Chat-templates a conversation (with the generation prompt); message
+ * content is never parsed for special tokens. */
+int32_t *encode_chat_messages(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs, size_t *n);
+
 #endif

@@ -95,6 +95,22 @@ static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
                 }
             continue;
         }
+        if (g->m == 1) {
+            /* one row (batch-1 decode): a matrix-vector product streams B
+             * once, where OpenBLAS 0.3.21's sgemm would first pack it */
+            float *y = c + i * g->c.stride;
+            if (g->beta == 0.0f)
+                memset(y, 0, (size_t)g->n * sizeof *y); /* C may hold NaN; BLAS scaling by 0 need not clear it */
+            const float *x = a + i * g->a.stride;
+            blasint incx = g->trans_a ? (blasint)g->a.ld : 1;
+            if (g->trans_b)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)g->n, (blasint)g->k, g->alpha,
+                            b + i * g->b.stride, (blasint)g->b.ld, x, incx, g->beta, y, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)g->k, (blasint)g->n, g->alpha,
+                            b + i * g->b.stride, (blasint)g->b.ld, x, incx, g->beta, y, 1);
+            continue;
+        }
         cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
                     g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)g->n,
                     (blasint)g->k, g->alpha, a + i * g->a.stride, (blasint)g->a.ld,

@@ -150,7 +150,15 @@ static void gemm_matches_reference(void **state)
     run_case(&rng, 64, 1, 96, 1, 0, 2, 1.0f, 1.0f, 0);
     run_case(&rng, 33, 31, 1, 0, 0, 1, 1.0f, 0.0f, 0);
     run_case(&rng, 129, 192, 200, 0, 1, 1, 1.0f, 0.0f, 0);
-    print_message("%d random GEMM cases + 4 fixed shapes\n", cases);
+    /* m = 1 goes through sgemv on the CPU: every transpose, padded strides,
+     * batched, beta 0 over a NaN-poisoned C and beta ≠ 0 */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            run_case(&rng, 1, 37 + 5 * ta, 53 + 3 * tb, ta, tb, 2, -0.5f, 0.0f, 1);
+            run_case(&rng, 1, 29, 41, ta, tb, 3, 2.0f, 0.25f, 1);
+            run_case(&rng, 1, 64, 70, ta, tb, 1, 1.0f, 1.0f, 0);
+        }
+    print_message("%d random GEMM cases + 16 fixed shapes\n", cases);
 }
 
 static void gemm_k_zero_scales_c(void **state)

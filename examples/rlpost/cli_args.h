@@ -1,0 +1,48 @@
+/* Strict parsing of numeric command-line values for the driver's
+ * subcommands: the whole string must be a number inside the stated range,
+ * so "--top-p 1.5" or "--n 3x" is a usage error (exit 2), never a silent
+ * default. Each returns 0 on success and -1 on a bad value. */
+#ifndef RLPOST_CLI_ARGS_H
+#define RLPOST_CLI_ARGS_H
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static inline int cli_float(const char *s, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static inline int cli_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static inline int cli_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end || errno)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,244 @@
+/* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T]
+ *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
+ *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
+ *   [--served-model-name NAME]`:
+ * an OpenAI-compatible rollout server on the local engine (see serve.h for
+ * its parts). Prints one JSON line {"listening": URL, ...} on stdout once
+ * it accepts connections; SIGINT/SIGTERM shut it down cleanly (requests in
+ * flight are aborted and answered, queued ones get 503). */
+#include "cli_args.h"
+#include "commands.h"
+#include "json_out.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef RLPOST_HAVE_MHD
+
+int cmd_serve(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    fprintf(stderr, "rlpost serve: this rlpost was built without libmicrohttpd; install libmicrohttpd-dev "
+                    "(Debian) and reconfigure the build (meson setup --reconfigure BUILD_DIR)\n");
+    return 1;
+}
+
+#else
+
+#include "serve.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T] [--max-batch b]\n"
+            "         [--max-seq-len n] [--max-body-bytes n] [--threads t] [--batch-wait-ms ms]\n"
+            "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
+            "  the token may also come from the environment: RLPOST_SERVE_TOKEN\n");
+}
+
+/* The last path component (a trailing '/' ignored), as the model's name. */
+static void base_name(const char *path, char *out, size_t n)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    snprintf(out, n, "%.*s", (int)(len - start), path + start);
+}
+
+static int parse_mode(const char *s, int32_t *out)
+{
+    if (!strcmp(s, "sampling"))
+        *out = RLP_LOGPROBS_SAMPLING;
+    else if (!strcmp(s, "tempered"))
+        *out = RLP_LOGPROBS_TEMPERED;
+    else if (!strcmp(s, "raw"))
+        *out = RLP_LOGPROBS_RAW;
+    else
+        return -1;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL;
+    long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
+    int32_t mode = RLP_LOGPROBS_SAMPLING;
+    int bad = 0;
+    for (int i = 2; i < argc && !bad; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (a[0] != '-') {
+            bad = model != NULL;
+            model = a;
+            continue;
+        }
+        if (!val) {
+            bad = 1;
+        } else if (!strcmp(a, "--host")) {
+            host = val;
+        } else if (!strcmp(a, "--port")) {
+            bad = cli_int(val, 0, 65535, &port);
+        } else if (!strcmp(a, "--token")) {
+            token = val;
+        } else if (!strcmp(a, "--max-batch")) {
+            bad = cli_int(val, 1, 4096, &max_batch);
+        } else if (!strcmp(a, "--max-seq-len")) {
+            bad = cli_int(val, 0, 1 << 20, &max_seq_len);
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            bad = cli_int(val, 1024, 1LL << 30, &body);
+        } else if (!strcmp(a, "--threads")) {
+            bad = cli_int(val, 0, 1024, &threads);
+        } else if (!strcmp(a, "--batch-wait-ms")) {
+            bad = cli_int(val, 0, 1000, &wait_ms);
+        } else if (!strcmp(a, "--logprobs-mode")) {
+            bad = parse_mode(val, &mode);
+        } else if (!strcmp(a, "--served-model-name")) {
+            name = val;
+        } else {
+            bad = 1;
+        }
+        if (bad)
+            fprintf(stderr, "rlpost serve: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
+        i++;
+    }
+    if (!token && getenv("RLPOST_SERVE_TOKEN") && *getenv("RLPOST_SERVE_TOKEN"))
+        token = getenv("RLPOST_SERVE_TOKEN");
+    if (bad || !model || (token && !*token)) {
+        if (token && !*token)
+            fprintf(stderr, "rlpost serve: --token must not be empty\n");
+        usage();
+        return EXIT_USAGE;
+    }
+    char name_buf[256];
+    if (!name) {
+        base_name(model, name_buf, sizeof name_buf);
+        name = name_buf;
+    }
+    json_t *name_check = json_string(name);
+    if (!name_check) {
+        fprintf(stderr, "rlpost serve: the model name must be UTF-8 (use --served-model-name)\n");
+        return EXIT_USAGE;
+    }
+    json_decref(name_check);
+
+    /* every thread started from here on inherits the mask: only the main
+     * thread takes SIGINT/SIGTERM, in sigwait() */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char port_str[16];
+    snprintf(port_str, sizeof port_str, "%lld", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
+    int gai = getaddrinfo(host, port_str, &hints, &ai);
+    if (gai != 0) {
+        fprintf(stderr, "rlpost serve: --host %s: %s\n", host, gai_strerror(gai));
+        return EXIT_USAGE;
+    }
+
+    int status = 1;
+    rlp_context *ctx = NULL;
+    rlp_policy *policy = NULL;
+    struct MHD_Daemon *d = NULL;
+    serve_server srv;
+    memset(&srv, 0, sizeof srv);
+    pthread_mutex_init(&srv.mu, NULL);
+    pthread_mutex_init(&srv.update_mu, NULL);
+    pthread_cond_init(&srv.queue_cv, NULL);
+
+    rlp_model_info mi = {.version = RLP_MODEL_INFO_VERSION};
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = (int32_t)threads;
+    rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+    po.trainable = 0;
+    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+    ro.max_batch = (uint32_t)max_batch;
+    ro.share_weights = 0; /* its own copy: /update_weights_from_disk replaces it */
+    if (rlp_model_inspect(&mi, model) != RLP_OK || rlp_context_create(&ctx, &co) != RLP_OK ||
+        rlp_policy_load(&policy, ctx, model, &po) != RLP_OK) {
+        fprintf(stderr, "rlpost serve: %s\n", rlp_error_last());
+        goto done;
+    }
+    uint32_t ctx_len = mi.context_length > 0 ? (uint32_t)mi.context_length : 2048;
+    ro.max_seq_len = max_seq_len ? (uint32_t)max_seq_len : (ctx_len < 2048 ? ctx_len : 2048);
+    if (ro.max_seq_len > ctx_len || ro.max_seq_len < 2) {
+        fprintf(stderr, "rlpost serve: --max-seq-len %u outside [2, %u] (the model's context)\n", ro.max_seq_len,
+                ctx_len);
+        status = EXIT_USAGE;
+        goto done;
+    }
+    if (rlp_rollout_engine_create(&srv.engine, policy, &ro) != RLP_OK) {
+        fprintf(stderr, "rlpost serve: %s\n", rlp_error_last());
+        goto done;
+    }
+    rlp_policy_free(policy); /* the engine holds its own copy (and tokenizer) */
+    policy = NULL;
+    srv.tok = rlp_rollout_engine_tokenizer(srv.engine);
+    if (!srv.tok)
+        fprintf(stderr, "rlpost serve: %s has no tokenizer: only token-id prompts will work\n", model);
+    srv.cfg = (serve_config){.model_name = name, .token = token, .max_body_bytes = (size_t)body,
+                             .max_seq_len = ro.max_seq_len, .vocab_size = mi.vocab_size, .logprobs_mode = mode,
+                             .batch_wait_ms = (uint32_t)wait_ms};
+    srv.seed_base = (uint64_t)time(NULL) * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)getpid();
+    if (serve_sched_start(&srv) != RLP_OK) {
+        fprintf(stderr, "rlpost serve: cannot start the generation thread\n");
+        goto done;
+    }
+    d = serve_http_start(&srv, ai->ai_addr, ai->ai_family == AF_INET6);
+    if (!d) {
+        fprintf(stderr, "rlpost serve: cannot listen on %s port %lld (in use, or not an address of this host)\n",
+                host, port);
+        goto done;
+    }
+    char addr[128];
+    if (getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(addr, sizeof addr, "%s", host);
+    char url[192];
+    snprintf(url, sizeof url, ai->ai_family == AF_INET6 ? "http://[%s]:%u" : "http://%s:%u", addr,
+             serve_http_port(d));
+    uint64_t version = 0;
+    rlp_rollout_engine_version(&version, srv.engine);
+    printf("{\"listening\": ");
+    json_print_string(stdout, url);
+    printf(", \"model\": ");
+    json_print_string(stdout, name);
+    printf(", \"weight_version\": %llu, \"max_batch\": %u, \"max_seq_len\": %u, \"max_body_bytes\": %zu, "
+           "\"auth\": %s}\n",
+           (unsigned long long)version, ro.max_batch, ro.max_seq_len, srv.cfg.max_body_bytes,
+           token ? "true" : "false");
+    fflush(stdout);
+    fprintf(stderr, "rlpost serve: %s on %s (max_batch %u, max_seq_len %u)\n", name, url, ro.max_batch,
+            ro.max_seq_len);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "rlpost serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    status = 0;
+done:
+    serve_sched_stop(&srv); /* every waiting handler gets its answer ... */
+    serve_http_stop(d);     /* ... before the connection threads are joined */
+    rlp_rollout_engine_free(srv.engine);
+    rlp_policy_free(policy);
+    rlp_context_free(ctx);
+    freeaddrinfo(ai);
+    pthread_mutex_destroy(&srv.mu);
+    pthread_mutex_destroy(&srv.update_mu);
+    pthread_cond_destroy(&srv.queue_cv);
+    return status;
+}
+
+#endif

@@ -1,0 +1,159 @@
+/* `rlpost serve`: an OpenAI-compatible rollout server on the local engine.
+ * The parts and what each must not do:
+ *   cmd_serve.c   options, model and engine, start, signals, clean shutdown
+ *   serve_http.c  libmicrohttpd: routing, bearer auth, body limits, HTTP
+ *                 errors, SSE responses; never touches the engine's batch
+ *   serve_api.c   OpenAI/vLLM request parsing and response JSON; no locking
+ *                 except the stream buffer append
+ *   serve_sched.c the job queue and the ONE generation thread that drains
+ *                 every pending job into one rlp_rollout_generate() call
+ * Public API of librlpost only (rlpost.h), plus jansson and libmicrohttpd. */
+#ifndef RLPOST_SERVE_H
+#define RLPOST_SERVE_H
+
+#include "rlpost.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Limits of one request (beyond them: 400). */
+#define SERVE_MAX_N 128            /* samples per prompt */
+#define SERVE_MAX_SAMPLES 1024     /* samples per request, all prompts */
+#define SERVE_MAX_PROMPTS 256      /* prompts per /v1/completions request */
+#define SERVE_MAX_STOPS 16         /* stop strings */
+#define SERVE_MAX_STOP_BYTES 256   /* bytes per stop string */
+#define SERVE_MAX_STOP_IDS 64      /* stop_token_ids */
+#define SERVE_MAX_MESSAGES 1024    /* chat messages */
+#define SERVE_MAX_LOGPROBS 20      /* as vLLM: top alternatives asked (only the chosen one is returned) */
+
+typedef struct serve_config {
+    const char *model_name;        /* "model" of responses and /v1/models */
+    const char *token;             /* bearer token, or NULL: no auth */
+    size_t max_body_bytes;         /* request body limit (413 beyond) */
+    uint32_t max_seq_len;          /* engine KV capacity per sequence (prompt + completion) */
+    int32_t vocab_size;            /* model vocabulary: token ids are checked against it */
+    int32_t logprobs_mode;         /* rlp_logprobs_mode unless a request says otherwise */
+    uint32_t batch_wait_ms;        /* how long the generator gathers requests after the first */
+} serve_config;
+
+typedef struct serve_job serve_job;
+
+typedef struct serve_server {
+    serve_config cfg;
+    rlp_rollout_engine *engine;    /* owned by cmd_serve.c */
+    const rlp_tokenizer *tok;      /* the engine's */
+
+    pthread_mutex_t mu;            /* the queue, job states, stream buffers, counters */
+    pthread_cond_t queue_cv;
+    serve_job *head, *tail;        /* jobs waiting for the next generate call */
+    size_t n_queued, n_running;
+    int stopping;                  /* atomic: no new jobs; sequences in flight abort */
+    int gen_started;
+    pthread_t gen_thread;
+    uint64_t n_calls;              /* generate calls made */
+    uint64_t n_jobs_done;
+    uint64_t max_jobs_per_call;    /* most requests batched into one call */
+    uint64_t next_id;              /* request ids and default seeds */
+    uint64_t seed_base;
+
+    pthread_mutex_t update_mu;     /* one weight update at a time */
+} serve_server;
+
+enum { JOB_COMPLETION = 0, JOB_CHAT = 1 };
+enum { JOB_QUEUED = 0, JOB_RUNNING = 1, JOB_DONE = 2 };
+
+/* One HTTP request's generation work, shared by its connection thread and
+ * the generation thread (reference-counted under srv->mu). */
+struct serve_job {
+    serve_job *next;
+    serve_server *srv;
+    int refs;
+    int kind;
+    char id[48];
+    int64_t created;
+
+    /* request (immutable once queued) */
+    size_t n_prompts;
+    int32_t **prompts;             /* (n_prompts) malloc'd ids */
+    size_t *prompt_lens;
+    rlp_sampling_options sampling; /* stop / stop_token_ids point into the job */
+    char **stop;                   /* (sampling.n_stop) */
+    int32_t *stop_ids;             /* (sampling.n_stop_token_ids) */
+    int logprobs;                  /* completions: -1 none, else k >= 0; chat: 0/1 */
+    int tokens_as_ids;             /* vLLM return_tokens_as_token_ids */
+    int return_token_ids;          /* also send prompt_token_ids */
+    int stream, include_usage;
+    int client_fd;                 /* the connection's socket, for hang-up checks (-1: unknown) */
+
+    /* state, under srv->mu */
+    int state;
+    int cancelled;                 /* atomic: the client went away */
+    pthread_cond_t cv;
+    int status;                    /* RLP_OK or the failure (when DONE) */
+    char *error;                   /* its message */
+    rlp_batch *result;             /* prompt-major trajectories (when DONE and RLP_OK) */
+
+    /* streaming: the generation thread appends, the connection thread reads */
+    char *sse;
+    size_t sse_len, sse_cap, sse_pos;
+    int sse_done;
+    size_t remaining;              /* sequences not finished (generation thread only) */
+    uint64_t completion_tokens;    /* (generation thread only) */
+    size_t *choice_chars;          /* (n_prompts · n) code points streamed per choice */
+    uint64_t *choice_version;      /* (n_prompts · n) version of the choice's last token (+1; 0 = none yet) */
+    unsigned char *choice_started; /* (n_prompts · n) chat: role already sent */
+};
+
+/* ---- serve_api.c ---- */
+
+/* Parses a request body into a new job (refs = 1). On a bad request
+ * returns NULL with a message in err (the caller answers 400). */
+serve_job *serve_parse_completion(serve_server *srv, const char *body, size_t len, char *err, size_t errlen);
+serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, char *err, size_t errlen);
+/* Parses a JSON object body with the guards every endpoint uses (depth,
+ * duplicate keys, UTF-8). NULL with a message in err. */
+json_t *serve_parse_body(const char *body, size_t len, char *err, size_t errlen);
+/* The whole response of a finished job. */
+json_t *serve_response(serve_server *srv, const serve_job *job);
+/* One stream event of a job: appends SSE chunks (and, after the job's last
+ * sequence ends, the usage chunk and "data: [DONE]"). Generation thread. */
+void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const rlp_stream_event *ev);
+/* Ends a job's stream early with an error chunk and [DONE] (under srv->mu). */
+void serve_stream_fail(serve_job *job, const char *message);
+/* A JSON string of arbitrary bytes: ill-formed UTF-8 becomes U+FFFD. */
+json_t *serve_json_text(const char *s, size_t n);
+void serve_job_free(serve_job *job);
+
+/* ---- serve_sched.c ---- */
+
+int serve_sched_start(serve_server *srv);
+/* Stops taking jobs, aborts sequences in flight, fails queued jobs with
+ * RLP_E_CLOSED, joins the generation thread. */
+void serve_sched_stop(serve_server *srv);
+/* Queues a job (takes a reference). RLP_E_CLOSED when shutting down. */
+int serve_submit(serve_server *srv, serve_job *job);
+/* Waits until the job is done; polls `fd` (the client socket, or -1) for a
+ * hang-up meanwhile and cancels the job if the client went away.
+ * Returns 0 when done, -1 when the client left. */
+int serve_wait(serve_server *srv, serve_job *job, int fd);
+/* Blocking read of a job's SSE stream (libmicrohttpd content reader):
+ * bytes copied; -1 at the end of the stream; -2 when the client on `fd`
+ * (or -1) hung up, which cancels the job. */
+ssize_t serve_stream_read(serve_job *job, char *buf, size_t max, int fd);
+void serve_job_cancel(serve_job *job);
+void serve_job_unref(serve_job *job);
+
+/* ---- serve_http.c ---- */
+
+struct MHD_Daemon;
+/* Starts libmicrohttpd on addr (thread per connection). NULL with a
+ * message on stderr. */
+struct MHD_Daemon *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6);
+/* The port the daemon is bound to (after --port 0). */
+unsigned serve_http_port(struct MHD_Daemon *d);
+void serve_http_stop(struct MHD_Daemon *d);
+
+#endif

@@ -1,0 +1,435 @@
+/* The HTTP side of `rlpost serve` on libmicrohttpd, one thread per
+ * connection: routing (404 unknown path, 405 wrong method), bearer-token
+ * auth compared in constant time (401), the request-body limit (413),
+ * JSON error bodies, blocking hand-off to the scheduler and SSE responses.
+ * Every error is decided when the headers arrive but answered after the
+ * body is drained, so a client still sending never sees a reset instead of
+ * its status (except for a declared body far beyond the limit). */
+#include "serve.h"
+
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
+/* Open connections (each a thread) and their idle timeout. */
+#define MAX_CONNECTIONS 256
+#define IDLE_TIMEOUT_S 120
+/* A declared Content-Length this far past the limit is refused at once
+ * (and the connection closed) instead of being read and thrown away. */
+#define DRAIN_SLACK_BYTES (16u << 20)
+
+enum route { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_UPDATE };
+
+static const struct {
+    const char *path;
+    int route;
+    const char *method; /* GET routes also answer HEAD */
+} routes[] = {
+    {"/v1/completions", R_COMPLETIONS, "POST"},
+    {"/v1/chat/completions", R_CHAT, "POST"},
+    {"/v1/models", R_MODELS, "GET"},
+    {"/health", R_HEALTH, "GET"},
+    {"/update_weights_from_disk", R_UPDATE, "POST"},
+};
+
+typedef struct conn_ctx {
+    int route;
+    unsigned err_status;  /* decided from the headers; answered after the body */
+    const char *err_type;
+    const char *allow;    /* Allow header of a 405 */
+    char err_msg[160];
+    char *body;           /* (len) bytes, NUL-terminated */
+    size_t len, cap;
+    bool too_large;
+} conn_ctx;
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (!fmt)
+        return;
+    fprintf(stderr, "rlpost serve: ");
+    vfprintf(stderr, fmt, ap);
+    size_t n = strlen(fmt);
+    if (n == 0 || fmt[n - 1] != '\n')
+        fputc('\n', stderr);
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j, const char *allow)
+{
+    char *s = j ? json_dumps(j, DUMP_FLAGS) : NULL;
+    json_decref(j);
+    if (!s)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* OpenAI's error body: {"error": {"message", "type", "param", "code"}}. */
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *type, const char *msg,
+                                  const char *allow)
+{
+    json_t *e = json_pack("{s:{s:o?, s:s, s:n, s:i}}", "error", "message", serve_json_text(msg, strlen(msg)),
+                          "type", type, "param", "code", (int)status);
+    return send_json(c, status, e, allow);
+}
+
+/* "Bearer T" against the token, in time independent of where they differ. */
+static bool authorized(const serve_server *srv, struct MHD_Connection *c)
+{
+    if (!srv->cfg.token)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    const char *want = srv->cfg.token;
+    size_t hl = strlen(h), wl = strlen(want);
+    unsigned char diff = hl != wl;
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char)((i < hl ? h[i] : 0) ^ want[i]);
+    return diff == 0;
+}
+
+static void decide(serve_server *srv, struct MHD_Connection *c, const char *url, const char *method,
+                   conn_ctx *ctx)
+{
+    size_t i, n = sizeof routes / sizeof routes[0];
+    for (i = 0; i < n && strcmp(url, routes[i].path) != 0; i++)
+        ;
+    /* /health stays open for load balancers; nothing else says anything without the token */
+    if (!(i < n && routes[i].route == R_HEALTH) && !authorized(srv, c)) {
+        ctx->err_status = MHD_HTTP_UNAUTHORIZED;
+        ctx->err_type = "authentication_error";
+        snprintf(ctx->err_msg, sizeof ctx->err_msg, "missing or wrong bearer token (Authorization: Bearer ...)");
+        return;
+    }
+    if (i == n) {
+        ctx->err_status = MHD_HTTP_NOT_FOUND;
+        ctx->err_type = "not_found_error";
+        snprintf(ctx->err_msg, sizeof ctx->err_msg, "no such endpoint: %.100s", url);
+        return;
+    }
+    bool get = !strcmp(routes[i].method, "GET");
+    if (strcmp(method, routes[i].method) != 0 && !(get && !strcmp(method, "HEAD"))) {
+        ctx->err_status = MHD_HTTP_METHOD_NOT_ALLOWED;
+        ctx->err_type = "invalid_request_error";
+        ctx->allow = get ? "GET, HEAD" : "POST";
+        snprintf(ctx->err_msg, sizeof ctx->err_msg, "%.100s takes %s, not %.16s", url, routes[i].method, method);
+        return;
+    }
+    ctx->route = routes[i].route;
+}
+
+static bool append_body(conn_ctx *ctx, const char *data, size_t n, size_t limit)
+{
+    if (ctx->too_large || ctx->err_status)
+        return true; /* drained, not kept */
+    if (n > limit - ctx->len) {
+        ctx->too_large = true;
+        free(ctx->body);
+        ctx->body = NULL;
+        ctx->len = ctx->cap = 0;
+        return true;
+    }
+    if (ctx->len + n + 1 > ctx->cap) {
+        size_t cap = (ctx->len + n + 1) * 2;
+        if (cap > limit + 1)
+            cap = limit + 1;
+        char *b = realloc(ctx->body, cap);
+        if (!b)
+            return false;
+        ctx->body = b;
+        ctx->cap = cap;
+    }
+    memcpy(ctx->body + ctx->len, data, n);
+    ctx->len += n;
+    ctx->body[ctx->len] = '\0';
+    return true;
+}
+
+static int client_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    serve_job *job = cls;
+    ssize_t n = serve_stream_read(job, buf, max, job->client_fd);
+    if (n == -1)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n;
+}
+
+/* After the stream ends or the client leaves: stop its sequences, drop the ref. */
+static void sse_free(void *cls)
+{
+    serve_job *job = cls;
+    serve_job_cancel(job);
+    serve_job_unref(job);
+}
+
+static unsigned status_of(int rc)
+{
+    switch (rc) {
+    case RLP_E_INVALID_ARG: return MHD_HTTP_BAD_REQUEST;
+    case RLP_E_CLOSED: return MHD_HTTP_SERVICE_UNAVAILABLE;
+    default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+static enum MHD_Result handle_generate(serve_server *srv, struct MHD_Connection *c, conn_ctx *ctx, bool chat)
+{
+    char err[512];
+    serve_job *job = chat ? serve_parse_chat(srv, ctx->body, ctx->len, err, sizeof err)
+                          : serve_parse_completion(srv, ctx->body, ctx->len, err, sizeof err);
+    if (!job)
+        return send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err, NULL);
+    job->client_fd = client_fd(c);
+    if (serve_submit(srv, job) != RLP_OK) {
+        serve_job_unref(job);
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "the server is shutting down", NULL);
+    }
+    if (job->stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, job, sse_free);
+        if (!r) {
+            sse_free(job);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (serve_wait(srv, job, job->client_fd) != 0) {
+        serve_job_unref(job);
+        return MHD_NO; /* the client left: close */
+    }
+    if (job->status != RLP_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "generation failed: %s", job->error ? job->error : rlp_status_str(job->status));
+        unsigned status = status_of(job->status);
+        serve_job_unref(job);
+        return send_error(c, status, status == MHD_HTTP_BAD_REQUEST ? "invalid_request_error" : "server_error",
+                          msg, NULL);
+    }
+    json_t *resp = serve_response(srv, job);
+    serve_job_unref(job);
+    if (!resp)
+        return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "server_error", "out of memory", NULL);
+    return send_json(c, MHD_HTTP_OK, resp, NULL);
+}
+
+/* SGLang's answer shape {"success", "message"} plus OpenAI's error object. */
+static enum MHD_Result update_failed(struct MHD_Connection *c, const char *msg)
+{
+    json_t *e = json_pack("{s:b, s:o?, s:{s:o?, s:s, s:n, s:i}}", "success", 0, "message",
+                          serve_json_text(msg, strlen(msg)), "error", "message", serve_json_text(msg, strlen(msg)),
+                          "type", "invalid_request_error", "param", "code", MHD_HTTP_BAD_REQUEST);
+    return send_json(c, MHD_HTTP_BAD_REQUEST, e, NULL);
+}
+
+/* "version" (or SGLang's "weight_version", which it sends as a string of
+ * digits); absent: keep *version. */
+static int update_version(const json_t *o, uint64_t *version)
+{
+    const json_t *v = json_object_get(o, "version");
+    if (!v || json_is_null(v))
+        v = json_object_get(o, "weight_version");
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *version = (uint64_t)json_integer_value(v);
+        return 0;
+    }
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    if (n > 0 && n < 20 && strspn(json_string_value(v), "0123456789") == n) {
+        *version = strtoull(json_string_value(v), NULL, 10);
+        return 0;
+    }
+    return -1;
+}
+
+/* SGLang's POST /update_weights_from_disk {"model_path": DIR, "version": N}:
+ * loads a folder rlp_policy_save() wrote while generation goes on. */
+static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c, conn_ctx *ctx)
+{
+    char err[512];
+    json_t *o = serve_parse_body(ctx->body, ctx->len, err, sizeof err);
+    if (!o)
+        return update_failed(c, err);
+    const json_t *path = json_object_get(o, "model_path");
+    if (!path)
+        path = json_object_get(o, "path");
+    uint64_t version = 0;
+    rlp_rollout_engine_version(&version, srv->engine);
+    version++; /* default: the next one */
+    char p[4096];
+    bool ok = json_is_string(path) && json_string_length(path) > 0 && json_string_length(path) < sizeof p &&
+              strlen(json_string_value(path)) == json_string_length(path);
+    if (ok)
+        snprintf(p, sizeof p, "%s", json_string_value(path));
+    int vrc = update_version(o, &version);
+    json_decref(o);
+    if (!ok)
+        return update_failed(c, "'model_path' must be a non-empty string: the folder rlp_policy_save() wrote");
+    if (vrc)
+        return update_failed(c, "'version' must be a non-negative integer");
+    pthread_mutex_lock(&srv->update_mu);
+    int rc = rlp_rollout_engine_load_weights(srv->engine, p, version);
+    char msg[1024];
+    if (rc == RLP_OK)
+        snprintf(msg, sizeof msg, "loaded %.900s as weight version %llu", p, (unsigned long long)version);
+    else
+        snprintf(msg, sizeof msg, "%s", rlp_error_last());
+    pthread_mutex_unlock(&srv->update_mu);
+    fprintf(stderr, "rlpost serve: update_weights_from_disk: %s\n", msg);
+    if (rc != RLP_OK)
+        return update_failed(c, msg);
+    return send_json(c, MHD_HTTP_OK,
+                     json_pack("{s:b, s:o?, s:I, s:I}", "success", 1, "message", serve_json_text(msg, strlen(msg)),
+                               "version", (json_int_t)version, "weight_version", (json_int_t)version),
+                     NULL);
+}
+
+static enum MHD_Result handle_health(serve_server *srv, struct MHD_Connection *c)
+{
+    uint64_t version = 0;
+    rlp_rollout_stats st = {.version = 1};
+    rlp_rollout_engine_version(&version, srv->engine);
+    rlp_rollout_engine_stats(&st, srv->engine);
+    pthread_mutex_lock(&srv->mu);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "status", "ok", "version",
+                          (json_int_t)version, "weight_version", (json_int_t)version, "library_version",
+                          rlp_version_string(), "model", srv->cfg.model_name, "queued", (json_int_t)srv->n_queued,
+                          "running", (json_int_t)srv->n_running, "requests_done", (json_int_t)srv->n_jobs_done,
+                          "generate_calls", (json_int_t)srv->n_calls, "max_requests_per_call",
+                          (json_int_t)srv->max_jobs_per_call);
+    pthread_mutex_unlock(&srv->mu);
+    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "prompts", (json_int_t)st.prompts,
+                          "completions", (json_int_t)st.completions, "prefill_tokens", (json_int_t)st.prefill_tokens,
+                          "decode_tokens", (json_int_t)st.decode_tokens, "decode_steps", (json_int_t)st.decode_steps,
+                          "interrupts", (json_int_t)st.interrupts, "prefill_seconds", st.prefill_seconds,
+                          "decode_seconds", st.decode_seconds, "decode_tokens_per_s",
+                          st.decode_seconds > 0 ? (double)st.decode_tokens / st.decode_seconds : 0.0);
+    if (j && s)
+        json_object_set_new(j, "stats", s);
+    else
+        json_decref(s);
+    return send_json(c, MHD_HTTP_OK, j, NULL);
+}
+
+static enum MHD_Result handle_models(serve_server *srv, struct MHD_Connection *c)
+{
+    uint64_t version = 0;
+    rlp_rollout_engine_version(&version, srv->engine);
+    json_t *j = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:I, s:I}]}", "object", "list", "data", "id",
+                          srv->cfg.model_name, "object", "model", "created", (json_int_t)0, "owned_by", "rlpost",
+                          "max_model_len", (json_int_t)srv->cfg.max_seq_len, "weight_version", (json_int_t)version);
+    return send_json(c, MHD_HTTP_OK, j, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    serve_server *srv = cls;
+    conn_ctx *ctx = *con_cls;
+    if (!ctx) { /* headers are in; the body (if any) follows */
+        if (!(ctx = calloc(1, sizeof *ctx)))
+            return MHD_NO;
+        *con_cls = ctx;
+        decide(srv, c, url, method, ctx);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared > srv->cfg.max_body_bytes && declared - srv->cfg.max_body_bytes > DRAIN_SLACK_BYTES) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the request body (%llu bytes) is larger than the limit of %zu bytes", declared,
+                     srv->cfg.max_body_bytes);
+            return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", msg, NULL);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        bool ok = append_body(ctx, upload_data, *upload_data_size, srv->cfg.max_body_bytes);
+        *upload_data_size = 0;
+        return ok ? MHD_YES : MHD_NO;
+    }
+    if (ctx->err_status)
+        return send_error(c, ctx->err_status, ctx->err_type, ctx->err_msg, ctx->allow);
+    if (ctx->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the request body is larger than the limit of %zu bytes (--max-body-bytes)",
+                 srv->cfg.max_body_bytes);
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", msg, NULL);
+    }
+    switch (ctx->route) {
+    case R_COMPLETIONS: return handle_generate(srv, c, ctx, false);
+    case R_CHAT: return handle_generate(srv, c, ctx, true);
+    case R_UPDATE: return handle_update(srv, c, ctx);
+    case R_HEALTH: return handle_health(srv, c);
+    case R_MODELS: return handle_models(srv, c);
+    default: return MHD_NO;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    conn_ctx *ctx = *con_cls;
+    if (ctx) {
+        free(ctx->body);
+        free(ctx);
+    }
+    *con_cls = NULL;
+}
+
+struct MHD_Daemon *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+        flags |= MHD_USE_POLL;
+    if (ipv6)
+        flags |= MHD_USE_IPv6;
+    /* the logger first, so that the other options' complaints go through it */
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_SOCK_ADDR, sockaddr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+}
+
+unsigned serve_http_port(struct MHD_Daemon *d)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    return di ? di->port : 0;
+}
+
+void serve_http_stop(struct MHD_Daemon *d)
+{
+    if (d)
+        MHD_stop_daemon(d);
+}

@@ -1,0 +1,328 @@
+/* Advantage estimators and policy losses, each a direct transcription of
+ * its paper's formula (cited at the enum values in rlpost.h and below).
+ * Sums run in double; all-equal groups are detected exactly so that
+ * rounding in a mean never turns "no signal" into a push (verl PR #4597). */
+#include "algo/rl_math.h"
+
+#include "core/error.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rlpi_rl_options_check(const rlp_rl_options *o)
+{
+#define BAD(cond, what)                                                                  \
+    do {                                                                                 \
+        if (cond)                                                                        \
+            return rlpi_error_set(RLP_E_INVALID_ARG, "RL options: %s", what);            \
+    } while (0)
+    BAD(o->version != RLP_RL_OPTIONS_VERSION, "unknown version");
+    BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_REINFORCE, "advantage is not an rlp_advantage");
+    BAD(!(o->adv_eps >= 0) || !isfinite(o->adv_eps), "adv_eps must be finite and >= 0");
+    BAD(!(o->gamma >= 0 && o->gamma <= 1), "gamma must be in [0, 1]");
+    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GSPO, "policy_loss is not an rlp_policy_loss");
+    BAD(!(o->clip_low >= 0 && o->clip_low < 1), "clip_low must be in [0, 1)");
+    BAD(!(o->clip_high >= 0) || !isfinite(o->clip_high), "clip_high must be finite and >= 0");
+    BAD(!(o->dual_clip == 0 || o->dual_clip > 1) || !isfinite(o->dual_clip), "dual_clip must be 0 or > 1");
+    BAD(!(o->tis_cap >= 0) || !isfinite(o->tis_cap), "tis_cap must be finite and >= 0");
+    BAD(!(o->behav_cap >= 0) || !isfinite(o->behav_cap), "behav_cap must be finite and >= 0");
+    BAD(o->kl_estimator < 0 || o->kl_estimator > RLP_KL_K3, "kl_estimator must be 0 or an rlp_kl_estimator");
+    BAD(!(o->kl_coef >= 0) || !isfinite(o->kl_coef), "kl_coef must be finite and >= 0");
+    BAD(!isfinite(o->entropy_coef), "entropy_coef must be finite");
+    BAD(o->loss_agg < RLP_AGG_TOKEN_MEAN || o->loss_agg > RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM,
+        "loss_agg is not an rlp_loss_agg");
+    BAD(!(o->agg_norm_constant >= 0) || !isfinite(o->agg_norm_constant), "agg_norm_constant must be >= 0");
+    BAD(o->overlong_max && (o->overlong_cache == 0 || o->overlong_cache > o->overlong_max),
+        "overlong_cache must be in [1, overlong_max]");
+    BAD(o->ppo_epochs < 1 || o->mini_batches < 1, "ppo_epochs and mini_batches must be >= 1");
+    BAD(!(o->temperature >= 0) || !isfinite(o->temperature), "temperature must be finite and >= 0");
+#undef BAD
+    return RLP_OK;
+}
+
+float rlpi_overlong_penalty(uint32_t len, uint32_t l_max, uint32_t l_cache)
+{
+    if (l_max == 0 || len <= l_max - l_cache)
+        return 0.0f;
+    if (len > l_max)
+        return -1.0f;
+    return (float)(((double)(l_max - l_cache) - (double)len) / (double)l_cache);
+}
+
+static double kl_value(int est, double x)
+{
+    switch (est) {
+    case RLP_KL_K1:
+        return x;
+    case RLP_KL_K2:
+        return 0.5 * x * x;
+    case RLP_KL_K3:
+        return exp(-x) + x - 1.0;
+    default:
+        return 0.0;
+    }
+}
+
+static double kl_grad(int est, double x)
+{
+    switch (est) {
+    case RLP_KL_K1:
+        return 1.0;
+    case RLP_KL_K2:
+        return x;
+    case RLP_KL_K3:
+        return 1.0 - exp(-x);
+    default:
+        return 0.0;
+    }
+}
+
+
+typedef struct sort_item {
+    uint64_t group;
+    size_t seq;
+} sort_item;
+
+static int cmp_items(const void *a, const void *b)
+{
+    const sort_item *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void set_seq(const rlpi_rl_seqs *s, float *adv, size_t i, double value)
+{
+    for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++)
+        adv[t] = (float)value;
+}
+
+/* whole-batch normalisation over tokens: (x − μ)/(σ + ε), σ the population std */
+static void batch_normalise(float *adv, size_t n, double eps)
+{
+    if (n == 0)
+        return;
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < n; i++)
+        mean += adv[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++)
+        var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
+    double sd = sqrt(var / (double)n);
+    for (size_t i = 0; i < n; i++)
+        adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+}
+
+int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info)
+{
+    size_t n_tok = s->tok_start[s->n_seqs];
+    rlpi_adv_info inf = {0};
+    if (o->advantage == RLP_ADV_REINFORCE_PP) {
+        /* per-token reward, return-to-go, whole-batch normalisation */
+        for (size_t i = 0; i < s->n_seqs; i++) {
+            size_t b = s->tok_start[i], e = s->tok_start[i + 1];
+            double g = 0;
+            for (size_t t = e; t-- > b;) {
+                double r = t == e - 1 ? (double)s->reward[i] : 0.0;
+                if (s->token_reward)
+                    r += s->token_reward[t];
+                if (o->kl_in_reward && o->kl_estimator && s->logp_ref)
+                    r -= (double)o->kl_coef *
+                         kl_value(o->kl_estimator, (double)s->logp_old[t] - (double)s->logp_ref[t]);
+                g = r + (double)o->gamma * g;
+                adv[t] = (float)g;
+            }
+        }
+        batch_normalise(adv, n_tok, 1e-8);
+        if (info)
+            *info = inf;
+        return RLP_OK;
+    }
+    sort_item *items = malloc((s->n_seqs ? s->n_seqs : 1) * sizeof *items);
+    if (!items)
+        return rlpi_error_set(RLP_E_NOMEM, "advantages: out of memory");
+    for (size_t i = 0; i < s->n_seqs; i++)
+        items[i] = (sort_item){s->group[i], i};
+    qsort(items, s->n_seqs, sizeof *items, cmp_items);
+    for (size_t b = 0; b < s->n_seqs;) {
+        size_t e = b + 1;
+        while (e < s->n_seqs && items[e].group == items[b].group)
+            e++;
+        size_t G = e - b;
+        inf.n_groups++;
+        bool equal = true;
+        double sum = 0;
+        for (size_t k = b; k < e; k++) {
+            float r = s->reward[items[k].seq];
+            equal &= r == s->reward[items[b].seq];
+            sum += r;
+        }
+        if (equal)
+            inf.zero_std_groups++;
+        double mean = sum / (double)G, var = 0;
+        for (size_t k = b; k < e; k++) {
+            double d = (double)s->reward[items[k].seq] - mean;
+            var += d * d;
+        }
+        double sd = G > 1 ? sqrt(var / (double)(G - 1)) : 0.0; /* unbiased, as torch.std */
+        for (size_t k = b; k < e; k++) {
+            size_t i = items[k].seq;
+            double r = s->reward[i], a;
+            if (equal && o->advantage != RLP_ADV_REINFORCE) {
+                a = 0.0; /* no signal: exactly zero, not a rounding residue */
+            } else {
+                switch (o->advantage) {
+                case RLP_ADV_GRPO:
+                    a = (r - mean) / (sd + (double)o->adv_eps);
+                    break;
+                case RLP_ADV_DR_GRPO:
+                    a = r - mean;
+                    break;
+                case RLP_ADV_RLOO:
+                    a = G > 1 ? r - (sum - r) / (double)(G - 1) : 0.0;
+                    break;
+                default: /* REINFORCE */
+                    a = r;
+                    break;
+                }
+            }
+            set_seq(s, adv, i, a);
+        }
+        b = e;
+    }
+    free(items);
+    if (o->adv_batch_norm && o->advantage != RLP_ADV_REINFORCE)
+        batch_normalise(adv, n_tok, (double)o->adv_eps);
+    if (info)
+        *info = inf;
+    return RLP_OK;
+}
+
+/* PPO-clip of one token with optional dual clip: value and ∂/∂ρ. */
+static double ppo_clip(const rlp_rl_options *o, double rho, double A, double *dvalue_drho, int *clip_lo, int *clip_hi)
+{
+    double lo = 1.0 - (double)o->clip_low, hi = 1.0 + (double)o->clip_high;
+    double crho = rho < lo ? lo : rho > hi ? hi : rho;
+    double unclipped = -rho * A, clipped = -crho * A;
+    double value;
+    /* −min(ρA, clip(ρ)A) = max(−ρA, −clip(ρ)A) */
+    if (unclipped >= clipped) {
+        value = unclipped;
+        *dvalue_drho = -A;
+    } else {
+        value = clipped;
+        *dvalue_drho = 0.0; /* clip(ρ) is constant outside [lo, hi] and this branch only wins there */
+    }
+    *clip_lo = A < 0 && rho < lo;
+    *clip_hi = A > 0 && rho > hi;
+    if (o->dual_clip > 0 && A < 0) {
+        double cap = -(double)o->dual_clip * A;
+        if (value > cap) {
+            value = cap;
+            *dvalue_drho = 0.0;
+        }
+    }
+    return value;
+}
+
+static double agg_weight(const rlp_rl_options *o, const rlpi_rl_norm *nm, size_t seq_len)
+{
+    switch (o->loss_agg) {
+    case RLP_AGG_TOKEN_MEAN:
+        return 1.0 / nm->step_tokens;
+    case RLP_AGG_SEQ_MEAN_TOKEN_SUM:
+        return 1.0 / nm->step_seqs;
+    case RLP_AGG_SEQ_MEAN_TOKEN_MEAN:
+        return 1.0 / (nm->step_seqs * (double)seq_len);
+    default:
+        return 1.0 / (nm->step_seqs * nm->norm_c);
+    }
+}
+
+int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, const size_t *seq_index,
+                 size_t n, const size_t *mb_start, const float *logp, const float *entropy,
+                 const rlpi_rl_norm *norm, float *dlogp, float *dentropy, rlpi_rl_acc *acc)
+{
+    const bool kl_loss = o->kl_estimator && !o->kl_in_reward && o->kl_coef > 0;
+    if (kl_loss && !s->logp_ref)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "RL loss: a KL term needs reference logprobs");
+    for (size_t m = 0; m < n; m++) {
+        size_t i = seq_index[m];
+        size_t g0 = s->tok_start[i], len = s->tok_start[i + 1] - g0, l0 = mb_start[m];
+        if (mb_start[m + 1] - l0 != len)
+            return rlpi_error_set(RLP_E_INTERNAL, "RL loss: sequence %zu has %zu tokens here and %zu in the step", i,
+                                  mb_start[m + 1] - l0, len);
+        if (len == 0)
+            continue;
+        double a_w = agg_weight(o, norm, len);
+        /* GSPO: one ratio for the whole sequence */
+        double seq_ratio = 0, seq_value = 0, seq_drho = 0;
+        int seq_lo = 0, seq_hi = 0;
+        if (o->policy_loss == RLP_LOSS_GSPO) {
+            double mlr = 0;
+            for (size_t t = 0; t < len; t++)
+                mlr += (double)logp[l0 + t] - (double)s->logp_old[g0 + t];
+            seq_ratio = exp(mlr / (double)len);
+            seq_value = ppo_clip(o, seq_ratio, adv[g0], &seq_drho, &seq_lo, &seq_hi);
+        }
+        for (size_t t = 0; t < len; t++) {
+            size_t g = g0 + t, l = l0 + t;
+            double lp = logp[l], A = adv[g], old = s->logp_old[g];
+            double value, dv_dlp, rho, w = 1.0;
+            int lo = 0, hi = 0;
+            if (o->policy_loss == RLP_LOSS_GSPO) {
+                rho = seq_ratio;
+                value = seq_value;
+                /* ∂sᵢ/∂logp_t = sᵢ/|yᵢ|; every token of i carries the same value */
+                dv_dlp = seq_drho * seq_ratio / (double)len;
+                lo = seq_lo;
+                hi = seq_hi;
+            } else {
+                rho = exp(lp - old);
+                double drho;
+                value = ppo_clip(o, rho, A, &drho, &lo, &hi);
+                dv_dlp = drho * rho;
+                if (o->policy_loss == RLP_LOSS_DECOUPLED_PPO) {
+                    w = exp(old - (double)s->logp_behav[g]);
+                    if (o->behav_cap > 0 && w > o->behav_cap)
+                        w = o->behav_mask ? 0.0 : (double)o->behav_cap;
+                } else if (o->tis_cap > 0) {
+                    w = exp(old - (double)s->logp_behav[g]);
+                    w = w < o->tis_cap ? w : (double)o->tis_cap;
+                }
+            }
+            double pg = w * value, dpg = w * dv_dlp;
+            double kl = 0, dkl = 0;
+            if (kl_loss) {
+                double x = lp - (double)s->logp_ref[g];
+                kl = kl_value(o->kl_estimator, x);
+                dkl = kl_grad(o->kl_estimator, x);
+            }
+            double H = entropy ? entropy[l] : 0.0;
+            double ell = pg + (double)o->kl_coef * (kl_loss ? kl : 0.0) - (double)o->entropy_coef * H;
+            acc->loss += a_w * ell;
+            acc->pg += a_w * pg;
+            acc->kl += kl;
+            acc->ent += H;
+            acc->n_tokens += 1;
+            acc->clip_lo += lo;
+            acc->clip_hi += hi;
+            acc->ratio_sum += rho;
+            acc->ratio_max = rho > acc->ratio_max ? rho : acc->ratio_max;
+            acc->w_sum += w;
+            acc->w_max = w > acc->w_max ? w : acc->w_max;
+            if (o->policy_loss == RLP_LOSS_GSPO) {
+                /* the sequence's value appears once per token: Σₜ a_w · ∂value/∂logp_u */
+                dlogp[l] = (float)((double)len * a_w * w * dv_dlp +
+                                   a_w * (double)o->kl_coef * (kl_loss ? dkl : 0.0));
+            } else {
+                dlogp[l] = (float)(a_w * (dpg + (double)o->kl_coef * (kl_loss ? dkl : 0.0)));
+            }
+            if (dentropy)
+                dentropy[l] = (float)(-a_w * (double)o->entropy_coef);
+        }
+    }
+    return RLP_OK;
+}

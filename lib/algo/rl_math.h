@@ -1,0 +1,63 @@
+/* The RL formulas on host arrays: advantage estimators and per-token policy
+ * losses with their gradients, aggregated with step-level normalisers.
+ * Pure functions, no model: the RL step (rl_step.c) feeds them logprobs,
+ * and the tests compare them with a PyTorch reference written from the
+ * papers (tests/reference/make_rl_fixtures.py). */
+#ifndef RLPI_ALGO_RL_MATH_H
+#define RLPI_ALGO_RL_MATH_H
+
+#include "rlpost.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One optimizer step's sequences; per-token arrays are indexed through
+ * tok_start (completion tokens only). */
+typedef struct rlpi_rl_seqs {
+    size_t n_seqs;
+    const size_t *tok_start;     /* (n_seqs + 1) */
+    const uint64_t *group;       /* (n_seqs) */
+    const float *reward;         /* (n_seqs) scalar rewards after shaping */
+    const float *token_reward;   /* (n_tokens) process rewards (REINFORCE++ only), or NULL */
+    const float *logp_old;       /* (n_tokens) π_old = π_prox */
+    const float *logp_behav;     /* (n_tokens) rollout logprobs */
+    const float *logp_ref;       /* (n_tokens) or NULL */
+} rlpi_rl_seqs;
+
+typedef struct rlpi_adv_info {
+    size_t n_groups, zero_std_groups;
+} rlpi_adv_info;
+
+/* Advantages per token (n_tokens). Groups are sequences sharing a group id,
+ * in any order. A group whose rewards are all equal gets exactly 0
+ * (public-bugs case #8), whatever the estimator's denominator. */
+int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info);
+
+/* Accumulated loss statistics (sums; the step divides). */
+typedef struct rlpi_rl_acc {
+    double loss, pg, kl, ent;
+    double n_tokens, clip_lo, clip_hi, ratio_sum, ratio_max, w_sum, w_max;
+} rlpi_rl_acc;
+
+/* Step-level normalisers of the aggregation. */
+typedef struct rlpi_rl_norm {
+    double step_seqs, step_tokens, norm_c;
+} rlpi_rl_norm;
+
+/* Loss over the sequences seq_index[0..n) of s (a micro-batch), whose
+ * current logprobs/entropies are the micro-batch arrays logp/entropy laid
+ * out by mb_start (n + 1). Writes ∂L/∂logp and ∂L/∂entropy there and adds
+ * this micro-batch's share of the step loss to acc. */
+int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, const size_t *seq_index,
+                 size_t n, const size_t *mb_start, const float *logp, const float *entropy,
+                 const rlpi_rl_norm *norm, float *dlogp, float *dentropy, rlpi_rl_acc *acc);
+
+/* DAPO soft overlong penalty (Yu et al. 2025, eq. 13) for a completion of
+ * `len` tokens: 0 up to L_max − L_cache, then (L_max − L_cache − len)/L_cache
+ * down to −1 at L_max, −1 beyond. 0 when L_max is 0. */
+float rlpi_overlong_penalty(uint32_t len, uint32_t l_max, uint32_t l_cache);
+
+/* Validates an options struct (ranges, enums); RLP_E_INVALID_ARG naming the field. */
+int rlpi_rl_options_check(const rlp_rl_options *o);
+
+#endif

@@ -1,0 +1,279 @@
+/* One RL step on a scored batch (rlp_policy_train_rl): select valid
+ * trajectories, shape rewards, compute π_prox and π_ref with the current
+ * weights, advantages per group, then ppo_epochs × mini_batches optimizer
+ * steps of the chosen loss through rlp_policy_train_step (which owns
+ * micro-batching, backward, clipping and AdamW). The loss callback maps a
+ * micro-batch back to the step's per-token arrays. */
+#include "algo/rl_math.h"
+#include "core/batch.h"
+#include "core/error.h"
+#include "model/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version == RLP_RL_OPTIONS_VERSION, "unknown version");
+    rlp_rl_options d = RLP_RL_OPTIONS_INIT;
+    *opts = d;
+    return RLP_OK;
+}
+
+typedef struct rl_step {
+    const rlp_rl_options *o;
+    rlpi_rl_seqs all;             /* every used sequence of the step */
+    const float *adv;
+    size_t mb_first;              /* first sequence (index into `all`) of the current mini-batch */
+    rlpi_rl_norm norm;            /* of the current mini-batch (= one optimizer step) */
+    rlpi_rl_acc acc;
+} rl_step;
+
+static int rl_loss(rlp_loss_context *lc, void *payload)
+{
+    rl_step *st = payload;
+    size_t *idx = malloc((lc->n_seqs ? lc->n_seqs : 1) * sizeof *idx);
+    if (!idx)
+        return rlpi_error_set(RLP_E_NOMEM, "RL loss: out of memory");
+    for (size_t i = 0; i < lc->n_seqs; i++)
+        idx[i] = st->mb_first + lc->seq_index[i];
+    double before = st->acc.loss;
+    int rc = rlpi_rl_loss(st->o, &st->all, st->adv, idx, lc->n_seqs, lc->token_start, lc->logprobs, lc->entropy,
+                          &st->norm, lc->dlogprobs, lc->dentropy, &st->acc);
+    lc->loss = st->acc.loss - before;
+    free(idx);
+    return rc;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                        const rlp_rl_options *opts, rlp_rl_stats *stats)
+{
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+    if (opts)
+        o = *opts;
+    int rc = rlpi_rl_options_check(&o);
+    if (rc)
+        return rlpi_error_wrap("%s", __func__);
+    if (!policy->trainable)
+        return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
+    bool need_ref = o.kl_estimator != 0 && o.kl_coef > 0;
+    if (need_ref && !ref)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: a KL coefficient needs a reference policy", __func__);
+    double t0 = now_s();
+    rlp_rl_stats S = {.version = 1};
+    uint64_t v0 = policy->version;
+
+    /* 1. valid trajectories with completion tokens; temperature */
+    size_t n = batch->n, used = 0, n_tok = 0;
+    size_t *pick = malloc((n ? n : 1) * sizeof *pick);
+    if (!pick)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    float temp = o.temperature;
+    for (size_t i = 0; i < n; i++) {
+        const rlpi_traj *t = &batch->items[i];
+        if (!t->valid || t->n_tokens == 0 || t->n_prompt == 0) {
+            S.invalid_seqs++;
+            continue;
+        }
+        if (!isfinite(t->reward)) {
+            free(pick);
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: trajectory %zu has no reward (score the batch first)",
+                                  __func__, i);
+        }
+        float tt = t->temperature > 0 ? t->temperature : 1.0f;
+        if (o.temperature == 0) {
+            if (used > 0 && tt != temp) {
+                free(pick);
+                return rlpi_error_set(RLP_E_INVALID_ARG,
+                                      "%s: trajectories sampled at temperatures %g and %g; set opts->temperature",
+                                      __func__, (double)temp, (double)tt);
+            }
+            temp = tt;
+        }
+        pick[used++] = i;
+    }
+    if (temp == 0)
+        temp = 1.0f;
+
+    /* 2. shaped rewards; group filtering (DAPO dynamic sampling) */
+    float *reward = malloc((used ? used : 1) * sizeof *reward);
+    uint64_t *group = malloc((used ? used : 1) * sizeof *group);
+    rc = reward && group ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    for (size_t k = 0; !rc && k < used; k++) {
+        const rlpi_traj *t = &batch->items[pick[k]];
+        reward[k] = t->reward + rlpi_overlong_penalty((uint32_t)t->n_tokens, o.overlong_max, o.overlong_cache);
+        group[k] = t->group_id;
+    }
+    if (!rc && o.filter_equal_groups) {
+        /* a group whose rewards are all equal carries no signal: drop it whole */
+        char *drop = calloc(used ? used : 1, 1), *seen = calloc(used ? used : 1, 1);
+        if (!drop || !seen)
+            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        for (size_t k = 0; !rc && k < used; k++) {
+            if (seen[k])
+                continue;
+            bool equal = true;
+            for (size_t j = k; j < used; j++)
+                if (group[j] == group[k])
+                    equal &= reward[j] == reward[k];
+            for (size_t j = k; j < used; j++)
+                if (group[j] == group[k]) {
+                    seen[j] = 1;
+                    drop[j] = equal;
+                }
+            S.filtered_groups += equal;
+        }
+        size_t keep = 0;
+        for (size_t k = 0; !rc && k < used; k++)
+            if (!drop[k]) {
+                pick[keep] = pick[k];
+                reward[keep] = reward[k];
+                group[keep] = group[k];
+                keep++;
+            }
+        if (!rc)
+            used = keep;
+        free(drop);
+        free(seen);
+    }
+    /* 3. sequences and per-token arrays */
+    rlp_sequence *seqs = calloc(used ? used : 1, sizeof *seqs);
+    size_t *tok_start = malloc((used + 1) * sizeof *tok_start);
+    int32_t **owned = calloc(used ? used : 1, sizeof *owned);
+    if (!rc && (!seqs || !tok_start || !owned))
+        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    for (size_t k = 0; !rc && k < used; k++) {
+        const rlpi_traj *t = &batch->items[pick[k]];
+        tok_start[k] = n_tok;
+        n_tok += t->n_tokens;
+        int32_t *ids = malloc((t->n_prompt + t->n_tokens) * sizeof *ids);
+        if (!ids) {
+            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+            break;
+        }
+        memcpy(ids, t->prompt, t->n_prompt * sizeof *ids);
+        memcpy(ids + t->n_prompt, t->tokens, t->n_tokens * sizeof *ids);
+        owned[k] = ids;
+        seqs[k] = (rlp_sequence){ids, (uint32_t)(t->n_prompt + t->n_tokens), (uint32_t)t->n_prompt};
+        uint64_t tv = t->policy_version;
+        for (size_t j = 0; j < t->n_tokens; j++)
+            tv = t->versions && t->versions[j] < tv ? t->versions[j] : tv;
+        double stale = v0 >= tv ? (double)(v0 - tv) : 0.0;
+        S.staleness_mean += stale;
+        S.staleness_max = stale > S.staleness_max ? stale : S.staleness_max;
+        S.reward_mean += reward[k];
+    }
+    if (tok_start)
+        tok_start[used] = n_tok;
+    float *arr = rc ? NULL : malloc((n_tok ? n_tok : 1) * 5 * sizeof *arr);
+    if (!rc && !arr)
+        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    float *behav = arr, *old = arr + n_tok, *refl = arr + 2 * n_tok, *adv = arr + 3 * n_tok, *tokr = arr + 4 * n_tok;
+    bool have_token_rewards = false;
+    for (size_t k = 0; !rc && k < used; k++) {
+        const rlpi_traj *t = &batch->items[pick[k]];
+        memcpy(behav + tok_start[k], t->logprobs, t->n_tokens * sizeof(float));
+        for (size_t j = 0; j < t->n_tokens; j++)
+            tokr[tok_start[k] + j] = t->token_rewards ? t->token_rewards[j] : 0.0f;
+        have_token_rewards |= t->token_rewards != NULL;
+    }
+    if (!rc && used > 0) {
+        /* 4. π_prox with the current weights (and π_ref) */
+        rc = rlp_policy_logprobs(policy, seqs, used, temp, old, NULL, n_tok, NULL);
+        if (!rc && need_ref)
+            rc = rlp_policy_logprobs(ref, seqs, used, temp, refl, NULL, n_tok, NULL);
+    }
+    rl_step st = {.o = &o,
+                  .all = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
+                          .token_reward = have_token_rewards ? tokr : NULL, .logp_old = old,
+                          .logp_behav = behav, .logp_ref = need_ref ? refl : NULL},
+                  .adv = adv};
+    rlpi_adv_info ai = {0};
+    if (!rc && used > 0)
+        rc = rlpi_rl_advantages(&o, &st.all, adv, &ai);
+    S.n_groups = ai.n_groups + S.filtered_groups;
+    S.zero_std_groups = ai.zero_std_groups + S.filtered_groups;
+    if (!rc && n_tok > 0) {
+        double m = 0, v = 0;
+        for (size_t i = 0; i < n_tok; i++)
+            m += adv[i];
+        m /= (double)n_tok;
+        for (size_t i = 0; i < n_tok; i++)
+            v += ((double)adv[i] - m) * ((double)adv[i] - m);
+        S.adv_mean = m;
+        S.adv_std = sqrt(v / (double)n_tok);
+    }
+
+    /* 5. optimizer steps: epochs × mini-batches (contiguous ranges of sequences) */
+    size_t longest = 0;
+    for (size_t k = 0; k < used; k++)
+        longest = tok_start[k + 1] - tok_start[k] > longest ? tok_start[k + 1] - tok_start[k] : longest;
+    rlp_train_options to = RLP_TRAIN_OPTIONS_INIT;
+    to.temperature = temp;
+    to.micro_batch_tokens = o.micro_batch_tokens;
+    uint32_t mbs = o.mini_batches < used ? o.mini_batches : (uint32_t)(used ? used : 1);
+    for (uint32_t ep = 0; !rc && used > 0 && ep < o.ppo_epochs; ep++)
+        for (uint32_t mb = 0; !rc && mb < mbs; mb++) {
+            size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
+            if (e <= b)
+                continue;
+            st.mb_first = b;
+            st.norm.step_seqs = (double)(e - b);
+            st.norm.step_tokens = (double)(tok_start[e] - tok_start[b]);
+            st.norm.norm_c = o.agg_norm_constant > 0 ? (double)o.agg_norm_constant : (double)longest;
+            rlp_train_stats ts;
+            rc = rlp_policy_train_step(policy, seqs + b, e - b, rl_loss, &st, &to, &ts);
+            if (!rc) {
+                S.optimizer_steps++;
+                S.skipped_steps += ts.skipped != 0;
+                S.grad_norm = ts.grad_norm;
+                S.loss += st.acc.loss;
+                S.pg_loss += st.acc.pg;
+                st.acc.loss = st.acc.pg = 0;
+            }
+        }
+    if (!rc) {
+        double nt = st.acc.n_tokens > 0 ? st.acc.n_tokens : 1;
+        double steps = S.optimizer_steps ? S.optimizer_steps : 1;
+        S.loss /= steps;
+        S.pg_loss /= steps;
+        S.kl = st.acc.kl / nt;
+        S.entropy = st.acc.ent / nt;
+        S.clip_frac_low = st.acc.clip_lo / nt;
+        S.clip_frac_high = st.acc.clip_hi / nt;
+        S.ratio_mean = st.acc.ratio_sum / nt;
+        S.ratio_max = st.acc.ratio_max;
+        S.behav_weight_mean = st.acc.w_sum / nt;
+        S.behav_weight_max = st.acc.w_max;
+        S.n_seqs = used;
+        S.n_tokens = n_tok;
+        S.reward_mean = used ? S.reward_mean / (double)used : 0;
+        S.staleness_mean = used ? S.staleness_mean / (double)used : 0;
+        S.policy_version = policy->version;
+        S.seconds = now_s() - t0;
+        if (stats)
+            *stats = S;
+    }
+    for (size_t k = 0; owned && k < used; k++)
+        free(owned[k]);
+    free(owned);
+    free(seqs);
+    free(tok_start);
+    free(arr);
+    free(reward);
+    free(group);
+    free(pick);
+    return rc;
+}
