@@ -1780,8 +1780,10 @@ RLP_API int rlp_reward_fn_create_batch_callback(rlp_reward_fn **out, rlp_reward_
  *   verl/utils/reward_score/kk.py, validate_response_structure): in the assistant's text each of
  *   `<think>`, `</think>`, `<answer>`, `</answer>` occurs exactly once, in
  *   that order. The assistant's text is "assistant_prefix" + completion;
- *   "assistant_prefix" defaults to "<think>" when the prompt text ends with
- *   `<think>` (Logic-RL's prompt opens the assistant turn with it), else "".
+ *   without the option, the prefix is the metadata's "assistant_prefix"
+ *   (rlp_task prompts carry it), else "<think>" when the prompt text ends
+ *   with `<think>` (Logic-RL's prompt opens the assistant turn with it),
+ *   else "".
  *   Scores "format_correct" 1, "format_wrong" −1.
  * - "kk_answer" — Logic-RL's Knights-and-Knaves answer reward (kk.py,
  *   parse_model_answer / compute_score): the reference is lines

@@ -8,10 +8,9 @@
 #include "reward/executor.h"
 
 #include "core/error.h"
-#include "core/json_guard.h"
+#include "reward/metadata.h"
 #include "reward/refine.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <float.h>
 #include <pthread.h>
@@ -40,26 +39,6 @@ void rlpi_outcome_clear(rlpi_outcome *o)
     free(o->token_scores);
     free(o->step_ends);
     memset(o, 0, sizeof *o);
-}
-
-char *rlpi_metadata_reference(const char *metadata_json, int *bad)
-{
-    *bad = 0;
-    if (!metadata_json)
-        return NULL;
-    json_t *root = NULL;
-    if (rlpi_json_load_guarded(metadata_json, strlen(metadata_json), RLPI_JSON_MAX_DEPTH, "metadata", &root)) {
-        *bad = 1;
-        return NULL;
-    }
-    char *ref = NULL;
-    json_t *v = json_is_object(root) ? json_object_get(root, "reference") : NULL;
-    if (json_is_string(v))
-        ref = strdup(json_string_value(v));
-    else if (json_is_number(v))
-        ref = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-    json_decref(root);
-    return ref;
 }
 
 /* ---- jobs ------------------------------------------------------------------ */

@@ -48,9 +48,4 @@ int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout
                          const rlp_reward_request *reqs, size_t n, rlpi_outcome *out,
                          uint64_t *abandoned_running);
 
-/* The "reference" of a metadata JSON object: a string as is, a number as
- * its JSON text; NULL (malloc'd otherwise) when absent, not an object, or
- * of another type. *bad is set when the metadata is not valid JSON. */
-char *rlpi_metadata_reference(const char *metadata_json, int *bad);
-
 #endif

@@ -10,9 +10,9 @@
 #include "reward/builtin.h"
 
 #include "core/error.h"
+#include "reward/metadata.h"
 #include "reward/text.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,11 +160,8 @@ static const char *reference_text(const rlp_reward_request *req, char **owned)
         return req->reference;
     if (!req->metadata_json)
         return NULL;
-    json_t *root = json_loads(req->metadata_json, JSON_REJECT_DUPLICATES, NULL);
-    json_t *v = json_is_object(root) ? json_object_get(root, "solution_text_format") : NULL;
-    if (json_is_string(v))
-        *owned = strdup(json_string_value(v));
-    json_decref(root);
+    int bad;
+    *owned = rlpi_metadata_field(req->metadata_json, "solution_text_format", 0, &bad);
     return *owned;
 }
 

@@ -8,6 +8,7 @@
 #include "reward/builtin.h"
 
 #include "core/error.h"
+#include "reward/metadata.h"
 #include "reward/text.h"
 
 #include <stdio.h>
@@ -58,10 +59,20 @@ void rlpi_format_free(rlpi_format_cfg *cfg)
     cfg->prefix = NULL;
 }
 
-/* "<think>" when the prompt ends with it (trailing whitespace aside): the
- * assistant turn was opened by the prompt, as in Logic-RL's template. */
-static const char *auto_prefix(const rlp_reward_request *req)
+/* The text the prompt already put in the assistant's turn, when the
+ * option does not say: the metadata's "assistant_prefix" (rlp_task
+ * prompts carry it), else "<think>" when the prompt ends with it (trailing
+ * whitespace aside), as Logic-RL's template does. *owned is malloc'd or
+ * NULL. */
+static const char *auto_prefix(const rlp_reward_request *req, char **owned)
 {
+    *owned = NULL;
+    if (req->metadata_json && strstr(req->metadata_json, "\"assistant_prefix\"")) {
+        int bad;
+        *owned = rlpi_metadata_field(req->metadata_json, "assistant_prefix", 0, &bad);
+        if (*owned)
+            return *owned;
+    }
     size_t b = 0, e = req->prompt_len;
     rlpi_trim(req->prompt_text, &b, &e);
     return e - b >= 7 && memcmp(req->prompt_text + e - 7, "<think>", 7) == 0 ? "<think>" : "";
@@ -69,15 +80,18 @@ static const char *auto_prefix(const rlp_reward_request *req)
 
 int rlpi_format_check(const rlpi_format_cfg *cfg, const rlp_reward_request *req, char *why, size_t cap)
 {
-    const char *prefix = cfg->prefix ? cfg->prefix : auto_prefix(req);
+    char *owned = NULL;
+    const char *prefix = cfg->prefix ? cfg->prefix : auto_prefix(req, &owned);
     size_t lp = strlen(prefix);
     const char *text = req->completion_text;
     size_t n = req->completion_len;
     char *joined = NULL;
     if (lp) {
         joined = malloc(lp + n + 1);
-        if (!joined)
+        if (!joined) {
+            free(owned);
             return -1;
+        }
         memcpy(joined, prefix, lp);
         memcpy(joined + lp, text, n);
         text = joined;
@@ -86,6 +100,7 @@ int rlpi_format_check(const rlpi_format_cfg *cfg, const rlp_reward_request *req,
     size_t count[4], first[4];
     scan_tags(text, n, count, first);
     free(joined);
+    free(owned);
     for (int k = 0; k < 4; k++)
         if (count[k] != 1) {
             snprintf(why, cap, "format: %s appears %zu times", TAGS[k], count[k]);

@@ -41,7 +41,7 @@ build fuzz_gguf core/error.c core/threadpool.c model/config.c model/weights.c \
 build fuzz_completion_response core/error.c core/json_guard.c rollout/remote_parse.c
 build fuzz_jsonl core/error.c core/json_guard.c core/mapfile.c task/dataset.c
 build fuzz_reward_builtins core/error.c core/json_guard.c reward/scorer.c reward/text.c reward/builtin.c \
-    reward/logic_rl_format.c reward/kk_answer.c reward/gsm8k.c reward/boxed_math.c reward/countdown.c \
+    reward/metadata.c reward/logic_rl_format.c reward/kk_answer.c reward/gsm8k.c reward/boxed_math.c reward/countdown.c \
     reward/exact_match.c reward/regex_match.c
 build fuzz_reward_response core/error.c core/json_guard.c reward/scorer.c reward/http_protocol.c
 
