@@ -238,7 +238,8 @@ static void test_logic_rl_big_and_options(void **state)
     assert_true(r.valid && r.score == 3.0);
     /* the metadata says what the prompt opened (rlp_task prompts carry it) */
     r = score_with("logic_rl", NULL, NULL, c, strlen(c), NULL,
-                   "{\"reference\": \"(1) Zoey is a knight\\n(2) Oliver is a knave\", \"assistant_prefix\": \"<think>\"}");
+                   "{\"reference\": \"(1) Zoey is a knight\\n(2) Oliver is a knave\", "
+                   "\"assistant_prefix\": \"<think>\"}");
     assert_true(r.valid && r.score == 3.0);
     /* "" switches the automatic prefix off */
     r = score_with("logic_rl", "{\"assistant_prefix\": \"\"}", "...<think>", c, strlen(c), R2, NULL);

@@ -1,12 +1,12 @@
 /* The reward built-ins on prompts served by the task generators, through
  * the public API, as a training loop would use them: the metadata a task
  * attaches (reference, assistant prefix, numbers, target) is what the
- * rewards read. For 300 generated Knights-and-Knaves puzzles (template
- * "logic-rl", whose prompt opens the assistant turn with <think>), the
- * reference solution in <answer> tags scores Logic-RL's full 3 and the
- * solution with every role flipped scores -0.5; for 300 Countdown problems
- * the task's own solution scores 1 and the numbers merely summed 0.1
- * (unless the sum happens to be the target). */
+ * rewards read. For 1,000 generated Knights-and-Knaves puzzles of each
+ * size 2-8 (template "logic-rl", whose prompt opens the assistant turn
+ * with <think>), the reference solution in <answer> tags scores Logic-RL's
+ * full 3 and the solution with every role flipped scores -0.5; for 1,000
+ * Countdown problems the task's own solution scores 1 and the numbers
+ * merely summed 0.1 (unless the sum happens to be the target). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_PROBLEMS 300
+#define N_PROBLEMS 1000
 
 static void append(rlp_batch *b, const rlp_prompt *p, const char *completion)
 {
@@ -95,35 +95,39 @@ static char *flip_roles(const char *s)
 static void test_knights_and_knaves(void **state)
 {
     (void)state;
-    rlp_prompt_set *set = serve("kk", "{\"seed\": 7, \"min_people\": 2, \"max_people\": 8}");
-    const rlp_prompt *p = rlp_prompt_set_prompts(set);
-    rlp_batch *b = NULL;
-    assert_int_equal(rlp_batch_create(&b), RLP_OK);
-    for (size_t i = 0; i < N_PROBLEMS; i++) {
-        rlp_task_item it;
-        memset(&it, 0, sizeof it);
-        it.version = RLP_TASK_ITEM_VERSION;
-        assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
-        assert_non_null(it.reference);
-        /* the prompt opened <think>: the completion goes on from there */
-        char *flipped = flip_roles(it.reference), *right = NULL, *wrong = NULL;
-        assert_true(asprintf(&right, "Let me check each statement.\n</think>\n<answer>\n%s\n</answer>",
-                             it.reference) > 0);
-        assert_true(asprintf(&wrong, "Hmm.</think><answer>%s</answer>", flipped) > 0);
-        append(b, &p[i], right);
-        append(b, &p[i], wrong);
-        free(right);
-        free(wrong);
-        free(flipped);
+    for (int people = 2; people <= 8; people++) {
+        char opts[64];
+        snprintf(opts, sizeof opts, "{\"seed\": %d, \"people\": %d}", 7 + people, people);
+        rlp_prompt_set *set = serve("kk", opts);
+        const rlp_prompt *p = rlp_prompt_set_prompts(set);
+        rlp_batch *b = NULL;
+        assert_int_equal(rlp_batch_create(&b), RLP_OK);
+        for (size_t i = 0; i < N_PROBLEMS; i++) {
+            rlp_task_item it;
+            memset(&it, 0, sizeof it);
+            it.version = RLP_TASK_ITEM_VERSION;
+            assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
+            assert_non_null(it.reference);
+            /* the prompt opened <think>: the completion goes on from there */
+            char *flipped = flip_roles(it.reference), *right = NULL, *wrong = NULL;
+            assert_true(asprintf(&right, "Let me check each statement.\n</think>\n<answer>\n%s\n</answer>",
+                                 it.reference) > 0);
+            assert_true(asprintf(&wrong, "Hmm.</think><answer>%s</answer>", flipped) > 0);
+            append(b, &p[i], right);
+            append(b, &p[i], wrong);
+            free(right);
+            free(wrong);
+            free(flipped);
+        }
+        rlp_reward_stats st = score("logic_rl", b);
+        assert_int_equal(st.valid, 2 * N_PROBLEMS);
+        for (size_t i = 0; i < N_PROBLEMS; i++) {
+            assert_float_equal(reward_of(b, 2 * i), 3.0f, 0.0f);
+            assert_float_equal(reward_of(b, 2 * i + 1), -0.5f, 0.0f);
+        }
+        rlp_batch_free(b);
+        rlp_prompt_set_free(set);
     }
-    rlp_reward_stats st = score("logic_rl", b);
-    assert_int_equal(st.valid, 2 * N_PROBLEMS);
-    for (size_t i = 0; i < N_PROBLEMS; i++) {
-        assert_float_equal(reward_of(b, 2 * i), 3.0f, 0.0f);
-        assert_float_equal(reward_of(b, 2 * i + 1), -0.5f, 0.0f);
-    }
-    rlp_batch_free(b);
-    rlp_prompt_set_free(set);
 }
 
 static void test_countdown(void **state)
