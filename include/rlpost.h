@@ -1658,9 +1658,12 @@ typedef struct rlp_reward_result {
     uint32_t version;                   /**< RLP_REWARD_RESULT_VERSION (set by the library) */
     double score;                       /**< the scalar reward; must be finite and fit in a float */
     int32_t valid;                      /**< 1: score is meaningful; 0: the sample cannot be scored */
-    char reason[RLP_REWARD_REASON_MAX]; /**< short human reason (why invalid, or e.g. "wrong answer"); NUL-terminated */
-    float *token_scores;                /**< (n_completion_tokens) library buffer, zeroed; NULL when there are no tokens */
-    uint8_t *step_ends;                 /**< (n_completion_tokens) library buffer, zeroed; 1 marks a step's last token */
+    char reason[RLP_REWARD_REASON_MAX]; /**< short human reason (why invalid, or e.g. "wrong answer"),
+                                             NUL-terminated */
+    float *token_scores;                /**< (n_completion_tokens) library buffer, zeroed; NULL when there are
+                                             no tokens */
+    uint8_t *step_ends;                 /**< (n_completion_tokens) library buffer, zeroed; 1 marks a step's
+                                             last token */
     int32_t has_token_scores;           /**< set to 1 when token_scores was filled */
 } rlp_reward_result;
 
