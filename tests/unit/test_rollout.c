@@ -487,6 +487,56 @@ static void test_bad_input(void **state)
     rlp_policy_free(p);
 }
 
+/* a remote engine whose server is gone: the call succeeds, every sample
+ * comes back as an invalid RLP_FINISH_ERROR trajectory naming the URL */
+static void test_remote_dead_server(void **state)
+{
+    (void)state;
+    const char *urls[1] = {"http://127.0.0.1:9"}; /* discard port: refused */
+    rlp_remote_options o = RLP_REMOTE_OPTIONS_INIT;
+    o.urls = urls;
+    o.n_urls = 1;
+    o.max_retries = 1;
+    o.timeout_ms = 2000;
+    rlp_rollout_engine *e = NULL;
+    int rc = rlp_rollout_engine_create_remote(&e, NULL, &o);
+    if (rc == RLP_E_UNSUPPORTED) {
+        skip(); /* built without libcurl */
+    }
+    assert_int_equal(rc, RLP_OK);
+    rlp_prompt pr[2] = {{.tokens = P0, .n_tokens = 3, .metadata_json = "{\"reference\": \"x\"}"},
+                        {.tokens = P1, .n_tokens = 7}};
+    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
+    s.n = 2;
+    rlp_batch *b;
+    assert_int_equal(rlp_rollout_generate(&b, e, pr, 2, &s, NULL, NULL), RLP_OK);
+    size_t n;
+    assert_int_equal(rlp_batch_size(&n, b), RLP_OK);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        rlp_trajectory t = get(b, i);
+        assert_int_equal(t.finish_reason, RLP_FINISH_ERROR);
+        assert_int_equal(t.valid, 0);
+        assert_non_null(t.error);
+        assert_non_null(strstr(t.error, "127.0.0.1:9"));
+        assert_int_equal(t.n_completion_tokens, 0);
+        assert_int_equal(t.sample_index, i % 2);
+    }
+    rlp_trajectory t0 = get(b, 0);
+    assert_string_equal(t0.metadata_json, "{\"reference\": \"x\"}");
+    rlp_rollout_stats st = {0};
+    assert_int_equal(rlp_rollout_engine_stats(&st, e), RLP_OK);
+    assert_int_equal(st.remote_errors, 2);
+    /* the remote engine takes weights from its servers, not from a policy */
+    assert_int_equal(rlp_rollout_engine_update_weights(e, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_engine_set_version(e, 9), RLP_OK);
+    uint64_t v;
+    assert_int_equal(rlp_rollout_engine_version(&v, e), RLP_OK);
+    assert_int_equal(v, 9);
+    rlp_batch_free(b);
+    rlp_rollout_engine_free(e);
+}
+
 static void test_batch_api(void **state)
 {
     (void)state;
@@ -569,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_interrupt_abort),
         cmocka_unit_test(test_interrupt_defer),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_remote_dead_server),
         cmocka_unit_test(test_batch_api),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
