@@ -2,7 +2,9 @@
  * It must return a status (never crash, leak or read outside the image);
  * what it accepts must hold groups the buffer can use unchecked (whole,
  * increasing sequence numbers, trajectories a push would accept), and
- * those groups written back must read back the same. Built by
+ * those groups written back must read back the same. Each input is read
+ * twice: as is, and with every checksum recomputed, so that mutations
+ * reach the payload parser instead of stopping at a CRC. Built by
  * tests/fuzz/run-fuzzers.sh; seeds from tests/reference/make_spill_fixtures.py. */
 #include "buffer/spill.h"
 #include "core/crc32.h"
@@ -26,20 +28,49 @@ static void check_groups(const rlpi_spill_scan *s)
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Recomputes the file header's and every record's CRCs in place, walking
+ * records by their (unchecked) lengths as far as they stay in bounds. */
+static void fix_checksums(uint8_t *b, size_t size)
+{
+    if (size < RLPI_SPILL_HEADER_BYTES)
+        return;
+    put32(b + 12, rlpi_crc32(0, b, 12));
+    size_t off = RLPI_SPILL_HEADER_BYTES;
+    while (size - off >= RLPI_SPILL_RECORD_HEADER_BYTES) {
+        uint8_t *h = b + off;
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++)
+            len |= (uint64_t)h[8 + i] << (8 * i);
+        if (len > size - off - RLPI_SPILL_RECORD_HEADER_BYTES)
+            break;
+        put32(h + 16, rlpi_crc32(0, h + RLPI_SPILL_RECORD_HEADER_BYTES, (size_t)len));
+        put32(h + 20, rlpi_crc32(0, h, 20));
+        off += RLPI_SPILL_RECORD_HEADER_BYTES + (size_t)len;
+    }
+}
+
+static void one(const uint8_t *data, size_t size, int fix)
 {
     /* an exact-size copy so ASan flags a read one past the end */
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf)
-        return 0;
+        return;
     memcpy(buf, data, size);
+    if (fix)
+        fix_checksums(buf, size);
     rlpi_spill_scan s;
     int rc = rlpi_spill_scan_image(buf, size, "fuzz", &s);
     if (rc != 0) {
         if (s.groups || s.n_groups)
             abort();
         free(buf);
-        return 0;
+        return;
     }
     if (s.valid_bytes > size || s.image_bytes != size || (s.torn == 0 && s.valid_bytes != size && size >= 16))
         abort();
@@ -70,5 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     rlpi_spill_scan_free(&s);
     free(buf);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    one(data, size, 0);
+    one(data, size, 1);
     return 0;
 }
