@@ -64,6 +64,9 @@ typedef struct rlpi_manifest {
     size_t n_files;
 } rlpi_manifest;
 
+/* Whether a file name may appear in a manifest: 1..127 bytes, no path
+ * separator or control character, not "." or "..". */
+bool rlpi_manifest_name_ok(const char *s, size_t n);
 /* Parses a manifest (untrusted: every field checked; RLP_E_FORMAT naming
  * it). `source` names the file in messages. */
 int rlpi_manifest_parse(const char *json, size_t len, const char *source, rlpi_manifest *out);

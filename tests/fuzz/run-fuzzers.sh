@@ -40,9 +40,10 @@ build fuzz_gguf core/error.c core/threadpool.c model/config.c model/weights.c \
     model/quant.c model/gguf.c model/gguf_model.c
 build fuzz_completion_response core/error.c core/json_guard.c rollout/remote_parse.c
 build fuzz_spill core/error.c core/log.c core/crc32.c core/batch.c buffer/spill.c
+build fuzz_manifest core/error.c core/json_guard.c sync/manifest.c
 
 status=0
-for t in fuzz_gguf fuzz_completion_response fuzz_spill; do
+for t in fuzz_gguf fuzz_completion_response fuzz_spill fuzz_manifest; do
     corpus="$work/corpus-${t#fuzz_}"
     mkdir -p "$corpus"
     cp "$here/corpus/${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true
