@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,6 +28,7 @@ typedef struct commit_entry {
     size_t n;
     bool done;
     int rc;
+    char err[256];       /* the writer's message: it may run on another thread */
     struct commit_entry *next;
 } commit_entry;
 
@@ -208,8 +210,11 @@ static void write_queued(rlp_replay_buffer *b)
             rc = rlpi_spill_encode_push(&out, e->groups, e->n);
         n_records++;
     }
-    if (rc == RLP_OK && out.len)
+    bool io_failed = false;
+    if (rc == RLP_OK && out.len) {
         rc = rlpi_spill_append(&b->spill, out.p, out.len);
+        io_failed = rc != RLP_OK;
+    }
     rlpi_bytes_free(&out);
     free(rc_list.v);
     free(rd_list.v);
@@ -219,8 +224,10 @@ static void write_queued(rlp_replay_buffer *b)
         b->st.spill_records += n_records;
         b->st.spill_syncs++;
     }
-    if (rc != RLP_OK) {
-        /* a disk that failed once cannot promise durability: stop here */
+    if (io_failed) {
+        /* a disk that failed once cannot promise durability: stop here.
+         * (Failing to encode, out of memory, wrote nothing: the entries
+         * fail, pulls put their groups back, the file stays usable.) */
         b->spill_failed = true;
         rlpi_log(&b->log, RLP_LOG_ERROR, "replay buffer: %s; the buffer accepts no more pushes or pulls",
                  rlp_error_last());
@@ -236,6 +243,8 @@ static void write_queued(rlp_replay_buffer *b)
             b->st.accepted += e->n;
         inserted |= e->n > 0 && rc == RLP_OK;
         e->rc = rc;
+        if (rc)
+            snprintf(e->err, sizeof e->err, "%s", rlp_error_last());
     }
     if (rc == RLP_OK && b->spill.bytes > b->opts.compact_bytes &&
         b->spill.bytes > 2 * (b->live_bytes + RLPI_SPILL_HEADER_BYTES))
@@ -270,7 +279,9 @@ static int commit(rlp_replay_buffer *b, commit_entry *e)
         else
             pthread_cond_wait(&b->commit_cv, &b->mu);
     }
-    return e->rc;
+    if (e->rc) /* the message is thread-local: give this thread the writer's */
+        return rlpi_error_set(e->rc, "%s", e->err);
+    return RLP_OK;
 }
 
 /* ---- options, create, free --------------------------------------------------- */
@@ -470,12 +481,18 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
     int rc = make_groups(batch, &groups, &k);
     if (rc)
         return rc;
-    if (buf->opts.capacity && k > buf->opts.capacity) {
+    uint64_t record_bytes;
+    if (buf->opts.capacity && k > buf->opts.capacity)
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: %zu groups in one push exceed the capacity of %llu", __func__, k,
+                            (unsigned long long)buf->opts.capacity);
+    else if (buf->has_spill && rlpi_spill_push_size(&record_bytes, groups, k) != RLP_OK)
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: the push is too large for one spill record; push fewer groups",
+                            __func__);
+    if (rc) {
         for (size_t i = 0; i < k; i++)
             group_free_shell(groups[i]);
         free(groups);
-        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %zu groups in one push exceed the capacity of %llu", __func__,
-                              k, (unsigned long long)buf->opts.capacity);
+        return rc;
     }
 
     struct timespec deadline;

@@ -8,7 +8,8 @@
  * but not yet reported). A low compaction threshold makes kills land in
  * compactions too, and on odd rounds a test hook writes records in pieces
  * (a slow disk) so that kills tear records. RLP_CRASH_ROUNDS (default 24) and RLP_CRASH_SEED set
- * the rounds and the seed of the kill delays. */
+ * the rounds and the seed of the kill delays. Also: a write that fails
+ * (file size limit) stops the buffer and leaves the file as it was. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -329,6 +332,96 @@ static void test_kill9_rounds(void **state)
     unlink(spill_path);
 }
 
+/* One group of `n_trajs` trajectories with long texts. */
+static rlp_batch *big_group(uint64_t gid, int n_trajs)
+{
+    rlp_batch *b;
+    if (rlp_batch_create(&b))
+        return NULL;
+    static char text[4000];
+    memset(text, 'x', sizeof text - 1);
+    for (int j = 0; j < n_trajs; j++) {
+        int32_t prompt[1] = {1};
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION, .group_id = gid, .prompt_tokens = prompt,
+                            .n_prompt_tokens = 1, .completion_text = text, .finish_reason = RLP_FINISH_STOP,
+                            .temperature = 1, .reward = 0, .valid = 1};
+        if (rlp_batch_append(b, &t))
+            return NULL;
+    }
+    return b;
+}
+
+/* In a child (the size limit is per process): two pushes succeed, then the
+ * file may not grow; exit 0 when every call answered as it should. */
+static int write_failure_child(void)
+{
+    rlp_buffer_options o = RLP_BUFFER_OPTIONS_INIT;
+    o.spill_path = spill_path;
+    rlp_replay_buffer *buf;
+    if (rlp_replay_buffer_create(&buf, &o))
+        return 10;
+    for (uint64_t g = 1; g <= 2; g++) {
+        rlp_batch *b = big_group(g, 1);
+        if (!b || rlp_replay_buffer_push(buf, b))
+            return 11;
+        rlp_batch_free(b);
+    }
+    struct stat st;
+    stat(spill_path, &st);
+    signal(SIGXFSZ, SIG_IGN); /* write() then fails with EFBIG instead */
+    struct rlimit lim = {(rlim_t)st.st_size + 1000, (rlim_t)st.st_size + 1000};
+    if (setrlimit(RLIMIT_FSIZE, &lim))
+        return 12;
+    rlp_batch *b = big_group(3, 3); /* ~12 KB: does not fit */
+    if (rlp_replay_buffer_push(buf, b) != RLP_E_IO)
+        return 13;
+    if (!strstr(rlp_error_last(), "append failed"))
+        return 14;
+    size_t n;
+    rlp_batch_size(&n, b);
+    if (n != 3) /* unchanged on failure */
+        return 15;
+    rlp_batch_free(b);
+    struct stat after;
+    stat(spill_path, &after);
+    if (after.st_size != st.st_size) /* cut back: no partial record left */
+        return 16;
+    b = big_group(4, 1);
+    if (rlp_replay_buffer_push(buf, b) != RLP_E_IO) /* the buffer stopped */
+        return 17;
+    rlp_batch_free(b);
+    rlp_batch *out;
+    if (rlp_replay_buffer_pull(&out, buf, 1, 0, 0) != RLP_E_IO)
+        return 18;
+    rlp_replay_buffer_free(buf);
+    return 0;
+}
+
+static void test_write_failure(void **state)
+{
+    (void)state;
+    unlink(spill_path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(write_failure_child());
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* the file holds exactly the two pushes that succeeded */
+    rlp_buffer_options o = RLP_BUFFER_OPTIONS_INIT;
+    o.spill_path = spill_path;
+    rlp_replay_buffer *buf;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    rlp_buffer_stats s;
+    assert_int_equal(rlp_replay_buffer_stats(&s, buf), RLP_OK);
+    assert_int_equal(s.size, 2);
+    assert_int_equal(s.torn_bytes, 0);
+    rlp_replay_buffer_free(buf);
+    unlink(spill_path);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -350,6 +443,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill9_rounds),
+        cmocka_unit_test(test_write_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
