@@ -1,6 +1,6 @@
 /* Slice-by-8 CRC-32 (Intel's "slicing-by-8", Kounavis & Berry 2005): eight
- * 256-entry tables, eight bytes per step, about 1-2 GB/s here, so checking
- * a 500 MB weights file costs well under a second. */
+ * 256-entry tables, eight bytes per step, about 1.2 GB/s here, so checking
+ * a 540 MB weights file costs under half a second. */
 #include "core/crc32.h"
 
 #include <pthread.h>
