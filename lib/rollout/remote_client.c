@@ -81,6 +81,14 @@ static void curl_init_once(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+int rlpi_curl_global_init(void)
+{
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK)
+        return rlpi_error_set(RLP_E_NETWORK, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+    return RLP_OK;
+}
+
 /* ---- small helpers ------------------------------------------------------ */
 
 static uint64_t now_ns(void)

@@ -45,8 +45,12 @@ build fuzz_reward_builtins core/error.c core/json_guard.c reward/scorer.c reward
     reward/exact_match.c reward/regex_match.c
 build fuzz_reward_response core/error.c core/json_guard.c reward/scorer.c reward/http_protocol.c
 
+build fuzz_spill core/error.c core/log.c core/crc32.c core/batch.c buffer/spill.c
+build fuzz_manifest core/error.c core/json_guard.c sync/manifest.c
+
+
 status=0
-for t in fuzz_gguf fuzz_completion_response fuzz_jsonl fuzz_reward_builtins fuzz_reward_response; do
+for t in fuzz_gguf fuzz_completion_response fuzz_jsonl fuzz_reward_builtins fuzz_reward_response fuzz_spill fuzz_manifest; do
     corpus="$work/corpus-${t#fuzz_}"
     mkdir -p "$corpus"
     cp "$here/corpus/${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true

@@ -1,0 +1,37 @@
+/* libFuzzer target: the file transport's weight manifest parser on
+ * arbitrary bytes. It must return a status (never crash, leak or read out
+ * of bounds), and what it accepts must name the version folder by the
+ * version and list only plain file names, so a reader can join them to
+ * the weights folder unchecked. Built by tests/fuzz/run-fuzzers.sh. */
+#include "sync/sync.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf)
+        return 0;
+    memcpy(buf, data, size);
+    rlpi_manifest m;
+    if (rlpi_manifest_parse(buf, size, "fuzz", &m) == 0) {
+        char want[64];
+        snprintf(want, sizeof want, "v%" PRIu64, m.version);
+        if (strcmp(m.path, want) || m.n_files == 0 || m.n_files > RLPI_MANIFEST_MAX_FILES)
+            abort();
+        for (size_t i = 0; i < m.n_files; i++) {
+            size_t n = strnlen(m.files[i].name, sizeof m.files[i].name);
+            if (n == sizeof m.files[i].name || !rlpi_manifest_name_ok(m.files[i].name, n))
+                abort();
+        }
+    } else if (m.n_files != 0) {
+        abort();
+    }
+    free(buf);
+    return 0;
+}

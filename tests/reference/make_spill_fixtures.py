@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Seed corpus of the replay-buffer spill reader (tests/fuzz/fuzz_spill.c),
+written by an independent encoder of the format in docs/buffer-sync.md:
+Python's struct and zlib.crc32 (the same CRC-32 as lib/core/crc32.c).
+
+Regenerate (from the repository root; needs only the standard library):
+    python3 tests/reference/make_spill_fixtures.py
+
+Writes tests/fuzz/corpus/spill/*.spill: well-formed files (empty, pushes,
+retires, every optional field, several groups per record), files with a torn
+or corrupt last record (which the reader cuts), and hostile files (counts and
+lengths past the end, a corrupt record in the middle, sequence numbers that
+do not increase, bad floats, unknown types and flags) that must be refused
+without reading out of bounds. The output is deterministic.
+"""
+import os
+import struct
+import zlib
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "spill")
+
+PUSH, RETIRE = 1, 2
+
+
+def crc(b):
+    return zlib.crc32(b) & 0xFFFFFFFF
+
+
+def file_header(fmt=1):
+    h = b"RLPSPILL" + struct.pack("<I", fmt)
+    return h + struct.pack("<I", crc(h))
+
+
+def record(rtype, payload, break_payload_crc=False, break_header_crc=False):
+    pc = crc(payload) ^ (1 if break_payload_crc else 0)
+    h = b"RLPR" + struct.pack("<IQI", rtype, len(payload), pc)
+    hc = crc(h) ^ (1 if break_header_crc else 0)
+    return h + struct.pack("<I", hc) + payload
+
+
+def string(s):
+    if s is None:
+        return struct.pack("<Q", 0)
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b) + 1) + b
+
+
+def traj(gid, version=0, prompt=(1, 2), tokens=(3, 4), logprobs=(-0.5, -1.0), versions=None,
+         token_rewards=None, reward=1.0, valid=1, finish=1, temperature=1.0, flags=None,
+         texts=("prompt", "completion", None, '{"reference":"4"}'), stop_index=-1, sample=0,
+         n_prompt=None, n_tokens=None):
+    versions = versions if versions is not None else [version] * len(tokens)
+    fl = (1 if token_rewards is not None else 0) if flags is None else flags
+    b = struct.pack("<QQiiffIIII", gid, version, finish, stop_index, temperature, reward, valid, sample, fl, 0)
+    b += struct.pack("<Q", len(prompt) if n_prompt is None else n_prompt)
+    b += b"".join(struct.pack("<i", t) for t in prompt)
+    b += struct.pack("<Q", len(tokens) if n_tokens is None else n_tokens)
+    b += b"".join(struct.pack("<i", t) for t in tokens)
+    b += b"".join(struct.pack("<f", x) for x in logprobs)
+    b += b"".join(struct.pack("<Q", v) for v in versions)
+    if token_rewards is not None:
+        b += b"".join(struct.pack("<f", x) for x in token_rewards)
+    for s in texts:
+        b += string(s)
+    return b
+
+
+def group(seq, trajs, n_traj=None):
+    return struct.pack("<QII", seq, len(trajs) if n_traj is None else n_traj, 0) + b"".join(trajs)
+
+
+def push(groups, n_groups=None):
+    return struct.pack("<II", len(groups) if n_groups is None else n_groups, 0) + b"".join(groups)
+
+
+def retire(consumed, dropped=()):
+    return struct.pack("<QQ", len(consumed), len(dropped)) + b"".join(struct.pack("<Q", s) for s in
+                                                                      list(consumed) + list(dropped))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    files = {}
+    g0 = group(0, [traj(10, sample=0), traj(10, sample=1, valid=0, reward=float("nan"),
+                                            texts=(None, "x", "verifier failed", None))])
+    g1 = group(1, [traj(11, version=3, versions=[3, 4], token_rewards=[0.5, -0.25], finish=2, temperature=0.7)])
+    g2 = group(2, [traj(12, prompt=(), tokens=(), logprobs=(), texts=(None, "", None, None))])
+    r_push = record(PUSH, push([g0]))
+    # well-formed
+    files["empty_header.spill"] = file_header()
+    files["one_push.spill"] = file_header() + r_push
+    files["push_retire.spill"] = file_header() + r_push + record(PUSH, push([g1, g2])) + record(RETIRE, retire([0], [2]))
+    files["retire_unknown_seq.spill"] = file_header() + r_push + record(RETIRE, retire([77, 1 << 60]))
+    files["utf8_and_metadata.spill"] = file_header() + record(PUSH, push([group(5, [traj(
+        99, texts=("Q: \u00e9?", "A: \u2713", None, '{"a":[1,2,{"b":null}]}'))])]))
+    # torn or corrupt last record: cut with a warning
+    files["torn_header.spill"] = file_header() + r_push + r_push[:10]
+    files["torn_payload.spill"] = file_header() + r_push + record(PUSH, push([g1]))[:-9]
+    files["last_crc_bad.spill"] = file_header() + r_push + record(PUSH, push([g1]), break_payload_crc=True)
+    files["zero_tail.spill"] = file_header() + r_push + bytes(300)
+    files["header_only_prefix.spill"] = b"RLPSP"
+    # hostile: refused
+    files["bad_magic.spill"] = b"NOTSPILL" + bytes(8)
+    files["future_format.spill"] = file_header(fmt=9)
+    files["middle_crc_bad.spill"] = file_header() + record(PUSH, push([g0]), break_payload_crc=True) + \
+        record(PUSH, push([g1]))
+    files["middle_header_crc_bad.spill"] = file_header() + record(PUSH, push([g0]), break_header_crc=True) + \
+        record(PUSH, push([g1]))
+    files["seq_not_increasing.spill"] = file_header() + record(PUSH, push([g1])) + record(PUSH, push([g0]))
+    files["huge_record_len.spill"] = file_header() + b"RLPR" + struct.pack("<IQI", PUSH, 1 << 40, 0) + \
+        struct.pack("<I", crc(b"RLPR" + struct.pack("<IQI", PUSH, 1 << 40, 0))) + bytes(64)
+    files["huge_group_count.spill"] = file_header() + record(PUSH, push([g0], n_groups=0xFFFFFFFF))
+    files["huge_traj_count.spill"] = file_header() + record(PUSH, push([group(0, [traj(1)], n_traj=1 << 31)]))
+    files["prompt_len_past_end.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, n_prompt=1 << 61)])]))
+    files["token_len_past_end.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, n_tokens=1 << 62)])]))
+    files["string_len_past_end.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, texts=(None, None, None, None))[:-8] + struct.pack("<Q", (1 << 64) - 1)])]))
+    files["string_embedded_nul.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, texts=(b"a\x00b", None, None, None))])]))
+    files["nan_logprob.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, logprobs=(float("nan"), -1))])]))
+    files["valid_unscored.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, reward=float("inf"))])]))
+    files["negative_token.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, tokens=(-5, 4))])]))
+    files["bad_finish.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, finish=9)])]))
+    files["unknown_flags.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, flags=6)])]))
+    files["mixed_group_ids.spill"] = file_header() + record(PUSH, push([group(0, [traj(1), traj(2)])]))
+    files["unknown_type.spill"] = file_header() + record(7, b"abc") + r_push
+    files["retire_count_mismatch.spill"] = file_header() + r_push + record(RETIRE, struct.pack("<QQ", 5, 0) +
+                                                                           struct.pack("<Q", 0))
+    files["trailing_bytes_in_push.spill"] = file_header() + record(PUSH, push([g0]) + b"xyz")
+    for name, data in sorted(files.items()):
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(files)} files to {os.path.normpath(OUT)}")
+
+
+if __name__ == "__main__":
+    main()
