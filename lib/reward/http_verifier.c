@@ -11,6 +11,7 @@
 #include "reward/http_protocol.h"
 
 #include "core/error.h"
+#include "core/http.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -39,15 +40,6 @@
 
 /* ---- libcurl's global state -------------------------------------------------- */
 
-/* curl_global_init must not race with itself: once per process. Never
- * cleaned up: the host, or another library, may still use curl. */
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_FAILED_INIT;
-
-static void curl_init_once(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 static uint64_t now_ns(void)
 {
@@ -120,25 +112,10 @@ static int start(http_impl *h, xfer *x)
     x->errbuf[0] = '\0';
     x->limit = h->max_response;
     x->attempts++;
-    int bad = 0;
-    bad |= curl_easy_setopt(c, CURLOPT_URL, h->url) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, x->body) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->headers) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *)x) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_PRIVATE, (void *)x) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)h->max_response) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
-#if LIBCURL_VERSION_NUM >= 0x075500
-    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
-#else
-    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) != CURLE_OK;
-#endif
+    rlpi_http_post post = {.url = h->url, .body = x->body, .body_len = x->body_len, .headers = h->headers,
+                           .on_data = on_data, .data = x, .errbuf = x->errbuf, .timeout_ms = (long)h->timeout_ms,
+                           .connect_timeout_ms = (long)h->connect_timeout_ms, .max_response = h->max_response};
+    int bad = rlpi_curl_post_setopts(c, &post);
     if (bad || curl_multi_add_handle(h->multi, c) != CURLM_OK) {
         curl_easy_cleanup(c);
         return RLP_E_NOMEM;
@@ -148,26 +125,6 @@ static int start(http_impl *h, xfer *x)
     return RLP_OK;
 }
 
-/* Transport failures another attempt may cure. */
-static int curl_retryable(CURLcode rc)
-{
-    switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_AGAIN:
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 static uint64_t backoff_ns(http_impl *h, uint32_t attempts)
 {
@@ -216,7 +173,7 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
         finish(x);
         return 0;
     }
-    int retry = rc != CURLE_OK ? curl_retryable(rc) : (code >= 500 || code == 408 || code == 429);
+    int retry = rc != CURLE_OK ? rlpi_curl_retryable(rc) : rlpi_http_retryable(code);
     if (retry && x->attempts <= h->max_retries) {
         x->ready_ns = now_ns() + backoff_ns(h, x->attempts);
         x->state = X_WAITING;
@@ -366,10 +323,8 @@ int rlpi_http_scorer(rlpi_scorer **out, const rlp_http_reward_options *o)
     if (o->api_key && (!*o->api_key || has_ctl(o->api_key)))
         return rlpi_error_set(RLP_E_INVALID_ARG,
                               "rlp_reward_fn_create_http: api_key is empty or has control characters");
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK)
-        return rlpi_error_set(RLP_E_NETWORK, "rlp_reward_fn_create_http: curl_global_init failed: %s",
-                              curl_easy_strerror(curl_init_rc));
+    if (rlpi_curl_global_init() != RLP_OK)
+        return rlpi_error_wrap("rlp_reward_fn_create_http");
     http_impl *h = calloc(1, sizeof *h);
     if (!h)
         return rlpi_error_set(RLP_E_NOMEM, "rlp_reward_fn_create_http: out of memory");

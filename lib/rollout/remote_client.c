@@ -6,6 +6,8 @@
  * failure end the others. */
 #include "rollout/remote_client.h"
 
+#include "core/http.h"
+
 #include "core/error.h"
 
 #include <curl/curl.h>
@@ -66,28 +68,6 @@ typedef struct xfer {
 } xfer;
 
 /* ---- libcurl global state ---------------------------------------------- */
-
-/* curl_global_init is not safe to race with itself (and before curl 7.84
- * not with anything else using curl), so it runs once per process behind
- * pthread_once. curl_global_cleanup is never called: the library cannot
- * know when the host, or another library in it, is done with curl. A host
- * that uses curl itself from several threads should call curl_global_init
- * before it starts them, as libcurl asks; our call is then a no-op. */
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_FAILED_INIT;
-
-static void curl_init_once(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-int rlpi_curl_global_init(void)
-{
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK)
-        return rlpi_error_set(RLP_E_NETWORK, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
-    return RLP_OK;
-}
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -185,10 +165,8 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
         json_decref(probe);
     }
 
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK)
-        return rlpi_error_set(RLP_E_NETWORK, "remote client: curl_global_init failed: %s",
-                              curl_easy_strerror(curl_init_rc));
+    if (rlpi_curl_global_init() != RLP_OK)
+        return rlpi_error_wrap("remote client");
 
     rlpi_remote_client *c = calloc(1, sizeof *c);
     if (!c)
@@ -373,28 +351,11 @@ static int start(rlpi_remote_client *c, xfer *x)
     x->overflow = x->nomem = 0;
     x->errbuf[0] = '\0';
     x->limit = c->max_response_bytes;
-    int bad = 0;
-    bad |= curl_easy_setopt(e, CURLOPT_URL, c->urls[x->url]) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)x) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)x) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->connect_timeout_ms) != CURLE_OK;
-    /* refuse a declared Content-Length over the limit before reading it;
-     * on_data enforces the limit on bodies of unknown length */
-    if (c->max_response_bytes <= (size_t)INT64_MAX)
-        bad |= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK; /* no SIGALRM in a library */
-    bad |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
-#if LIBCURL_VERSION_NUM >= 0x075500
-    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
-#else
-    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) != CURLE_OK;
-#endif
+    rlpi_http_post post = {.url = c->urls[x->url], .body = x->body, .body_len = x->body_len,
+                           .headers = c->headers, .on_data = on_data, .data = x, .errbuf = x->errbuf,
+                           .timeout_ms = (long)c->timeout_ms, .connect_timeout_ms = (long)c->connect_timeout_ms,
+                           .max_response = c->max_response_bytes};
+    int bad = rlpi_curl_post_setopts(e, &post);
     if (bad || curl_multi_add_handle(c->multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);
         return RLP_E_NOMEM;
@@ -404,35 +365,6 @@ static int start(rlpi_remote_client *c, xfer *x)
     return RLP_OK;
 }
 
-/* Transport failures worth another try: the peer may be back, or the next
- * URL may answer. Certificate, protocol and URL errors are not. */
-static int curl_retryable(CURLcode rc)
-{
-    switch (rc) {
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE: /* peer closed mid-body: a crash or restart */
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_AGAIN:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* 5xx, and 408/429 (timeout, rate limit) that proxies in front of a
- * server send when it is busy; other 4xx mean the request is wrong. */
-static int http_retryable(long code)
-{
-    return code >= 500 || code == 408 || code == 429;
-}
 
 /* First bytes of a body, one printable line. */
 static void quote_body(const xfer *x, char *dst, size_t cap)
@@ -508,11 +440,11 @@ static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_
 
     int retry;
     if (rc != CURLE_OK)
-        retry = curl_retryable(rc);
+        retry = rlpi_curl_retryable(rc);
     else if (code >= 200 && code < 300)
         retry = 0;
     else
-        retry = http_retryable(code);
+        retry = rlpi_http_retryable(code);
     if (retry && att <= c->max_retries) {
         x->url = (x->url + 1) % c->n_urls; /* the next server may be up */
         x->ready_ns = now_ns() + backoff_ns(c, att);

@@ -68,10 +68,6 @@ typedef struct rlpi_remote_result {
 int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg);
 void rlpi_remote_client_free(rlpi_remote_client *c);
 
-/* The process's one curl_global_init (behind pthread_once), for every part
- * of the library that uses libcurl. RLP_OK or RLP_E_NETWORK. */
-int rlpi_curl_global_init(void);
-
 /* Runs all requests concurrently and waits for every one to end. results
  * (n) are filled whether each succeeded or not; the return value is RLP_OK
  * unless the call itself could not run (bad arguments, no memory).

@@ -8,6 +8,7 @@
 #include "sync/sync.h"
 
 #include "core/error.h"
+#include "core/http.h"
 #include "rollout/remote_client.h"
 
 #include <curl/curl.h>
@@ -82,17 +83,17 @@ static int start(CURLM *multi, post *x, const char *body, struct curl_slist *hea
     x->resp_len = 0;
     x->overflow = false;
     x->errbuf[0] = '\0';
-    curl_easy_setopt(x->easy, CURLOPT_URL, x->url);
-    curl_easy_setopt(x->easy, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(x->easy, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(x->easy, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(timeout_ms < CONNECT_TIMEOUT_MS ? timeout_ms : CONNECT_TIMEOUT_MS));
-    curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
+    /* the response is a small JSON status: 1 MiB is plenty */
+    rlpi_http_post req = {.url = x->url, .body = body, .body_len = strlen(body), .headers = headers,
+                           .on_data = on_data, .data = x, .errbuf = x->errbuf, .timeout_ms = (long)timeout_ms,
+                           .connect_timeout_ms = (long)(timeout_ms < CONNECT_TIMEOUT_MS ? timeout_ms
+                                                                                        : CONNECT_TIMEOUT_MS),
+                           .max_response = 1u << 20};
+    if (rlpi_curl_post_setopts(x->easy, &req) != 0) {
+        curl_easy_cleanup(x->easy);
+        x->easy = NULL;
+        return -1;
+    }
     if (curl_multi_add_handle(multi, x->easy) != CURLM_OK) {
         curl_easy_cleanup(x->easy);
         x->easy = NULL;
