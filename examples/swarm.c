@@ -43,6 +43,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -114,6 +115,17 @@ typedef struct worker {
 
 static options opt;
 static char rlpost_path[PATH_MAX];
+static worker workers[MAX_WORKERS];
+
+/* SIGINT/SIGTERM (a test's timeout): take the workers down too */
+static void on_signal(int sig)
+{
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (workers[i].pid > 0)
+            kill(workers[i].pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 /* Starts `rlpost serve` on @p port (0 = any) and waits for its listening
  * line. Its stderr goes to DIR/worker<i>.log. */
@@ -239,6 +251,13 @@ static void score(rlp_batch *b)
     }
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -294,8 +313,12 @@ static void *rollout_thread(void *arg)
         for (size_t i = 0; i < n; i++) {
             rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
             CHECK(rlp_batch_get(&t, b, i));
-            if (t.finish_reason == RLP_FINISH_ERROR || !t.valid)
+            if (t.finish_reason == RLP_FINISH_ERROR || !t.valid) {
+                if (!bad[t.group_id - g0])
+                    fprintf(stderr, "swarm: group %llu discarded: %s\n", (unsigned long long)t.group_id,
+                            t.error ? t.error : "invalid");
                 bad[t.group_id - g0] = 1;
+            }
         }
         score(b);
         rlp_batch *good;
@@ -429,6 +452,8 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     fprintf(stderr, "swarm: %s, %ld workers (%s), folder %s\n", opt.model, opt.workers, rlpost_path, opt.dir);
 
     /* the trainer's policy */
@@ -440,7 +465,6 @@ int main(int argc, char **argv)
     CHECK(rlp_policy_load(&policy, ctx, opt.model, NULL));
 
     /* the workers */
-    static worker workers[MAX_WORKERS];
     const char *urls[MAX_WORKERS];
     for (long i = 0; i < opt.workers; i++) {
         if (worker_start(&workers[i], (int)i, 0) != 0) {
@@ -614,6 +638,8 @@ int main(int argc, char **argv)
 
     for (long i = 0; i < opt.workers; i++)
         worker_stop(&workers[i], SIGTERM);
+    if (opt.dir == dir_buf && ok) /* our temporary folder (kept, with the worker logs, on failure) */
+        nftw(dir_buf, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(seen);
     pthread_mutex_destroy(&sh.mu);
     rlp_replay_buffer_free(buf);
