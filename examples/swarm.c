@@ -558,7 +558,20 @@ int main(int argc, char **argv)
             if (t.group_id == last)
                 continue; /* each group is contiguous */
             last = t.group_id;
-            if (t.group_id >= max_ids || seen[t.group_id]++)
+            if (t.group_id >= max_ids) { /* grow the table of consumed ids */
+                size_t m = max_ids;
+                while (m <= t.group_id)
+                    m *= 2;
+                unsigned char *grown = realloc(seen, m);
+                if (!grown) {
+                    fprintf(stderr, "swarm: out of memory\n");
+                    exit(1);
+                }
+                memset(grown + max_ids, 0, m - max_ids);
+                seen = grown;
+                max_ids = m;
+            }
+            if (seen[t.group_id]++)
                 duplicates++;
         }
         double a = now();
