@@ -377,8 +377,9 @@ static int find_rlpost(const char *argv0)
     const char *tries[] = {"rlpost", "rlpost/rlpost", "../rlpost"};
     for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
         snprintf(rlpost_path, sizeof rlpost_path, "%s/%s", self, tries[i]);
-        if (access(rlpost_path, X_OK) == 0)
-            return 0;
+        struct stat st;
+        if (stat(rlpost_path, &st) == 0 && S_ISREG(st.st_mode) && access(rlpost_path, X_OK) == 0)
+            return 0; /* (build/examples/rlpost is the driver's folder) */
     }
     return -1;
 }
