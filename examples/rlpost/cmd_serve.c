@@ -1,11 +1,15 @@
 /* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T]
  *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
  *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
- *   [--served-model-name NAME]`:
+ *   [--served-model-name NAME] [--weights-dir DIR]`:
  * an OpenAI-compatible rollout server on the local engine (see serve.h for
  * its parts). Prints one JSON line {"listening": URL, ...} on stdout once
  * it accepts connections; SIGINT/SIGTERM shut it down cleanly (requests in
- * flight are aborted and answered, queued ones get 503). */
+ * flight are aborted and answered, queued ones get 503).
+ * With --weights-dir DIR (a folder a trainer publishes to through the FILE
+ * or HTTP transport) the server loads DIR's latest published version
+ * before it listens, so a worker (re)started mid-run joins at the current
+ * version instead of serving the initial weights. */
 #include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
@@ -41,6 +45,7 @@ static void usage(void)
             "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T] [--max-batch b]\n"
             "         [--max-seq-len n] [--max-body-bytes n] [--threads t] [--batch-wait-ms ms]\n"
             "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
+            "         [--weights-dir DIR]   load DIR's latest published version before serving\n"
             "  the token may also come from the environment: RLPOST_SERVE_TOKEN\n");
 }
 
@@ -54,6 +59,30 @@ static void base_name(const char *path, char *out, size_t n)
     while (start > 0 && path[start - 1] != '/')
         start--;
     snprintf(out, n, "%.*s", (int)(len - start), path + start);
+}
+
+/* Brings the engine to the latest version published in @p dir (its
+ * manifest, checksums verified) through a reader-only synchronizer: one
+ * that never publishes learns the version from the manifest. Nothing
+ * published yet is not an error: the model's own weights are version 0. */
+static int load_published(rlp_rollout_engine *engine, const char *dir)
+{
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_FILE;
+    so.dir = dir;
+    rlp_synchronizer *sync = NULL;
+    int rc = rlp_synchronizer_create(&sync, &so);
+    if (rc == RLP_OK)
+        rc = rlp_synchronizer_pull(sync, engine);
+    if (rc != RLP_OK) {
+        fprintf(stderr, "rlpost serve: --weights-dir %s: %s\n", dir, rlp_error_last());
+    } else {
+        uint64_t v = 0;
+        rlp_rollout_engine_version(&v, engine);
+        fprintf(stderr, "rlpost serve: --weights-dir %s: weight version %llu\n", dir, (unsigned long long)v);
+    }
+    rlp_synchronizer_free(sync);
+    return rc;
 }
 
 static int parse_mode(const char *s, int32_t *out)
@@ -71,7 +100,7 @@ static int parse_mode(const char *s, int32_t *out)
 
 int cmd_serve(int argc, char **argv)
 {
-    const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL;
+    const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL, *weights_dir = NULL;
     long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
     int32_t mode = RLP_LOGPROBS_SAMPLING;
     int bad = 0;
@@ -104,6 +133,9 @@ int cmd_serve(int argc, char **argv)
             bad = parse_mode(val, &mode);
         } else if (!strcmp(a, "--served-model-name")) {
             name = val;
+        } else if (!strcmp(a, "--weights-dir")) {
+            weights_dir = val;
+            bad = !*val;
         } else {
             bad = 1;
         }
@@ -187,6 +219,8 @@ int cmd_serve(int argc, char **argv)
     }
     rlp_policy_free(policy); /* the engine holds its own copy (and tokenizer) */
     policy = NULL;
+    if (weights_dir && load_published(srv.engine, weights_dir) != RLP_OK)
+        goto done;
     srv.tok = rlp_rollout_engine_tokenizer(srv.engine);
     if (!srv.tok)
         fprintf(stderr, "rlpost serve: %s has no tokenizer: only token-id prompts will work\n", model);

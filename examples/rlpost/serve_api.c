@@ -736,11 +736,13 @@ static json_t *base_object(const serve_server *srv, const serve_job *job, const 
 }
 
 /* vLLM's logprobs object of a completion; text_offset counts code points
- * of the completion text before each token (the detokenizer's deltas). */
+ * of the completion text before each token (the detokenizer's deltas).
+ * A model without a tokenizer (token-id prompts only) has no text: every
+ * offset is 0, and the ids and logprobs are still there. */
 static json_t *completion_logprobs(const serve_server *srv, const serve_job *job, const rlp_trajectory *t)
 {
     rlp_detokenizer *det = NULL;
-    if (rlp_detokenizer_create(&det, srv->tok, 0) != RLP_OK)
+    if (srv->tok && rlp_detokenizer_create(&det, srv->tok, 0) != RLP_OK)
         return NULL;
     json_t *tokens = json_array(), *lps = json_array(), *offsets = json_array();
     size_t chars = 0, text_chars = utf8_chars(t->completion_text, strlen(t->completion_text));
@@ -750,7 +752,7 @@ static json_t *completion_logprobs(const serve_server *srv, const serve_job *job
         json_array_append_new(offsets, json_integer((json_int_t)(chars < text_chars ? chars : text_chars)));
         const char *d = "";
         size_t dl = 0;
-        if (rlp_detokenizer_push(&d, &dl, det, t->completion_tokens[i]) == RLP_OK)
+        if (det && rlp_detokenizer_push(&d, &dl, det, t->completion_tokens[i]) == RLP_OK)
             chars += utf8_chars(d, dl);
     }
     rlp_detokenizer_free(det);
