@@ -1221,8 +1221,12 @@ int cmd_train(int argc, char **argv)
         else
             *slash = 0;
         /* the nearest existing ancestor must be writable */
-        while (stat(parent, &st) && strchr(parent, '/')) {
+        while (stat(parent, &st)) {
             char *s = strrchr(parent, '/');
+            if (!s) {
+                fmt(parent, sizeof parent, ".");
+                break;
+            }
             if (s == parent) {
                 parent[1] = 0;
                 break;
