@@ -1109,10 +1109,10 @@ static const char *plot(const char *out)
             png, out, out, out, out, out);
     fclose(gp);
     char cmd[PATH_MAX * 2];
-    fmt(cmd, sizeof cmd, "gnuplot '%s' 2>&1", path);
+    fmt(cmd, sizeof cmd, "gnuplot '%s' 1>&2", path);
     if (system(cmd) != 0) {
         /* pngcairo missing in some builds: the plain png terminal */
-        fmt(cmd, sizeof cmd, "sed -i 's/pngcairo/png/' '%s' && gnuplot '%s' 2>&1", path, path);
+        fmt(cmd, sizeof cmd, "sed -i 's/pngcairo/png/' '%s' && gnuplot '%s' 1>&2", path, path);
         if (system(cmd) != 0) {
             fprintf(stderr, "no plot: gnuplot failed\n");
             return NULL;
