@@ -13,5 +13,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_task(int argc, char **argv);
 int cmd_reward(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

@@ -22,6 +22,8 @@ static const command commands[] = {
     {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
     {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
+    {"train", cmd_train, "CONFIG.json [--set key=value]... [--resume DIR]: RL post-training (the main job)"},
+    {"eval", cmd_eval, "CONFIG.json [--checkpoint DIR]: held-out accuracy and format rate"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,1541 @@
+/* `rlpost train` and `rlpost eval`: the main job on the public API only.
+ * One step: prompts from a task → a group of samples each → reward → one
+ * rlp_policy_train_rl() step → a metrics record. Synchronous (an engine
+ * sharing the policy's weights) and sequential-pull (an engine with its own
+ * copy refreshed before each generate) modes; the asynchronous mode waits
+ * for the replay buffer and synchronizer. Checkpoints are folders written
+ * under a temporary name and renamed; sampling seeds are a pure function of
+ * (seed, step), so a resumed run repeats the uninterrupted one. */
+#define _GNU_SOURCE 1
+#include "commands.h"
+#include "json_out.h"
+#include "rlpost.h"
+#include "train_config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ERR_CAP 1024
+
+/* snprintf that callers may let truncate (paths and messages are cut, never
+ * overflowed); a function so that -Wformat-truncation judges the callers'
+ * sizes by the checks they do, not by worst-case argument lengths. */
+__attribute__((format(printf, 3, 4))) static int fmt(char *buf, size_t cap, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(buf, cap, f, ap);
+    va_end(ap);
+    return n;
+}
+
+typedef struct named {
+    const char *name;
+    int value;
+} named;
+
+static const named advantages[] = {{"grpo", RLP_ADV_GRPO}, {"dr_grpo", RLP_ADV_DR_GRPO}, {"rloo", RLP_ADV_RLOO},
+                                   {"reinforce_pp", RLP_ADV_REINFORCE_PP}, {"reinforce", RLP_ADV_REINFORCE},
+                                   {NULL, 0}};
+static const named losses[] = {{"ppo_clip", RLP_LOSS_PPO_CLIP}, {"decoupled_ppo", RLP_LOSS_DECOUPLED_PPO},
+                               {"gspo", RLP_LOSS_GSPO}, {NULL, 0}};
+static const named kl_estimators[] = {{"k1", RLP_KL_K1}, {"k2", RLP_KL_K2}, {"k3", RLP_KL_K3}, {NULL, 0}};
+static const named aggs[] = {{"token-mean", RLP_AGG_TOKEN_MEAN}, {"seq-mean-token-sum", RLP_AGG_SEQ_MEAN_TOKEN_SUM},
+                             {"seq-mean-token-mean", RLP_AGG_SEQ_MEAN_TOKEN_MEAN},
+                             {"seq-mean-token-sum-norm", RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM}, {NULL, 0}};
+static const named schedules[] = {{"constant", RLP_LR_CONSTANT}, {"linear_warmup", RLP_LR_LINEAR_WARMUP},
+                                  {"cosine", RLP_LR_COSINE}, {NULL, 0}};
+static const named dtypes[] = {{"f32", RLP_DTYPE_F32}, {"f16", RLP_DTYPE_F16}, {"bf16", RLP_DTYPE_BF16}, {NULL, 0}};
+
+/* The entry point a reward library exports (docs/configuration.md). */
+typedef int (*reward_entry_fn)(rlp_reward_fn **out, const char *options_json);
+#define REWARD_ENTRY "rlpost_reward_create"
+
+typedef struct run {
+    json_t *cfg;
+    char err[ERR_CAP];
+    rlp_context *ctx;
+    rlp_policy *policy, *ref;
+    rlp_rollout_engine *engine;
+    rlp_tokenizer *ext_tok;      /* a tokenizer file for a model without one (token-level models) */
+    const rlp_tokenizer *tok;    /* what the task renders with: the policy's, or NULL with ext_tok */
+    rlp_task *task;
+    rlp_reward_fn *reward, *format_fn, *acc_fn;
+    double acc_threshold;
+    void *reward_lib;
+    rlp_sampling_options sampling;
+    rlp_rl_options rl;
+    rlp_optimizer_options opt;
+    int pull, dtype;
+    char out[PATH_MAX];
+} run;
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+    signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* splitmix64: the sampling seed of a step is a pure function of (seed, step). */
+static uint64_t mix_seed(uint64_t seed, uint64_t step)
+{
+    uint64_t z = seed * UINT64_C(0x9e3779b97f4a7c15) + step + 1;
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static int lookup(const named *table, const char *s, const char *key, int *out, char *err)
+{
+    for (const named *n = table; n->name; n++)
+        if (s && !strcmp(s, n->name)) {
+            *out = n->value;
+            return 0;
+        }
+    int len = fmt(err, ERR_CAP, "%s: unknown value \"%s\" (one of:", key, s ? s : "");
+    for (const named *n = table; n->name && len < ERR_CAP - 40; n++)
+        len += fmt(err + len, (size_t)(ERR_CAP - len), " %s", n->name);
+    fmt(err + len, (size_t)(ERR_CAP - len), ")");
+    return -1;
+}
+
+static int readable_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    fclose(f);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checks of values, in the order of docs/configuration.md                  */
+/* ------------------------------------------------------------------------ */
+
+#define RANGE(key, cond, what)                                                   \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fmt(r->err, ERR_CAP, "%s: must be %s", key, what);              \
+            return -1;                                                           \
+        }                                                                        \
+    } while (0)
+
+static int check_config(run *r)
+{
+    json_t *c = r->cfg;
+    RANGE("threads", cfg_int(c, "threads") >= 0 && cfg_int(c, "threads") <= 1024, "in [0, 1024]");
+    RANGE("seed", cfg_int(c, "seed") >= 0, "≥ 0");
+    RANGE("steps", cfg_int(c, "steps") >= 1, "≥ 1");
+    RANGE("group_size", cfg_int(c, "group_size") >= 1 && cfg_int(c, "group_size") <= 4096, "in [1, 4096]");
+    RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= 1 && cfg_int(c, "prompts_per_step") <= 4096,
+          "in [1, 4096]");
+    RANGE("output", cfg_str(c, "output") && *cfg_str(c, "output"), "a folder name");
+
+    rlp_sampling_options *s = &r->sampling;
+    rlp_sampling_options_init(s, RLP_SAMPLING_OPTIONS_VERSION);
+    s->n = (uint32_t)cfg_int(c, "group_size");
+    s->temperature = (float)cfg_num(c, "sampling.temperature");
+    s->top_p = (float)cfg_num(c, "sampling.top_p");
+    s->top_k = (int32_t)cfg_int(c, "sampling.top_k");
+    s->min_p = (float)cfg_num(c, "sampling.min_p");
+    RANGE("sampling.temperature", s->temperature >= 0 && s->temperature <= 100, "in [0, 100]");
+    RANGE("sampling.top_p", s->top_p > 0 && s->top_p <= 1, "in (0, 1]");
+    RANGE("sampling.top_k", cfg_int(c, "sampling.top_k") >= 0 && cfg_int(c, "sampling.top_k") < INT32_MAX, "≥ 0");
+    RANGE("sampling.min_p", s->min_p >= 0 && s->min_p <= 1, "in [0, 1]");
+    RANGE("sampling.max_new_tokens",
+          cfg_int(c, "sampling.max_new_tokens") >= 1 && cfg_int(c, "sampling.max_new_tokens") <= 1 << 20,
+          "in [1, 1048576]");
+    s->max_new_tokens = (uint32_t)cfg_int(c, "sampling.max_new_tokens");
+
+    rlp_rl_options *rl = &r->rl;
+    rlp_rl_options_init(rl, RLP_RL_OPTIONS_VERSION);
+    if (lookup(advantages, cfg_str(c, "algorithm.advantage"), "algorithm.advantage", &rl->advantage, r->err) ||
+        lookup(losses, cfg_str(c, "algorithm.policy_loss"), "algorithm.policy_loss", &rl->policy_loss, r->err) ||
+        lookup(aggs, cfg_str(c, "algorithm.loss_agg"), "algorithm.loss_agg", &rl->loss_agg, r->err))
+        return -1;
+    int kl_est;
+    if (lookup(kl_estimators, cfg_str(c, "algorithm.kl_estimator"), "algorithm.kl_estimator", &kl_est, r->err))
+        return -1;
+    if (cfg_int(c, "group_size") < 2 &&
+        (rl->advantage == RLP_ADV_GRPO || rl->advantage == RLP_ADV_RLOO || rl->advantage == RLP_ADV_DR_GRPO)) {
+        fmt(r->err, ERR_CAP, "group_size: 1 with advantage \"%s\" gives every sample a zero advantage "
+                 "(a group needs ≥ 2 samples)", cfg_str(c, "algorithm.advantage"));
+        return -1;
+    }
+    rl->adv_eps = (float)cfg_num(c, "algorithm.adv_eps");
+    rl->adv_batch_norm = cfg_bool(c, "algorithm.adv_batch_norm");
+    rl->gamma = (float)cfg_num(c, "algorithm.gamma");
+    rl->filter_equal_groups = cfg_bool(c, "algorithm.filter_equal_groups");
+    rl->clip_low = (float)cfg_num(c, "algorithm.clip_low");
+    rl->clip_high = (float)cfg_num(c, "algorithm.clip_high");
+    rl->dual_clip = (float)cfg_num(c, "algorithm.dual_clip");
+    rl->tis_cap = (float)cfg_num(c, "algorithm.tis_cap");
+    rl->behav_cap = (float)cfg_num(c, "algorithm.behav_cap");
+    rl->behav_mask = cfg_bool(c, "algorithm.behav_mask");
+    rl->kl_coef = (float)cfg_num(c, "algorithm.kl_coef");
+    rl->kl_estimator = rl->kl_coef > 0 ? kl_est : 0;
+    rl->kl_in_reward = cfg_bool(c, "algorithm.kl_in_reward");
+    rl->entropy_coef = (float)cfg_num(c, "algorithm.entropy_coef");
+    rl->agg_norm_constant = (float)cfg_num(c, "algorithm.agg_norm_constant");
+    RANGE("algorithm.clip_low", rl->clip_low >= 0 && rl->clip_low < 1, "in [0, 1)");
+    RANGE("algorithm.clip_high", rl->clip_high >= 0, "≥ 0");
+    RANGE("algorithm.kl_coef", rl->kl_coef >= 0, "≥ 0");
+    RANGE("algorithm.gamma", rl->gamma >= 0 && rl->gamma <= 1, "in [0, 1]");
+    RANGE("algorithm.overlong_max", cfg_int(c, "algorithm.overlong_max") >= 0, "≥ 0");
+    RANGE("algorithm.overlong_cache", cfg_int(c, "algorithm.overlong_cache") >= 0, "≥ 0");
+    RANGE("algorithm.ppo_epochs", cfg_int(c, "algorithm.ppo_epochs") >= 1, "≥ 1");
+    RANGE("algorithm.mini_batches", cfg_int(c, "algorithm.mini_batches") >= 1, "≥ 1");
+    RANGE("algorithm.micro_batch_tokens", cfg_int(c, "algorithm.micro_batch_tokens") >= 0, "≥ 0");
+    rl->overlong_max = (uint32_t)cfg_int(c, "algorithm.overlong_max");
+    rl->overlong_cache = (uint32_t)cfg_int(c, "algorithm.overlong_cache");
+    rl->ppo_epochs = (uint32_t)cfg_int(c, "algorithm.ppo_epochs");
+    rl->mini_batches = (uint32_t)cfg_int(c, "algorithm.mini_batches");
+    rl->micro_batch_tokens = (uint32_t)cfg_int(c, "algorithm.micro_batch_tokens");
+
+    rlp_optimizer_options *o = &r->opt;
+    rlp_optimizer_options_init(o, RLP_OPTIMIZER_OPTIONS_VERSION);
+    if (lookup(schedules, cfg_str(c, "optimizer.schedule"), "optimizer.schedule", &o->schedule, r->err))
+        return -1;
+    o->lr = (float)cfg_num(c, "optimizer.lr");
+    o->beta1 = (float)cfg_num(c, "optimizer.beta1");
+    o->beta2 = (float)cfg_num(c, "optimizer.beta2");
+    o->eps = (float)cfg_num(c, "optimizer.eps");
+    o->weight_decay = (float)cfg_num(c, "optimizer.weight_decay");
+    o->max_grad_norm = (float)cfg_num(c, "optimizer.max_grad_norm");
+    o->warmup_steps = cfg_int(c, "optimizer.warmup_steps");
+    o->min_lr_ratio = (float)cfg_num(c, "optimizer.min_lr_ratio");
+    o->total_steps = cfg_int(c, "steps") * rl->ppo_epochs * rl->mini_batches;
+    RANGE("optimizer.lr", o->lr >= 0 && o->lr < 1, "in [0, 1)");
+    RANGE("optimizer.warmup_steps", o->warmup_steps >= 0, "≥ 0");
+    RANGE("optimizer.weight_decay", o->weight_decay >= 0, "≥ 0");
+    RANGE("optimizer.beta1", o->beta1 >= 0 && o->beta1 < 1, "in [0, 1)");
+    RANGE("optimizer.beta2", o->beta2 >= 0 && o->beta2 < 1, "in [0, 1)");
+
+    const char *mode = cfg_str(c, "sync.mode");
+    RANGE("sync.staleness", cfg_int(c, "sync.staleness") >= 0, "≥ 0 (η bounds how many versions old a rollout may be)");
+    if (!strcmp(mode, "async")) {
+        fmt(r->err, ERR_CAP, "sync.mode: \"async\" is not yet available in rlpost train (it needs the replay "
+                 "buffer and synchronizer, not in this build); use \"sync\" or \"pull\"");
+        return -1;
+    }
+    if (strcmp(mode, "sync") && strcmp(mode, "pull")) {
+        fmt(r->err, ERR_CAP, "sync.mode: unknown value \"%s\" (one of: sync pull async)", mode);
+        return -1;
+    }
+    r->pull = !strcmp(mode, "pull");
+    RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
+    RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
+    RANGE("eval.n", cfg_int(c, "eval.n") >= 0, "≥ 0");
+    RANGE("eval.seed", !cfg_get(c, "eval.seed") || json_is_null(cfg_get(c, "eval.seed")) || cfg_int(c, "eval.seed") >= 0,
+          "≥ 0");
+    RANGE("checkpoint.interval", cfg_int(c, "checkpoint.interval") >= 0, "≥ 0");
+    if (lookup(dtypes, cfg_str(c, "checkpoint.dtype"), "checkpoint.dtype", &r->dtype, r->err))
+        return -1;
+
+    const char *model = cfg_str(c, "model");
+    if (!model || access(model, R_OK)) {
+        fmt(r->err, ERR_CAP, "model: cannot read '%s': %s", model ? model : "", strerror(errno));
+        return -1;
+    }
+    const char *tokp = cfg_str(c, "tokenizer");
+    if (tokp && !readable_file(tokp)) {
+        fmt(r->err, ERR_CAP, "tokenizer: cannot read '%s': %s", tokp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Task, reward                                                             */
+/* ------------------------------------------------------------------------ */
+
+static const char *task_path(const json_t *cfg, int eval, char *buf, size_t cap)
+{
+    const char *p = eval && cfg_str(cfg, "eval.path") ? cfg_str(cfg, "eval.path") : cfg_str(cfg, "task.path");
+    if (p || strcmp(cfg_str(cfg, "task.name"), "gsm8k"))
+        return p;
+    const char *shared = getenv("RLPOST_SHARED_DATA");
+    fmt(buf, cap, "%s/gsm8k/%s", shared ? shared : "../shared/data", eval ? "test.jsonl" : "train.jsonl");
+    return buf;
+}
+
+/* A task instance: the training one (seed = config seed unless the options
+ * fix it) or the held-out one (eval.seed, default seed + 1). */
+static int make_task(run *r, int eval, rlp_task **out)
+{
+    json_t *c = r->cfg;
+    const char *name = cfg_str(c, "task.name");
+    json_t *opts = json_deep_copy(cfg_get(c, "task.options"));
+    if (cfg_str(c, "task.template"))
+        json_object_set_new(opts, "template", json_string(cfg_str(c, "task.template")));
+    long long seed = cfg_int(c, "seed");
+    if (json_object_get(opts, "seed"))
+        seed = (long long)json_integer_value(json_object_get(opts, "seed"));
+    if (eval)
+        seed = cfg_get(c, "eval.seed") && !json_is_null(cfg_get(c, "eval.seed")) ? cfg_int(c, "eval.seed")
+                                                                                  : seed + 1;
+    json_object_set_new(opts, "seed", json_integer(seed));
+    if (!strcmp(name, "gsm8k") && !json_object_get(opts, "task"))
+        json_object_set_new(opts, "task", json_string("gsm8k"));
+    char *text = json_dumps(opts, JSON_COMPACT);
+    json_decref(opts);
+    int rc;
+    char pbuf[PATH_MAX];
+    if (!strcmp(name, "kk") || !strcmp(name, "countdown")) {
+        rc = rlp_task_create(out, name, text);
+        if (rc)
+            fmt(r->err, ERR_CAP, "task.options: %s", rlp_error_last());
+    } else if (!strcmp(name, "gsm8k") || !strcmp(name, "jsonl")) {
+        const char *path = task_path(c, eval, pbuf, sizeof pbuf);
+        const char *key = eval && cfg_str(c, "eval.path") ? "eval.path" : "task.path";
+        if (!path) {
+            fmt(r->err, ERR_CAP, "task.path: task \"jsonl\" needs a dataset path");
+            rc = RLP_E_INVALID_ARG;
+        } else if (!readable_file(path)) {
+            fmt(r->err, ERR_CAP, "%s: cannot read '%s': %s", key, path, strerror(errno));
+            rc = RLP_E_IO;
+        } else if ((rc = rlp_task_open_jsonl(out, path, text)) != RLP_OK) {
+            fmt(r->err, ERR_CAP, "%s: %s", rc == RLP_E_INVALID_ARG ? "task.options" : key, rlp_error_last());
+        }
+    } else {
+        fmt(r->err, ERR_CAP, "task.name: unknown task \"%s\" (one of: kk countdown gsm8k jsonl)", name);
+        rc = RLP_E_INVALID_ARG;
+    }
+    free(text);
+    return rc;
+}
+
+/* The graded format reward of examples/grpo_sync.c, as a driver-side reward
+ * ("format_progress"): 0.25 per Logic-RL tag found once and after the
+ * previous one, 0 when a tag is written twice. It gives a 135M model that
+ * never writes the whole strict format a signal to climb. */
+static int format_progress_cb(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
+{
+    (void)payload;
+    static const char *tags[4] = {"<think>", "</think>", "<answer>", "</answer>"};
+    const char *prefix = "";
+    json_t *meta = req->metadata_json ? json_loads(req->metadata_json, 0, NULL) : NULL;
+    if (meta && json_is_string(json_object_get(meta, "assistant_prefix")))
+        prefix = json_string_value(json_object_get(meta, "assistant_prefix"));
+    size_t lp = strlen(prefix);
+    char *text = malloc(lp + req->completion_len + 1);
+    if (!text) {
+        json_decref(meta);
+        return -1;
+    }
+    memcpy(text, prefix, lp);
+    memcpy(text + lp, req->completion_text, req->completion_len);
+    text[lp + req->completion_len] = 0;
+    json_decref(meta);
+    const char *at = text;
+    double score = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *p = strstr(at, tags[i]);
+        if (!p)
+            break;
+        if (strstr(p + 1, tags[i])) {
+            score = 0;
+            break;
+        }
+        score += 0.25;
+        at = p + strlen(tags[i]);
+    }
+    free(text);
+    res->score = score;
+    res->valid = 1;
+    return 0;
+}
+
+static int make_one_reward(run *r, const char *name, const char *opts, rlp_reward_fn **out)
+{
+    if (!strcmp(name, "format_progress")) {
+        rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
+        ro.name = "format_progress";
+        ro.n_threads = 1;
+        return rlp_reward_fn_create_callback(out, format_progress_cb, &ro, NULL);
+    }
+    int rc = rlp_reward_fn_create_builtin(out, name, opts);
+    if (rc)
+        fmt(r->err, ERR_CAP, "reward.name: %s", rlp_error_last());
+    return rc;
+}
+
+/* reward.library (dlopen) or reward.name: a built-in, the driver's
+ * "format_progress", or several joined by '+' (summed). */
+static int make_reward(run *r)
+{
+    json_t *c = r->cfg;
+    char *opts = json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT);
+    int rc = RLP_OK;
+    const char *lib = cfg_str(c, "reward.library");
+    if (lib) {
+        r->reward_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (!r->reward_lib) {
+            fmt(r->err, ERR_CAP, "reward.library: %s", dlerror());
+            free(opts);
+            return RLP_E_IO;
+        }
+        reward_entry_fn entry;
+        *(void **)&entry = dlsym(r->reward_lib, REWARD_ENTRY);
+        if (!entry) {
+            fmt(r->err, ERR_CAP, "reward.library: '%s' does not export %s()", lib, REWARD_ENTRY);
+            rc = RLP_E_NOT_FOUND;
+        } else if ((rc = entry(&r->reward, opts)) != RLP_OK || !r->reward) {
+            fmt(r->err, ERR_CAP, "reward.library: %s() failed: %s", REWARD_ENTRY, rlp_error_last());
+            rc = rc ? rc : RLP_E_CALLBACK;
+        }
+        free(opts);
+        return rc;
+    }
+    char names[256];
+    fmt(names, sizeof names, "%s", cfg_str(c, "reward.name"));
+    rlp_reward_fn *fns[8];
+    size_t n = 0;
+    for (char *save = NULL, *t = strtok_r(names, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+        if (n == 8 || (rc = make_one_reward(r, t, opts, &fns[n])) != RLP_OK) {
+            if (n == 8)
+                fmt(r->err, ERR_CAP, "reward.name: at most 8 rewards joined with '+'");
+            for (size_t i = 0; i < n; i++)
+                rlp_reward_fn_free(fns[i]);
+            free(opts);
+            return rc ? rc : RLP_E_INVALID_ARG;
+        }
+        n++;
+    }
+    free(opts);
+    if (n == 0) {
+        fmt(r->err, ERR_CAP, "reward.name: empty");
+        return RLP_E_INVALID_ARG;
+    }
+    if (n == 1) {
+        r->reward = fns[0];
+        return RLP_OK;
+    }
+    if ((rc = rlp_reward_fn_combine(&r->reward, fns, NULL, n)) != RLP_OK) {
+        fmt(r->err, ERR_CAP, "reward.name: %s", rlp_error_last());
+        for (size_t i = 0; i < n; i++)
+            rlp_reward_fn_free(fns[i]);
+    }
+    return rc;
+}
+
+/* The strict format scorer (format rate) and the accuracy scorer, by task
+ * unless eval.format / eval.accuracy_reward say otherwise. */
+static int make_metric_scorers(run *r)
+{
+    json_t *c = r->cfg;
+    const char *task = cfg_str(c, "task.name");
+    const char *tmpl = cfg_str(c, "task.template");
+    json_t *fmt_opt = cfg_get(c, "eval.format");
+    int want_format = json_is_boolean(fmt_opt) ? json_is_true(fmt_opt)
+                                           : (!strcmp(task, "kk") || !strcmp(task, "countdown") ||
+                                              (tmpl && (strstr(tmpl, "logic-rl") || strstr(tmpl, "tinyzero"))));
+    if (want_format && rlp_reward_fn_create_builtin(&r->format_fn, "logic_rl_format", NULL)) {
+        fmt(r->err, ERR_CAP, "eval.format: %s", rlp_error_last());
+        return -1;
+    }
+    const char *acc = cfg_str(c, "eval.accuracy_reward");
+    double thr = 1.0;
+    if (!acc) {
+        if (!strcmp(task, "kk")) {
+            acc = "kk_answer";
+            thr = 2.0; /* kk_answer: +2 right, negative otherwise */
+        } else if (!strcmp(task, "countdown") || !strcmp(task, "gsm8k")) {
+            acc = task;
+        } else if (!cfg_str(c, "reward.library") && !strchr(cfg_str(c, "reward.name"), '+') &&
+                   strcmp(cfg_str(c, "reward.name"), "format_progress")) {
+            acc = cfg_str(c, "reward.name");
+        }
+    }
+    json_t *t = cfg_get(c, "eval.accuracy_threshold");
+    if (json_is_number(t))
+        thr = json_number_value(t);
+    r->acc_threshold = thr;
+    if (acc) {
+        char *opts = !cfg_str(c, "eval.accuracy_reward") && !strcmp(acc, cfg_str(c, "reward.name"))
+                         ? json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT)
+                         : NULL;
+        int rc = rlp_reward_fn_create_builtin(&r->acc_fn, acc, opts);
+        free(opts);
+        if (rc) {
+            fmt(r->err, ERR_CAP, "eval.accuracy_reward: %s", rlp_error_last());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Generate and score                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Prompts of a set, with token ids from the external tokenizer when the
+ * model has none (token-level models such as llama2.c checkpoints). */
+typedef struct prompts {
+    rlp_prompt *p;
+    int32_t **ids;
+    size_t n;
+} prompts;
+
+static void prompts_free(prompts *ps)
+{
+    for (size_t i = 0; ps->ids && i < ps->n; i++)
+        free(ps->ids[i]);
+    free(ps->ids);
+    free(ps->p);
+    memset(ps, 0, sizeof *ps);
+}
+
+static int prompts_make(run *r, const rlp_prompt_set *set, prompts *ps)
+{
+    size_t n;
+    rlp_prompt_set_size(&n, set);
+    ps->n = n;
+    ps->p = calloc(n, sizeof *ps->p);
+    ps->ids = calloc(n, sizeof *ps->ids);
+    if (!ps->p || !ps->ids)
+        return RLP_E_NOMEM;
+    memcpy(ps->p, rlp_prompt_set_prompts(set), n * sizeof *ps->p);
+    if (!r->ext_tok)
+        return RLP_OK;
+    for (size_t i = 0; i < n; i++) {
+        const char *text = ps->p[i].text ? ps->p[i].text : "";
+        size_t cap = strlen(text) * 4 + 8, got = 0;
+        ps->ids[i] = malloc(cap * sizeof(int32_t));
+        if (!ps->ids[i])
+            return RLP_E_NOMEM;
+        int rc = rlp_tokenizer_encode(r->ext_tok, text, strlen(text), RLP_ENCODE_ADD_BOS, ps->ids[i], cap, &got);
+        if (rc)
+            return rc;
+        ps->p[i].tokens = ps->ids[i];
+        ps->p[i].n_tokens = got;
+    }
+    return RLP_OK;
+}
+
+/* With an external tokenizer the engine has no text: decode it here. */
+static int add_texts(run *r, rlp_batch **batch)
+{
+    size_t n;
+    rlp_batch_size(&n, *batch);
+    rlp_batch *nb;
+    int rc = rlp_batch_create(&nb);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        if ((rc = rlp_batch_get(&t, *batch, i)))
+            break;
+        size_t cap = 16 * t.n_completion_tokens + 16, len = 0;
+        char *text = malloc(cap);
+        if (!text) {
+            rc = RLP_E_NOMEM;
+            break;
+        }
+        rc = rlp_tokenizer_decode(r->ext_tok, t.completion_tokens, t.n_completion_tokens, RLP_DECODE_SKIP_SPECIAL,
+                                  text, cap, &len);
+        if (!rc) {
+            t.completion_text = text;
+            rc = rlp_batch_append(nb, &t);
+        }
+        free(text);
+    }
+    if (rc) {
+        rlp_batch_free(nb);
+        return rc;
+    }
+    rlp_batch_free(*batch);
+    *batch = nb;
+    return RLP_OK;
+}
+
+static int generate(run *r, const rlp_prompt_set *set, const rlp_sampling_options *s, rlp_batch **out)
+{
+    prompts ps = {0};
+    int rc = prompts_make(r, set, &ps);
+    if (!rc && r->pull)
+        rc = rlp_rollout_engine_update_weights(r->engine, r->policy);
+    if (!rc)
+        rc = rlp_rollout_generate(out, r->engine, ps.p, ps.n, s, NULL, NULL);
+    prompts_free(&ps);
+    if (!rc && r->ext_tok && (rc = add_texts(r, out)) != RLP_OK)
+        rlp_batch_free(*out);
+    return rc;
+}
+
+typedef struct scores {
+    size_t n, n_valid;
+    double mean, std, min, max;
+    double format_rate, format_mean; /* NaN without a format scorer */
+    double accuracy;                 /* NaN without an accuracy scorer */
+    size_t completion_tokens;
+    size_t truncated;
+} scores;
+
+/* Runs fn over the batch and returns (fraction ≥ thr, mean) over valid samples. */
+static int score_with(rlp_reward_fn *fn, rlp_batch *batch, double thr, double *frac, double *mean)
+{
+    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+    int rc = rlp_reward_fn_score(fn, batch, &st);
+    if (rc)
+        return rc;
+    size_t n, hit = 0, valid = 0;
+    double sum = 0;
+    rlp_batch_size(&n, batch);
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&t, batch, i);
+        if (!t.valid || isnan(t.reward))
+            continue;
+        valid++;
+        sum += t.reward;
+        hit += t.reward >= thr;
+    }
+    *frac = n ? (double)hit / (double)n : NAN;
+    *mean = valid ? sum / (double)valid : NAN;
+    return RLP_OK;
+}
+
+/* Format and accuracy first, the training reward last: what stays in the
+ * batch is the reward the step trains on. */
+static int score(run *r, rlp_batch *batch, scores *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
+    double unused;
+    int rc;
+    if (r->format_fn && (rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)))
+        return rc;
+    if (r->acc_fn && (rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)))
+        return rc;
+    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+    if ((rc = rlp_reward_fn_score(r->reward, batch, &st)))
+        return rc;
+    rlp_batch_size(&sc->n, batch);
+    double sum = 0, sq = 0;
+    sc->min = INFINITY;
+    sc->max = -INFINITY;
+    for (size_t i = 0; i < sc->n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&t, batch, i);
+        sc->completion_tokens += t.n_completion_tokens;
+        sc->truncated += t.finish_reason == RLP_FINISH_LENGTH;
+        if (!t.valid || isnan(t.reward))
+            continue;
+        sc->n_valid++;
+        sum += t.reward;
+        sq += (double)t.reward * t.reward;
+        sc->min = fmin(sc->min, t.reward);
+        sc->max = fmax(sc->max, t.reward);
+    }
+    if (sc->n_valid) {
+        sc->mean = sum / (double)sc->n_valid;
+        sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (sq - sum * sc->mean) / (double)(sc->n_valid - 1))) : 0;
+    } else {
+        sc->mean = sc->std = sc->min = sc->max = NAN;
+    }
+    return RLP_OK;
+}
+
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files: atomic writes, checkpoints                                        */
+/* ------------------------------------------------------------------------ */
+
+static int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Writes text to path through path.tmp, fsync and rename. */
+static int write_atomic(const char *path, const char *text)
+{
+    char tmp[PATH_MAX];
+    fmt(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int ok = fputs(text, f) >= 0;
+    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path)) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    fmt(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+/* OUTPUT/checkpoints/step_K/: weights, optimizer.safetensors, state.json,
+ * written as .tmp-step_K and renamed; then "latest" names it. */
+static int checkpoint(run *r, long long step)
+{
+    char dir[PATH_MAX], tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
+    fmt(dir, sizeof dir, "%s/checkpoints", r->out);
+    fmt(tmp, sizeof tmp, "%s/.tmp-step_%lld", dir, step);
+    fmt(fin, sizeof fin, "%s/step_%lld", dir, step);
+    if (mkdir_p(dir)) {
+        fprintf(stderr, "rlpost train: cannot create '%s': %s\n", dir, strerror(errno));
+        return -1;
+    }
+    rm_tree(tmp);
+    if (mkdir(tmp, 0777)) {
+        fprintf(stderr, "rlpost train: cannot create '%s': %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = rlp_policy_save(r->policy, tmp, r->dtype);
+    /* a model without a tokenizer of its own still has its weights saved */
+    if (rc == RLP_E_UNSUPPORTED)
+        rc = RLP_OK;
+    fmt(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if (!rc)
+        rc = rlp_policy_save_optimizer(r->policy, path);
+    if (rc) {
+        fprintf(stderr, "rlpost train: checkpoint %s: %s\n", tmp, rlp_error_last());
+        return -1;
+    }
+    char cursor[512];
+    size_t clen;
+    rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen);
+    uint64_t version = 0;
+    rlp_policy_version(&version, r->policy);
+    json_t *state = json_object();
+    json_object_set_new(state, "step", json_integer(step));
+    json_object_set_new(state, "version", json_integer((json_int_t)version));
+    json_object_set_new(state, "cursor", json_loads(cursor, 0, NULL));
+    json_object_set_new(state, "seed", json_integer(cfg_int(r->cfg, "seed")));
+    json_object_set_new(state, "sampling_seed_next", json_integer((json_int_t)(mix_seed((uint64_t)cfg_int(r->cfg, "seed"),
+                                                                                        (uint64_t)step + 1) >> 1)));
+    json_object_set(state, "config", r->cfg);
+    char *text = json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    json_decref(state);
+    fmt(path, sizeof path, "%s/state.json", tmp);
+    int bad = write_atomic(path, text);
+    free(text);
+    if (bad || fsync_path(tmp)) {
+        fprintf(stderr, "rlpost train: cannot write '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    rm_tree(fin);
+    if (rename(tmp, fin)) {
+        fprintf(stderr, "rlpost train: cannot rename '%s': %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    char name[64];
+    fmt(name, sizeof name, "step_%lld\n", step);
+    fmt(path, sizeof path, "%s/latest", dir);
+    if (write_atomic(path, name) || fsync_path(dir)) {
+        fprintf(stderr, "rlpost train: cannot write '%s': %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "checkpoint %s\n", fin);
+    return 0;
+}
+
+/* The checkpoint folder named by --resume DIR: DIR itself (holding
+ * state.json), or the one DIR/checkpoints/latest or DIR/latest names. */
+static int find_checkpoint(const char *dir, char *out, size_t cap)
+{
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/state.json", dir);
+    if (readable_file(path)) {
+        fmt(out, cap, "%s", dir);
+        return 0;
+    }
+    const char *subs[2] = {"/checkpoints", ""};
+    for (int i = 0; i < 2; i++) {
+        fmt(path, sizeof path, "%s%s/latest", dir, subs[i]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char name[128] = {0};
+        int ok = fgets(name, sizeof name, f) != NULL;
+        fclose(f);
+        name[strcspn(name, "\r\n")] = 0;
+        if (!ok || !*name || strchr(name, '/'))
+            continue;
+        fmt(out, cap, "%s%s/%s", dir, subs[i], name);
+        return 0;
+    }
+    return -1;
+}
+
+/* Keeps the records of a JSONL file whose "step" is ≤ step (a resumed run
+ * rewrites what came after its checkpoint). */
+static void truncate_jsonl(const char *path, long long step)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t cap = 1 << 16, len = 0;
+    char *keep = malloc(cap), line[1 << 15];
+    keep[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *rec = json_loads(line, 0, NULL);
+        long long s = rec ? (long long)json_integer_value(json_object_get(rec, "step")) : LLONG_MAX;
+        json_decref(rec);
+        if (s > step)
+            continue;
+        size_t l = strlen(line);
+        if (len + l + 1 > cap) {
+            cap = 2 * (len + l + 1);
+            keep = realloc(keep, cap);
+        }
+        memcpy(keep + len, line, l + 1);
+        len += l;
+    }
+    fclose(f);
+    write_atomic(path, keep);
+    free(keep);
+}
+
+static void append_jsonl(const char *out, const char *file, json_t *rec)
+{
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/%s", out, file);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    fputc('\n', f);
+    fflush(f);
+    fsync(fileno(f));
+    fclose(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Greedy (or sampled, one per prompt) completions on the first eval.n
+ * prompts of the held-out task; the same prompts every time. */
+static json_t *evaluate(run *r, long long step)
+{
+    long long n = cfg_int(r->cfg, "eval.n");
+    if (n <= 0)
+        return NULL;
+    double t0 = now_s();
+    rlp_task *task;
+    if (make_task(r, 1, &task)) {
+        fprintf(stderr, "rlpost eval: %s\n", r->err);
+        return NULL;
+    }
+    rlp_prompt_set *set = NULL;
+    rlp_batch *batch = NULL;
+    scores sc;
+    rlp_sampling_options s = r->sampling;
+    s.n = 1;
+    if (cfg_bool(r->cfg, "eval.greedy"))
+        s.temperature = 0;
+    s.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), UINT64_C(1) << 62);
+    int rc = rlp_task_next_batch(&set, task, (size_t)n, r->tok);
+    if (!rc)
+        rc = generate(r, set, &s, &batch);
+    if (!rc)
+        rc = score(r, batch, &sc);
+    rlp_prompt_set_free(set);
+    rlp_task_free(task);
+    rlp_batch_free(batch);
+    if (rc) {
+        fprintf(stderr, "rlpost eval: %s (%s)\n", rlp_error_last(), rlp_status_str(rc));
+        return NULL;
+    }
+    json_t *rec = json_object();
+    json_object_set_new(rec, "step", json_integer(step));
+    json_object_set_new(rec, "n", json_integer(n));
+    json_object_set_new(rec, "greedy", json_boolean(cfg_bool(r->cfg, "eval.greedy")));
+    json_object_set_new(rec, "accuracy", jnum(sc.accuracy));
+    json_object_set_new(rec, "format_rate", jnum(sc.format_rate));
+    json_object_set_new(rec, "format_reward_mean", jnum(sc.format_mean));
+    json_object_set_new(rec, "reward_mean", jnum(sc.mean));
+    json_object_set_new(rec, "mean_completion_tokens", json_real((double)sc.completion_tokens / (double)sc.n));
+    json_object_set_new(rec, "seconds", json_real(now_s() - t0));
+    fprintf(stderr, "eval  step %lld | accuracy %.3f | format %.3f | reward %.3f | %.1f s\n", step, sc.accuracy,
+            sc.format_rate, sc.mean, now_s() - t0);
+    return rec;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setup shared by train and eval                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Everything that can be refused before anything is written. */
+static int setup(run *r, const char *weights, int need_train)
+{
+    if (check_config(r))
+        return EXIT_USAGE;
+    if (make_task(r, 0, &r->task))
+        return EXIT_USAGE;
+    if (cfg_int(r->cfg, "eval.n") > 0) { /* the held-out task must open too */
+        rlp_task *t;
+        if (make_task(r, 1, &t))
+            return EXIT_USAGE;
+        rlp_task_free(t);
+    }
+    if (make_reward(r) || make_metric_scorers(r))
+        return EXIT_USAGE;
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = (int32_t)cfg_int(r->cfg, "threads");
+    co.seed = (uint64_t)cfg_int(r->cfg, "seed");
+    int rc = rlp_context_create(&r->ctx, &co);
+    if (rc) {
+        fmt(r->err, ERR_CAP, "threads: %s", rlp_error_last());
+        return EXIT_USAGE;
+    }
+    rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+    po.trainable = need_train;
+    if ((rc = rlp_policy_load(&r->policy, r->ctx, weights, &po))) {
+        fmt(r->err, ERR_CAP, "%s: cannot load '%s': %s", weights == cfg_str(r->cfg, "model") ? "model" : "--resume",
+                 weights, rlp_error_last());
+        return EXIT_USAGE;
+    }
+    r->tok = rlp_policy_tokenizer(r->policy);
+    const char *tokp = cfg_str(r->cfg, "tokenizer");
+    if (tokp) {
+        if ((rc = rlp_tokenizer_load(&r->ext_tok, tokp))) {
+            fmt(r->err, ERR_CAP, "tokenizer: cannot load '%s': %s", tokp, rlp_error_last());
+            return EXIT_USAGE;
+        }
+        if (!r->tok) {
+            /* prompts are rendered as plain text and encoded here */
+        } else {
+            rlp_tokenizer_free(r->ext_tok);
+            r->ext_tok = NULL;
+        }
+    } else if (!r->tok) {
+        fmt(r->err, ERR_CAP, "tokenizer: the model '%s' has no tokenizer; name one (a tokenizer.json or "
+                 "llama2.c tokenizer.bin)", cfg_str(r->cfg, "model"));
+        return EXIT_USAGE;
+    }
+    if (r->ext_tok)
+        r->tok = NULL;
+    if (need_train && r->rl.kl_coef > 0) {
+        rlp_policy_options fo = RLP_POLICY_OPTIONS_INIT;
+        fo.trainable = 0;
+        if ((rc = rlp_policy_load(&r->ref, r->ctx, cfg_str(r->cfg, "model"), &fo))) {
+            fmt(r->err, ERR_CAP, "model: cannot load the reference policy: %s", rlp_error_last());
+            return 1;
+        }
+    }
+    if (need_train && (rc = rlp_policy_set_optimizer(r->policy, &r->opt))) {
+        fmt(r->err, ERR_CAP, "optimizer: %s", rlp_error_last());
+        return EXIT_USAGE;
+    }
+    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+    long long mb = cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size");
+    if (cfg_int(r->cfg, "eval.n") > mb)
+        mb = cfg_int(r->cfg, "eval.n");
+    ro.max_batch = (uint32_t)(mb < 256 ? mb : 256);
+    ro.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
+    ro.share_weights = !r->pull;
+    if ((rc = rlp_rollout_engine_create(&r->engine, r->policy, &ro))) {
+        fmt(r->err, ERR_CAP, "rollout: %s", rlp_error_last());
+        return 1;
+    }
+    return 0;
+}
+
+static void teardown(run *r)
+{
+    rlp_rollout_engine_free(r->engine);
+    rlp_policy_free(r->ref);
+    rlp_policy_free(r->policy);
+    rlp_tokenizer_free(r->ext_tok);
+    rlp_task_free(r->task);
+    rlp_reward_fn_free(r->reward);
+    rlp_reward_fn_free(r->format_fn);
+    rlp_reward_fn_free(r->acc_fn);
+    rlp_context_free(r->ctx);
+    /* the reward library stays loaded: its threads may still run (abandoned calls) */
+    json_decref(r->cfg);
+}
+
+/* Parses CONFIG.json [--set k=v]... [--resume DIR | --checkpoint DIR]. */
+static int parse_args(int argc, char **argv, const char *cmd, const char *dir_flag, run *r, const char **dir)
+{
+    const char *config = NULL;
+    char **sets = calloc((size_t)argc, sizeof *sets);
+    size_t n_sets = 0;
+    *dir = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--set") && i + 1 < argc)
+            sets[n_sets++] = argv[++i];
+        else if (!strncmp(argv[i], "--set=", 6))
+            sets[n_sets++] = argv[i] + 6;
+        else if (!strcmp(argv[i], dir_flag) && i + 1 < argc)
+            *dir = argv[++i];
+        else if (argv[i][0] != '-' && !config)
+            config = argv[i];
+        else {
+            fprintf(stderr, "rlpost %s: unexpected argument '%s'\nusage: rlpost %s CONFIG.json [--set key=value]... "
+                    "[%s DIR]\n", cmd, argv[i], cmd, dir_flag);
+            free(sets);
+            return EXIT_USAGE;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "usage: rlpost %s CONFIG.json [--set key=value]... [%s DIR]\n", cmd, dir_flag);
+        free(sets);
+        return EXIT_USAGE;
+    }
+    r->cfg = train_config_load(config, sets, n_sets, r->err, ERR_CAP);
+    free(sets);
+    if (!r->cfg) {
+        fprintf(stderr, "rlpost %s: %s\n", cmd, r->err);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Plot and summary                                                         */
+/* ------------------------------------------------------------------------ */
+
+static int have_program(const char *name)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return 0;
+    char buf[PATH_MAX];
+    for (const char *p = path; *p;) {
+        size_t l = strcspn(p, ":");
+        fmt(buf, sizeof buf, "%.*s/%s", (int)l, p, name);
+        if (!access(buf, X_OK))
+            return 1;
+        p += l + (p[l] == ':');
+    }
+    return 0;
+}
+
+/* training.png from metrics.jsonl and eval.jsonl, through gnuplot. */
+static const char *plot(const char *out)
+{
+    static char png[PATH_MAX];
+    if (!have_program("gnuplot")) {
+        fprintf(stderr, "no plot: gnuplot is not installed (apt-get install gnuplot-nox)\n");
+        return NULL;
+    }
+    char path[PATH_MAX], line[1 << 15];
+    const char *src[2] = {"metrics.jsonl", "eval.jsonl"}, *dst[2] = {"plot_train.tsv", "plot_eval.tsv"};
+    for (int k = 0; k < 2; k++) {
+        fmt(path, sizeof path, "%s/%s", out, dst[k]);
+        FILE *o = fopen(path, "w");
+        fmt(path, sizeof path, "%s/%s", out, src[k]);
+        FILE *f = fopen(path, "r");
+        while (f && o && fgets(line, sizeof line, f)) {
+            json_t *rec = json_loads(line, 0, NULL);
+            json_t *a = json_object_get(rec, k ? "accuracy" : "reward_mean");
+            json_t *b = json_object_get(rec, "format_rate");
+            fprintf(o, "%lld\t%.6g\t%.6g\n", (long long)json_integer_value(json_object_get(rec, "step")),
+                    json_is_number(a) ? json_number_value(a) : NAN, json_is_number(b) ? json_number_value(b) : NAN);
+            json_decref(rec);
+        }
+        if (f)
+            fclose(f);
+        if (o)
+            fclose(o);
+    }
+    fmt(png, sizeof png, "%s/training.png", out);
+    fmt(path, sizeof path, "%s/plot.gp", out);
+    FILE *gp = fopen(path, "w");
+    if (!gp)
+        return NULL;
+    fprintf(gp,
+            "set terminal pngcairo size 900,520 noenhanced\n"
+            "set output '%s'\n"
+            "set datafile missing 'nan'\n"
+            "set key outside bottom center horizontal\n"
+            "set xlabel 'step'\nset grid\n"
+            "set title 'rlpost train: %s'\n"
+            "plot '%s/plot_train.tsv' using 1:2 with linespoints title 'mean reward', \\\n"
+            "     '%s/plot_train.tsv' using 1:3 with linespoints title 'format rate', \\\n"
+            "     '%s/plot_eval.tsv' using 1:2 with linespoints title 'eval accuracy', \\\n"
+            "     '%s/plot_eval.tsv' using 1:3 with points title 'eval format rate'\n",
+            png, out, out, out, out, out);
+    fclose(gp);
+    char cmd[PATH_MAX * 2];
+    fmt(cmd, sizeof cmd, "gnuplot '%s' 1>&2", path);
+    if (system(cmd) != 0) {
+        /* pngcairo missing in some builds: the plain png terminal */
+        fmt(cmd, sizeof cmd, "sed -i 's/pngcairo/png/' '%s' && gnuplot '%s' 1>&2", path, path);
+        if (system(cmd) != 0) {
+            fprintf(stderr, "no plot: gnuplot failed\n");
+            return NULL;
+        }
+    }
+    return png;
+}
+
+static double mean_of(const double *v, size_t n)
+{
+    double s = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) {
+            s += v[i];
+            k++;
+        }
+    return k ? s / (double)k : NAN;
+}
+
+static void fmt_eta(double s, char *buf, size_t cap)
+{
+    if (!isfinite(s) || s < 0)
+        fmt(buf, cap, "?");
+    else if (s >= 3600)
+        fmt(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else
+        fmt(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+}
+
+/* ------------------------------------------------------------------------ */
+/* rlpost train                                                             */
+/* ------------------------------------------------------------------------ */
+
+int cmd_train(int argc, char **argv)
+{
+    double t_start = now_s();
+    run rr = {0}, *r = &rr;
+    const char *resume;
+    int rc = parse_args(argc, argv, "train", "--resume", r, &resume);
+    if (rc)
+        return rc;
+    fmt(r->out, sizeof r->out, "%s", cfg_str(r->cfg, "output"));
+
+    /* --- everything that can be refused, before anything is written --- */
+    char ckpt[PATH_MAX] = {0};
+    json_t *state = NULL;
+    if (resume) {
+        if (find_checkpoint(resume, ckpt, sizeof ckpt)) {
+            fprintf(stderr, "rlpost train: --resume %s: no checkpoint there (state.json or checkpoints/latest)\n",
+                    resume);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+        char path[PATH_MAX];
+        fmt(path, sizeof path, "%s/state.json", ckpt);
+        json_error_t je;
+        state = json_load_file(path, 0, &je);
+        if (!state || !json_is_integer(json_object_get(state, "step")) || !json_object_get(state, "cursor")) {
+            fprintf(stderr, "rlpost train: --resume %s: %s\n", path, state ? "missing step or cursor" : je.text);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+        json_t *saved = json_object_get(state, "config");
+        static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
+                                           "algorithm", "reward"};
+        for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
+            if (!json_equal(json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
+                fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from the checkpoint's configuration\n",
+                        resume, must_match[i]);
+                json_decref(state);
+                json_decref(r->cfg);
+                return EXIT_USAGE;
+            }
+    }
+    struct stat st;
+    if (!stat(r->out, &st)) {
+        if (!S_ISDIR(st.st_mode) || access(r->out, W_OK | X_OK)) {
+            fprintf(stderr, "rlpost train: output: '%s' is not a writable folder\n", r->out);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+        char path[PATH_MAX];
+        fmt(path, sizeof path, "%s/metrics.jsonl", r->out);
+        if (!resume && !access(path, F_OK)) {
+            fprintf(stderr, "rlpost train: output: '%s' already holds a run; resume it with --resume %s or choose "
+                    "another folder\n", r->out, r->out);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+    } else {
+        char parent[PATH_MAX];
+        fmt(parent, sizeof parent, "%s", r->out);
+        char *slash = strrchr(parent, '/');
+        while (slash && slash > parent && slash[1] == 0) { /* trailing slashes */
+            *slash = 0;
+            slash = strrchr(parent, '/');
+        }
+        if (!slash)
+            fmt(parent, sizeof parent, ".");
+        else if (slash == parent)
+            parent[1] = 0;
+        else
+            *slash = 0;
+        /* the nearest existing ancestor must be writable */
+        while (stat(parent, &st)) {
+            char *s = strrchr(parent, '/');
+            if (!s) {
+                fmt(parent, sizeof parent, ".");
+                break;
+            }
+            if (s == parent) {
+                parent[1] = 0;
+                break;
+            }
+            *s = 0;
+        }
+        if (stat(parent, &st) || !S_ISDIR(st.st_mode) || access(parent, W_OK | X_OK)) {
+            fprintf(stderr, "rlpost train: output: cannot create '%s' ('%s' is not a writable folder)\n", r->out,
+                    parent);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+    }
+    char weights_dir[PATH_MAX];
+    fmt(weights_dir, sizeof weights_dir, "%s", ckpt);
+    if ((rc = setup(r, resume ? weights_dir : cfg_str(r->cfg, "model"), 1)) != 0) {
+        fprintf(stderr, "rlpost train: %s\n", r->err);
+        json_decref(state);
+        teardown(r);
+        return rc;
+    }
+    long long start = 0, steps = cfg_int(r->cfg, "steps");
+    if (resume) {
+        char path[PATH_MAX];
+        fmt(path, sizeof path, "%s/optimizer.safetensors", ckpt);
+        char *cursor = json_dumps(json_object_get(state, "cursor"), JSON_COMPACT);
+        if ((rc = rlp_policy_load_optimizer(r->policy, path)) ||
+            (rc = rlp_task_cursor_restore(r->task, cursor, strlen(cursor)))) {
+            fprintf(stderr, "rlpost train: --resume %s: %s\n", ckpt, rlp_error_last());
+            free(cursor);
+            json_decref(state);
+            teardown(r);
+            return EXIT_USAGE;
+        }
+        free(cursor);
+        start = (long long)json_integer_value(json_object_get(state, "step"));
+        fprintf(stderr, "resumed from %s at step %lld\n", ckpt, start);
+    }
+    json_decref(state);
+
+    /* --- the output folder --- */
+    if (mkdir_p(r->out)) {
+        fprintf(stderr, "rlpost train: output: cannot create '%s': %s\n", r->out, strerror(errno));
+        teardown(r);
+        return EXIT_USAGE;
+    }
+    {
+        char path[PATH_MAX];
+        char *text = json_dumps(r->cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+        fmt(path, sizeof path, "%s/config.json", r->out);
+        int bad = write_atomic(path, text);
+        free(text);
+        if (bad) {
+            fprintf(stderr, "rlpost train: output: cannot write '%s': %s\n", path, strerror(errno));
+            teardown(r);
+            return EXIT_USAGE;
+        }
+        fmt(path, sizeof path, "%s/metrics.jsonl", r->out);
+        if (resume) {
+            truncate_jsonl(path, start);
+            fmt(path, sizeof path, "%s/eval.jsonl", r->out);
+            truncate_jsonl(path, start);
+        } else {
+            fclose(fopen(path, "w"));
+            fmt(path, sizeof path, "%s/eval.jsonl", r->out);
+            fclose(fopen(path, "w"));
+        }
+    }
+    signal(SIGINT, on_sigint);
+
+    json_t *first_eval = NULL, *last_eval = NULL;
+    if (start == 0 && (first_eval = evaluate(r, 0)) != NULL)
+        append_jsonl(r->out, "eval.jsonl", first_eval);
+
+    size_t n_hist = (size_t)steps + 1;
+    double *hist_reward = calloc(n_hist, sizeof(double)), *hist_format = calloc(n_hist, sizeof(double));
+    double *hist_fmt_rate = calloc(n_hist, sizeof(double));
+    for (size_t i = 0; i < n_hist; i++)
+        hist_reward[i] = hist_format[i] = hist_fmt_rate[i] = NAN;
+    long long eval_every = cfg_int(r->cfg, "eval.interval"), ckpt_every = cfg_int(r->cfg, "checkpoint.interval");
+    size_t per_step = (size_t)cfg_int(r->cfg, "prompts_per_step");
+    double loop_start = now_s();
+    long long step = start, last_ckpt = -1;
+    int failed = 0, interrupted = 0;
+    while (step < steps) {
+        long long k = step + 1;
+        double t0 = now_s();
+        rlp_prompt_set *set = NULL;
+        rlp_batch *batch = NULL;
+        if ((rc = rlp_task_next_batch(&set, r->task, per_step, r->tok))) {
+            fprintf(stderr, "rlpost train: step %lld: prompts: %s\n", k, rlp_error_last());
+            failed = 1;
+            break;
+        }
+        json_t *prompt_ids = json_array();
+        uint64_t epoch = 0;
+        for (size_t i = 0; i < per_step; i++) {
+            rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+            if (!rlp_prompt_set_item(&it, set, i)) {
+                json_array_append_new(prompt_ids, json_integer((json_int_t)it.index));
+                if (i == 0)
+                    epoch = it.epoch;
+            }
+        }
+        r->sampling.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (uint64_t)k);
+        rc = generate(r, set, &r->sampling, &batch);
+        rlp_prompt_set_free(set);
+        double t1 = now_s();
+        scores sc;
+        if (!rc)
+            rc = score(r, batch, &sc);
+        double t2 = now_s();
+        rlp_rl_stats rs;
+        memset(&rs, 0, sizeof rs);
+        if (!rc)
+            rc = rlp_policy_train_rl(r->policy, batch, r->ref, &r->rl, &rs);
+        double t3 = now_s();
+        rlp_batch_free(batch);
+        if (rc) {
+            fprintf(stderr, "rlpost train: step %lld: %s (%s)\n", k, rlp_error_last(), rlp_status_str(rc));
+            json_decref(prompt_ids);
+            failed = 1;
+            break;
+        }
+        step = k;
+        hist_reward[k] = sc.mean;
+        hist_format[k] = sc.format_mean;
+        hist_fmt_rate[k] = sc.format_rate;
+
+        json_t *m = json_object();
+        json_object_set_new(m, "step", json_integer(k));
+        json_object_set_new(m, "policy_version", json_integer((json_int_t)rs.policy_version));
+        json_object_set_new(m, "epoch", json_integer((json_int_t)epoch));
+        json_object_set_new(m, "prompt_index", prompt_ids);
+        json_object_set_new(m, "sampling_seed", json_integer((json_int_t)(r->sampling.seed >> 1)));
+        json_object_set_new(m, "reward_mean", jnum(sc.mean));
+        json_object_set_new(m, "reward_std", jnum(sc.std));
+        json_object_set_new(m, "reward_min", jnum(sc.min));
+        json_object_set_new(m, "reward_max", jnum(sc.max));
+        json_object_set_new(m, "reward_valid", json_integer((json_int_t)sc.n_valid));
+        json_object_set_new(m, "format_rate", jnum(sc.format_rate));
+        json_object_set_new(m, "format_reward_mean", jnum(sc.format_mean));
+        json_object_set_new(m, "accuracy", jnum(sc.accuracy));
+        json_object_set_new(m, "completions", json_integer((json_int_t)sc.n));
+        json_object_set_new(m, "completion_tokens", json_integer((json_int_t)sc.completion_tokens));
+        json_object_set_new(m, "truncated", json_integer((json_int_t)sc.truncated));
+        json_object_set_new(m, "loss", jnum(rs.loss));
+        json_object_set_new(m, "pg_loss", jnum(rs.pg_loss));
+        json_object_set_new(m, "kl", jnum(rs.kl));
+        json_object_set_new(m, "entropy", jnum(rs.entropy));
+        json_object_set_new(m, "clip_frac_low", jnum(rs.clip_frac_low));
+        json_object_set_new(m, "clip_frac_high", jnum(rs.clip_frac_high));
+        json_object_set_new(m, "ratio_mean", jnum(rs.ratio_mean));
+        json_object_set_new(m, "ratio_max", jnum(rs.ratio_max));
+        json_object_set_new(m, "behav_weight_mean", jnum(rs.behav_weight_mean));
+        json_object_set_new(m, "behav_weight_max", jnum(rs.behav_weight_max));
+        json_object_set_new(m, "grad_norm", jnum(rs.grad_norm));
+        json_object_set_new(m, "adv_mean", jnum(rs.adv_mean));
+        json_object_set_new(m, "adv_std", jnum(rs.adv_std));
+        json_object_set_new(m, "train_reward_mean", jnum(rs.reward_mean));
+        json_object_set_new(m, "staleness_mean", jnum(rs.staleness_mean));
+        json_object_set_new(m, "staleness_max", jnum(rs.staleness_max));
+        json_object_set_new(m, "n_seqs", json_integer((json_int_t)rs.n_seqs));
+        json_object_set_new(m, "n_tokens", json_integer((json_int_t)rs.n_tokens));
+        json_object_set_new(m, "n_groups", json_integer((json_int_t)rs.n_groups));
+        json_object_set_new(m, "filtered_groups", json_integer((json_int_t)rs.filtered_groups));
+        json_object_set_new(m, "zero_std_groups", json_integer((json_int_t)rs.zero_std_groups));
+        json_object_set_new(m, "invalid_seqs", json_integer((json_int_t)rs.invalid_seqs));
+        json_object_set_new(m, "optimizer_steps", json_integer(rs.optimizer_steps));
+        json_object_set_new(m, "skipped_steps", json_integer(rs.skipped_steps));
+        json_object_set_new(m, "rollout_seconds", json_real(t1 - t0));
+        json_object_set_new(m, "reward_seconds", json_real(t2 - t1));
+        json_object_set_new(m, "train_seconds", json_real(t3 - t2));
+        json_object_set_new(m, "step_seconds", json_real(t3 - t0));
+        double tps = (double)sc.completion_tokens / fmax(t1 - t0, 1e-9);
+        json_object_set_new(m, "tokens_per_second", json_real(tps));
+        json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
+        append_jsonl(r->out, "metrics.jsonl", m);
+        json_decref(m);
+
+        double per = (now_s() - loop_start) / (double)(k - start);
+        char eta[32];
+        fmt_eta(per * (double)(steps - k), eta, sizeof eta);
+        fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
+                "| %.1f s/step | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss, tps,
+                rs.staleness_max, t3 - t0, eta);
+
+        if (stop_requested) {
+            fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
+            interrupted = 1;
+            if (checkpoint(r, k))
+                failed = 1;
+            last_ckpt = k;
+            break;
+        }
+        if (k < steps && eval_every > 0 && k % eval_every == 0) {
+            json_t *e = evaluate(r, k);
+            if (e) {
+                append_jsonl(r->out, "eval.jsonl", e);
+                json_decref(e);
+            }
+        }
+        if (k < steps && ckpt_every > 0 && k % ckpt_every == 0) {
+            if (checkpoint(r, k)) {
+                failed = 1;
+                break;
+            }
+            last_ckpt = k;
+        }
+    }
+    if (!failed && !interrupted && step == steps) {
+        if ((last_eval = evaluate(r, step)) != NULL)
+            append_jsonl(r->out, "eval.jsonl", last_eval);
+        if (last_ckpt != step && checkpoint(r, step))
+            failed = 1;
+    }
+    const char *png = plot(r->out);
+
+    /* summary */
+    size_t first_n = 0, last_n = 0;
+    double fr[3], lr[3], ff[3], lf[3], fq[3], lq[3];
+    for (long long k = 1; k <= step && first_n < 3; k++, first_n++) {
+        fr[first_n] = hist_reward[k];
+        ff[first_n] = hist_format[k];
+        fq[first_n] = hist_fmt_rate[k];
+    }
+    for (long long k = step; k >= 1 && last_n < 3; k--, last_n++) {
+        lr[last_n] = hist_reward[k];
+        lf[last_n] = hist_format[k];
+        lq[last_n] = hist_fmt_rate[k];
+    }
+    json_t *sum = json_object();
+    json_object_set_new(sum, "steps", json_integer(steps));
+    json_object_set_new(sum, "steps_completed", json_integer(step));
+    json_object_set_new(sum, "resumed_from", json_integer(start));
+    json_object_set_new(sum, "interrupted", json_boolean(interrupted));
+    json_object_set_new(sum, "output", json_string(r->out));
+    json_object_set_new(sum, "wall_seconds", json_real(now_s() - t_start));
+    json_object_set_new(sum, "reward_first3", jnum(mean_of(fr, first_n)));
+    json_object_set_new(sum, "reward_last3", jnum(mean_of(lr, last_n)));
+    json_object_set_new(sum, "format_reward_first3", jnum(mean_of(ff, first_n)));
+    json_object_set_new(sum, "format_reward_last3", jnum(mean_of(lf, last_n)));
+    json_object_set_new(sum, "format_rate_first3", jnum(mean_of(fq, first_n)));
+    json_object_set_new(sum, "format_rate_last3", jnum(mean_of(lq, last_n)));
+    json_object_set_new(sum, "eval_first", first_eval ? first_eval : json_null());
+    json_object_set_new(sum, "eval_last", last_eval ? last_eval : json_null());
+    json_object_set_new(sum, "plot", png ? json_string(png) : json_null());
+    char ck[PATH_MAX];
+    fmt(ck, sizeof ck, "%s/checkpoints/step_%lld", r->out, step);
+    json_object_set_new(sum, "checkpoint", last_ckpt >= 0 || (!failed && step == steps && start < steps)
+                                               ? json_string(ck)
+                                               : json_null());
+    json_dumpf(sum, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    fputc('\n', stdout);
+    fflush(stdout);
+    json_decref(sum);
+    free(hist_reward);
+    free(hist_format);
+    free(hist_fmt_rate);
+    teardown(r);
+    if (failed)
+        return 1;
+    if (interrupted)
+        return 0;
+    if (step < steps) {
+        fprintf(stderr, "rlpost train: ended after %lld of %lld steps\n", step, steps);
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* rlpost eval                                                              */
+/* ------------------------------------------------------------------------ */
+
+int cmd_eval(int argc, char **argv)
+{
+    run rr = {0}, *r = &rr;
+    const char *ckpt_arg;
+    int rc = parse_args(argc, argv, "eval", "--checkpoint", r, &ckpt_arg);
+    if (rc)
+        return rc;
+    char ckpt[PATH_MAX];
+    if (ckpt_arg && find_checkpoint(ckpt_arg, ckpt, sizeof ckpt)) {
+        /* a plain model folder or file is fine too */
+        fmt(ckpt, sizeof ckpt, "%s", ckpt_arg);
+    }
+    if (cfg_int(r->cfg, "eval.n") <= 0) {
+        fprintf(stderr, "rlpost eval: eval.n: must be ≥ 1\n");
+        json_decref(r->cfg);
+        return EXIT_USAGE;
+    }
+    if ((rc = setup(r, ckpt_arg ? ckpt : cfg_str(r->cfg, "model"), 0)) != 0) {
+        fprintf(stderr, "rlpost eval: %s\n", r->err);
+        teardown(r);
+        return rc;
+    }
+    uint64_t version = 0;
+    rlp_policy_version(&version, r->policy);
+    json_t *rec = evaluate(r, (long long)version);
+    if (!rec) {
+        teardown(r);
+        return 1;
+    }
+    json_object_set_new(rec, "model", json_string(ckpt_arg ? ckpt : cfg_str(r->cfg, "model")));
+    json_dumpf(rec, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    fputc('\n', stdout);
+    json_decref(rec);
+    teardown(r);
+    return 0;
+}

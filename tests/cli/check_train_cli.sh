@@ -1,0 +1,166 @@
+#!/bin/sh
+# `rlpost train` end to end on stories260K (llama2.c, token-level: a
+# 512-piece ASCII tokenizer written here stands in for its missing one):
+# 2 steps of GRPO on an 8-record JSONL with a regex reward; bad configs exit
+# 2 naming the key and write nothing; a resume from the step-2 checkpoint
+# (at the epoch boundary, public-bugs case #10) reproduces the uninterrupted
+# run's steps 3-4 bit for bit with 1 thread (metrics compared exactly);
+# kill -9 after a checkpoint and Ctrl-C then resume. Skips (77) without the
+# shared data or python3.
+set -u
+rlpost=$1
+data=${RLPOST_SHARED_DATA:-}/llama2c/stories260K.bin
+[ -n "${RLPOST_SHARED_DATA:-}" ] && [ -f "$data" ] || { echo "no stories260K.bin: skipped"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+python3 - "$out" <<'PY' || exit 1
+import json, struct, string, sys
+d = sys.argv[1]
+# llama2.c tokenizer.bin: int32 max_len, then per piece float32 score, int32 len, bytes
+pieces = ["<unk>", "\n<s>\n", "\n</s>\n"] + [chr(c) for c in range(32, 127)]
+letters = string.ascii_lowercase
+for a in letters:
+    for b in " " + letters:
+        if len(pieces) < 512:
+            pieces.append(a + b)
+with open(d + "/tok512.bin", "wb") as f:
+    f.write(struct.pack("<i", max(len(p) for p in pieces)))
+    for i, p in enumerate(pieces):
+        b = p.encode()
+        f.write(struct.pack("<fi", -float(i), len(b)) + b)
+words = ["cat", "dog", "sun", "tree", "fish", "bird", "moon", "star"]
+with open(d + "/data.jsonl", "w") as f:
+    for i, w in enumerate(words):
+        f.write(json.dumps({"question": "Once upon a time there was a %s" % w, "answer": w}) + "\n")
+cfg = {
+    "model": d + "/model.bin", "tokenizer": d + "/tok512.bin", "threads": 1, "seed": 7,
+    "output": d + "/runA", "steps": 2, "group_size": 4, "prompts_per_step": 4,
+    "task": {"name": "jsonl", "path": d + "/data.jsonl", "options": {"chat": False}},
+    "reward": {"name": "regex_match", "options": {"pattern": "[aeiou] [a-z]"}},
+    "sampling": {"temperature": 1.0, "max_new_tokens": 24},
+    "optimizer": {"lr": 1e-3},
+    "eval": {"n": 4, "accuracy_reward": "regex_match"},
+    "checkpoint": {"interval": 2},
+}
+json.dump(cfg, open(d + "/config.json", "w"), indent=1)
+PY
+model="$out/model.bin"
+cp "$data" "$model"
+cfg="$out/config.json"
+T() { "$rlpost" train "$cfg" --set "model=\"$model\"" "$@"; }
+
+# --- 2 steps: exit 0, 2 records, eval before and after, a checkpoint, a summary on stdout
+T >"$out/sum.json" 2>"$out/err" || { cat "$out/err"; fail "2-step run"; }
+python3 - "$out" <<'PY' || exit 1
+import json, os, sys
+d = sys.argv[1]
+m = [json.loads(l) for l in open(d + "/runA/metrics.jsonl")]
+assert [r["step"] for r in m] == [1, 2], m
+for r in m:
+    for k in ("loss", "pg_loss", "grad_norm", "entropy", "reward_mean", "accuracy", "n_tokens", "rollout_seconds",
+              "reward_seconds", "train_seconds", "staleness_max", "clip_frac_low", "zero_std_groups"):
+        assert k in r, k
+    assert r["n_seqs"] == 16 and r["policy_version"] == r["step"], r
+e = [json.loads(l) for l in open(d + "/runA/eval.jsonl")]
+assert [r["step"] for r in e] == [0, 2], e
+s = json.load(open(d + "/sum.json"))
+assert s["steps_completed"] == 2 and s["checkpoint"].endswith("step_2"), s
+assert open(d + "/runA/checkpoints/latest").read().strip() == "step_2"
+st = json.load(open(d + "/runA/checkpoints/step_2/state.json"))
+assert st["step"] == 2 and st["version"] == 2 and st["cursor"]["epoch"] == 1 and st["cursor"]["position"] == 0, st
+assert json.load(open(d + "/runA/config.json"))["seed"] == 7
+PY
+[ $? -eq 0 ] || fail "outputs of the 2-step run"
+
+# --- bad configurations: exit 2, the key or path in the one-line message, no output folder
+bad() {  # expected-substring, --set arguments...
+  want=$1; shift
+  rm -rf "$out/bad"
+  "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/bad\"" "$@" >/dev/null 2>"$out/err"
+  rc=$?
+  [ $rc -eq 2 ] || { cat "$out/err"; fail "$*: exit $rc, wanted 2"; }
+  grep -q -- "$want" "$out/err" || { cat "$out/err"; fail "$*: message lacks '$want'"; }
+  [ "$(wc -l <"$out/err")" -eq 1 ] || { cat "$out/err"; fail "$*: more than one line"; }
+  [ ! -e "$out/bad" ] || fail "$*: wrote $out/bad"
+}
+bad "algorithm.clip_hihg" --set algorithm.clip_hihg=0.3
+bad "steps: must be an integer" --set 'steps="ten"'
+bad "sampling.top_p" --set sampling.top_p=true
+bad "model: cannot read" --set 'model="/nonexistent/m.bin"'
+bad "/nonexistent/d.jsonl" --set 'task.path="/nonexistent/d.jsonl"'
+bad "sync.staleness" --set sync.staleness=-1
+bad "group_size" --set group_size=1
+bad "sync.mode" --set 'sync.mode="async"'
+mkdir -p "$out/ro" && chmod 555 "$out/ro"
+if [ "$(id -u)" != 0 ]; then
+  bad "output" --set "output=\"$out/ro/run\""
+fi
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"/proc/rlpost/run\"" >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q "output" "$out/err" || { cat "$out/err"; fail "unwritable output"; }
+
+# --- resume at the epoch boundary (8 prompts, 4 per step): steps 3-4 equal the uninterrupted run's
+T --set "output=\"$out/full\"" --set steps=4 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "4-step run"; }
+# the state a kill -9 right after the step-2 checkpoint leaves: checkpoint 2, metrics of step 3 half-done
+mkdir -p "$out/killed/checkpoints"
+cp -r "$out/full/checkpoints/step_2" "$out/killed/checkpoints/"
+echo step_2 >"$out/killed/checkpoints/latest"
+head -n 3 "$out/full/metrics.jsonl" >"$out/killed/metrics.jsonl"
+head -n 1 "$out/full/eval.jsonl" >"$out/killed/eval.jsonl"
+T --set "output=\"$out/killed\"" --set steps=4 --resume "$out/killed" >"$out/sum2.json" 2>"$out/err" ||
+  { cat "$out/err"; fail "resume"; }
+# resume from the step-1 checkpoint of a run with checkpoints every step: the 4 prompts not yet seen
+T --set "output=\"$out/every\"" --set steps=2 --set checkpoint.interval=1 >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "run with checkpoints every step"; }
+mkdir -p "$out/one/checkpoints" && cp -r "$out/every/checkpoints/step_1" "$out/one/checkpoints/" &&
+  echo step_1 >"$out/one/checkpoints/latest"
+T --set "output=\"$out/one\"" --set steps=4 --resume "$out/one" >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "resume from step 1"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+load = lambda p: [json.loads(l) for l in open(d + p)]
+full, killed, one = load("/full/metrics.jsonl"), load("/killed/metrics.jsonl"), load("/one/metrics.jsonl")
+assert [r["step"] for r in killed] == [1, 2, 3, 4], [r["step"] for r in killed]
+timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds"}
+for a, b in zip(full[2:], killed[2:]):
+    for k in a:
+        if k not in timing:
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])  # bit-exact: 1 thread, same seeds
+ids = [i for r in full for i in r["prompt_index"]]
+assert sorted(ids[:8]) == list(range(8)) and sorted(ids[8:]) == list(range(8)), ids  # each prompt once per epoch
+assert full[2]["epoch"] == 1 and killed[2]["epoch"] == 1
+assert one[1]["prompt_index"] == full[1]["prompt_index"], (one[1], full[1])  # the rest of epoch 0
+assert json.load(open(d + "/sum2.json"))["steps_completed"] == 4
+PY
+[ $? -eq 0 ] || fail "resumed metrics differ from the uninterrupted run"
+
+# --- a real kill -9 after a checkpoint, then resume to the end
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/k9\"" --set steps=400 --set checkpoint.interval=2 \
+  --set eval.n=0 >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$out/k9/checkpoints/latest" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+k=$(sed 's/step_//' "$out/k9/checkpoints/latest")
+[ -n "$k" ] || fail "no checkpoint before kill -9"
+T --set "output=\"$out/k9\"" --set steps=$((k + 2)) --set checkpoint.interval=2 --set eval.n=0 --resume "$out/k9" \
+  >"$out/sum3.json" 2>"$out/err" || { cat "$out/err"; fail "resume after kill -9"; }
+grep -q "\"steps_completed\":$((k + 2))" "$out/sum3.json" || { cat "$out/sum3.json"; fail "kill -9 resume"; }
+
+# --- Ctrl-C: finish the step, checkpoint, exit 0
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set steps=100000 --set eval.n=0 \
+  >"$out/sum4.json" 2>"$out/err" &
+pid=$!
+i=0
+while ! grep -q "^step 3/" "$out/err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] || { cat "$out/err"; fail "SIGINT: exit $rc"; }
+grep -q '"interrupted":true' "$out/sum4.json" || fail "SIGINT: no interrupted summary"
+[ -f "$out/int/checkpoints/latest" ] || fail "SIGINT: no checkpoint"
+echo "ok"
