@@ -5,6 +5,8 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* curl_global_init is not thread-safe and must run before any handle is
  * made; a host that calls it itself before starting us makes ours a no-op. */
@@ -75,4 +77,41 @@ int rlpi_curl_retryable(CURLcode rc)
 int rlpi_http_retryable(long code)
 {
     return code >= 500 || code == 408 || code == 429;
+}
+
+void rlpi_http_response_reset(rlpi_http_response *b, size_t limit)
+{
+    b->len = 0;
+    b->overflow = b->nomem = 0;
+    b->limit = limit;
+}
+
+size_t rlpi_http_response_append(rlpi_http_response *b, const char *p, size_t n)
+{
+    if (n > b->limit - b->len) {
+        b->overflow = 1;
+        return 0;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : b->limit < 16384 ? b->limit : 16384;
+        while (cap < b->len + n)
+            cap = cap > b->limit / 2 ? b->limit : cap * 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->nomem = 1;
+            return 0;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return n;
+}
+
+void rlpi_http_response_free(rlpi_http_response *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
 }

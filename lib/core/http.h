@@ -30,6 +30,21 @@ typedef struct rlpi_http_post {
  * libcurl refused one. */
 int rlpi_curl_post_setopts(CURL *e, const rlpi_http_post *p);
 
+/* A response body received chunk by chunk, capped at `limit` bytes. */
+typedef struct rlpi_http_response {
+    char *data;                /* (cap) bytes, len of them used; not NUL-terminated */
+    size_t len, cap, limit;
+    int overflow, nomem;       /* why the write callback stopped the transfer */
+} rlpi_http_response;
+
+/* Empties the body for a new attempt (keeps its allocation). */
+void rlpi_http_response_reset(rlpi_http_response *b, size_t limit);
+/* Appends n bytes, growing geometrically up to the limit. Returns n, or 0
+ * (which makes curl end the transfer with CURLE_WRITE_ERROR) after setting
+ * overflow or nomem. For a CURLOPT_WRITEFUNCTION. */
+size_t rlpi_http_response_append(rlpi_http_response *b, const char *p, size_t n);
+void rlpi_http_response_free(rlpi_http_response *b);
+
 /* Transport failures another attempt may cure (the peer may be back, or
  * the next URL may answer); certificate, protocol and URL errors are not. */
 int rlpi_curl_retryable(CURLcode rc);

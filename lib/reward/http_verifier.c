@@ -69,9 +69,7 @@ typedef struct xfer {
     char *body;
     size_t body_len;
     CURL *easy;
-    char *resp;
-    size_t resp_len, resp_cap, limit;
-    int overflow, nomem;
+    rlpi_http_response rb;     /* the response */
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
 
@@ -80,26 +78,7 @@ typedef struct xfer {
 static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
 {
     xfer *x = ud;
-    size_t n = size * nmemb;
-    if (n > x->limit - x->resp_len) {
-        x->overflow = 1;
-        return 0;
-    }
-    if (x->resp_len + n > x->resp_cap) {
-        size_t cap = x->resp_cap ? x->resp_cap : 16384;
-        while (cap < x->resp_len + n)
-            cap = cap > x->limit / 2 ? x->limit : cap * 2;
-        char *nb = realloc(x->resp, cap);
-        if (!nb) {
-            x->nomem = 1;
-            return 0;
-        }
-        x->resp = nb;
-        x->resp_cap = cap;
-    }
-    memcpy(x->resp + x->resp_len, p, n);
-    x->resp_len += n;
-    return n;
+    return rlpi_http_response_append(&x->rb, p, size * nmemb); /* size is always 1 */
 }
 
 static int start(http_impl *h, xfer *x)
@@ -107,10 +86,8 @@ static int start(http_impl *h, xfer *x)
     CURL *c = curl_easy_init();
     if (!c)
         return RLP_E_NOMEM;
-    x->resp_len = 0;
-    x->overflow = x->nomem = 0;
+    rlpi_http_response_reset(&x->rb, h->max_response);
     x->errbuf[0] = '\0';
-    x->limit = h->max_response;
     x->attempts++;
     rlpi_http_post post = {.url = h->url, .body = x->body, .body_len = x->body_len, .headers = h->headers,
                            .on_data = on_data, .data = x, .errbuf = x->errbuf, .timeout_ms = (long)h->timeout_ms,
@@ -145,9 +122,7 @@ static void finish(xfer *x)
     x->state = X_DONE;
     free(x->body);
     x->body = NULL;
-    free(x->resp);
-    x->resp = NULL;
-    x->resp_len = x->resp_cap = 0;
+    rlpi_http_response_free(&x->rb);
 }
 
 /* An attempt ended. Returns 1 when another attempt is queued. */
@@ -161,13 +136,13 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
     x->easy = NULL;
     char why[RLP_REWARD_REASON_MAX];
     const char *s = x->attempts == 1 ? "" : "s";
-    if (x->nomem) {
+    if (x->rb.nomem) {
         snprintf(why, sizeof why, "%.*s: out of memory for the response", URL_QUOTE, h->url);
         rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
         finish(x);
         return 0;
     }
-    if (x->overflow || rc == CURLE_FILESIZE_EXCEEDED) {
+    if (x->rb.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
         snprintf(why, sizeof why, "%.*s: response larger than %zu bytes", URL_QUOTE, h->url, h->max_response);
         rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
         finish(x);
@@ -188,7 +163,7 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
         snprintf(why, sizeof why, "%.*s: HTTP %ld after %u attempt%s", URL_QUOTE, h->url, code, x->attempts, s);
         rlpi_http_fail_all(res, fail, x->b, x->e, RLPI_RW_ERROR, why);
     } else {
-        rlpi_http_read_answer(h->url, x->resp ? x->resp : "", x->resp_len, res + x->b, fail + x->b, req + x->b,
+        rlpi_http_read_answer(h->url, x->rb.data ? x->rb.data : "", x->rb.len, res + x->b, fail + x->b, req + x->b,
                               x->e - x->b);
     }
     finish(x);

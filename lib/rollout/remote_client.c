@@ -61,9 +61,7 @@ typedef struct xfer {
     size_t url;     /* URL of the current (or next) attempt */
     uint64_t ready_ns; /* earliest start of the next attempt */
     CURL *easy;     /* while running */
-    char *resp;     /* (resp_cap) bytes received so far, resp_len of them used */
-    size_t resp_len, resp_cap, limit;
-    int overflow, nomem; /* why the write callback stopped the transfer */
+    rlpi_http_response rb;  /* the response received so far */
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
 
@@ -319,26 +317,7 @@ static char *build_body(const rlpi_remote_client *c, const rlpi_remote_request *
 static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
 {
     xfer *x = ud;
-    size_t n = size * nmemb; /* size is always 1 */
-    if (n > x->limit - x->resp_len) {
-        x->overflow = 1;
-        return 0; /* curl ends the transfer with CURLE_WRITE_ERROR */
-    }
-    if (x->resp_len + n > x->resp_cap) {
-        size_t cap = x->resp_cap ? x->resp_cap : x->limit < 16384 ? x->limit : 16384;
-        while (cap < x->resp_len + n)
-            cap = cap > x->limit / 2 ? x->limit : cap * 2;
-        char *b = realloc(x->resp, cap);
-        if (!b) {
-            x->nomem = 1;
-            return 0;
-        }
-        x->resp = b;
-        x->resp_cap = cap;
-    }
-    memcpy(x->resp + x->resp_len, p, n);
-    x->resp_len += n;
-    return n;
+    return rlpi_http_response_append(&x->rb, p, size * nmemb); /* size is always 1 */
 }
 
 /* Starts the next attempt of x; RLP_OK or the code that ends the request. */
@@ -347,10 +326,8 @@ static int start(rlpi_remote_client *c, xfer *x)
     CURL *e = curl_easy_init();
     if (!e)
         return RLP_E_NOMEM;
-    x->resp_len = 0;
-    x->overflow = x->nomem = 0;
+    rlpi_http_response_reset(&x->rb, c->max_response_bytes);
     x->errbuf[0] = '\0';
-    x->limit = c->max_response_bytes;
     rlpi_http_post post = {.url = c->urls[x->url], .body = x->body, .body_len = x->body_len,
                            .headers = c->headers, .on_data = on_data, .data = x, .errbuf = x->errbuf,
                            .timeout_ms = (long)c->timeout_ms, .connect_timeout_ms = (long)c->connect_timeout_ms,
@@ -369,9 +346,9 @@ static int start(rlpi_remote_client *c, xfer *x)
 /* First bytes of a body, one printable line. */
 static void quote_body(const xfer *x, char *dst, size_t cap)
 {
-    size_t n = x->resp_len < cap - 1 ? x->resp_len : cap - 1;
+    size_t n = x->rb.len < cap - 1 ? x->rb.len : cap - 1;
     for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)x->resp[i];
+        unsigned char ch = (unsigned char)x->rb.data[i];
         dst[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : '?';
     }
     dst[n] = '\0';
@@ -406,9 +383,7 @@ static int finish(xfer *x, rlpi_remote_result *res, int status, char *msg)
     x->state = X_DONE;
     free(x->body);
     x->body = NULL;
-    free(x->resp);
-    x->resp = NULL;
-    x->resp_len = x->resp_cap = 0;
+    rlpi_http_response_free(&x->rb);
     return 0;
 }
 
@@ -430,9 +405,9 @@ static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_
     uint32_t att = res->attempts;
     const char *s = att == 1 ? "" : "s";
 
-    if (x->nomem)
+    if (x->rb.nomem)
         return finish(x, res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory for the response", url));
-    if (x->overflow || rc == CURLE_FILESIZE_EXCEEDED)
+    if (x->rb.overflow || rc == CURLE_FILESIZE_EXCEEDED)
         return finish(x, res, RLP_E_OVERFLOW,
                       fmt_alloc("POST %s: HTTP %ld: response larger than the limit of %zu bytes "
                                 "(max_response_bytes)",
@@ -456,7 +431,7 @@ static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_
         return finish(x, res, RLP_E_FORMAT,
                       fmt_alloc("POST %s: HTTP %ld after %u attempt%s: body truncated, connection "
                                 "closed after %zu of %lld bytes",
-                                url, code, att, s, x->resp_len, (long long)declared));
+                                url, code, att, s, x->rb.len, (long long)declared));
     if (rc != CURLE_OK) {
         const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
         int st = rc == CURLE_OPERATION_TIMEDOUT ? RLP_E_TIMEOUT : RLP_E_NETWORK;
@@ -471,7 +446,7 @@ static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_
         return finish(x, res, RLP_E_NETWORK,
                       fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, quote));
     }
-    int st = rlpi_remote_parse_completion(x->resp, x->resp_len, n_expected, res);
+    int st = rlpi_remote_parse_completion(x->rb.data, x->rb.len, n_expected, res);
     return finish(x, res, st,
                   st ? fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s,
                                  rlp_error_last())
