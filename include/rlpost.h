@@ -227,7 +227,7 @@ typedef struct rlp_context_options {
     uint32_t version;     /**< RLP_CONTEXT_OPTIONS_VERSION */
     int32_t backend;      /**< an rlp_backend_kind; default RLP_BACKEND_CPU */
     int32_t device;       /**< device index for CUDA (0-based); must be 0 for the CPU */
-    int32_t n_threads;    /**< CPU threads for GEMM and the thread pool; 0 = one per online core */
+    int32_t n_threads;    /**< CPU threads of the backend's pool, which runs the GEMM tiles and every kernel; 0 = one per online core */
     uint64_t seed;        /**< seed of the context's random streams; default 0x5eed */
     rlp_log_fn log_fn;    /**< log sink; NULL = write to stderr */
     void *log_payload;    /**< passed to @ref log_fn */
@@ -260,9 +260,13 @@ RLP_API int rlp_context_options_init(rlp_context_options *opts, uint32_t version
  * @return RLP_OK; RLP_E_INVALID_ARG (NULL @p out, unknown options version,
  *         bad backend/device/thread count/log level); RLP_E_BACKEND;
  *         RLP_E_NOMEM.
- * Thread-safe (creating contexts concurrently is fine). Note that OpenBLAS
- * keeps one process-wide thread count: the most recently created CPU context
- * sets it.
+ * Thread-safe (creating contexts concurrently is fine). A CPU context does
+ * its own threading: it splits every product over its n_threads pool and
+ * calls OpenBLAS on one thread, so creating one sets OpenBLAS's process-wide
+ * thread count to 1 (openblas_set_num_threads(1)). A host that uses OpenBLAS
+ * itself and wants it threaded should set the count back around its own
+ * calls. (With both OpenBLAS's threads and ours alive, each spun while the
+ * other worked: a train step was 1.3–1.5× slower on 2 cores.)
  */
 RLP_API int rlp_context_create(rlp_context **out, const rlp_context_options *opts);
 

@@ -76,47 +76,105 @@ static int cpu_fill_f32(rlpi_backend *be, rlpi_buffer *dst, size_t off, size_t n
     return RLP_OK;
 }
 
+/* One GEMM (or GEMV for a single row) of batch item `i`, restricted to rows
+ * [r0, r1) and columns [c0, c1) of C, on the calling thread. */
+static void gemm_block(const rlpi_gemm *g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1)
+{
+    const float *a = (const float *)g->a.buf->data + g->a.offset + i * g->a.stride;
+    const float *b = (const float *)g->b.buf->data + g->b.offset + i * g->b.stride;
+    float *c = (float *)g->c.buf->data + g->c.offset + i * g->c.stride;
+    int64_t m = r1 - r0, n = c1 - c0;
+    /* sub-blocks: rows of op(A) and C, columns of op(B) and C */
+    a += g->trans_a ? r0 : r0 * g->a.ld;
+    b += g->trans_b ? c0 * g->b.ld : c0;
+    c += r0 * g->c.ld + c0;
+    if (g->k == 0) {
+        /* BLAS leaves C untouched for k = 0 only when beta = 1 */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t col = 0; col < n; col++) {
+                float *x = c + r * g->c.ld + col;
+                *x = g->beta == 0.0f ? 0.0f : g->beta * *x;
+            }
+        return;
+    }
+    if (m == 1) {
+        /* one row (batch-1 decode): a matrix-vector product streams B once,
+         * where OpenBLAS 0.3.21's sgemm would first pack it */
+        if (g->beta == 0.0f)
+            memset(c, 0, (size_t)n * sizeof *c); /* C may hold NaN; BLAS scaling by 0 need not clear it */
+        blasint incx = g->trans_a ? (blasint)g->a.ld : 1;
+        if (g->trans_b)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)g->k, g->alpha, b, (blasint)g->b.ld, a,
+                        incx, g->beta, c, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)g->k, (blasint)n, g->alpha, b, (blasint)g->b.ld, a, incx,
+                        g->beta, c, 1);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (blasint)m, (blasint)n, (blasint)g->k, g->alpha, a, (blasint)g->a.ld, b, (blasint)g->b.ld, g->beta, c,
+                (blasint)g->c.ld);
+}
+
+typedef struct gemm_tiles {
+    const rlpi_gemm *g;
+    int64_t parts;   /* tiles per batch item */
+    int64_t step;    /* rows (split_m) or columns per tile */
+    int split_m;
+} gemm_tiles;
+
+static void gemm_tile(void *p, int64_t task, int tid)
+{
+    (void)tid;
+    const gemm_tiles *t = p;
+    const rlpi_gemm *g = t->g;
+    int64_t i = task / t->parts, part = task % t->parts;
+    int64_t extent = t->split_m ? g->m : g->n;
+    int64_t lo = part * t->step, hi = lo + t->step < extent ? lo + t->step : extent;
+    if (lo >= hi)
+        return;
+    if (t->split_m)
+        gemm_block(g, i, lo, hi, 0, g->n);
+    else
+        gemm_block(g, i, 0, g->m, lo, hi);
+}
+
+/* Below this many multiply-adds a product runs on the calling thread: the
+ * hand-off to the pool (~10 µs) would cost more than it saves. */
+#define GEMM_SPLIT_MIN_MACS (1 << 18)
+/* Tiles are whole multiples of this many rows or columns, so every tile
+ * runs OpenBLAS's full-width micro-kernels (16 floats = one AVX-512 row). */
+#define GEMM_TILE_ALIGN 32
+
+/* OpenBLAS runs single-threaded (rlpi_backend_cpu_create) and the products
+ * are split here over the backend's own pool, so one set of threads does
+ * all the work: with OpenBLAS's threads and ours both alive, each spun or
+ * yielded while the other worked (17 % of a train step in sched_yield on 2
+ * cores, docs/PERFORMANCE.md). C is cut along M when op(B) is the smaller
+ * operand (each tile packs B again) and along N otherwise (each tile packs
+ * A again); a batch of small items is spread item by item. */
 static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
 {
-    (void)be;
-    const float *a = (const float *)g->a.buf->data + g->a.offset;
-    const float *b = (const float *)g->b.buf->data + g->b.offset;
-    float *c = (float *)g->c.buf->data + g->c.offset;
-    /* One multithreaded OpenBLAS call per batch item: the batched forms the
-     * model uses (attention heads) are large enough per item that this beats
-     * splitting the batch across single-threaded calls on few cores. */
-    for (int64_t i = 0; i < g->batch; i++) {
-        if (g->k == 0) {
-            /* BLAS leaves C untouched for k = 0 only when beta = 1 */
-            for (int64_t r = 0; r < g->m; r++)
-                for (int64_t col = 0; col < g->n; col++) {
-                    float *x = c + i * g->c.stride + r * g->c.ld + col;
-                    *x = g->beta == 0.0f ? 0.0f : g->beta * *x;
-                }
-            continue;
-        }
-        if (g->m == 1) {
-            /* one row (batch-1 decode): a matrix-vector product streams B
-             * once, where OpenBLAS 0.3.21's sgemm would first pack it */
-            float *y = c + i * g->c.stride;
-            if (g->beta == 0.0f)
-                memset(y, 0, (size_t)g->n * sizeof *y); /* C may hold NaN; BLAS scaling by 0 need not clear it */
-            const float *x = a + i * g->a.stride;
-            blasint incx = g->trans_a ? (blasint)g->a.ld : 1;
-            if (g->trans_b)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)g->n, (blasint)g->k, g->alpha,
-                            b + i * g->b.stride, (blasint)g->b.ld, x, incx, g->beta, y, 1);
-            else
-                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)g->k, (blasint)g->n, g->alpha,
-                            b + i * g->b.stride, (blasint)g->b.ld, x, incx, g->beta, y, 1);
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                    g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)g->n,
-                    (blasint)g->k, g->alpha, a + i * g->a.stride, (blasint)g->a.ld,
-                    b + i * g->b.stride, (blasint)g->b.ld, g->beta, c + i * g->c.stride,
-                    (blasint)g->c.ld);
+    cpu_state *st = be->impl;
+    int threads = rlpi_threadpool_size(st->pool);
+    double macs = (double)g->m * (double)g->n * (double)(g->k ? g->k : 1);
+    gemm_tiles t = {.g = g, .parts = 1, .step = g->m, .split_m = 1};
+    if (threads > 1 && macs >= GEMM_SPLIT_MIN_MACS && g->batch < threads) {
+        int split_m = g->m > 1 && (g->n <= g->m || g->n < 2 * GEMM_TILE_ALIGN);
+        int64_t extent = split_m ? g->m : g->n;
+        int64_t step = (extent + threads - 1) / threads;
+        if (extent >= 2 * GEMM_TILE_ALIGN)
+            step = (step + GEMM_TILE_ALIGN - 1) / GEMM_TILE_ALIGN * GEMM_TILE_ALIGN;
+        t.split_m = split_m;
+        t.step = step;
+        t.parts = (extent + step - 1) / step;
     }
+    if (g->batch * t.parts == 1 || (macs * (double)g->batch < GEMM_SPLIT_MIN_MACS)) {
+        for (int64_t i = 0; i < g->batch; i++)
+            gemm_block(g, i, 0, g->m, 0, g->n);
+        return RLP_OK;
+    }
+    rlpi_threadpool_run_tasks(st->pool, g->batch * t.parts, gemm_tile, &t);
     return RLP_OK;
 }
 
@@ -177,7 +235,8 @@ int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)
         free(st);
         return rc;
     }
-    openblas_set_num_threads(n_threads);
+    /* one set of worker threads: ours (see cpu_gemm_f32) */
+    openblas_set_num_threads(1);
     be->ops = &cpu_ops;
     be->kind = RLP_BACKEND_CPU;
     be->device = 0;

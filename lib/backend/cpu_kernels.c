@@ -355,9 +355,11 @@ static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float
 
 
 /* Attention through BLAS. Per (sequence, head) the L×L score block is
- * materialised (L ≤ rlpi_cpu_attention_blas_max_len, 2048 → 16 MiB) so that the four
+ * materialised (L ≤ rlpi_cpu_attention_blas_max_len = 2048) so that the four
  * products run as OpenBLAS GEMMs at full speed; the causal mask, softmax
- * and its backward are row loops on the thread pool. Longer sequences use
+ * and its backward are row loops inside the same task, one (sequence,
+ * head) block per pool task (32 MiB of scratch per thread at 2048; the
+ * backward holds S and dS). Longer sequences use
  * the streaming kernels above, which never hold a score matrix. */
 int64_t rlpi_cpu_attention_blas_max_len = 2048;
 
@@ -414,44 +416,116 @@ static void softmax_bwd_rows(void *p, int64_t b, int64_t e, int tid)
     }
 }
 
+/* One (sequence, head) block of the BLAS attention: the tasks of
+ * attention_blas_fwd/bwd, run on whichever pool thread is free with that
+ * thread's score scratch. OpenBLAS is single-threaded (cpu.c), so the
+ * blocks themselves are the parallelism: 72 of them for 8 sequences × 9
+ * heads against one hand-off per GEMM before. */
+typedef struct blas_attn {
+    float *out, *lse, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout, *o, *lse_in;
+    const int64_t *seq_start;
+    int64_t *order;      /* sequences, longest first (largest tasks first balances the tail) */
+    float *scratch;      /* per thread: S, dS (max_len² each) and l (max_len) */
+    size_t scratch_per_thread;
+    int64_t n, H, KV, hd, max_len;
+} blas_attn;
+
+static void attn_blas_fwd_task(void *p, int64_t task, int tid)
+{
+    blas_attn *a = p;
+    int64_t s = a->order[task / a->H], h = task % a->H;
+    int64_t t0 = a->seq_start[s], L = a->seq_start[s + 1] - t0;
+    const int64_t hd = a->hd, kvh = h / (a->H / a->KV);
+    const int ldq = (int)(a->H * hd), ldk = (int)(a->KV * hd);
+    float *S = a->scratch + (size_t)tid * a->scratch_per_thread, *l = S + 2 * a->max_len * a->max_len;
+    const float *Q = a->q + t0 * ldq + h * hd, *K = a->k + t0 * ldk + kvh * hd, *V = a->v + t0 * ldk + kvh * hd;
+    /* S = Q Kᵀ (L, L); the upper triangle is computed and discarded:
+     * cheaper than L small products */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K, ldk,
+                0.0f, S, (blasint)L);
+    sm_arg sm = {.S = S, .lse = l, .L = L, .scale = 1.0f / sqrtf((float)hd)};
+    softmax_rows(&sm, 0, L, tid);
+    for (int64_t i = 0; i < L; i++)
+        a->lse[h * a->n + t0 + i] = l[i];
+    /* O = P V */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S, (blasint)L,
+                V, ldk, 0.0f, a->out + t0 * ldq + h * hd, ldq);
+}
+
+/* tasks are (sequence, kv head): dK and dV of a kv head accumulate over
+ * the query heads of its group, so one task owns them */
+static void attn_blas_bwd_task(void *p, int64_t task, int tid)
+{
+    blas_attn *a = p;
+    int64_t s = a->order[task / a->KV], kvh = task % a->KV;
+    int64_t t0 = a->seq_start[s], L = a->seq_start[s + 1] - t0;
+    const int64_t hd = a->hd, group = a->H / a->KV;
+    const int ldq = (int)(a->H * hd), ldk = (int)(a->KV * hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *S = a->scratch + (size_t)tid * a->scratch_per_thread, *dS = S + a->max_len * a->max_len;
+    const float *K = a->k + t0 * ldk + kvh * hd, *V = a->v + t0 * ldk + kvh * hd;
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
+        float beta_kv = h == kvh * group ? 0.0f : 1.0f;
+        const float *Q = a->q + t0 * ldq + h * hd;
+        const float *dO = a->dout + t0 * ldq + h * hd, *O = a->o + t0 * ldq + h * hd;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K,
+                    ldk, 0.0f, S, (blasint)L);
+        /* dP = dO Vᵀ */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, dO, ldq, V,
+                    ldk, 0.0f, dS, (blasint)L);
+        sm_arg sm = {.S = S, .dS = dS, .lse_in = a->lse_in + h * a->n + t0, .dO = dO, .O = O, .L = L, .ld_o = ldq,
+                     .hd = hd, .scale = scale};
+        softmax_bwd_rows(&sm, 0, L, tid);
+        /* dQ = scale·dS K ; dK += scale·dSᵀ Q ; dV += Pᵀ dO */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
+                    (blasint)L, K, ldk, 0.0f, a->dq + t0 * ldq + h * hd, ldq);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
+                    (blasint)L, Q, ldq, beta_kv, a->dk + t0 * ldk + kvh * hd, ldk);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S,
+                    (blasint)L, dO, ldq, beta_kv, a->dv + t0 * ldk + kvh * hd, ldk);
+    }
+}
+
+static int cmp_len_desc(const void *x, const void *y, void *ss)
+{
+    const int64_t *st = ss, i = *(const int64_t *)x, j = *(const int64_t *)y;
+    int64_t li = st[i + 1] - st[i], lj = st[j + 1] - st[j];
+    return li != lj ? (li > lj ? -1 : 1) : (i > j) - (i < j);
+}
+
+/* Sets up a->order and a->scratch; RLP_E_NOMEM leaves nothing allocated. */
+static int blas_attn_prepare(rlpi_backend *be, blas_attn *a, const int64_t *seq_start, int64_t n_seq, int64_t max_len)
+{
+    int threads = rlpi_threadpool_size(POOL(be));
+    a->seq_start = seq_start;
+    a->max_len = max_len;
+    a->scratch_per_thread = (size_t)(2 * max_len * max_len + max_len + 16);
+    a->order = malloc((size_t)n_seq * sizeof *a->order);
+    a->scratch = malloc((size_t)threads * a->scratch_per_thread * sizeof(float));
+    if (!a->order || !a->scratch) {
+        free(a->order);
+        free(a->scratch);
+        return RLP_E_NOMEM;
+    }
+    for (int64_t s = 0; s < n_seq; s++)
+        a->order[s] = s;
+    qsort_r(a->order, (size_t)n_seq, sizeof *a->order, cmp_len_desc, (void *)seq_start);
+    return RLP_OK;
+}
+
 int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    if (max_len > rlpi_cpu_attention_blas_max_len)
+    blas_attn a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .n = n, .H = n_heads, .KV = n_kv_heads,
+                   .hd = head_dim};
+    if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
         return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim);
-    float *S = malloc((size_t)(max_len * max_len) * sizeof(float));
-    float *l = malloc((size_t)max_len * sizeof(float));
-    if (!S || !l) {
-        free(S);
-        free(l);
-        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim);
-    }
-    const int64_t H = n_heads, KV = n_kv_heads, hd = head_dim, group = H / KV;
-    const int ldq = (int)(H * hd), ldk = (int)(KV * hd);
-    for (int64_t s = 0; s < n_seq; s++) {
-        int64_t t0 = seq_start[s], L = seq_start[s + 1] - t0;
-        if (L == 0)
-            continue;
-        for (int64_t h = 0; h < H; h++) {
-            int64_t kvh = h / group;
-            const float *Q = q + t0 * ldq + h * hd, *K = k + t0 * ldk + kvh * hd, *V = v + t0 * ldk + kvh * hd;
-            /* S = Q Kᵀ (L, L); the upper triangle is computed and discarded:
-             * cheaper than L small products */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K,
-                        ldk, 0.0f, S, (blasint)L);
-            sm_arg a = {.S = S, .lse = l, .L = L, .scale = 1.0f / sqrtf((float)hd)};
-            rlpi_threadpool_parallel_for(POOL(be), L, 16, softmax_rows, &a);
-            for (int64_t i = 0; i < L; i++)
-                lse[h * n + t0 + i] = l[i];
-            /* O = P V */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S,
-                        (blasint)L, V, ldk, 0.0f, out + t0 * ldq + h * hd, ldq);
-        }
-    }
-    free(S);
-    free(l);
+    rlpi_threadpool_run_tasks(POOL(be), n_seq * n_heads, attn_blas_fwd_task, &a);
+    free(a.order);
+    free(a.scratch);
     return RLP_OK;
 }
 
@@ -461,44 +535,14 @@ int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, co
                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    float *S = max_len <= rlpi_cpu_attention_blas_max_len ? malloc((size_t)(max_len * max_len) * sizeof(float)) : NULL;
-    float *dS = S ? malloc((size_t)(max_len * max_len) * sizeof(float)) : NULL;
-    if (!S || !dS) {
-        free(S);
+    blas_attn a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out, .lse_in = lse,
+                   .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim};
+    if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
         return attention_bwd_streaming(be, dq, dk, dv, dout, q, k, v, out, lse, seq_start, n_seq, n, n_heads,
                                        n_kv_heads, head_dim);
-    }
-    const int64_t H = n_heads, KV = n_kv_heads, hd = head_dim, group = H / KV;
-    const int ldq = (int)(H * hd), ldk = (int)(KV * hd);
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t s = 0; s < n_seq; s++) {
-        int64_t t0 = seq_start[s], L = seq_start[s + 1] - t0;
-        if (L == 0)
-            continue;
-        for (int64_t h = 0; h < H; h++) {
-            int64_t kvh = h / group;
-            float beta_kv = h % group == 0 ? 0.0f : 1.0f; /* dK, dV accumulate over the heads of a group */
-            const float *Q = q + t0 * ldq + h * hd, *K = k + t0 * ldk + kvh * hd, *V = v + t0 * ldk + kvh * hd;
-            const float *dO = dout + t0 * ldq + h * hd, *O = out + t0 * ldq + h * hd;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K,
-                        ldk, 0.0f, S, (blasint)L);
-            /* dP = dO Vᵀ */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, dO, ldq, V,
-                        ldk, 0.0f, dS, (blasint)L);
-            sm_arg a = {.S = S, .dS = dS, .lse_in = lse + h * n + t0, .dO = dO, .O = O, .L = L, .ld_o = ldq,
-                        .hd = hd, .scale = scale};
-            rlpi_threadpool_parallel_for(POOL(be), L, 16, softmax_bwd_rows, &a);
-            /* dQ = scale·dS K ; dK += scale·dSᵀ Q ; dV += Pᵀ dO */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
-                        (blasint)L, K, ldk, 0.0f, dq + t0 * ldq + h * hd, ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
-                        (blasint)L, Q, ldq, beta_kv, dk + t0 * ldk + kvh * hd, ldk);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, 1.0f, S,
-                        (blasint)L, dO, ldq, beta_kv, dv + t0 * ldk + kvh * hd, ldk);
-        }
-    }
-    free(S);
-    free(dS);
+    rlpi_threadpool_run_tasks(POOL(be), n_seq * n_kv_heads, attn_blas_bwd_task, &a);
+    free(a.order);
+    free(a.scratch);
     return RLP_OK;
 }
 

@@ -162,3 +162,38 @@ void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_
     pthread_mutex_unlock(&pool->mu);
     pthread_mutex_unlock(&pool->loop_lock);
 }
+
+typedef struct task_loop {
+    rlpi_task_fn fn;
+    void *arg;
+    int64_t n_tasks;
+    int64_t next; /* the next task to hand out (atomic) */
+} task_loop;
+
+static void task_worker(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)b;
+    (void)e;
+    task_loop *t = p;
+    for (;;) {
+        int64_t i = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED);
+        if (i >= t->n_tasks)
+            break;
+        t->fn(t->arg, i, tid);
+    }
+}
+
+void rlpi_threadpool_run_tasks(rlpi_threadpool *pool, int64_t n_tasks, rlpi_task_fn fn, void *arg)
+{
+    if (n_tasks <= 0)
+        return;
+    int n = pool ? pool->n_threads : 1;
+    if (n <= 1 || n_tasks == 1) {
+        for (int64_t i = 0; i < n_tasks; i++)
+            fn(arg, i, 0);
+        return;
+    }
+    task_loop t = {fn, arg, n_tasks, 0};
+    /* one range per thread; each range body pulls tasks until none are left */
+    rlpi_threadpool_parallel_for(pool, n_tasks < n ? n_tasks : n, 1, task_worker, &t);
+}

@@ -26,4 +26,15 @@ int rlpi_threadpool_size(const rlpi_threadpool *pool);
 void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_t min_chunk,
                                   rlpi_range_fn fn, void *arg);
 
+/* Body of a task loop: run task `task` on thread `tid`. */
+typedef void (*rlpi_task_fn)(void *arg, int64_t task, int tid);
+
+/* Runs fn once for each task in [0, n_tasks), handed out one at a time to
+ * whichever thread is free (dynamic scheduling), and waits for all of them.
+ * For uneven work (attention blocks of sequences of different lengths,
+ * GEMM tiles): which thread runs a task varies run to run, so tasks must
+ * write disjoint outputs and not reduce across tasks. A NULL pool or one
+ * task runs inline on the caller. */
+void rlpi_threadpool_run_tasks(rlpi_threadpool *pool, int64_t n_tasks, rlpi_task_fn fn, void *arg);
+
 #endif

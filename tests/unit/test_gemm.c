@@ -150,6 +150,17 @@ static void gemm_matches_reference(void **state)
     run_case(&rng, 64, 1, 96, 1, 0, 2, 1.0f, 1.0f, 0);
     run_case(&rng, 33, 31, 1, 0, 0, 1, 1.0f, 0.0f, 0);
     run_case(&rng, 129, 192, 200, 0, 1, 1, 1.0f, 0.0f, 0);
+    /* products above 2^18 multiply-adds are cut into tiles over the pool
+     * (cpu.c): along M when op(B) is smaller, along N otherwise, tiles of
+     * 32 rows/columns with a ragged last one; a batch spreads item by item */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            run_case(&rng, 301, 70, 40, ta, tb, 1, 1.0f, 0.0f, 0);   /* split M */
+            run_case(&rng, 70, 303, 41, ta, tb, 1, -0.5f, 0.25f, 0); /* split N */
+            run_case(&rng, 1, 2001, 150, ta, tb, 1, 1.0f, 1.0f, 0);  /* GEMV split N */
+            run_case(&rng, 97, 89, 65, ta, tb, 3, 2.0f, 0.0f, ta);   /* batch spread */
+            cases += 4;
+        }
     /* m = 1 goes through sgemv on the CPU: every transpose, padded strides,
      * batched, beta 0 over a NaN-poisoned C and beta ≠ 0 */
     for (int ta = 0; ta < 2; ta++)
