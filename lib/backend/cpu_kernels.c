@@ -5,6 +5,7 @@
  * depend on timing. Sums that feed a normaliser (RMS, softmax, norms) are
  * accumulated in double. Dense products stay in OpenBLAS (cpu.c). */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_vecmath.h"
 
 #include "core/error.h"
 #include "core/threadpool.h"
@@ -380,14 +381,10 @@ static void softmax_rows(void *p, int64_t b, int64_t e, int tid)
         float *row = a->S + i * a->L;
         float m = -INFINITY;
         for (int64_t j = 0; j <= i; j++) {
-            row[j] *= a->scale;
-            m = row[j] > m ? row[j] : m;
+            float v = row[j] * a->scale;
+            m = v > m ? v : m;
         }
-        double sum = 0;
-        for (int64_t j = 0; j <= i; j++) {
-            row[j] = expf(row[j] - m);
-            sum += row[j];
-        }
+        double sum = rlpi_vec_exp_affine_sum(row, i + 1, a->scale, m);
         float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j <= i; j++)
             row[j] *= inv;
@@ -406,11 +403,9 @@ static void softmax_bwd_rows(void *p, int64_t b, int64_t e, int tid)
         float *prow = a->S + i * a->L, *drow = a->dS + i * a->L;
         float D = dotf(a->dO + i * a->ld_o, a->O + i * a->ld_o, a->hd);
         float l = a->lse_in[i];
-        for (int64_t j = 0; j <= i; j++) {
-            float pj = expf(prow[j] * a->scale - l);
-            prow[j] = pj;
-            drow[j] = pj * (drow[j] - D);
-        }
+        rlpi_vec_exp_affine_sum(prow, i + 1, a->scale, l);
+        for (int64_t j = 0; j <= i; j++)
+            drow[j] = prow[j] * (drow[j] - D);
         for (int64_t j = i + 1; j < a->L; j++)
             prow[j] = drow[j] = 0.0f;
     }
@@ -559,10 +554,7 @@ static void swiglu_fwd_range(void *p, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     ew_arg *a = p;
-    for (int64_t i = b; i < e; i++) {
-        float g = a->a[i];
-        a->y[i] = g / (1.0f + expf(-g)) * a->b[i];
-    }
+    rlpi_vec_swiglu_fwd(a->y + b, a->a + b, a->b + b, e - b);
 }
 
 /* ------------------------------------------------------- cached attention */
@@ -605,12 +597,7 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
                 sg[j] = v;
                 m = v > m ? v : m;
             }
-            double sum = 0;
-            for (int64_t j = 0; j < nk; j++) {
-                float pj = expf(sg[j] - m);
-                sg[j] = pj;
-                sum += pj;
-            }
+            double sum = rlpi_vec_exp_affine_sum(sg, nk, 1.0f, m);
             float inv = (float)(1.0 / sum);
             float *o = a->out + (i * a->H + h) * a->hd;
             memset(o, 0, (size_t)a->hd * sizeof(float));
@@ -649,12 +636,7 @@ static void swiglu_bwd_range(void *p, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     ew_arg *a = p;
-    for (int64_t i = b; i < e; i++) {
-        float g = a->a[i], u = a->b[i], d = a->c[i];
-        float sg = 1.0f / (1.0f + expf(-g));
-        a->y[i] = d * u * sg * (1.0f + g * (1.0f - sg));
-        a->y2[i] = d * g * sg;
-    }
+    rlpi_vec_swiglu_bwd(a->y + b, a->y2 + b, a->c + b, a->a + b, a->b + b, e - b);
 }
 
 int rlpi_cpu_swiglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout,
@@ -749,25 +731,6 @@ typedef struct lp_arg {
     int bad;
 } lp_arg;
 
-/* lse and Σ p·z of one row of z = logits·inv_temp, in double */
-static void row_stats(const float *row, int64_t vocab, float inv_temp, double *lse, double *pz)
-{
-    float m = -INFINITY;
-    for (int64_t j = 0; j < vocab; j++) {
-        float z = row[j] * inv_temp;
-        m = z > m ? z : m;
-    }
-    double sum = 0, spz = 0;
-    for (int64_t j = 0; j < vocab; j++) {
-        float z = row[j] * inv_temp;
-        float e = expf(z - m); /* fp32 exp (1 ulp), sums in double */
-        sum += e;
-        spz += (double)e * z;
-    }
-    *lse = m + log(sum);
-    *pz = spz / sum;
-}
-
 static void lp_range(void *p, int64_t b, int64_t e, int tid)
 {
     (void)tid;
@@ -780,7 +743,7 @@ static void lp_range(void *p, int64_t b, int64_t e, int tid)
             continue;
         }
         double lse, pz;
-        row_stats(row, a->vocab, a->inv_temp, &lse, &pz);
+        rlpi_vec_row_stats(row, a->vocab, a->inv_temp, &lse, &pz);
         a->logp[i] = (float)((double)(row[t] * a->inv_temp) - lse);
         if (a->entropy)
             a->entropy[i] = (float)(lse - pz); /* H = −Σ p (z − lse) */
@@ -812,18 +775,13 @@ static void lp_bwd_range(void *p, int64_t b, int64_t e, int tid)
             continue;
         }
         double lse, pz;
-        row_stats(row, a->vocab, a->inv_temp, &lse, &pz);
+        rlpi_vec_row_stats(row, a->vocab, a->inv_temp, &lse, &pz);
         double H = lse - pz;
         float dl = a->dlogp[i], dh = a->dentropy ? a->dentropy[i] : 0.0f;
         float lse_f = (float)lse, zh = (float)(H - lse);
-        for (int64_t j = 0; j < a->vocab; j++) {
-            float z = row[j] * a->inv_temp;
-            float pj = expf(z - lse_f);
-            float g = -dl * pj - dh * pj * (z + zh);
-            if (j == t)
-                g += dl;
-            row[j] = g * a->inv_temp;
-        }
+        float zt = row[t] * a->inv_temp, pt = expf(zt - lse_f);
+        rlpi_vec_logprob_grad(row, a->vocab, a->inv_temp, lse_f, zh, dl, dh);
+        row[t] = (-dl * pt - dh * pt * (zt + zh) + dl) * a->inv_temp;
     }
 }
 

@@ -112,7 +112,13 @@ static void test_micro_batching_same_update(void **state)
         /* the loss at ratio 1 is −mean(Â) ≈ 0: compare absolutely */
         assert_true(fabs(s1.loss - s2.loss) <= 1e-6);
     }
-    /* the two policies are still the same */
+    /* the two policies are still the same, to rounding: after 4 AdamW
+     * updates, Adam's per-parameter normalisation turns last-bit
+     * differences of near-zero gradient entries (micro-batches sum in
+     * another order) into steps of up to lr, so the logprobs drift apart by
+     * ~1e-5 (measured 3.8e-6 with glibc's expf, 1.4e-5 with the vector exp
+     * of cpu_vecmath.c); the grad-norm and loss checks above are the tight
+     * ones */
     rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
     assert_int_equal(rlp_batch_get(&t, b, 5), RLP_OK);
     int32_t ids[32];
@@ -123,7 +129,7 @@ static void test_micro_batching_same_update(void **state)
     assert_int_equal(rlp_policy_logprobs(a, &sq, 1, 1.0f, la, NULL, 32, NULL), RLP_OK);
     assert_int_equal(rlp_policy_logprobs(c, &sq, 1, 1.0f, lc, NULL, 32, NULL), RLP_OK);
     for (size_t k = 0; k < t.n_completion_tokens; k++)
-        assert_true(fabsf(la[k] - lc[k]) < 1e-5f);
+        assert_true(fabsf(la[k] - lc[k]) < 5e-5f);
     rlp_batch_free(b);
     rlp_policy_free(a);
     rlp_policy_free(c);

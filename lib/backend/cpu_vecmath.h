@@ -1,0 +1,41 @@
+/* Vectorised exp-based row kernels of the CPU backend: the logprob head's
+ * softmax statistics and gradient, SiLU, and the exponentials of the
+ * attention softmax. glibc's expf is scalar (one call per element: ~10 % of
+ * a train step, all of it in the head's 49,152-wide rows); these evaluate
+ * a polynomial exp 16 lanes at a time and are compiled for AVX-512, AVX2
+ * and baseline x86-64, picked at load time (GCC target_clones).
+ *
+ * Accuracy: the exp is Cephes' expf (range reduction by ln 2 in two parts,
+ * a degree-6 polynomial), within 2 ulp of the correctly rounded value on
+ * [-87.3, 88.7]; arguments below -87.3 give 0 (the softmax arguments are
+ * ≤ 0, so only terms already below FLT_MIN are affected). Every clone does
+ * the same operations in the same order without FMA contraction, so results
+ * do not depend on which one runs. Sums that feed a normaliser are taken in
+ * double, as before. */
+#ifndef RLPI_BACKEND_CPU_VECMATH_H
+#define RLPI_BACKEND_CPU_VECMATH_H
+
+#include <stdint.h>
+
+/* y[i] = exp(x[i]) for i < n. y may equal x. */
+void rlpi_vec_exp(float *y, const float *x, int64_t n);
+
+/* x[i] = exp(a·x[i] − b) in place; returns Σ x[i] (after) in double. */
+double rlpi_vec_exp_affine_sum(float *x, int64_t n, float a, float b);
+
+/* With z = row·inv_temp: *lse = log Σ exp z, *pz = Σ softmax(z)·z (both in
+ * double). n ≥ 1. */
+void rlpi_vec_row_stats(const float *row, int64_t n, float inv_temp, double *lse, double *pz);
+
+/* The logprob/entropy gradient of one row, in place: with z = row·inv_temp,
+ * p = exp(z − lse), row[j] = inv_temp·(−dl·p_j − dh·p_j·(z_j + zh)),
+ * zh = H − lse. The target's +dl term is the caller's. */
+void rlpi_vec_logprob_grad(float *row, int64_t n, float inv_temp, float lse, float zh, float dl, float dh);
+
+/* SwiGLU: y = silu(g)·u, silu(g) = g·σ(g). */
+void rlpi_vec_swiglu_fwd(float *y, const float *g, const float *u, int64_t n);
+
+/* SwiGLU backward: dg = d·u·σ(g)·(1 + g·(1 − σ(g))), du = d·g·σ(g). */
+void rlpi_vec_swiglu_bwd(float *dg, float *du, const float *d, const float *g, const float *u, int64_t n);
+
+#endif
