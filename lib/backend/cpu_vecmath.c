@@ -10,10 +10,11 @@
 
 #define LANES 16
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 /* the same source compiled three times, the best one picked by an ifunc at
- * load; not under sanitizers, whose runtimes do not all handle ifuncs */
+ * load; GCC only (clang 14 leaves external clones unresolved) and not under
+ * sanitizers, whose runtimes do not all handle ifuncs */
 #define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VEC_CLONES
