@@ -105,6 +105,8 @@ static void compute_inv_freq(const rlpi_model_config *c, float *out)
     }
 }
 
+static int realloc_buf(rlpi_backend *be, rlpi_buffer **buf, size_t bytes);
+
 void rlpi_transformer_free(rlpi_transformer *tf)
 {
     if (!tf)
@@ -126,6 +128,11 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->h);
     rlpi_buffer_free(tf->rstd_f);
     rlpi_buffer_free(tf->hsel);
+    rlpi_buffer_free(tf->head_logits);
+    rlpi_buffer_free(tf->head_a);
+    rlpi_buffer_free(tf->head_b);
+    rlpi_buffer_free(tf->head_dhsel);
+    rlpi_buffer_free(tf->grad_scratch);
     free(tf->seq_start);
     free(tf->sel_host);
     free(tf);
@@ -466,17 +473,18 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
         memset(entropy, 0, (size_t)n * sizeof *entropy);
     if (m > 0) {
         int64_t chunk = tf->opts.head_chunk_tokens < m ? tf->opts.head_chunk_tokens : m;
-        rlpi_buffer *logits = NULL, *lp = NULL, *ent = NULL;
+        rlpi_buffer *logits, *lp, *ent;
         float *lp_host = malloc((size_t)m * 2 * sizeof(float));
         rc = lp_host ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
         if (!rc)
             rc = rlpi_op_embedding_fwd(be, RLPI_REF(tf->hsel, 0), RLPI_REF(tf->h, 0), RLPI_REF(tf->sel, 0), m, d, n);
         if (!rc)
-            rc = rlpi_buffer_alloc(be, (size_t)(chunk * c->vocab_size) * 4, &logits);
+            rc = realloc_buf(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
         if (!rc)
-            rc = rlpi_buffer_alloc(be, (size_t)m * 4, &lp);
+            rc = realloc_buf(be, &tf->head_a, (size_t)m * 4);
         if (!rc)
-            rc = rlpi_buffer_alloc(be, (size_t)m * 4, &ent);
+            rc = realloc_buf(be, &tf->head_b, (size_t)m * 4);
+        logits = tf->head_logits, lp = tf->head_a, ent = tf->head_b;
         for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
             int64_t rows = m - r0 < chunk ? m - r0 : chunk;
             rc = rlpi_tf_mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
@@ -495,9 +503,6 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
                     entropy[sel[r]] = lp_host[m + r];
             }
         free(lp_host);
-        rlpi_buffer_free(logits);
-        rlpi_buffer_free(lp);
-        rlpi_buffer_free(ent);
         if (rc)
             return rc;
     }
@@ -624,7 +629,7 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
     if (m == 0)
         return RLP_OK;
     int64_t chunk = tf->opts.head_chunk_tokens < m ? tf->opts.head_chunk_tokens : m;
-    rlpi_buffer *logits = NULL, *dl = NULL, *de = NULL, *dhsel = NULL;
+    rlpi_buffer *logits = NULL, *dl = NULL, *de = NULL, *dhsel = NULL; /* the transformer's scratch */
     float *host = malloc((size_t)m * 2 * sizeof(float));
     int rc = host ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer backward: out of memory");
     if (!rc) {
@@ -632,14 +637,20 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
             host[r] = dlogp[tf->sel_host[r]];
             host[m + r] = dentropy ? dentropy[tf->sel_host[r]] : 0.0f;
         }
-        rc = rlpi_buffer_alloc(be, (size_t)(chunk * c->vocab_size) * 4, &logits);
+        rc = realloc_buf(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
+        logits = tf->head_logits;
     }
     if (!rc)
-        rc = rlpi_buffer_alloc(be, (size_t)m * 4, &dl);
+        rc = realloc_buf(be, &tf->head_a, (size_t)m * 4);
     if (!rc && dentropy)
-        rc = rlpi_buffer_alloc(be, (size_t)m * 4, &de);
+        rc = realloc_buf(be, &tf->head_b, (size_t)m * 4);
     if (!rc)
-        rc = rlpi_buffer_alloc(be, (size_t)(m * d) * 4, &dhsel);
+        rc = realloc_buf(be, &tf->head_dhsel, (size_t)(m * d) * 4);
+    if (!rc) {
+        dl = tf->head_a;
+        de = dentropy ? tf->head_b : NULL;
+        dhsel = tf->head_dhsel;
+    }
     if (!rc)
         rc = rlpi_buffer_upload(dl, 0, host, (size_t)m * 4);
     if (!rc && de)
@@ -663,10 +674,6 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
     if (!rc)
         rc = rlpi_op_embedding_bwd(be, RLPI_REF(g->buf, g->dxn), RLPI_REF(dhsel, 0), RLPI_REF(tf->sel, 0), m, d, n);
     free(host);
-    rlpi_buffer_free(logits);
-    rlpi_buffer_free(dl);
-    rlpi_buffer_free(de);
-    rlpi_buffer_free(dhsel);
     return rc;
 }
 
@@ -692,9 +699,10 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     PLACE(dk, n * tf->kvdim);
     PLACE(dv, n * tf->kvdim);
 #undef PLACE
-    int rc = rlpi_buffer_alloc(be, off * 4, &g.buf);
+    int rc = realloc_buf(be, &tf->grad_scratch, off * 4);
     if (rc)
         return rc;
+    g.buf = tf->grad_scratch;
     rc = head_backward(tf, dlogp, dentropy, &g);
     /* final norm: dx = ∂L/∂xs[L] */
     if (!rc)
@@ -714,6 +722,5 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     if (!rc)
         rc = rlpi_op_embedding_bwd(be, RLPI_REF(tf->grads, tf->embed), RLPI_REF(g.buf, g.dx), RLPI_REF(tf->tokens, 0),
                                    n, d, c->vocab_size);
-    rlpi_buffer_free(g.buf);
     return rc;
 }
