@@ -3,6 +3,7 @@ token prompts, remote against a port nobody listens on)."""
 import json
 import math
 import threading
+import time
 
 import pytest
 
@@ -156,9 +157,12 @@ def test_abort_from_another_thread(engine):
     started = threading.Event()
     b = [None]
 
+    def slow(ev):  # ~1 s of generation left when the abort arrives, however loaded the machine
+        started.set()
+        time.sleep(0.005)
+
     def run():
-        b[0] = engine.generate([[1, 2, 3]], n=4, max_new_tokens=50, ignore_eos=True,
-                               on_token=lambda ev: started.set())
+        b[0] = engine.generate([[1, 2, 3]], n=4, max_new_tokens=50, ignore_eos=True, on_token=slow)
     th = threading.Thread(target=run)
     th.start()
     assert started.wait(30)

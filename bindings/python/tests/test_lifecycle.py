@@ -135,9 +135,11 @@ def test_close_while_another_thread_waits_or_generates(policy):
     eng = rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=256)
     started = threading.Event()
     out = []
+    def slow(ev):  # generation outlasts the close() below on any machine
+        started.set()
+        time.sleep(0.005)
     th = threading.Thread(target=lambda: out.append(eng.generate([[1, 2, 3]], n=4, max_new_tokens=200,
-                                                                 ignore_eos=True,
-                                                                 on_token=lambda ev: started.set())))
+                                                                 ignore_eos=True, on_token=slow)))
     th.start()
     assert started.wait(30)
     policy.close()  # closes the engine first: it aborts the generation and waits for it

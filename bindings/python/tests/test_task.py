@@ -81,6 +81,16 @@ def test_chat_rendered_prompts_feed_the_engine(ctx, smollm2_path):
         b = eng.generate(ps, n=2, max_new_tokens=4, seed=1)
         assert len(b) == 2 and b[0].metadata["task"] == "countdown"
         assert list(b[0].prompt_tokens) == list(ps[0].tokens)
+        # stop strings: stop greedy decoding at a piece of its own output
+        g = eng.generate(ps, temperature=0.0, max_new_tokens=12)[0]
+        text = g.completion_text
+        assert g.completion_text and g.finish_reason in (rlpost.FinishReason.LENGTH, rlpost.FinishReason.STOP)
+        cut = text[len(text) // 2:len(text) // 2 + 2]
+        s = eng.generate(ps, temperature=0.0, max_new_tokens=12, stop=["zzzz-never", cut])[0]
+        assert s.finish_reason == rlpost.FinishReason.STOP and s.stop_index == 1
+        assert s.completion_text == text[:text.index(cut)]
+        k = eng.generate(ps, temperature=0.0, max_new_tokens=12, stop=cut, include_stop_str=True)[0]
+        assert k.completion_text == text[:text.index(cut) + len(cut)] and k.stop_index == 0
 
 
 def test_prompt_set_feeds_a_token_engine(policy, tok512):
