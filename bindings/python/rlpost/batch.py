@@ -1,0 +1,179 @@
+"""Batches of trajectories (rlp_batch): what rollout, reward, replay buffer
+and the RL step share."""
+import enum
+import json
+import math
+from ctypes import byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
+
+from . import _ffi
+from ._handle import Handle, check
+from ._util import CArray, Record, from_c, json_text, struct_record, text, to_bytes
+
+F = _ffi.F
+
+
+class FinishReason(enum.IntEnum):
+    """rlp_finish_reason"""
+    NONE = 0
+    STOP = 1
+    LENGTH = 2
+    ABORT = 3
+    ERROR = 4
+
+
+class Trajectory(Record):
+    """One prompt and one sampled completion, copied out of a batch:
+    group_id, prompt_tokens, completion_tokens, logprobs (behaviour, nats),
+    token_versions, prompt_text, completion_text, policy_version,
+    finish_reason, stop_index, temperature, reward (NaN until scored),
+    valid, error, metadata_json, sample_index, token_rewards (or None).
+    `metadata` parses metadata_json."""
+
+    @property
+    def metadata(self):
+        return None if self.metadata_json is None else json.loads(self.metadata_json)
+
+
+_APPEND_KEYS = ("group_id", "prompt_tokens", "completion_tokens", "logprobs", "token_versions", "prompt_text",
+                "completion_text", "policy_version", "finish_reason", "stop_index", "temperature", "reward",
+                "valid", "error", "metadata_json", "metadata", "sample_index", "token_rewards")
+
+
+def _or_empty(v):
+    return () if v is None else v
+
+
+class Batch(Handle):
+    """A batch of trajectories. Batch() is empty; RolloutEngine.generate()
+    and ReplayBuffer.pull() return full ones. len(batch), batch[i] (a
+    Trajectory copy) and iteration read it."""
+
+    _free = "rlp_batch_free"
+
+    def __init__(self, _ptr=None):
+        if _ptr is None:
+            out = c_void_p()
+            check(F.rlp_batch_create(byref(out)), "rlp_batch_create")
+            _ptr = out.value
+        Handle.__init__(self, _ptr)
+
+    def __len__(self):
+        n = c_size_t()
+        with self._use() as p:
+            check(F.rlp_batch_size(byref(n), p), "rlp_batch_size")
+        return n.value
+
+    @property
+    def size(self):
+        return len(self)
+
+    def __getitem__(self, index):
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("trajectory index %d out of range (batch of %d)" % (index, n))
+        t = _ffi.Trajectory()
+        t.version = t._version_
+        with self._use() as p:
+            check(F.rlp_batch_get(byref(t), p, index), "rlp_batch_get")
+            nc = t.n_completion_tokens
+            return Trajectory(
+                group_id=t.group_id, prompt_tokens=from_c(t.prompt_tokens, t.n_prompt_tokens, c_int32),
+                completion_tokens=from_c(t.completion_tokens, nc, c_int32),
+                logprobs=from_c(t.logprobs, nc, c_float), token_versions=from_c(t.token_versions, nc, c_uint64),
+                prompt_text=text(t.prompt_text), completion_text=text(t.completion_text),
+                policy_version=t.policy_version, finish_reason=FinishReason(t.finish_reason),
+                stop_index=t.stop_index, temperature=t.temperature, reward=t.reward, valid=bool(t.valid),
+                error=text(t.error), metadata_json=text(t.metadata_json), sample_index=t.sample_index,
+                token_rewards=from_c(t.token_rewards, nc, c_float) if t.token_rewards else None)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def append(self, trajectory=None, **fields):
+        """Appends a copy of a trajectory: a Trajectory (e.g. another batch's
+        batch[i]), a dict, or keywords (group_id, prompt_tokens,
+        completion_tokens, logprobs, token_versions, prompt_text,
+        completion_text, policy_version, finish_reason, stop_index,
+        temperature, reward, valid, error, metadata / metadata_json,
+        sample_index, token_rewards). Defaults: finish STOP, stop_index -1,
+        temperature 1, reward NaN (unscored), valid."""
+        values = {}
+        if trajectory is not None:
+            values.update(trajectory if isinstance(trajectory, dict) else vars(trajectory))
+        values.update(fields)
+        unknown = set(values) - set(_APPEND_KEYS)
+        if unknown:
+            raise TypeError("append: unknown trajectory field(s) %s" % ", ".join(sorted(unknown)))
+        t = _ffi.Trajectory()
+        t.version = t._version_
+        keep = []
+        comp = CArray(_or_empty(values.get("completion_tokens")), c_int32, "completion_tokens")
+        prm = CArray(_or_empty(values.get("prompt_tokens")), c_int32, "prompt_tokens")
+        keep += [comp, prm]
+        t.prompt_tokens, t.n_prompt_tokens = prm.ptr, prm.n
+        t.completion_tokens, t.n_completion_tokens = comp.ptr, comp.n
+        for key, ctype in (("logprobs", c_float), ("token_versions", c_uint64), ("token_rewards", c_float)):
+            v = values.get(key)
+            if v is not None:
+                a = CArray(v, ctype, key)
+                if a.n != comp.n:
+                    raise ValueError("append: %s has %d entries for %d completion tokens" % (key, a.n, comp.n))
+                keep.append(a)
+                setattr(t, key, a.ptr)
+        for key in ("prompt_text", "completion_text", "error"):
+            b = to_bytes(values.get(key), key)
+            keep.append(b)
+            setattr(t, key, b)
+        meta = values.get("metadata_json")
+        if values.get("metadata") is not None:
+            meta = values["metadata"]
+        meta = json_text(meta, "metadata")
+        keep.append(meta)
+        t.metadata_json = meta
+        t.group_id = int(values.get("group_id", 0))
+        t.policy_version = int(values.get("policy_version", 0))
+        t.finish_reason = int(values.get("finish_reason", FinishReason.STOP))
+        t.stop_index = int(values.get("stop_index", -1))
+        t.temperature = float(values.get("temperature", 1.0))
+        r = values.get("reward")
+        t.reward = math.nan if r is None else float(r)
+        t.valid = 1 if values.get("valid", True) else 0
+        t.sample_index = int(values.get("sample_index", 0))
+        with self._use() as p:
+            check(F.rlp_batch_append(p, byref(t)), "rlp_batch_append")
+
+    def extend(self, other):
+        """Moves every trajectory of another Batch to the end of this one
+        (the other becomes empty)."""
+        if other is self:
+            raise ValueError("extend: a batch cannot be extended with itself")
+        with self._use() as p, other._use() as o:
+            check(F.rlp_batch_extend(p, o), "rlp_batch_extend")
+
+    def set_reward(self, index, reward):
+        with self._use() as p:
+            check(F.rlp_batch_set_reward(p, int(index), float(reward)), "rlp_batch_set_reward")
+
+    def set_token_rewards(self, index, rewards):
+        """Per-token (process) rewards of trajectory @p index, one per
+        completion token; None clears them."""
+        a = CArray(rewards, c_float, "rewards", allow_none=True)
+        with self._use() as p:
+            check(F.rlp_batch_set_token_rewards(p, int(index), a.ptr, a.n), "rlp_batch_set_token_rewards")
+
+    def set_invalid(self, index, reason):
+        with self._use() as p:
+            check(F.rlp_batch_set_invalid(p, int(index), to_bytes(reason, "reason")), "rlp_batch_set_invalid")
+
+    def logprob_mismatch(self, policy):
+        """Recomputes the completions' logprobs with @p policy and compares
+        them with the behaviour logprobs: n_tokens, mean_abs, max_abs,
+        mean_ratio_dev."""
+        m = _ffi.MismatchStats()
+        m.version = m._version_
+        with self._use() as p, policy._use() as q:
+            check(F.rlp_batch_logprob_mismatch(byref(m), p, q), "rlp_batch_logprob_mismatch")
+        return struct_record(m)

@@ -1,0 +1,317 @@
+"""Policies (rlp_policy): load, save, logprobs, supervised and RL train
+steps, and the enums of the optimizer and the RL algorithms."""
+import ctypes
+import enum
+from ctypes import byref, c_float, c_size_t, c_uint64, c_void_p
+
+from . import _ffi
+from ._handle import Handle, callback_scope, check
+from ._util import HAVE_NUMPY, CArray, empty, finish, from_c, options, struct_record, to_path
+from .errors import CallbackError, STATUS_CALLBACK
+from .tokenizer import Tokenizer
+
+F = _ffi.F
+
+if HAVE_NUMPY:
+    import numpy as _np
+
+
+class DType(enum.IntEnum):
+    """rlp_dtype: storage dtype of saved weights"""
+    F32 = 0
+    F16 = 1
+    BF16 = 2
+
+
+class LRSchedule(enum.IntEnum):
+    """rlp_lr_schedule"""
+    CONSTANT = 0
+    LINEAR_WARMUP = 1
+    COSINE = 2
+
+
+class Advantage(enum.IntEnum):
+    """rlp_advantage"""
+    GRPO = 0
+    DR_GRPO = 1
+    RLOO = 2
+    REINFORCE_PP = 3
+    REINFORCE = 4
+
+
+class PolicyLoss(enum.IntEnum):
+    """rlp_policy_loss"""
+    PPO_CLIP = 0
+    DECOUPLED_PPO = 1
+    GSPO = 2
+
+
+class KLEstimator(enum.IntEnum):
+    """rlp_kl_estimator (0 = no KL)"""
+    NONE = 0
+    K1 = 1
+    K2 = 2
+    K3 = 3
+
+
+class LossAgg(enum.IntEnum):
+    """rlp_loss_agg"""
+    TOKEN_MEAN = 0
+    SEQ_MEAN_TOKEN_SUM = 1
+    SEQ_MEAN_TOKEN_MEAN = 2
+    SEQ_MEAN_TOKEN_SUM_NORM = 3
+
+
+def model_inspect(path):
+    """Describes a model file or folder without loading the weights
+    (rlp_model_inspect()): architecture, sizes, dtypes..."""
+    info = _ffi.ModelInfo()
+    info.version = info._version_
+    check(F.rlp_model_inspect(byref(info), to_path(path)), "rlp_model_inspect")
+    return struct_record(info)
+
+
+def _sequences(seqs):
+    """[(tokens, n_prompt)] / [{"tokens": t, "n_prompt": k}] / [tokens] ->
+    (rlp_sequence array, count, scored token count, keepalive)."""
+    items = []
+    for i, s in enumerate(seqs):
+        if isinstance(s, dict):
+            toks, n_prompt = s["tokens"], s.get("n_prompt", 0)
+        elif isinstance(s, tuple) and len(s) == 2 and not isinstance(s[0], int):
+            toks, n_prompt = s
+        else:
+            toks, n_prompt = s, 0
+        a = CArray(toks, ctypes.c_int32, "sequences[%d]" % i)
+        items.append((a, int(n_prompt)))
+    arr = (_ffi.Sequence * max(len(items), 1))()
+    scored = 0
+    for i, (a, n_prompt) in enumerate(items):
+        if n_prompt < 0:
+            raise ValueError("sequences[%d]: n_prompt must be >= 0" % i)
+        arr[i].tokens = a.ptr
+        arr[i].n_tokens = a.n
+        arr[i].n_prompt = n_prompt
+        scored += max(a.n - max(n_prompt, 1), 0)
+    return arr, len(items), scored, items
+
+
+class LossContext:
+    """What a Python loss sees for one micro-batch (rlp_loss_context).
+
+    Read: n_seqs, seq_index, token_start, n_tokens, logprobs, entropy,
+    step_n_seqs, step_n_tokens. Write: dlogprobs[t] and dentropy[t]
+    (∂L/∂logprobs, ∂L/∂entropy, zeroed on entry) and loss (this
+    micro-batch's contribution; or return it from the loss function).
+    With numpy the arrays are views of the library's memory: use them
+    during the call only.
+    """
+
+    def __init__(self, c_ptr):
+        self._c = c_ptr
+        c = c_ptr.contents
+        n, s = c.n_tokens, c.n_seqs
+        self.n_seqs = s
+        self.n_tokens = n
+        self.step_n_seqs = c.step_n_seqs
+        self.step_n_tokens = c.step_n_tokens
+        self.seq_index = from_c(c.seq_index, s, c_size_t)
+        self.token_start = from_c(c.token_start, s + 1, c_size_t)
+        self.logprobs = _view(c.logprobs, n, writable=False)
+        self.entropy = _view(c.entropy, n, writable=False)
+        self.dlogprobs = _view(c.dlogprobs, n, writable=True)
+        self.dentropy = _view(c.dentropy, n, writable=True)
+        self.loss = 0.0
+
+    def nll(self):
+        """The built-in token-mean NLL (rlp_loss_nll) on this micro-batch:
+        overwrites dlogprobs with its gradient, sets and returns loss. Add
+        your own terms to both afterwards."""
+        check(F.rlp_loss_nll(self._c, None), "rlp_loss_nll")
+        self.loss = self._c.contents.loss
+        return self.loss
+
+
+def _view(ptr, n, writable):
+    if not ptr or n == 0:
+        return _np.zeros(0, dtype=_np.float32) if HAVE_NUMPY else []
+    if HAVE_NUMPY:
+        v = _np.ctypeslib.as_array(ptr, shape=(n,))
+        if not writable:
+            v.flags.writeable = False
+        return v
+    arr = (c_float * n).from_address(ctypes.addressof(ptr.contents))
+    return arr if writable else list(arr)
+
+
+class Policy(Handle):
+    """A causal LM with trainable weights and optimizer state.
+
+    Policy(context, path, head_chunk_tokens=0, activation_checkpointing=False,
+           trainable=True) loads a GGUF file, a Hugging Face folder or a
+    llama2.c checkpoint. Keeps its context alive.
+    """
+
+    _free = "rlp_policy_free"
+
+    def __init__(self, context, path, head_chunk_tokens=0, activation_checkpointing=False, trainable=True):
+        opts = options(_ffi.PolicyOptions, "rlp_policy_options_init",
+                       {"head_chunk_tokens": head_chunk_tokens,
+                        "activation_checkpointing": activation_checkpointing, "trainable": trainable}, [],
+                       what="Policy")
+        out = c_void_p()
+        with context._use() as c:
+            check(F.rlp_policy_load(byref(out), c, to_path(path), byref(opts)), "rlp_policy_load")
+            Handle.__init__(self, out.value, parents=(context,))
+        self.context = context
+        self._tokenizer = None
+
+    def save(self, dir, dtype=DType.F32):
+        """Writes a Hugging Face folder (config.json, model.safetensors,
+        tokenizer files) atomically."""
+        with self._use() as p:
+            check(F.rlp_policy_save(p, to_path(dir), int(dtype)), "rlp_policy_save")
+
+    def save_optimizer(self, path):
+        """AdamW moments, step counts and the version, for resume."""
+        with self._use() as p:
+            check(F.rlp_policy_save_optimizer(p, to_path(path)), "rlp_policy_save_optimizer")
+
+    def load_optimizer(self, path):
+        with self._use() as p:
+            check(F.rlp_policy_load_optimizer(p, to_path(path)), "rlp_policy_load_optimizer")
+
+    def clone(self, trainable=False):
+        """A copy of the current weights as a new policy on the same
+        context (frozen by default: a reference policy or a snapshot)."""
+        out = c_void_p()
+        with self._use() as p:
+            check(F.rlp_policy_clone(byref(out), p, 1 if trainable else 0), "rlp_policy_clone")
+        pol = Policy.__new__(Policy)
+        Handle.__init__(pol, out.value, parents=(self.context,))
+        pol.context = self.context
+        pol._tokenizer = None
+        return pol
+
+    @property
+    def tokenizer(self):
+        """The model's own tokenizer (borrowed; closed with the policy), or
+        None when the model file has none (llama2.c checkpoints)."""
+        with self._use() as p:
+            if self._tokenizer is None or self._tokenizer.closed:
+                ptr = F.rlp_policy_tokenizer(p)
+                if not ptr:
+                    return None
+                self._tokenizer = Tokenizer._borrowed(ptr, self)
+            return self._tokenizer
+
+    @property
+    def version(self):
+        """Optimizer steps applied (the policy version of the RL loop)."""
+        v = c_uint64()
+        with self._use() as p:
+            check(F.rlp_policy_version(byref(v), p), "rlp_policy_version")
+        return v.value
+
+    @property
+    def n_params(self):
+        v = c_uint64()
+        with self._use() as p:
+            check(F.rlp_policy_n_params(byref(v), p), "rlp_policy_n_params")
+        return v.value
+
+    def memory(self):
+        """Bytes held: weights, gradients, optimizer, activations."""
+        m = _ffi.MemoryStats()
+        m.version = m._version_
+        with self._use() as p:
+            check(F.rlp_policy_memory(byref(m), p), "rlp_policy_memory")
+        return struct_record(m)
+
+    def set_optimizer(self, **kw):
+        """AdamW settings: lr, beta1, beta2, eps, weight_decay, max_grad_norm,
+        schedule (LRSchedule), warmup_steps, total_steps, min_lr_ratio."""
+        if "schedule" in kw:
+            kw["schedule"] = int(kw["schedule"])
+        opts = options(_ffi.OptimizerOptions, "rlp_optimizer_options_init", kw, [],
+                       what="set_optimizer")
+        with self._use() as p:
+            check(F.rlp_policy_set_optimizer(p, byref(opts)), "rlp_policy_set_optimizer")
+
+    def logprobs(self, sequences, temperature=1.0, entropy=False):
+        """Per-token logprobs of the scored tokens of the sequences, in
+        order: sequence (tokens, n_prompt) scores tokens[t] for t >=
+        max(n_prompt, 1). With entropy=True returns (logprobs, entropy)."""
+        arr, n, scored, keep = _sequences(sequences)
+        lp, lp_ptr = empty(scored, c_float)
+        ent, ent_ptr = empty(scored, c_float) if entropy else (None, None)
+        got = c_size_t()
+        with self._use() as p:
+            check(F.rlp_policy_logprobs(p, arr, n, float(temperature), lp_ptr, ent_ptr, max(scored, 1),
+                                        byref(got)), "rlp_policy_logprobs")
+        if entropy:
+            return finish(lp, got.value), finish(ent, got.value)
+        return finish(lp, got.value)
+
+    def train_step(self, sequences, loss=None, temperature=1.0, micro_batch_tokens=0):
+        """One optimizer step on the sequences with a loss over their
+        logprobs: None for the built-in token-mean NLL, or a Python callable
+        loss(ctx: LossContext) -> float (or set ctx.loss), which fills
+        ctx.dlogprobs. An exception in it aborts the step with the weights
+        untouched (CallbackError from that exception). Returns the stats."""
+        arr, n, _, keep = _sequences(sequences)
+        topts = options(_ffi.TrainOptions, "rlp_train_options_init",
+                        {"temperature": temperature, "micro_batch_tokens": micro_batch_tokens}, [],
+                        what="train_step")
+        stats = _ffi.TrainStats()
+        stats.version = stats._version_
+        failure = []
+        if loss is None or loss == "nll":
+            fn = _ffi.LOSS_NLL
+        elif callable(loss):
+            owner = self
+
+            def trampoline(ctx_ptr, payload):
+                try:
+                    with callback_scope(owner):
+                        lc = LossContext(ctx_ptr)
+                        r = loss(lc)
+                        ctx_ptr.contents.loss = float(lc.loss if r is None else r)
+                    return 0
+                except BaseException as e:
+                    failure.append(e)
+                    return 1
+            fn = _ffi.LossFn(trampoline)
+        else:
+            raise TypeError("loss must be None, 'nll' or a callable, not %r" % (loss,))
+        with self._use() as p:
+            rc = F.rlp_policy_train_step(p, arr, n, fn, None, byref(topts), byref(stats))
+        if rc == STATUS_CALLBACK and failure:
+            err = CallbackError("rlp_policy_train_step: the loss raised %s: %s"
+                                % (type(failure[0]).__name__, failure[0]), STATUS_CALLBACK,
+                                "rlp_policy_train_step")
+            raise err from failure[0]
+        check(rc, "rlp_policy_train_step")
+        return struct_record(stats)
+
+    def train_rl(self, batch, ref=None, **kw):
+        """One RL step on a scored Batch (rlp_policy_train_rl()): advantages
+        per group, the chosen loss, ppo_epochs × mini_batches optimizer
+        steps. Keywords are the fields of rlp_rl_options (advantage,
+        policy_loss, clip_low, clip_high, kl_estimator, kl_coef, loss_agg,
+        ...); ref is a frozen Policy for the KL. Returns the stats."""
+        for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
+            if k in kw:
+                kw[k] = int(kw[k])
+        opts = options(_ffi.RLOptions, "rlp_rl_options_init", kw, [], what="train_rl")
+        stats = _ffi.RLStats()
+        stats.version = stats._version_
+        with self._use() as p, batch._use() as b:
+            if ref is not None:
+                with ref._use() as r:
+                    rc = F.rlp_policy_train_rl(p, b, r, byref(opts), byref(stats))
+            else:
+                rc = F.rlp_policy_train_rl(p, b, None, byref(opts), byref(stats))
+        check(rc, "rlp_policy_train_rl")
+        return struct_record(stats)
+

@@ -1,0 +1,315 @@
+"""The bindings cannot fall behind include/rlpost.h: this parses the header
+(comments stripped, simple regexes over RLP_API prototypes, typedef'd
+structs and enums, #defines) and checks that
+
+- every RLP_API function is declared with argtypes/restype that match
+  its prototype parameter for parameter, and nothing else is declared;
+- every struct with a body has a ctypes Structure with the same fields, in
+  the same order, of matching types, and the same *_VERSION;
+- with a C compiler at hand, sizeof and every offsetof agree with the
+  compiler's (a program generated here from the parsed header);
+- every enum of the header has a Python enum with the same members and
+  values, and every status code an exception class.
+"""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+from ctypes import POINTER
+
+import pytest
+
+import rlpost
+from rlpost import _ffi, errors
+
+from conftest import ROOT
+
+HEADER = ROOT / "include" / "rlpost.h"
+
+
+def _source():
+    src = HEADER.read_text()
+    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", src)
+
+
+SRC = _source()
+DEFINES = {m.group(1): m.group(2).strip() for m in re.finditer(r"^#define\s+(RLP_\w+)[ \t]+([^\n\\]+)$", SRC, re.M)}
+OPAQUE = set(re.findall(r"typedef\s+struct\s+(rlp_\w+)\s+\1\s*;", SRC))
+STRUCTS = {m.group(1): m.group(2) for m in
+           re.finditer(r"typedef\s+struct\s+(rlp_\w+)\s*\{(.*?)\}\s*\1\s*;", SRC, re.S)}
+ENUMS = {m.group(1): m.group(2) for m in
+         re.finditer(r"typedef\s+enum\s+(rlp_\w+)\s*\{(.*?)\}\s*\1\s*;", SRC, re.S)}
+FNPTRS = {m.group(1) for m in re.finditer(r"typedef\s+\w+\s*\(\s*\*\s*(rlp_\w+)\s*\)", SRC)}
+PROTOS = [" ".join(m.group(1).split()) for m in re.finditer(r"^RLP_API\s+([^;]*?)\s*;", SRC, re.M | re.S)]
+
+SCALARS = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "int32_t": ctypes.c_int32,
+           "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
+           "uint8_t": ctypes.c_uint8, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
+           "double": ctypes.c_double, "char": ctypes.c_char}
+CALLBACKS = {"rlp_log_fn": _ffi.LogFn, "rlp_loss_fn": _ffi.LossFn, "rlp_stream_fn": _ffi.StreamFn,
+             "rlp_reward_callback": _ffi.RewardCallback, "rlp_reward_batch_callback": _ffi.RewardBatchCallback}
+PY_STRUCTS = {cls._c_name_: cls for cls in vars(_ffi).values()
+              if isinstance(cls, type) and issubclass(cls, ctypes.Structure) and hasattr(cls, "_c_name_")}
+
+
+def _split_type(decl):
+    """'const rlp_policy *const *name' -> ('rlp_policy', 2, 'name')."""
+    decl = decl.strip()
+    m = re.match(r"^(.*?)(\w+)$", decl)
+    assert m, decl
+    type_part, name = m.group(1), m.group(2)
+    depth = type_part.count("*")
+    words = [w for w in re.split(r"[\s*]+", type_part) if w and w != "const"]
+    assert len(words) == 1, "cannot parse type of %r" % decl
+    return words[0], depth, name
+
+
+def _expected(base, depth):
+    """The ctypes types that may stand for a C type (a set)."""
+    if depth == 0:
+        if base in SCALARS:
+            return {SCALARS[base]}
+        if base in CALLBACKS:
+            return {CALLBACKS[base]}
+        if base in PY_STRUCTS:
+            return {PY_STRUCTS[base]}
+        raise AssertionError("no mapping for C type %s" % base)
+    if depth == 1:
+        if base == "char":
+            return {ctypes.c_char_p, POINTER(ctypes.c_char)}
+        if base == "void" or base in OPAQUE:
+            return {ctypes.c_void_p}
+        if base in STRUCTS:
+            assert base in PY_STRUCTS, "struct %s has no ctypes Structure" % base
+            return {POINTER(PY_STRUCTS[base])}
+        return {POINTER(t) for t in _expected(base, 0)}
+    if depth == 2:
+        if base in OPAQUE:
+            return {POINTER(ctypes.c_void_p)}
+        return {POINTER(t) for t in _expected(base, 1)}
+    raise AssertionError("pointer depth %d of %s" % (depth, base))
+
+
+def _parse_proto(proto):
+    m = re.match(r"^(.*?)\b(rlp_\w+)\s*\((.*)\)$", proto)
+    assert m, proto
+    ret, name, params = m.group(1).strip(), m.group(2), m.group(3).strip()
+    ret_depth = ret.count("*")
+    ret_base = [w for w in re.split(r"[\s*]+", ret) if w and w != "const"][0]
+    args = [] if params in ("void", "") else [_split_type(p) for p in params.split(",")]
+    return name, (ret_base, ret_depth), args
+
+
+def test_header_is_parsed():
+    # guards the regexes themselves: the header's size class is known
+    assert len(PROTOS) >= 121
+    assert len(STRUCTS) >= 30 and len(ENUMS) >= 19 and len(OPAQUE) >= 10
+
+
+def test_every_function_is_declared_with_matching_types():
+    declared = {n: (rt, at) for n, rt, at in _ffi.FUNCTIONS}
+    header_names = []
+    problems = []
+    for proto in PROTOS:
+        name, (rbase, rdepth), args = _parse_proto(proto)
+        header_names.append(name)
+        if name not in declared:
+            problems.append("%s: not declared in rlpost/_ffi.py" % name)
+            continue
+        f = getattr(_ffi.lib, name)  # the CDLL's function object itself
+        if f.argtypes is None:
+            problems.append("%s: argtypes not set" % name)
+            continue
+        want_ret = {None} if (rbase == "void" and rdepth == 0) else _expected(rbase, rdepth)
+        if f.restype not in want_ret:
+            problems.append("%s: restype %r, header says %s%s" % (name, f.restype, rbase, "*" * rdepth))
+        if len(f.argtypes) != len(args):
+            problems.append("%s: %d argtypes for %d parameters" % (name, len(f.argtypes), len(args)))
+            continue
+        for i, ((base, depth, pname), got) in enumerate(zip(args, f.argtypes)):
+            if got not in _expected(base, depth):
+                problems.append("%s: parameter %d (%s) is %r, header says %s%s"
+                                % (name, i, pname, got, base, "*" * depth))
+    extra = set(declared) - set(header_names)
+    if extra:
+        problems.append("declared but not in the header: %s" % ", ".join(sorted(extra)))
+    assert not problems, "\n".join(problems)
+    assert not _ffi.MISSING, "the library lacks %s" % _ffi.MISSING
+    assert len(header_names) == len(declared) == len(set(header_names))
+
+
+def _fields(body):
+    """[(name, base, depth, array_len or None)] of a struct body."""
+    out = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        fp = re.match(r"^(.*)\(\s*\*\s*(\w+)\s*\)\s*\((.*)\)$", decl)
+        if fp:
+            out.append((fp.group(2), "fnptr:" + " ".join(fp.group(1).split()) + "(" + fp.group(3) + ")", 0, None))
+            continue
+        m = re.match(r"^((?:const\s+)?\w+)\s+(.*)$", decl)
+        assert m, decl
+        base = m.group(1).replace("const ", "")
+        for d in m.group(2).split(","):
+            d = d.strip()
+            depth = d.count("*")
+            d = re.sub(r"\bconst\b", "", d.replace("*", "")).strip()
+            arr = re.match(r"^(\w+)\s*\[\s*(\w+)\s*\]$", d)
+            n = None
+            if arr:
+                d, size = arr.group(1), arr.group(2)
+                n = int(DEFINES.get(size, size))
+            out.append((d, base, depth, n))
+    return out
+
+
+def test_every_struct_matches():
+    problems = []
+    for cname, body in STRUCTS.items():
+        cls = PY_STRUCTS.get(cname)
+        if cls is None:
+            problems.append("%s: no ctypes Structure" % cname)
+            continue
+        want = _fields(body)
+        got = cls._fields_
+        if [w[0] for w in want] != [g[0] for g in got]:
+            problems.append("%s: fields %s, header has %s" % (cname, [g[0] for g in got], [w[0] for w in want]))
+            continue
+        for (fname, base, depth, n), (_, t) in zip(want, got):
+            if base.startswith("fnptr:"):
+                ok = (issubclass(t, ctypes._CFuncPtr) and base == "fnptr:void(void *payload)"
+                      and t._restype_ is None and t._argtypes_ == (ctypes.c_void_p,))
+            elif n is not None:
+                ok = issubclass(t, ctypes.Array) and t._length_ == n and t._type_ in _expected(base, depth)
+            else:
+                ok = t in _expected(base, depth)
+            if not ok:
+                problems.append("%s.%s: %r, header says %s%s%s" % (cname, fname, t, base, "*" * depth,
+                                                                   "[%d]" % n if n else ""))
+    extra = set(PY_STRUCTS) - set(STRUCTS)
+    if extra:
+        problems.append("Structures not in the header: %s" % sorted(extra))
+    assert not problems, "\n".join(problems)
+
+
+def test_struct_versions_match_the_macros():
+    checked = 0
+    for macro, value in DEFINES.items():
+        m = re.match(r"^RLP_(\w+)_VERSION$", macro)
+        if not m or macro in ("RLP_ABI_VERSION",):
+            continue
+        cname = "rlp_" + m.group(1).lower()
+        if cname not in STRUCTS:
+            continue
+        assert PY_STRUCTS[cname]._version_ == int(value), macro
+        checked += 1
+    assert checked >= 15
+
+
+def test_constants_match_the_macros():
+    assert int(DEFINES["RLP_REWARD_REASON_MAX"]) == _ffi.REWARD_REASON_MAX
+    assert int(DEFINES["RLP_BUFFER_STALENESS_BINS"]) == _ffi.BUFFER_STALENESS_BINS
+    assert DEFINES["RLP_WAIT_FOREVER"] == "UINT32_MAX" and rlpost.WAIT_FOREVER == 2 ** 32 - 1
+    assert DEFINES["RLP_STALENESS_UNBOUNDED"] == "UINT32_MAX" and rlpost.STALENESS_UNBOUNDED == 2 ** 32 - 1
+    assert int(DEFINES["RLP_BACKEND_COUNT"]) == len(rlpost.Backend)
+
+
+ENUM_MAP = {
+    "rlp_backend_kind": (rlpost.Backend, "RLP_BACKEND_"), "rlp_log_level": (rlpost.LogLevel, "RLP_LOG_"),
+    "rlp_token_role": (rlpost.TokenRole, "RLP_TOKEN_"), "rlp_encode_flags": (rlpost.EncodeFlags, "RLP_ENCODE_"),
+    "rlp_decode_flags": (rlpost.DecodeFlags, "RLP_DECODE_"), "rlp_lr_schedule": (rlpost.LRSchedule, "RLP_LR_"),
+    "rlp_dtype": (rlpost.DType, "RLP_DTYPE_"), "rlp_finish_reason": (rlpost.FinishReason, "RLP_FINISH_"),
+    "rlp_logprobs_mode": (rlpost.LogprobsMode, "RLP_LOGPROBS_"),
+    "rlp_interrupt_mode": (rlpost.InterruptMode, "RLP_INTERRUPT_"),
+    "rlp_advantage": (rlpost.Advantage, "RLP_ADV_"), "rlp_policy_loss": (rlpost.PolicyLoss, "RLP_LOSS_"),
+    "rlp_kl_estimator": (rlpost.KLEstimator, "RLP_KL_"), "rlp_loss_agg": (rlpost.LossAgg, "RLP_AGG_"),
+    "rlp_reward_refine_mode": (rlpost.RefineMode, "RLP_REFINE_"),
+    "rlp_buffer_full_policy": (rlpost.BufferFullPolicy, "RLP_BUFFER_FULL_"),
+    "rlp_sync_mode": (rlpost.SyncMode, "RLP_SYNC_"), "rlp_sync_transport": (rlpost.SyncTransport, "RLP_TRANSPORT_"),
+}
+
+
+def _enum_members(body):
+    out = {}
+    for item in body.split(","):
+        item = item.strip()
+        if item:
+            name, value = (s.strip() for s in item.split("="))
+            out[name] = int(value)
+    return out
+
+
+def test_every_enum_matches():
+    problems = []
+    for cname, body in ENUMS.items():
+        members = _enum_members(body)
+        if cname == "rlp_status":
+            for name, value in members.items():
+                const = getattr(errors, "STATUS_" + name[len("RLP_E_"):] if name != "RLP_OK" else "STATUS_OK", None)
+                if const != value:
+                    problems.append("%s: errors.STATUS_* is %r" % (name, const))
+                if value < 0 and errors.BY_STATUS.get(value) is None:
+                    problems.append("%s has no exception class" % name)
+            continue
+        if cname not in ENUM_MAP:
+            problems.append("enum %s has no Python enum" % cname)
+            continue
+        py, prefix = ENUM_MAP[cname]
+        want = {n[len(prefix):]: v for n, v in members.items()}
+        got = {m.name: int(m.value) for m in py}
+        got.pop("NONE", None) if cname == "rlp_kl_estimator" else None  # 0 = no KL is not an enum value in C
+        if want != got:
+            problems.append("%s: Python %s, header %s" % (cname, got, want))
+    assert not problems, "\n".join(problems)
+
+
+def _compiler():
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc.split()[0]):
+            return cc.split()
+    return None
+
+
+def test_layouts_match_the_compiler(tmp_path):
+    cc = _compiler()
+    if cc is None:
+        pytest.skip("no C compiler to measure the structs with")
+    version_h = [d for d in (os.environ.get("RLPOST_BUILD_ROOT"), str(ROOT / "build"))
+                 if d and os.path.isfile(os.path.join(d, "rlpost_version.h"))]
+    if not version_h:
+        pytest.skip("no rlpost_version.h (set RLPOST_BUILD_ROOT to a configured build folder)")
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "rlpost.h"', "int main(void) {"]
+    for cname, body in STRUCTS.items():
+        lines.append('printf("%s %%zu\\n", sizeof(%s));' % (cname, cname))
+        for fname, _, _, _ in _fields(body):
+            lines.append('printf("%s.%s %%zu\\n", offsetof(%s, %s));' % (cname, fname, cname, fname))
+    lines += ["return 0;", "}"]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    r = subprocess.run(cc + ["-std=c11", "-I", str(ROOT / "include"), "-I", version_h[0], str(src), "-o", str(exe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # the program links nothing of librlpost, but sanitizer preloads may be in the environment
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, env=env).stdout
+    problems = []
+    n = 0
+    for line in out.splitlines():
+        key, value = line.rsplit(" ", 1)
+        value = int(value)
+        if "." in key:
+            cname, fname = key.split(".")
+            got = getattr(PY_STRUCTS[cname], fname).offset
+        else:
+            cname = key
+            got = ctypes.sizeof(PY_STRUCTS[cname])
+        n += 1
+        if got != value:
+            problems.append("%s: ctypes %d, C %d" % (key, got, value))
+    assert not problems, "\n".join(problems)
+    assert n > 200
