@@ -173,6 +173,67 @@ static void test_callback_sees_the_batch(void **state)
     rlp_reward_fn_free(fn);
 }
 
+/* ---- reasons cut at a character ---------------------------------------------------- */
+
+static int long_reason_cb(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
+{
+    (void)payload;
+    /* fill the reason with 2-, 3- and 4-byte characters up to the last byte,
+     * shifted by the sample index so every cut position is hit */
+    static const char *chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    size_t cap = sizeof res->reason, len = 0;
+    for (size_t k = 0; k < req->batch_index % 4; k++)
+        res->reason[len++] = 'x';
+    for (size_t k = 0;; k++) {
+        const char *c = chars[(k + req->batch_index) % 3];
+        if (len + strlen(c) >= cap)
+            break;
+        memcpy(res->reason + len, c, strlen(c));
+        len += strlen(c);
+    }
+    res->reason[len] = '\0';
+    res->valid = 0;
+    return 0;
+}
+
+static int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t need = *p < 0x80 ? 0 : *p >= 0xF0 ? 3 : *p >= 0xE0 ? 2 : *p >= 0xC0 ? 1 : 9;
+        if (need == 9)
+            return 0;
+        for (size_t k = 1; k <= need; k++)
+            if ((p[k] & 0xC0) != 0x80)
+                return 0;
+        p += need + 1;
+    }
+    return 1;
+}
+
+static void test_reason_cut_at_a_character(void **state)
+{
+    (void)state;
+    rlp_reward_options o = RLP_REWARD_OPTIONS_INIT;
+    o.name = "named"; /* "named: " is prefixed, so the callback's reason is cut */
+    rlp_reward_fn *fn = NULL;
+    assert_int_equal(rlp_reward_fn_create_callback(&fn, long_reason_cb, &o, NULL), RLP_OK);
+    rlp_batch *b = make_batch(12);
+    rlp_reward_stats st = new_stats();
+    assert_int_equal(rlp_reward_fn_score(fn, b, &st), RLP_OK);
+    assert_int_equal(st.invalid, 12);
+    for (size_t i = 0; i < 12; i++) {
+        rlp_trajectory t = get(b, i);
+        assert_false(t.valid);
+        assert_non_null(t.error);
+        assert_true(strncmp(t.error, "named: ", 7) == 0);
+        assert_true(strlen(t.error) > RLP_REWARD_REASON_MAX - 8); /* cut at most 3 bytes short */
+        assert_true(utf8_valid(t.error));
+    }
+    rlp_batch_free(b);
+    rlp_reward_fn_free(fn);
+}
+
 /* ---- faults ------------------------------------------------------------------------ */
 
 typedef struct faulty {
@@ -688,6 +749,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_callback_sees_the_batch),
+        cmocka_unit_test(test_reason_cut_at_a_character),
         cmocka_unit_test(test_callback_faults),
         cmocka_unit_test(test_abandoned_limit),
         cmocka_unit_test(test_rest_of_an_abandoned_block),
