@@ -37,31 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
 
-def select_blas_kernels():
-    """A host program's business, done before the library loads: Debian's
-    OpenBLAS 0.3.21 picks slow generic kernels on recent Xeons; ask for
-    the right ones (as examples/blas_kernels.h does for the C programs).
-    Opt out with RLPOST_KEEP_BLAS=1 or by setting OPENBLAS_CORETYPE."""
-    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("RLPOST_KEEP_BLAS"):
-        return
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return
-    if all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq")):
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif "avx2" in flags and "fma" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+from _host import import_rlpost  # noqa: E402  (beside this file)
 
-
-select_blas_kernels()
-try:
-    import rlpost
-except ImportError as e:
-    if "rlpost" not in str(e) or "librlpost" in str(e):
-        raise
-    sys.path.insert(0, os.path.join(HERE, ".."))  # run from the source tree without installing
-    import rlpost
+rlpost = import_rlpost()
 
 QUESTIONS = [("What is 12 + 30?", 42), ("What is 7 times 8?", 56), ("How many legs do 3 cats have?", 12),
              ("What is 100 minus 37?", 63), ("What is half of 50?", 25), ("What is 9 squared?", 81),

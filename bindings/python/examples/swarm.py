@@ -47,29 +47,9 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 PROMPT_LEN = 8
 
 
-def select_blas_kernels():
-    """Before the library loads: Debian's OpenBLAS picks generic kernels on
-    recent Xeons (see grpo_smollm2.py). Opt out with RLPOST_KEEP_BLAS=1."""
-    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("RLPOST_KEEP_BLAS"):
-        return
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return
-    if all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq")):
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-    elif "avx2" in flags and "fma" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+from _host import import_rlpost  # noqa: E402  (beside this file)
 
-
-select_blas_kernels()
-try:
-    import rlpost
-except ImportError as e:
-    if "rlpost" not in str(e) or "librlpost" in str(e):
-        raise
-    sys.path.insert(0, os.path.join(HERE, ".."))
-    import rlpost
+rlpost = import_rlpost()
 
 
 def log(msg):
