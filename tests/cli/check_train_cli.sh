@@ -153,14 +153,16 @@ grep -q "\"steps_completed\":$((k + 2))" "$out/sum3.json" || { cat "$out/sum3.js
 
 # --- Ctrl-C: finish the step, checkpoint, exit 0
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set steps=100000 --set eval.n=0 \
-  >"$out/sum4.json" 2>"$out/err" &
+  >"$out/sum4.json" 2>"$out/int.err" &
 pid=$!
 i=0
-while ! grep -q "^step 3/" "$out/err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+# (a file of its own: "$out/err" still holds the previous run's "step 3/4", and a SIGINT sent
+# before the driver installs its handler ends it with status 130)
+while ! grep -q "^step 3/" "$out/int.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
 kill -INT $pid
 wait $pid
 rc=$?
-[ $rc -eq 0 ] || { cat "$out/err"; fail "SIGINT: exit $rc"; }
+[ $rc -eq 0 ] || { cat "$out/int.err"; fail "SIGINT: exit $rc"; }
 grep -q '"interrupted":true' "$out/sum4.json" || fail "SIGINT: no interrupted summary"
 [ -f "$out/int/checkpoints/latest" ] || fail "SIGINT: no checkpoint"
 echo "ok"
