@@ -1525,9 +1525,19 @@ int cmd_eval(int argc, char **argv)
         teardown(r);
         return rc;
     }
+    /* the step a checkpoint of `rlpost train` was taken at (its weights
+     * do not carry the version: optimizer.safetensors does); else the
+     * policy's version (0 for a model) */
     uint64_t version = 0;
     rlp_policy_version(&version, r->policy);
-    json_t *rec = evaluate(r, (long long)version);
+    long long step = (long long)version;
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/state.json", ckpt);
+    json_t *state = ckpt_arg ? json_load_file(path, 0, NULL) : NULL;
+    if (json_is_integer(json_object_get(state, "step")))
+        step = (long long)json_integer_value(json_object_get(state, "step"));
+    json_decref(state);
+    json_t *rec = evaluate(r, step);
     if (!rec) {
         teardown(r);
         return 1;

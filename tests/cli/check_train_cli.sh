@@ -5,7 +5,8 @@
 # 2 naming the key and write nothing; a resume from the step-2 checkpoint
 # (at the epoch boundary, public-bugs case #10) reproduces the uninterrupted
 # run's steps 3-4 bit for bit with 1 thread (metrics compared exactly);
-# kill -9 after a checkpoint and Ctrl-C then resume. Skips (77) without the
+# kill -9 after a checkpoint and Ctrl-C then resume; `rlpost eval` on a
+# checkpoint repeats the run's last evaluation. Skips (77) without the
 # shared data or python3.
 set -u
 rlpost=$1
@@ -44,6 +45,23 @@ assert st["step"] == 2 and st["version"] == 2 and st["cursor"]["epoch"] == 1 and
 assert json.load(open(d + "/runA/config.json"))["seed"] == 7
 PY
 [ $? -eq 0 ] || fail "outputs of the 2-step run"
+
+# --- `rlpost eval` on the step-2 checkpoint and on the model: the run's own evaluations, exactly
+"$rlpost" eval "$cfg" --set "model=\"$model\"" --checkpoint "$out/runA" >"$out/eval2.json" 2>"$out/err" ||
+  { cat "$out/err"; fail "rlpost eval --checkpoint"; }
+"$rlpost" eval "$cfg" --set "model=\"$model\"" >"$out/eval0.json" 2>"$out/err" || { cat "$out/err"; fail "rlpost eval"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+e = [json.loads(l) for l in open(d + "/runA/eval.jsonl")]
+for name, want in (("eval0", e[0]), ("eval2", e[1])):
+    got = json.load(open(d + "/%s.json" % name))
+    assert got["step"] == want["step"] and got["n"] == 4, (got, want)  # the checkpoint's step, not the weights' version 0
+    for k in ("accuracy", "format_rate", "reward_mean", "mean_completion_tokens"):
+        assert got[k] == want[k], (name, k, got[k], want[k])
+assert json.load(open(d + "/eval2.json"))["model"].endswith("step_2")
+PY
+[ $? -eq 0 ] || fail "rlpost eval differs from the run's evaluations"
 
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
