@@ -2,7 +2,8 @@
 # `rlpost train` end to end on stories260K (llama2.c, token-level: a
 # 512-piece ASCII tokenizer written here stands in for its missing one):
 # 2 steps of GRPO on an 8-record JSONL with a regex reward; bad configs exit
-# 2 naming the key and write nothing; a resume from the step-2 checkpoint
+# 2 naming the key and write nothing (sync.mode, η, async constraints,
+# rollout.urls among them); a resume from the step-2 checkpoint
 # (at the epoch boundary, public-bugs case #10) reproduces the uninterrupted
 # run's steps 3-4 bit for bit with 1 thread (metrics compared exactly);
 # kill -9 after a checkpoint and Ctrl-C then resume; `rlpost eval` on a
@@ -70,7 +71,7 @@ bad() {  # expected-substring, --set arguments...
   "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/bad\"" "$@" >/dev/null 2>"$out/err"
   rc=$?
   [ $rc -eq 2 ] || { cat "$out/err"; fail "$*: exit $rc, wanted 2"; }
-  grep -q -- "$want" "$out/err" || { cat "$out/err"; fail "$*: message lacks '$want'"; }
+  grep -qF -- "$want" "$out/err" || { cat "$out/err"; fail "$*: message lacks '$want'"; }
   [ "$(wc -l <"$out/err")" -eq 1 ] || { cat "$out/err"; fail "$*: more than one line"; }
   [ ! -e "$out/bad" ] || fail "$*: wrote $out/bad"
 }
@@ -81,7 +82,19 @@ bad "model: cannot read" --set 'model="/nonexistent/m.bin"'
 bad "/nonexistent/d.jsonl" --set 'task.path="/nonexistent/d.jsonl"'
 bad "sync.staleness" --set sync.staleness=-1
 bad "group_size" --set group_size=1
-bad "sync.mode" --set 'sync.mode="async"'
+bad "sync.mode: unknown value \"asink\"" --set 'sync.mode="asink"'
+bad "sync.staleness" --set 'sync.mode="async"' --set sync.staleness=-1
+bad "sync.staleness: must be ≥ 1" --set 'sync.mode="async"' --set algorithm.mini_batches=2
+bad "prompts_per_step" --set 'sync.mode="async"' --set algorithm.mini_batches=3 --set sync.staleness=2
+bad "algorithm.filter_equal_groups" --set 'sync.mode="async"' --set algorithm.filter_equal_groups=true
+bad "sync.weights_dir: must be a string" --set sync.weights_dir=3
+bad "rollout.urls: needs sync.mode" --set 'rollout.urls=["http://127.0.0.1:1"]'
+bad "rollout.urls[0]: \"ftp://h\" is not" --set 'sync.mode="async"' --set 'rollout.urls=["ftp://h"]'
+bad "rollout.urls[1]: must be a string" --set 'sync.mode="pull"' --set 'rollout.urls=["http://127.0.0.1:1", 7]'
+bad "rollout.urls[1]: repeats rollout.urls[0]" --set 'sync.mode="async"' \
+  --set 'rollout.urls=["http://127.0.0.1:1", "http://127.0.0.1:1"]'
+bad "rollout.urls[0]: http://127.0.0.1:1 does not answer" --set 'sync.mode="async"' \
+  --set 'rollout.urls=["http://127.0.0.1:1"]'
 mkdir -p "$out/ro" && chmod 555 "$out/ro"
 if [ "$(id -u)" != 0 ]; then
   bad "output" --set "output=\"$out/ro/run\""
@@ -112,7 +125,8 @@ d = sys.argv[1]
 load = lambda p: [json.loads(l) for l in open(d + p)]
 full, killed, one = load("/full/metrics.jsonl"), load("/killed/metrics.jsonl"), load("/one/metrics.jsonl")
 assert [r["step"] for r in killed] == [1, 2, 3, 4], [r["step"] for r in killed]
-timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds"}
+timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds",
+          "publish_seconds", "trainer_idle_seconds", "rollout_idle_seconds"}
 for a, b in zip(full[2:], killed[2:]):
     for k in a:
         if k not in timing:
