@@ -3,14 +3,17 @@
 # 512-piece ASCII tokenizer written here stands in for its missing one):
 # 2 steps of GRPO on an 8-record JSONL with a regex reward; bad configs exit
 # 2 naming the key and write nothing (sync.mode, η, async constraints,
-# rollout.urls among them); a resume from the step-2 checkpoint
+# rollout.urls, reward.library among them); a resume from the step-2 checkpoint
 # (at the epoch boundary, public-bugs case #10) reproduces the uninterrupted
 # run's steps 3-4 bit for bit with 1 thread (metrics compared exactly);
-# kill -9 after a checkpoint and Ctrl-C then resume; `rlpost eval` on a
-# checkpoint repeats the run's last evaluation. Skips (77) without the
-# shared data or python3.
+# kill -9 after a checkpoint and Ctrl-C then resume; a reward loaded from a
+# shared object (reward.library) is what trains; `rlpost eval` on a
+# checkpoint repeats the run's last evaluation. The sync modes are in
+# check_train_modes.sh. Skips (77) without the shared data or python3.
+# Usage: check_train_cli.sh RLPOST REWARD_MODULE
 set -u
 rlpost=$1
+reward_so=$2
 data=${RLPOST_SHARED_DATA:-}/llama2c/stories260K.bin
 [ -n "${RLPOST_SHARED_DATA:-}" ] && [ -f "$data" ] || { echo "no stories260K.bin: skipped"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
@@ -64,6 +67,22 @@ assert json.load(open(d + "/eval2.json"))["model"].endswith("step_2")
 PY
 [ $? -eq 0 ] || fail "rlpost eval differs from the run's evaluations"
 
+# --- a reward from a shared object: score = 0.5 × completion tokens, so each step's rewards sum to
+# 0.5 × its completion_tokens (a reward that was not the library's could not)
+T --set "output=\"$out/lib\"" --set "reward.library=\"$reward_so\"" --set 'reward.options={"scale": 0.5}' \
+  >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "reward.library run"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1] + "/lib/metrics.jsonl")]
+assert [r["step"] for r in m] == [1, 2], m
+for r in m:
+    assert r["reward_valid"] == 16, r
+    total = r["reward_mean"] * r["reward_valid"]
+    assert abs(total - 0.5 * r["completion_tokens"]) < 1e-3, (total, r["completion_tokens"])
+PY
+[ $? -eq 0 ] || fail "the reward library's scores are not what trained"
+
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
   want=$1; shift
@@ -95,6 +114,8 @@ bad "rollout.urls[1]: repeats rollout.urls[0]" --set 'sync.mode="async"' \
   --set 'rollout.urls=["http://127.0.0.1:1", "http://127.0.0.1:1"]'
 bad "rollout.urls[0]: http://127.0.0.1:1 does not answer" --set 'sync.mode="async"' \
   --set 'rollout.urls=["http://127.0.0.1:1"]'
+bad "reward.library" --set 'reward.library="/nonexistent/reward.so"'
+bad "does not export rlpost_reward_create" --set 'reward.library="libm.so.6"'
 mkdir -p "$out/ro" && chmod 555 "$out/ro"
 if [ "$(id -u)" != 0 ]; then
   bad "output" --set "output=\"$out/ro/run\""
