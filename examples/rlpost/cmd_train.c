@@ -1,15 +1,19 @@
 /* `rlpost train` and `rlpost eval`: the main job on the public API only.
  * One step: prompts from a task → a group of samples each → reward → one
- * rlp_policy_train_rl() step → a metrics record. Synchronous (an engine
- * sharing the policy's weights) and sequential-pull (an engine with its own
- * copy refreshed before each generate) modes; the asynchronous mode waits
- * for the replay buffer and synchronizer. Checkpoints are folders written
- * under a temporary name and renamed; sampling seeds are a pure function of
- * (seed, step), so a resumed run repeats the uninterrupted one. */
+ * rlp_policy_train_rl() step → a metrics record. Three modes (sync.mode):
+ * synchronous (an engine sharing the policy's weights), sequential pull (an
+ * engine with its own copy refreshed before each generate, or `rlpost
+ * serve` workers at rollout.urls told to load each published version) and
+ * asynchronous push-pull (a rollout thread or the workers generate ahead
+ * into a replay buffer through the staleness gate; train_rollout.c).
+ * Checkpoints are folders written under a temporary name and renamed;
+ * sampling seeds are a pure function of (seed, step), so a resumed run
+ * repeats the uninterrupted one. */
 #define _GNU_SOURCE 1
 #include "commands.h"
 #include "json_out.h"
 #include "rlpost.h"
+#include "train.h"
 #include "train_config.h"
 
 #include <dlfcn.h>
@@ -26,20 +30,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#define ERR_CAP 1024
-
-/* snprintf that callers may let truncate (paths and messages are cut, never
- * overflowed); a function so that -Wformat-truncation judges the callers'
- * sizes by the checks they do, not by worst-case argument lengths. */
-__attribute__((format(printf, 3, 4))) static int fmt(char *buf, size_t cap, const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    int n = vsnprintf(buf, cap, f, ap);
-    va_end(ap);
-    return n;
-}
 
 typedef struct named {
     const char *name;
@@ -63,24 +53,6 @@ static const named dtypes[] = {{"f32", RLP_DTYPE_F32}, {"f16", RLP_DTYPE_F16}, {
 typedef int (*reward_entry_fn)(rlp_reward_fn **out, const char *options_json);
 #define REWARD_ENTRY "rlpost_reward_create"
 
-typedef struct run {
-    json_t *cfg;
-    char err[ERR_CAP];
-    rlp_context *ctx;
-    rlp_policy *policy, *ref;
-    rlp_rollout_engine *engine;
-    rlp_tokenizer *ext_tok;      /* a tokenizer file for a model without one (token-level models) */
-    const rlp_tokenizer *tok;    /* what the task renders with: the policy's, or NULL with ext_tok */
-    rlp_task *task;
-    rlp_reward_fn *reward, *format_fn, *acc_fn;
-    double acc_threshold;
-    void *reward_lib;
-    rlp_sampling_options sampling;
-    rlp_rl_options rl;
-    rlp_optimizer_options opt;
-    int pull, dtype;
-    char out[PATH_MAX];
-} run;
 
 static volatile sig_atomic_t stop_requested;
 
@@ -89,22 +61,6 @@ static void on_sigint(int sig)
     (void)sig;
     stop_requested = 1;
     signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* splitmix64: the sampling seed of a step is a pure function of (seed, step). */
-static uint64_t mix_seed(uint64_t seed, uint64_t step)
-{
-    uint64_t z = seed * UINT64_C(0x9e3779b97f4a7c15) + step + 1;
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
 }
 
 static int lookup(const named *table, const char *s, const char *key, int *out, char *err)
@@ -235,16 +191,46 @@ static int check_config(run *r)
 
     const char *mode = cfg_str(c, "sync.mode");
     RANGE("sync.staleness", cfg_int(c, "sync.staleness") >= 0, "≥ 0 (η bounds how many versions old a rollout may be)");
-    if (!strcmp(mode, "async")) {
-        fmt(r->err, ERR_CAP, "sync.mode: \"async\" is not yet available in rlpost train (it needs the replay "
-                 "buffer and synchronizer, not in this build); use \"sync\" or \"pull\"");
-        return -1;
-    }
-    if (strcmp(mode, "sync") && strcmp(mode, "pull")) {
+    RANGE("sync.staleness", cfg_int(c, "sync.staleness") <= 1000000, "≤ 1000000");
+    if (strcmp(mode, "sync") && strcmp(mode, "pull") && strcmp(mode, "async")) {
         fmt(r->err, ERR_CAP, "sync.mode: unknown value \"%s\" (one of: sync pull async)", mode);
         return -1;
     }
     r->pull = !strcmp(mode, "pull");
+    r->async = !strcmp(mode, "async");
+    r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0;
+    if (r->async) {
+        /* Versions count optimizer steps: a step advances the version by
+         * k = ppo_epochs × mini_batches, and the gate admits B = G / k
+         * groups per version (rlp_sync_options), so G must split evenly
+         * and a whole step's G groups fit under the bound only when
+         * η ≥ k − 1. */
+        long long k = cfg_int(c, "algorithm.ppo_epochs") * cfg_int(c, "algorithm.mini_batches");
+        long long g = cfg_int(c, "prompts_per_step");
+        if (g % k) {
+            fmt(r->err, ERR_CAP, "prompts_per_step: must be a multiple of algorithm.ppo_epochs × "
+                "algorithm.mini_batches = %lld with sync.mode \"async\" (the staleness gate admits "
+                "prompts_per_step / %lld groups per policy version)", k, k);
+            return -1;
+        }
+        if (cfg_int(c, "sync.staleness") < k - 1) {
+            fmt(r->err, ERR_CAP, "sync.staleness: must be ≥ %lld with sync.mode \"async\" and ppo_epochs × "
+                "mini_batches = %lld (a step advances the version by %lld, so a smaller bound never admits a "
+                "whole step's groups)", k - 1, k, k);
+            return -1;
+        }
+        if (rl->filter_equal_groups) {
+            fmt(r->err, ERR_CAP, "algorithm.filter_equal_groups: not available with sync.mode \"async\" (a step "
+                "whose groups are all filtered applies no optimizer step, the version then lags the groups "
+                "consumed, and the staleness gate stops admitting rollouts); use sync.mode \"pull\"");
+            return -1;
+        }
+    }
+    if (r->remote && !r->pull && !r->async) {
+        fmt(r->err, ERR_CAP, "rollout.urls: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
+            "the trainer's own weights)");
+        return -1;
+    }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0, "≥ 0");
@@ -569,18 +555,136 @@ static int add_texts(run *r, rlp_batch **batch)
     return RLP_OK;
 }
 
-static int generate(run *r, const rlp_prompt_set *set, const rlp_sampling_options *s, rlp_batch **out)
+/* Prompts whose group holds a RLP_FINISH_ERROR trajectory (a remote
+ * request that failed after the client's retries on every URL); the
+ * message of the first in @p why. */
+static size_t failed_groups(const rlp_batch *b, size_t n_prompts, unsigned char *failed, char *why, size_t cap)
+{
+    size_t n, k = 0;
+    rlp_batch_size(&n, b);
+    size_t per = n_prompts ? n / n_prompts : 0;
+    memset(failed, 0, n_prompts);
+    for (size_t i = 0; per && i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        if (rlp_batch_get(&t, b, i) || t.finish_reason != RLP_FINISH_ERROR || failed[i / per])
+            continue;
+        if (!k)
+            fmt(why, cap, "%s", t.error ? t.error : "request failed");
+        failed[i / per] = 1;
+        k++;
+    }
+    return k;
+}
+
+/* Replaces the groups of the failed prompts in *b by those of @p redo
+ * (generated for exactly the failed prompts, in order). */
+static int merge_groups(rlp_batch **b, const rlp_batch *redo, size_t n_prompts, const unsigned char *failed)
+{
+    size_t n;
+    rlp_batch_size(&n, *b);
+    size_t per = n / n_prompts, r_i = 0;
+    rlp_batch *nb;
+    int rc = rlp_batch_create(&nb);
+    for (size_t p = 0; !rc && p < n_prompts; p++) {
+        for (size_t j = 0; !rc && j < per; j++) {
+            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+            rc = failed[p] ? rlp_batch_get(&t, redo, r_i * per + j) : rlp_batch_get(&t, *b, p * per + j);
+            if (!rc)
+                rc = rlp_batch_append(nb, &t);
+        }
+        r_i += failed[p];
+    }
+    if (rc) {
+        rlp_batch_free(nb);
+        return rc;
+    }
+    rlp_batch_free(*b);
+    *b = nb;
+    return RLP_OK;
+}
+
+int train_generate(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, const rlp_sampling_options *s,
+                   rlp_batch **out, char *err)
 {
     prompts ps = {0};
+    rlp_batch *b = NULL;
+    unsigned char *failed = NULL;
+    rlp_prompt *redo = NULL;
     int rc = prompts_make(r, set, &ps);
-    if (!rc && r->pull)
-        rc = rlp_rollout_engine_update_weights(r->engine, r->policy);
     if (!rc)
-        rc = rlp_rollout_generate(out, r->engine, ps.p, ps.n, s, NULL, NULL);
+        rc = rlp_rollout_generate(&b, engine, ps.p, ps.n, s, NULL, NULL);
+    if (rc)
+        fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+    if (!rc && (!(failed = malloc(ps.n)) || !(redo = malloc(ps.n * sizeof *redo)))) {
+        rc = RLP_E_NOMEM;
+        fmt(err, ERR_CAP, "out of memory");
+    }
+    /* a remote group that failed (its request failed on every URL) is
+     * generated again, so that every group trains or none does */
+    for (int attempt = 0; !rc; attempt++) {
+        char why[256];
+        size_t k = failed_groups(b, ps.n, failed, why, sizeof why);
+        if (!k)
+            break;
+        if (attempt == 2) {
+            fmt(err, ERR_CAP, "%zu of %zu prompt groups failed 3 times, the last with: %s", k, ps.n, why);
+            rc = RLP_E_NETWORK;
+            break;
+        }
+        size_t m = 0;
+        for (size_t i = 0; i < ps.n; i++)
+            if (failed[i])
+                redo[m++] = ps.p[i];
+        rlp_batch *again = NULL;
+        if ((rc = rlp_rollout_generate(&again, engine, redo, m, s, NULL, NULL)) != RLP_OK ||
+            (rc = merge_groups(&b, again, ps.n, failed)) != RLP_OK)
+            fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+        rlp_batch_free(again);
+    }
+    free(failed);
+    free(redo);
     prompts_free(&ps);
-    if (!rc && r->ext_tok && (rc = add_texts(r, out)) != RLP_OK)
-        rlp_batch_free(*out);
-    return rc;
+    if (!rc && r->ext_tok && (rc = add_texts(r, &b)) != RLP_OK)
+        fmt(err, ERR_CAP, "decoding completions: %s", rlp_error_last());
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
+    *out = b;
+    return RLP_OK;
+}
+
+json_t *train_prompt_ids(const rlp_prompt_set *set, uint64_t *epoch)
+{
+    size_t n = 0;
+    rlp_prompt_set_size(&n, set);
+    json_t *ids = json_array();
+    *epoch = 0;
+    for (size_t i = 0; i < n; i++) {
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        if (!rlp_prompt_set_item(&it, set, i)) {
+            json_array_append_new(ids, json_integer((json_int_t)it.index));
+            if (i == 0)
+                *epoch = it.epoch;
+        }
+    }
+    return ids;
+}
+
+/* The engine of a training generate call in sync and pull mode (a pull
+ * engine gets the policy's weights first; with rollout.urls the workers
+ * load the latest published version). */
+static int generate(run *r, rlp_rollout_engine *engine, int refresh, const rlp_prompt_set *set,
+                    const rlp_sampling_options *s, rlp_batch **out, char *err)
+{
+    if (refresh) {
+        int rc = rlp_rollout_engine_update_weights(engine, r->policy);
+        if (rc) {
+            fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+            return rc;
+        }
+    }
+    return train_generate(r, engine, set, s, out, err);
 }
 
 typedef struct scores {
@@ -616,21 +720,9 @@ static int score_with(rlp_reward_fn *fn, rlp_batch *batch, double thr, double *f
     return RLP_OK;
 }
 
-/* Format and accuracy first, the training reward last: what stays in the
- * batch is the reward the step trains on. */
-static int score(run *r, rlp_batch *batch, scores *sc)
+/* Mean, spread, tokens and truncations of the rewards in a scored batch. */
+static void reward_summary(const rlp_batch *batch, scores *sc)
 {
-    memset(sc, 0, sizeof *sc);
-    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
-    double unused;
-    int rc;
-    if (r->format_fn && (rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)))
-        return rc;
-    if (r->acc_fn && (rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)))
-        return rc;
-    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
-    if ((rc = rlp_reward_fn_score(r->reward, batch, &st)))
-        return rc;
     rlp_batch_size(&sc->n, batch);
     double sum = 0, sq = 0;
     sc->min = INFINITY;
@@ -654,7 +746,56 @@ static int score(run *r, rlp_batch *batch, scores *sc)
     } else {
         sc->mean = sc->std = sc->min = sc->max = NAN;
     }
+}
+
+/* Format and accuracy first, the training reward last: what stays in the
+ * batch is the reward the step trains on. */
+static int score(run *r, rlp_batch *batch, scores *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
+    double unused;
+    int rc;
+    if (r->format_fn && (rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)))
+        return rc;
+    if (r->acc_fn && (rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)))
+        return rc;
+    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+    if ((rc = rlp_reward_fn_score(r->reward, batch, &st)))
+        return rc;
+    reward_summary(batch, sc);
     return RLP_OK;
+}
+
+/* The metrics of a batch the rollout side has scored already (async):
+ * format and accuracy are measured on a copy, so that the batch keeps the
+ * reward the step trains on. */
+static int score_scored(run *r, const rlp_batch *batch, scores *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
+    int rc = RLP_OK;
+    if (r->format_fn || r->acc_fn) {
+        size_t n;
+        rlp_batch_size(&n, batch);
+        rlp_batch *copy;
+        if ((rc = rlp_batch_create(&copy)))
+            return rc;
+        for (size_t i = 0; !rc && i < n; i++) {
+            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+            if (!(rc = rlp_batch_get(&t, batch, i)))
+                rc = rlp_batch_append(copy, &t);
+        }
+        double unused;
+        if (!rc && r->format_fn)
+            rc = score_with(r->format_fn, copy, 0.5, &sc->format_rate, &sc->format_mean);
+        if (!rc && r->acc_fn)
+            rc = score_with(r->acc_fn, copy, r->acc_threshold, &sc->accuracy, &unused);
+        rlp_batch_free(copy);
+    }
+    if (!rc)
+        reward_summary(batch, sc);
+    return rc;
 }
 
 static json_t *jnum(double v)
@@ -722,8 +863,11 @@ static int mkdir_p(const char *path)
 }
 
 /* OUTPUT/checkpoints/step_K/: weights, optimizer.safetensors, state.json,
- * written as .tmp-step_K and renamed; then "latest" names it. */
-static int checkpoint(run *r, long long step)
+ * written as .tmp-step_K and renamed; then "latest" names it. @p cursor:
+ * the task cursor after the prompts of step K (async: the rollout thread
+ * owns the task and has served prompts beyond it), or NULL to read the
+ * task's own. */
+static int checkpoint(run *r, long long step, const char *cursor_json)
 {
     char dir[PATH_MAX], tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
     fmt(dir, sizeof dir, "%s/checkpoints", r->out);
@@ -751,7 +895,10 @@ static int checkpoint(run *r, long long step)
     }
     char cursor[512];
     size_t clen;
-    rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen);
+    if (cursor_json)
+        fmt(cursor, sizeof cursor, "%s", cursor_json);
+    else
+        rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen);
     uint64_t version = 0;
     rlp_policy_version(&version, r->policy);
     json_t *state = json_object();
@@ -761,6 +908,7 @@ static int checkpoint(run *r, long long step)
     json_object_set_new(state, "seed", json_integer(cfg_int(r->cfg, "seed")));
     json_object_set_new(state, "sampling_seed_next", json_integer((json_int_t)(mix_seed((uint64_t)cfg_int(r->cfg, "seed"),
                                                                                         (uint64_t)step + 1) >> 1)));
+    json_object_set_new(state, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
     json_object_set(state, "config", r->cfg);
     char *text = json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     json_decref(state);
@@ -883,16 +1031,19 @@ static json_t *evaluate(run *r, long long step)
     if (cfg_bool(r->cfg, "eval.greedy"))
         s.temperature = 0;
     s.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), UINT64_C(1) << 62);
+    char err[ERR_CAP];
     int rc = rlp_task_next_batch(&set, task, (size_t)n, r->tok);
+    if (rc)
+        fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
     if (!rc)
-        rc = generate(r, set, &s, &batch);
-    if (!rc)
-        rc = score(r, batch, &sc);
+        rc = generate(r, r->engine, r->pull && !r->remote, set, &s, &batch, err);
+    if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
+        fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
     rlp_prompt_set_free(set);
     rlp_task_free(task);
     rlp_batch_free(batch);
     if (rc) {
-        fprintf(stderr, "rlpost eval: %s (%s)\n", rlp_error_last(), rlp_status_str(rc));
+        fprintf(stderr, "rlpost eval: %s\n", err);
         return NULL;
     }
     json_t *rec = json_object();
@@ -929,9 +1080,21 @@ static int setup(run *r, const char *weights, int need_train)
     }
     if (make_reward(r) || make_metric_scorers(r))
         return EXIT_USAGE;
+    if (need_train && r->remote && train_rollout_check_urls(r))
+        return EXIT_USAGE;
+    fmt(r->weights, sizeof r->weights, "%s", weights);
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = (int32_t)cfg_int(r->cfg, "threads");
     co.seed = (uint64_t)cfg_int(r->cfg, "seed");
+    if (need_train && r->async && !r->remote) {
+        /* the trainer and the rollout thread each get a context of their
+         * own, sharing the cores instead of oversubscribing them */
+        long t = co.n_threads > 0 ? co.n_threads : sysconf(_SC_NPROCESSORS_ONLN);
+        t = t > 0 ? t : 1;
+        r->threads_rollout = t / 2 > 0 ? (int)(t / 2) : 1;
+        r->threads_train = t - t / 2 > 0 ? (int)(t - t / 2) : 1;
+        co.n_threads = r->threads_train;
+    }
     int rc = rlp_context_create(&r->ctx, &co);
     if (rc) {
         fmt(r->err, ERR_CAP, "threads: %s", rlp_error_last());
@@ -976,13 +1139,20 @@ static int setup(run *r, const char *weights, int need_train)
         fmt(r->err, ERR_CAP, "optimizer: %s", rlp_error_last());
         return EXIT_USAGE;
     }
+    /* The engine on the trainer's context: it generates the training
+     * rollouts in sync and (local) pull mode, and the evaluations in every
+     * mode; with rollout.urls or in async mode it serves evaluations only. */
+    int trains = !need_train || !(r->async || r->remote);
+    long long eval_n = cfg_int(r->cfg, "eval.n");
+    if (!trains && eval_n <= 0)
+        return 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-    long long mb = cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size");
-    if (cfg_int(r->cfg, "eval.n") > mb)
-        mb = cfg_int(r->cfg, "eval.n");
+    long long mb = trains ? cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size") : 1;
+    if (eval_n > mb)
+        mb = eval_n;
     ro.max_batch = (uint32_t)(mb < 256 ? mb : 256);
     ro.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
-    ro.share_weights = !r->pull;
+    ro.share_weights = !(r->pull && !r->remote);
     if ((rc = rlp_rollout_engine_create(&r->engine, r->policy, &ro))) {
         fmt(r->err, ERR_CAP, "rollout: %s", rlp_error_last());
         return 1;
@@ -992,6 +1162,8 @@ static int setup(run *r, const char *weights, int need_train)
 
 static void teardown(run *r)
 {
+    train_rollout_free(r->ro);
+    r->ro = NULL;
     rlp_rollout_engine_free(r->engine);
     rlp_policy_free(r->ref);
     rlp_policy_free(r->policy);
@@ -1297,10 +1469,25 @@ int cmd_train(int argc, char **argv)
         }
     }
     signal(SIGINT, on_sigint);
+    if ((r->async || r->remote) && train_rollout_create(r, start, &r->ro)) {
+        fprintf(stderr, "rlpost train: %s\n", r->err);
+        teardown(r);
+        return 1;
+    }
 
     json_t *first_eval = NULL, *last_eval = NULL;
     if (start == 0 && (first_eval = evaluate(r, 0)) != NULL)
         append_jsonl(r->out, "eval.jsonl", first_eval);
+    char cursor[512] = {0}; /* async: the task cursor after the last step's prompts */
+    const char *ck_cursor = r->async ? cursor : NULL;
+    size_t clen;
+    rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen); /* before the rollout thread takes the task */
+    if (r->async && train_rollout_start(r->ro)) {
+        fprintf(stderr, "rlpost train: %s\n", r->err);
+        json_decref(first_eval);
+        teardown(r);
+        return 1;
+    }
 
     size_t n_hist = (size_t)steps + 1;
     double *hist_reward = calloc(n_hist, sizeof(double)), *hist_format = calloc(n_hist, sizeof(double));
@@ -1309,60 +1496,111 @@ int cmd_train(int argc, char **argv)
         hist_reward[i] = hist_format[i] = hist_fmt_rate[i] = NAN;
     long long eval_every = cfg_int(r->cfg, "eval.interval"), ckpt_every = cfg_int(r->cfg, "checkpoint.interval");
     size_t per_step = (size_t)cfg_int(r->cfg, "prompts_per_step");
-    double loop_start = now_s();
+    double loop_start = now_s(), stale_max = 0;
     long long step = start, last_ckpt = -1;
     int failed = 0, interrupted = 0;
     while (step < steps) {
         long long k = step + 1;
-        double t0 = now_s();
-        rlp_prompt_set *set = NULL;
+        double t0 = now_s(), t1, t2;
         rlp_batch *batch = NULL;
-        if ((rc = rlp_task_next_batch(&set, r->task, per_step, r->tok))) {
-            fprintf(stderr, "rlpost train: step %lld: prompts: %s\n", k, rlp_error_last());
-            failed = 1;
-            break;
-        }
-        json_t *prompt_ids = json_array();
-        uint64_t epoch = 0;
-        for (size_t i = 0; i < per_step; i++) {
-            rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
-            if (!rlp_prompt_set_item(&it, set, i)) {
-                json_array_append_new(prompt_ids, json_integer((json_int_t)it.index));
-                if (i == 0)
-                    epoch = it.epoch;
-            }
-        }
-        r->sampling.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (uint64_t)k);
-        rc = generate(r, set, &r->sampling, &batch);
-        rlp_prompt_set_free(set);
-        double t1 = now_s();
+        json_t *prompt_ids = NULL;
+        uint64_t epoch = 0, seed = 0;
         scores sc;
-        if (!rc)
-            rc = score(r, batch, &sc);
-        double t2 = now_s();
+        train_step_input in;
+        memset(&in, 0, sizeof in);
+        char err[ERR_CAP] = "";
+        if (r->async) {
+            /* the rollout side generated and scored this step's groups */
+            int got = train_rollout_next(r->ro, &stop_requested, &in);
+            if (got == 1) {
+                interrupted = 1;
+                fprintf(stderr, "interrupted while waiting for rollouts: %s\n",
+                        step > start ? "checkpointing the last step" : "no step to checkpoint");
+                if (step > start && last_ckpt != step) {
+                    if (checkpoint(r, step, ck_cursor))
+                        failed = 1;
+                    last_ckpt = step;
+                }
+                break;
+            }
+            if (got < 0) {
+                fprintf(stderr, "rlpost train: step %lld: %s\n", k, r->err);
+                /* a stalled gate: the steps so far are good, and a resume
+                 * restarts the gate at their version */
+                if (got == -2 && step > start && last_ckpt != step && !checkpoint(r, step, ck_cursor))
+                    last_ckpt = step;
+                failed = 1;
+                break;
+            }
+            batch = in.batch;
+            prompt_ids = in.prompt_ids;
+            epoch = in.epoch;
+            seed = in.seed;
+            t1 = now_s();
+            if ((rc = score_scored(r, batch, &sc)) != RLP_OK)
+                fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+            t2 = now_s();
+        } else {
+            rlp_prompt_set *set = NULL;
+            if ((rc = rlp_task_next_batch(&set, r->task, per_step, r->tok))) {
+                fprintf(stderr, "rlpost train: step %lld: prompts: %s\n", k, rlp_error_last());
+                failed = 1;
+                break;
+            }
+            prompt_ids = train_prompt_ids(set, &epoch);
+            seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (uint64_t)k);
+            r->sampling.seed = seed;
+            rc = r->remote ? train_rollout_generate(r->ro, set, &r->sampling, &batch)
+                           : generate(r, r->engine, r->pull, set, &r->sampling, &batch, err);
+            if (rc && r->remote)
+                fmt(err, sizeof err, "%s", r->err);
+            rlp_prompt_set_free(set);
+            t1 = now_s();
+            if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
+                fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+            t2 = now_s();
+        }
         rlp_rl_stats rs;
         memset(&rs, 0, sizeof rs);
-        if (!rc)
-            rc = rlp_policy_train_rl(r->policy, batch, r->ref, &r->rl, &rs);
+        if (!rc && (rc = rlp_policy_train_rl(r->policy, batch, r->ref, &r->rl, &rs)) != RLP_OK)
+            fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
         double t3 = now_s();
         rlp_batch_free(batch);
+        if (!rc && r->ro && train_rollout_publish(r->ro)) {
+            fmt(err, sizeof err, "%s", r->err);
+            rc = RLP_E_IO;
+        }
+        double t4 = now_s();
         if (rc) {
-            fprintf(stderr, "rlpost train: step %lld: %s (%s)\n", k, rlp_error_last(), rlp_status_str(rc));
+            fprintf(stderr, "rlpost train: step %lld: %s\n", k, err);
             json_decref(prompt_ids);
             failed = 1;
             break;
         }
         step = k;
+        if (r->async)
+            fmt(cursor, sizeof cursor, "%s", in.cursor);
         hist_reward[k] = sc.mean;
         hist_format[k] = sc.format_mean;
         hist_fmt_rate[k] = sc.format_rate;
+        stale_max = fmax(stale_max, rs.staleness_max);
 
+        /* Phases: in sync and pull mode the trainer waits while the
+         * rollouts are generated and scored, and the engine waits while
+         * the trainer trains and publishes; in async mode both sides run
+         * at once, and their idle times are measured where they wait. */
+        double roll_s = r->async ? in.rollout_seconds : t1 - t0;
+        double reward_s = r->async ? in.reward_seconds : t2 - t1;
+        double tokens = r->async ? (double)in.rollout_tokens : (double)sc.completion_tokens;
+        double tps = roll_s > 0 ? tokens / roll_s : NAN;
+        double trainer_idle = r->async ? in.trainer_idle : t2 - t0;
+        double rollout_idle = r->async ? in.rollout_idle : t4 - t2;
         json_t *m = json_object();
         json_object_set_new(m, "step", json_integer(k));
         json_object_set_new(m, "policy_version", json_integer((json_int_t)rs.policy_version));
         json_object_set_new(m, "epoch", json_integer((json_int_t)epoch));
         json_object_set_new(m, "prompt_index", prompt_ids);
-        json_object_set_new(m, "sampling_seed", json_integer((json_int_t)(r->sampling.seed >> 1)));
+        json_object_set_new(m, "sampling_seed", json_integer((json_int_t)(seed >> 1)));
         json_object_set_new(m, "reward_mean", jnum(sc.mean));
         json_object_set_new(m, "reward_std", jnum(sc.std));
         json_object_set_new(m, "reward_min", jnum(sc.min));
@@ -1398,27 +1636,35 @@ int cmd_train(int argc, char **argv)
         json_object_set_new(m, "invalid_seqs", json_integer((json_int_t)rs.invalid_seqs));
         json_object_set_new(m, "optimizer_steps", json_integer(rs.optimizer_steps));
         json_object_set_new(m, "skipped_steps", json_integer(rs.skipped_steps));
-        json_object_set_new(m, "rollout_seconds", json_real(t1 - t0));
-        json_object_set_new(m, "reward_seconds", json_real(t2 - t1));
+        json_object_set_new(m, "buffer_dropped", json_integer((json_int_t)in.buffer_dropped));
+        json_object_set_new(m, "buffer_dropped_total", json_integer((json_int_t)in.buffer_dropped_total));
+        json_object_set_new(m, "buffer_size", json_integer((json_int_t)in.buffer_size));
+        json_object_set_new(m, "rollout_seconds", json_real(roll_s));
+        json_object_set_new(m, "reward_seconds", json_real(reward_s));
         json_object_set_new(m, "train_seconds", json_real(t3 - t2));
-        json_object_set_new(m, "step_seconds", json_real(t3 - t0));
-        double tps = (double)sc.completion_tokens / fmax(t1 - t0, 1e-9);
-        json_object_set_new(m, "tokens_per_second", json_real(tps));
+        json_object_set_new(m, "publish_seconds", json_real(t4 - t3));
+        json_object_set_new(m, "trainer_idle_seconds", json_real(trainer_idle));
+        json_object_set_new(m, "rollout_idle_seconds", json_real(rollout_idle));
+        json_object_set_new(m, "step_seconds", json_real(t4 - t0));
+        json_object_set_new(m, "tokens_per_second", jnum(tps));
         json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
         append_jsonl(r->out, "metrics.jsonl", m);
         json_decref(m);
 
         double per = (now_s() - loop_start) / (double)(k - start);
-        char eta[32];
+        char eta[32], idle[96] = "";
         fmt_eta(per * (double)(steps - k), eta, sizeof eta);
+        if (r->async)
+            fmt(idle, sizeof idle, " | idle trainer %.1f s, rollout %.1f s | buffer %llu", trainer_idle, rollout_idle,
+                (unsigned long long)in.buffer_size);
         fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
-                "| %.1f s/step | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss, tps,
-                rs.staleness_max, t3 - t0, eta);
+                "| %.1f s/step%s | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss,
+                isfinite(tps) ? tps : 0.0, rs.staleness_max, t4 - t0, idle, eta);
 
         if (stop_requested) {
             fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
             interrupted = 1;
-            if (checkpoint(r, k))
+            if (checkpoint(r, k, ck_cursor))
                 failed = 1;
             last_ckpt = k;
             break;
@@ -1431,17 +1677,21 @@ int cmd_train(int argc, char **argv)
             }
         }
         if (k < steps && ckpt_every > 0 && k % ckpt_every == 0) {
-            if (checkpoint(r, k)) {
+            if (checkpoint(r, k, ck_cursor)) {
                 failed = 1;
                 break;
             }
             last_ckpt = k;
         }
     }
+    /* the rollout side stops here (a generate call in flight is aborted),
+     * so that the last evaluation has the cores to itself */
+    train_rollout_free(r->ro);
+    r->ro = NULL;
     if (!failed && !interrupted && step == steps) {
         if ((last_eval = evaluate(r, step)) != NULL)
             append_jsonl(r->out, "eval.jsonl", last_eval);
-        if (last_ckpt != step && checkpoint(r, step))
+        if (last_ckpt != step && checkpoint(r, step, ck_cursor))
             failed = 1;
     }
     const char *png = plot(r->out);
@@ -1464,6 +1714,8 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "steps_completed", json_integer(step));
     json_object_set_new(sum, "resumed_from", json_integer(start));
     json_object_set_new(sum, "interrupted", json_boolean(interrupted));
+    json_object_set_new(sum, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
+    json_object_set_new(sum, "staleness_max", json_real(stale_max));
     json_object_set_new(sum, "output", json_string(r->out));
     json_object_set_new(sum, "wall_seconds", json_real(now_s() - t_start));
     json_object_set_new(sum, "reward_first3", jnum(mean_of(fr, first_n)));
@@ -1525,9 +1777,19 @@ int cmd_eval(int argc, char **argv)
         teardown(r);
         return rc;
     }
+    /* the step a checkpoint of `rlpost train` was taken at (its weights
+     * do not carry the version: optimizer.safetensors does); else the
+     * policy's version (0 for a model) */
     uint64_t version = 0;
     rlp_policy_version(&version, r->policy);
-    json_t *rec = evaluate(r, (long long)version);
+    long long step = (long long)version;
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/state.json", ckpt);
+    json_t *state = ckpt_arg ? json_load_file(path, 0, NULL) : NULL;
+    if (json_is_integer(json_object_get(state, "step")))
+        step = (long long)json_integer_value(json_object_get(state, "step"));
+    json_decref(state);
+    json_t *rec = evaluate(r, step);
     if (!rec) {
         teardown(r);
         return 1;

@@ -31,8 +31,8 @@ static const char defaults_json[] =
     "  \"mini_batches\": 1, \"micro_batch_tokens\": 0},"
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
-    "\"sync\": {\"mode\": \"sync\", \"staleness\": 0},"
-    "\"rollout\": {\"max_seq_len\": 0},"
+    "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
+    "\"rollout\": {\"max_seq_len\": 0, \"urls\": []},"
     "\"eval\": {\"interval\": 0, \"n\": 16, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
     "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"}"
@@ -46,6 +46,7 @@ static const struct {
     {"tokenizer", JSON_STRING},         {"task.path", JSON_STRING},     {"task.template", JSON_STRING},
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
+    {"sync.weights_dir", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

@@ -2,13 +2,18 @@
 # `rlpost train` end to end on stories260K (llama2.c, token-level: a
 # 512-piece ASCII tokenizer written here stands in for its missing one):
 # 2 steps of GRPO on an 8-record JSONL with a regex reward; bad configs exit
-# 2 naming the key and write nothing; a resume from the step-2 checkpoint
+# 2 naming the key and write nothing (sync.mode, η, async constraints,
+# rollout.urls, reward.library among them); a resume from the step-2 checkpoint
 # (at the epoch boundary, public-bugs case #10) reproduces the uninterrupted
 # run's steps 3-4 bit for bit with 1 thread (metrics compared exactly);
-# kill -9 after a checkpoint and Ctrl-C then resume. Skips (77) without the
-# shared data or python3.
+# kill -9 after a checkpoint and Ctrl-C then resume; a reward loaded from a
+# shared object (reward.library) is what trains; `rlpost eval` on a
+# checkpoint repeats the run's last evaluation. The sync modes are in
+# check_train_modes.sh. Skips (77) without the shared data or python3.
+# Usage: check_train_cli.sh RLPOST REWARD_MODULE
 set -u
 rlpost=$1
+reward_so=$2
 data=${RLPOST_SHARED_DATA:-}/llama2c/stories260K.bin
 [ -n "${RLPOST_SHARED_DATA:-}" ] && [ -f "$data" ] || { echo "no stories260K.bin: skipped"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
@@ -16,37 +21,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-python3 - "$out" <<'PY' || exit 1
-import json, struct, string, sys
-d = sys.argv[1]
-# llama2.c tokenizer.bin: int32 max_len, then per piece float32 score, int32 len, bytes
-pieces = ["<unk>", "\n<s>\n", "\n</s>\n"] + [chr(c) for c in range(32, 127)]
-letters = string.ascii_lowercase
-for a in letters:
-    for b in " " + letters:
-        if len(pieces) < 512:
-            pieces.append(a + b)
-with open(d + "/tok512.bin", "wb") as f:
-    f.write(struct.pack("<i", max(len(p) for p in pieces)))
-    for i, p in enumerate(pieces):
-        b = p.encode()
-        f.write(struct.pack("<fi", -float(i), len(b)) + b)
-words = ["cat", "dog", "sun", "tree", "fish", "bird", "moon", "star"]
-with open(d + "/data.jsonl", "w") as f:
-    for i, w in enumerate(words):
-        f.write(json.dumps({"question": "Once upon a time there was a %s" % w, "answer": w}) + "\n")
-cfg = {
-    "model": d + "/model.bin", "tokenizer": d + "/tok512.bin", "threads": 1, "seed": 7,
-    "output": d + "/runA", "steps": 2, "group_size": 4, "prompts_per_step": 4,
-    "task": {"name": "jsonl", "path": d + "/data.jsonl", "options": {"chat": False}},
-    "reward": {"name": "regex_match", "options": {"pattern": "[aeiou] [a-z]"}},
-    "sampling": {"temperature": 1.0, "max_new_tokens": 24},
-    "optimizer": {"lr": 1e-3},
-    "eval": {"n": 4, "accuracy_reward": "regex_match"},
-    "checkpoint": {"interval": 2},
-}
-json.dump(cfg, open(d + "/config.json", "w"), indent=1)
-PY
+python3 "$(dirname "$0")/train_fixture.py" "$out" || exit 1
 model="$out/model.bin"
 cp "$data" "$model"
 cfg="$out/config.json"
@@ -75,6 +50,39 @@ assert json.load(open(d + "/runA/config.json"))["seed"] == 7
 PY
 [ $? -eq 0 ] || fail "outputs of the 2-step run"
 
+# --- `rlpost eval` on the step-2 checkpoint and on the model: the run's own evaluations, exactly
+"$rlpost" eval "$cfg" --set "model=\"$model\"" --checkpoint "$out/runA" >"$out/eval2.json" 2>"$out/err" ||
+  { cat "$out/err"; fail "rlpost eval --checkpoint"; }
+"$rlpost" eval "$cfg" --set "model=\"$model\"" >"$out/eval0.json" 2>"$out/err" || { cat "$out/err"; fail "rlpost eval"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+e = [json.loads(l) for l in open(d + "/runA/eval.jsonl")]
+for name, want in (("eval0", e[0]), ("eval2", e[1])):
+    got = json.load(open(d + "/%s.json" % name))
+    assert got["step"] == want["step"] and got["n"] == 4, (got, want)  # the checkpoint's step, not the weights' version 0
+    for k in ("accuracy", "format_rate", "reward_mean", "mean_completion_tokens"):
+        assert got[k] == want[k], (name, k, got[k], want[k])
+assert json.load(open(d + "/eval2.json"))["model"].endswith("step_2")
+PY
+[ $? -eq 0 ] || fail "rlpost eval differs from the run's evaluations"
+
+# --- a reward from a shared object: score = 0.5 × completion tokens, so each step's rewards sum to
+# 0.5 × its completion_tokens (a reward that was not the library's could not)
+T --set "output=\"$out/lib\"" --set "reward.library=\"$reward_so\"" --set 'reward.options={"scale": 0.5}' \
+  >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "reward.library run"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1] + "/lib/metrics.jsonl")]
+assert [r["step"] for r in m] == [1, 2], m
+for r in m:
+    assert r["reward_valid"] == 16, r
+    total = r["reward_mean"] * r["reward_valid"]
+    assert abs(total - 0.5 * r["completion_tokens"]) < 1e-3, (total, r["completion_tokens"])
+PY
+[ $? -eq 0 ] || fail "the reward library's scores are not what trained"
+
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
   want=$1; shift
@@ -82,7 +90,7 @@ bad() {  # expected-substring, --set arguments...
   "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/bad\"" "$@" >/dev/null 2>"$out/err"
   rc=$?
   [ $rc -eq 2 ] || { cat "$out/err"; fail "$*: exit $rc, wanted 2"; }
-  grep -q -- "$want" "$out/err" || { cat "$out/err"; fail "$*: message lacks '$want'"; }
+  grep -qF -- "$want" "$out/err" || { cat "$out/err"; fail "$*: message lacks '$want'"; }
   [ "$(wc -l <"$out/err")" -eq 1 ] || { cat "$out/err"; fail "$*: more than one line"; }
   [ ! -e "$out/bad" ] || fail "$*: wrote $out/bad"
 }
@@ -93,7 +101,21 @@ bad "model: cannot read" --set 'model="/nonexistent/m.bin"'
 bad "/nonexistent/d.jsonl" --set 'task.path="/nonexistent/d.jsonl"'
 bad "sync.staleness" --set sync.staleness=-1
 bad "group_size" --set group_size=1
-bad "sync.mode" --set 'sync.mode="async"'
+bad "sync.mode: unknown value \"asink\"" --set 'sync.mode="asink"'
+bad "sync.staleness" --set 'sync.mode="async"' --set sync.staleness=-1
+bad "sync.staleness: must be ≥ 1" --set 'sync.mode="async"' --set algorithm.mini_batches=2
+bad "prompts_per_step" --set 'sync.mode="async"' --set algorithm.mini_batches=3 --set sync.staleness=2
+bad "algorithm.filter_equal_groups" --set 'sync.mode="async"' --set algorithm.filter_equal_groups=true
+bad "sync.weights_dir: must be a string" --set sync.weights_dir=3
+bad "rollout.urls: needs sync.mode" --set 'rollout.urls=["http://127.0.0.1:1"]'
+bad "rollout.urls[0]: \"ftp://h\" is not" --set 'sync.mode="async"' --set 'rollout.urls=["ftp://h"]'
+bad "rollout.urls[1]: must be a string" --set 'sync.mode="pull"' --set 'rollout.urls=["http://127.0.0.1:1", 7]'
+bad "rollout.urls[1]: repeats rollout.urls[0]" --set 'sync.mode="async"' \
+  --set 'rollout.urls=["http://127.0.0.1:1", "http://127.0.0.1:1"]'
+bad "rollout.urls[0]: http://127.0.0.1:1 does not answer" --set 'sync.mode="async"' \
+  --set 'rollout.urls=["http://127.0.0.1:1"]'
+bad "reward.library" --set 'reward.library="/nonexistent/reward.so"'
+bad "does not export rlpost_reward_create" --set 'reward.library="libm.so.6"'
 mkdir -p "$out/ro" && chmod 555 "$out/ro"
 if [ "$(id -u)" != 0 ]; then
   bad "output" --set "output=\"$out/ro/run\""
@@ -124,7 +146,8 @@ d = sys.argv[1]
 load = lambda p: [json.loads(l) for l in open(d + p)]
 full, killed, one = load("/full/metrics.jsonl"), load("/killed/metrics.jsonl"), load("/one/metrics.jsonl")
 assert [r["step"] for r in killed] == [1, 2, 3, 4], [r["step"] for r in killed]
-timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds"}
+timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds",
+          "publish_seconds", "trainer_idle_seconds", "rollout_idle_seconds"}
 for a, b in zip(full[2:], killed[2:]):
     for k in a:
         if k not in timing:
@@ -153,14 +176,16 @@ grep -q "\"steps_completed\":$((k + 2))" "$out/sum3.json" || { cat "$out/sum3.js
 
 # --- Ctrl-C: finish the step, checkpoint, exit 0
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set steps=100000 --set eval.n=0 \
-  >"$out/sum4.json" 2>"$out/err" &
+  >"$out/sum4.json" 2>"$out/int.err" &
 pid=$!
 i=0
-while ! grep -q "^step 3/" "$out/err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+# (a file of its own: "$out/err" still holds the previous run's "step 3/4", and a SIGINT sent
+# before the driver installs its handler ends it with status 130)
+while ! grep -q "^step 3/" "$out/int.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
 kill -INT $pid
 wait $pid
 rc=$?
-[ $rc -eq 0 ] || { cat "$out/err"; fail "SIGINT: exit $rc"; }
+[ $rc -eq 0 ] || { cat "$out/int.err"; fail "SIGINT: exit $rc"; }
 grep -q '"interrupted":true' "$out/sum4.json" || fail "SIGINT: no interrupted summary"
 [ -f "$out/int/checkpoints/latest" ] || fail "SIGINT: no checkpoint"
 echo "ok"

@@ -1,0 +1,152 @@
+#!/bin/sh
+# `rlpost train`'s sync modes on stories260K (the fixture of
+# train_fixture.py: 4 prompts x 4 samples, 1 thread):
+# - pull (an engine with its own copy, refreshed before each generate) and
+#   async with η = 0 (a rollout thread on its own context and weights, the
+#   replay buffer, the staleness gate) train on exactly what sync trains on:
+#   their metrics equal sync's for 3 steps, bit for bit;
+# - async with η = 1: 2 records, staleness ≤ 1, nothing dropped, the
+#   prompts in the same order as sync, the idle times recorded;
+# - async, kill -9 after a checkpoint, then --resume: steps k+1, k+2 equal
+#   the uninterrupted async run's (η = 0: which version generates each
+#   batch does not depend on thread timing);
+# - async with η = 1, Ctrl-C: exit 0 and a checkpoint at the trainer's step
+#   and cursor (the rollout thread had served prompts beyond it); the
+#   resumed run serves every prompt once per epoch;
+# - async with a reward that refuses every sample: the step applies no
+#   optimizer step, the gate can never open again, and the run stops with
+#   one line instead of hanging.
+# Skips (77) without the shared data or python3.
+# Usage: check_train_modes.sh RLPOST REWARD_MODULE
+set -u
+rlpost=$1
+reward_so=$2
+data=${RLPOST_SHARED_DATA:-}/llama2c/stories260K.bin
+[ -n "${RLPOST_SHARED_DATA:-}" ] && [ -f "$data" ] || { echo "no stories260K.bin: skipped"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+python3 "$(dirname "$0")/train_fixture.py" "$out" || exit 1
+model="$out/model.bin"
+cp "$data" "$model"
+cfg="$out/config.json"
+T() { "$rlpost" train "$cfg" --set "model=\"$model\"" "$@"; }
+ASYNC="sync.mode=\"async\""
+
+# --- the same 3 steps in each mode
+for m in sync pull async; do
+  T --set "output=\"$out/$m\"" --set steps=3 --set "sync.mode=\"$m\"" >"$out/$m.json" 2>"$out/err" ||
+    { cat "$out/err"; fail "3 steps in $m mode"; }
+done
+T --set "output=\"$out/eta1\"" --set "$ASYNC" --set sync.staleness=1 >"$out/eta1.json" 2>"$out/err" ||
+  { cat "$out/err"; fail "async with η = 1"; }
+grep -q "^step 2/2 .*| idle trainer .* s, rollout .* s | buffer " "$out/err" || { cat "$out/err"; fail "progress line"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+load = lambda p: [json.loads(l) for l in open(d + p)]
+# timing, and what only async measures where it waits
+loose = {"rollout_seconds", "reward_seconds", "train_seconds", "publish_seconds", "step_seconds", "tokens_per_second",
+         "elapsed_seconds", "trainer_idle_seconds", "rollout_idle_seconds", "buffer_size"}
+sync = load("/sync/metrics.jsonl")
+assert [r["step"] for r in sync] == [1, 2, 3]
+for mode in ("pull", "async"):
+    other = load("/%s/metrics.jsonl" % mode)
+    assert len(other) == 3, (mode, other)
+    for a, b in zip(sync, other):
+        assert set(a) == set(b), (mode, set(a) ^ set(b))
+        for k in a:
+            if k not in loose:
+                assert a[k] == b[k], (mode, a["step"], k, a[k], b[k])
+    assert load("/%s/eval.jsonl" % mode)[-1]["accuracy"] == load("/sync/eval.jsonl")[-1]["accuracy"]
+for r in load("/async/metrics.jsonl"):
+    assert r["staleness_max"] == 0 and r["buffer_dropped"] == 0, r
+assert json.load(open(d + "/async.json"))["sync_mode"] == "async"
+
+e1 = load("/eta1/metrics.jsonl")
+assert [r["step"] for r in e1] == [1, 2] and [r["policy_version"] for r in e1] == [1, 2], e1
+for r, s in zip(e1, sync):
+    assert r["n_seqs"] == 16 and r["n_groups"] == 4 and r["completions"] == 16, r
+    assert 0 <= r["staleness_mean"] <= r["staleness_max"] <= 1, r
+    assert r["buffer_dropped"] == 0 and r["buffer_dropped_total"] == 0, r
+    assert r["trainer_idle_seconds"] >= 0 and r["rollout_idle_seconds"] >= 0 and r["rollout_seconds"] > 0, r
+    assert r["prompt_index"] == s["prompt_index"] and r["sampling_seed"] == s["sampling_seed"], (r, s)
+assert e1[0]["staleness_max"] == 0  # nothing older than version 0 exists
+assert [r["step"] for r in load("/eta1/eval.jsonl")] == [0, 2]
+st = json.load(open(d + "/eta1/checkpoints/step_2/state.json"))
+assert st["step"] == 2 and st["version"] == 2 and st["sync_mode"] == "async", st
+assert st["cursor"]["epoch"] == 1 and st["cursor"]["position"] == 0, st  # the trainer's, not the rollout thread's
+PY
+[ $? -eq 0 ] || fail "the modes differ"
+
+# --- async: kill -9 after a checkpoint, resume, steps k+1 and k+2 against the uninterrupted run
+# (the driver itself in the background, not the function T: kill must reach it)
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/k9\"" --set "$ASYNC" --set steps=400 \
+  --set checkpoint.interval=2 --set eval.n=0 >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$out/k9/checkpoints/latest" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+k=$(sed 's/step_//' "$out/k9/checkpoints/latest")
+[ -n "$k" ] || fail "no checkpoint before kill -9"
+T --set "output=\"$out/k9\"" --set "$ASYNC" --set steps=$((k + 2)) --set checkpoint.interval=2 --set eval.n=0 \
+  --resume "$out/k9" >"$out/k9.json" 2>"$out/err" || { cat "$out/err"; fail "async resume after kill -9"; }
+T --set "output=\"$out/k9full\"" --set "$ASYNC" --set steps=$((k + 2)) --set checkpoint.interval=2 --set eval.n=0 \
+  >/dev/null 2>"$out/err" || { cat "$out/err"; fail "uninterrupted async run"; }
+python3 - "$out" "$k" <<'PY' || exit 1
+import json, sys
+d, k = sys.argv[1], int(sys.argv[2])
+load = lambda p: [json.loads(l) for l in open(d + p)]
+loose = {"rollout_seconds", "reward_seconds", "train_seconds", "publish_seconds", "step_seconds", "tokens_per_second",
+         "elapsed_seconds", "trainer_idle_seconds", "rollout_idle_seconds", "buffer_size"}
+full, resumed = load("/k9full/metrics.jsonl"), load("/k9/metrics.jsonl")
+assert [r["step"] for r in resumed] == list(range(1, k + 3)), [r["step"] for r in resumed]
+for a, b in zip(full[k:], resumed[k:]):
+    for key in a:
+        if key not in loose:
+            assert a[key] == b[key], (a["step"], key, a[key], b[key])  # bit-exact: η = 0, 1 thread each
+s = json.load(open(d + "/k9.json"))
+assert s["resumed_from"] == k and s["steps_completed"] == k + 2, s
+PY
+[ $? -eq 0 ] || fail "resumed async metrics differ from the uninterrupted run"
+
+# --- async η = 1, Ctrl-C: the checkpoint holds the trainer's step and cursor; resume serves each prompt once per epoch
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set "$ASYNC" --set sync.staleness=1 \
+  --set steps=100000 --set eval.n=0 >"$out/int.json" 2>"$out/int.err" &
+pid=$!
+i=0
+while ! grep -q "^step 3/" "$out/int.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] || { cat "$out/int.err"; fail "async SIGINT: exit $rc"; }
+grep -q '"interrupted":true' "$out/int.json" || fail "async SIGINT: no interrupted summary"
+n=$(wc -l <"$out/int/metrics.jsonl")
+T --set "output=\"$out/int\"" --set "$ASYNC" --set sync.staleness=1 --set steps=$((n + 3)) --set eval.n=0 \
+  --resume "$out/int" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "resume after SIGINT"; }
+python3 - "$out" "$n" <<'PY' || exit 1
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+st = json.load(open(d + "/int/checkpoints/step_%d/state.json" % n))
+assert st["step"] == n and st["version"] == n, st
+assert (st["cursor"]["epoch"], st["cursor"]["position"]) == divmod(4 * n, 8), st
+m = [json.loads(l) for l in open(d + "/int/metrics.jsonl")]
+assert [r["step"] for r in m] == list(range(1, n + 4)), [r["step"] for r in m]
+ids = [i for r in m for i in r["prompt_index"]]
+for e in range(len(ids) // 8):
+    assert sorted(ids[8 * e:8 * e + 8]) == list(range(8)), (e, ids)  # each prompt once per epoch
+PY
+[ $? -eq 0 ] || fail "async Ctrl-C and resume"
+
+# --- async, every sample invalid: no optimizer step, the gate cannot open; one line, exit 1, no hang
+T --set "output=\"$out/stall\"" --set "$ASYNC" --set steps=5 --set eval.n=0 --set "reward.library=\"$reward_so\"" \
+  --set 'reward.options={"invalid": true}' >/dev/null 2>"$out/err"
+rc=$?
+[ $rc -eq 1 ] || { cat "$out/err"; fail "stalled gate: exit $rc, wanted 1"; }
+[ "$(grep -c "rlpost train" "$out/err")" -eq 1 ] && grep -q "step 2: the staleness gate admits no more rollouts" "$out/err" ||
+  { cat "$out/err"; fail "stalled gate: message"; }
+[ -f "$out/stall/checkpoints/step_1/state.json" ] || fail "stalled gate: no checkpoint of step 1"
+echo "ok"
