@@ -368,8 +368,29 @@ static int make_one_reward(run *r, const char *name, const char *opts, rlp_rewar
     return rc;
 }
 
+/* reward.name term "W*name" → W, and name moved to the start of term;
+ * "name" → 1. -1 with r->err set when W is not a finite number. */
+static int reward_weight(run *r, char *term, double *w)
+{
+    char *star = strchr(term, '*');
+    *w = 1.0;
+    if (!star)
+        return 0;
+    *star = '\0';
+    char *end;
+    errno = 0;
+    *w = strtod(term, &end);
+    if (end == term || *end || errno || !isfinite(*w)) {
+        fmt(r->err, ERR_CAP, "reward.name: '%s' is not a weight (write W*name, e.g. 2*gsm8k)", term);
+        return -1;
+    }
+    memmove(term, star + 1, strlen(star + 1) + 1);
+    return 0;
+}
+
 /* reward.library (dlopen) or reward.name: a built-in, the driver's
- * "format_progress", or several joined by '+' (summed). */
+ * "format_progress", or several joined by '+' (summed), each optionally
+ * weighted as W*name. */
 static int make_reward(run *r)
 {
     json_t *c = r->cfg;
@@ -398,9 +419,13 @@ static int make_reward(run *r)
     char names[256];
     fmt(names, sizeof names, "%s", cfg_str(c, "reward.name"));
     rlp_reward_fn *fns[8];
+    double weights[8];
     size_t n = 0;
+    int weighted = 0;
     for (char *save = NULL, *t = strtok_r(names, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
-        if (n == 8 || (rc = make_one_reward(r, t, opts, &fns[n])) != RLP_OK) {
+        if (n < 8 && reward_weight(r, t, &weights[n]))
+            rc = RLP_E_INVALID_ARG;
+        if (n == 8 || rc || (rc = make_one_reward(r, t, opts, &fns[n])) != RLP_OK) {
             if (n == 8)
                 fmt(r->err, ERR_CAP, "reward.name: at most 8 rewards joined with '+'");
             for (size_t i = 0; i < n; i++)
@@ -408,6 +433,7 @@ static int make_reward(run *r)
             free(opts);
             return rc ? rc : RLP_E_INVALID_ARG;
         }
+        weighted |= weights[n] != 1.0;
         n++;
     }
     free(opts);
@@ -415,11 +441,11 @@ static int make_reward(run *r)
         fmt(r->err, ERR_CAP, "reward.name: empty");
         return RLP_E_INVALID_ARG;
     }
-    if (n == 1) {
+    if (n == 1 && !weighted) {
         r->reward = fns[0];
         return RLP_OK;
     }
-    if ((rc = rlp_reward_fn_combine(&r->reward, fns, NULL, n)) != RLP_OK) {
+    if ((rc = rlp_reward_fn_combine(&r->reward, fns, weighted ? weights : NULL, n)) != RLP_OK) {
         fmt(r->err, ERR_CAP, "reward.name: %s", rlp_error_last());
         for (size_t i = 0; i < n; i++)
             rlp_reward_fn_free(fns[i]);
@@ -450,7 +476,7 @@ static int make_metric_scorers(run *r)
             thr = 2.0; /* kk_answer: +2 right, negative otherwise */
         } else if (!strcmp(task, "countdown") || !strcmp(task, "gsm8k")) {
             acc = task;
-        } else if (!cfg_str(c, "reward.library") && !strchr(cfg_str(c, "reward.name"), '+') &&
+        } else if (!cfg_str(c, "reward.library") && !strpbrk(cfg_str(c, "reward.name"), "+*") &&
                    strcmp(cfg_str(c, "reward.name"), "format_progress")) {
             acc = cfg_str(c, "reward.name");
         }

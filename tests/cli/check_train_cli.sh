@@ -83,6 +83,19 @@ for r in m:
 PY
 [ $? -eq 0 ] || fail "the reward library's scores are not what trained"
 
+# --- a weighted reward term: "2.5*regex_match" scores exactly 2.5 × the plain run's step-1 rewards
+# (same weights, same seed, so the same completions)
+T --set "output=\"$out/w\"" --set steps=1 --set 'reward.name="2.5*regex_match"' >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "weighted reward run"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+a = json.loads(open(sys.argv[1] + "/runA/metrics.jsonl").readline())
+w = json.loads(open(sys.argv[1] + "/w/metrics.jsonl").readline())
+assert a["completion_tokens"] == w["completion_tokens"], (a, w)
+assert abs(w["reward_mean"] - 2.5 * a["reward_mean"]) < 1e-9 and a["reward_max"] > 0, (a["reward_mean"], w["reward_mean"])
+PY
+[ $? -eq 0 ] || fail "the weighted reward is not W × the reward"
+
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
   want=$1; shift
@@ -115,6 +128,7 @@ bad "rollout.urls[1]: repeats rollout.urls[0]" --set 'sync.mode="async"' \
 bad "rollout.urls[0]: http://127.0.0.1:1 does not answer" --set 'sync.mode="async"' \
   --set 'rollout.urls=["http://127.0.0.1:1"]'
 bad "reward.library" --set 'reward.library="/nonexistent/reward.so"'
+bad "reward.name: 'x' is not a weight" --set 'reward.name="x*regex_match"'
 bad "does not export rlpost_reward_create" --set 'reward.library="libm.so.6"'
 mkdir -p "$out/ro" && chmod 555 "$out/ro"
 if [ "$(id -u)" != 0 ]; then
