@@ -10,18 +10,16 @@
 #include <cmocka.h>
 
 #include "core/error.h"
+#include "http_test_server.h"
 #include "rollout/remote_client.h"
 
-#include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,33 +89,13 @@ static const char MALFORMED[] = "{\"choices\": [{\"index\": 0, \"text\": \"x\",}
 /* ---- the server ----------------------------------------------------------- */
 
 typedef struct server {
-    struct MHD_Daemon *d;
-    char base[64];                /* "http://127.0.0.1:<port>" */
+    http_test_server http;        /* the daemon, its base URL, `stopping` */
     pthread_mutex_t mu;
     int hits[K_COUNT];            /* requests per key */
     char *last_body[K_COUNT];     /* request JSON of the last request per key */
     char *last_auth[K_COUNT];     /* its Authorization header */
     int active, peak;             /* K_CONC handlers running now / at most */
-    atomic_int stopping;          /* ends K_SLOW's stall at shutdown */
 } server;
-
-typedef struct upload {
-    char *buf;
-    size_t len;
-} upload;
-
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *body,
-                             size_t len)
-{
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ok = MHD_queue_response(conn, code, r);
-    MHD_destroy_response(r);
-    return ok;
-}
 
 static ssize_t huge_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -141,17 +119,6 @@ static ssize_t short_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-static enum MHD_Result reply_stream(struct MHD_Connection *conn, uint64_t size,
-                                    MHD_ContentReaderCallback cb)
-{
-    struct MHD_Response *r = MHD_create_response_from_callback(size, 4096, cb, NULL, NULL);
-    if (!r)
-        return MHD_NO;
-    enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ok;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -159,74 +126,56 @@ static void sleep_ms(long ms)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *data,
-                                  size_t *data_size, void **req_cls)
+                                  const char *method, const char *body, size_t len)
 {
-    (void)version;
     server *s = cls;
-    upload *u = *req_cls;
-    if (!u) {
-        *req_cls = u = calloc(1, sizeof *u);
-        return u ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        char *b = realloc(u->buf, u->len + *data_size + 1);
-        if (!b)
-            return MHD_NO;
-        memcpy(b + u->len, data, *data_size);
-        u->buf = b;
-        u->len += *data_size;
-        u->buf[u->len] = '\0';
-        *data_size = 0;
-        return MHD_YES;
-    }
     if (strcmp(method, "POST") != 0 || strcmp(url, "/v1/completions") != 0)
-        return reply(conn, MHD_HTTP_NOT_FOUND, "{}", 2);
+        return http_test_reply(conn, MHD_HTTP_NOT_FOUND, "{}");
 
-    json_t *req = u->buf ? json_loadb(u->buf, u->len, 0, NULL) : NULL;
+    json_t *req = body ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *first = json_array_get(json_object_get(req, "prompt"), 0);
     json_int_t key = json_is_integer(first) ? json_integer_value(first) : 0;
     json_decref(req);
     if (key <= 0 || key >= K_COUNT)
-        return reply(conn, MHD_HTTP_BAD_REQUEST, "{\"message\":\"unknown key\"}", 25);
+        return http_test_reply(conn, MHD_HTTP_BAD_REQUEST, "{\"message\":\"unknown key\"}");
 
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     pthread_mutex_lock(&s->mu);
     int hit = ++s->hits[key];
     free(s->last_body[key]);
     free(s->last_auth[key]);
-    s->last_body[key] = strdup(u->buf);
+    s->last_body[key] = strdup(body);
     s->last_auth[key] = auth ? strdup(auth) : NULL;
     pthread_mutex_unlock(&s->mu);
 
     switch (key) {
-    case K_VLLM: return reply(conn, MHD_HTTP_OK, VLLM_ANSWER, strlen(VLLM_ANSWER));
-    case K_LLAMA: return reply(conn, MHD_HTTP_OK, LLAMA_ANSWER, strlen(LLAMA_ANSWER));
-    case K_TOKEN_IDS: return reply(conn, MHD_HTTP_OK, TOKEN_IDS_ANSWER, strlen(TOKEN_IDS_ANSWER));
+    case K_VLLM: return http_test_reply(conn, MHD_HTTP_OK, VLLM_ANSWER);
+    case K_LLAMA: return http_test_reply(conn, MHD_HTTP_OK, LLAMA_ANSWER);
+    case K_TOKEN_IDS: return http_test_reply(conn, MHD_HTTP_OK, TOKEN_IDS_ANSWER);
     case K_FLAKY500:
         if (hit == 1)
-            return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, ERROR_500, strlen(ERROR_500));
-        return reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER, strlen(SIMPLE_ANSWER));
+            return http_test_reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, ERROR_500);
+        return http_test_reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER);
     case K_ALWAYS500:
-        return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, ERROR_500, strlen(ERROR_500));
+        return http_test_reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, ERROR_500);
     case K_SLOW:
-        for (int i = 0; i < 300 && !atomic_load(&s->stopping); i++)
+        for (int i = 0; i < 300 && !atomic_load(&s->http.stopping); i++)
             sleep_ms(10);
-        return reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER, strlen(SIMPLE_ANSWER));
-    case K_MALFORMED: return reply(conn, MHD_HTTP_OK, MALFORMED, strlen(MALFORMED));
-    case K_TRUNC_JSON: return reply(conn, MHD_HTTP_OK, VLLM_ANSWER, 60);
-    case K_SHORT_BODY: return reply_stream(conn, SHORT_DECLARED, short_reader);
-    case K_HUGE_CHUNKED: return reply_stream(conn, MHD_SIZE_UNKNOWN, huge_reader);
+        return http_test_reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER);
+    case K_MALFORMED: return http_test_reply(conn, MHD_HTTP_OK, MALFORMED);
+    case K_TRUNC_JSON: return http_test_reply_n(conn, MHD_HTTP_OK, VLLM_ANSWER, 60);
+    case K_SHORT_BODY: return http_test_reply_stream(conn, SHORT_DECLARED, short_reader);
+    case K_HUGE_CHUNKED: return http_test_reply_stream(conn, MHD_SIZE_UNKNOWN, huge_reader);
     case K_HUGE_DECLARED: {
         char *big = malloc(HUGE_BYTES);
         if (!big)
             return MHD_NO;
         memset(big, ' ', HUGE_BYTES);
-        enum MHD_Result ok = reply(conn, MHD_HTTP_OK, big, HUGE_BYTES);
+        enum MHD_Result ok = http_test_reply_n(conn, MHD_HTTP_OK, big, HUGE_BYTES);
         free(big);
         return ok;
     }
-    case K_BAD_REQUEST: return reply(conn, MHD_HTTP_BAD_REQUEST, ERROR_400, strlen(ERROR_400));
+    case K_BAD_REQUEST: return http_test_reply(conn, MHD_HTTP_BAD_REQUEST, ERROR_400);
     case K_CONC:
         pthread_mutex_lock(&s->mu);
         if (++s->active > s->peak)
@@ -236,22 +185,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_lock(&s->mu);
         s->active--;
         pthread_mutex_unlock(&s->mu);
-        return reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER, strlen(SIMPLE_ANSWER));
-    default: return reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER, strlen(SIMPLE_ANSWER));
-    }
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)conn;
-    (void)toe;
-    upload *u = *req_cls;
-    if (u) {
-        free(u->buf);
-        free(u);
-        *req_cls = NULL;
+        return http_test_reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER);
+    default: return http_test_reply(conn, MHD_HTTP_OK, SIMPLE_ANSWER);
     }
 }
 
@@ -260,27 +195,13 @@ static server *server_start(void)
     server *s = calloc(1, sizeof *s);
     assert_non_null(s);
     pthread_mutex_init(&s->mu, NULL);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = 0; /* ephemeral */
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* a thread per connection, so a stalled handler holds up no other */
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
-                            NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
-    assert_non_null(s->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    assert_true(info->port > 0);
-    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%u", (unsigned)info->port);
+    http_test_server_start(&s->http, on_request, s);
     return s;
 }
 
 static void server_stop(server *s)
 {
-    atomic_store(&s->stopping, 1);
-    MHD_stop_daemon(s->d);
+    http_test_server_stop(&s->http);
     for (int k = 0; k < K_COUNT; k++) {
         free(s->last_body[k]);
         free(s->last_auth[k]);
@@ -353,7 +274,7 @@ static void test_all_outcomes_in_one_call(void **state)
 {
     (void)state;
     server *s = server_start();
-    const char *urls[] = {s->base};
+    const char *urls[] = {s->http.base};
     rlpi_remote_config cfg = test_config(urls, 1);
     rlpi_remote_client *c;
     assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_OK);
@@ -429,7 +350,7 @@ static void test_all_outcomes_in_one_call(void **state)
 
     /* always 500: 1 + max_retries attempts, URL, code and body in the message */
     char want[256];
-    snprintf(want, sizeof want, "POST %s/v1/completions: HTTP 500 after 3 attempts: %s", s->base,
+    snprintf(want, sizeof want, "POST %s/v1/completions: HTTP 500 after 3 attempts: %s", s->http.base,
              ERROR_500);
     assert_int_equal(res[4].status, RLP_E_NETWORK);
     assert_int_equal(res[4].attempts, 3);
@@ -442,7 +363,7 @@ static void test_all_outcomes_in_one_call(void **state)
     assert_int_equal(res[5].status, RLP_E_TIMEOUT);
     assert_int_equal(res[5].attempts, 3);
     assert_int_equal(res[5].http_code, 0);
-    assert_contains(res[5].error, s->base);
+    assert_contains(res[5].error, s->http.base);
     assert_contains(res[5].error, "after 3 attempts");
 
     /* invalid JSON with 200: not retried */
@@ -543,29 +464,14 @@ static void test_all_outcomes_in_one_call(void **state)
 
 /* ---- URLs: round-robin, retry to the next one ------------------------------ */
 
-/* A bound, never-listening socket: connecting to its port is refused. */
-static int dead_port(int *fd)
-{
-    *fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(*fd >= 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(*fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    assert_int_equal(getsockname(*fd, (struct sockaddr *)&sa, &len), 0);
-    return ntohs(sa.sin_port);
-}
-
 static void test_retry_moves_to_next_url(void **state)
 {
     (void)state;
     server *s = server_start();
     int fd;
     char dead[64];
-    snprintf(dead, sizeof dead, "http://127.0.0.1:%d/", dead_port(&fd));
-    const char *urls[] = {dead, s->base};
+    snprintf(dead, sizeof dead, "http://127.0.0.1:%d/", http_test_dead_port(&fd));
+    const char *urls[] = {dead, s->http.base};
     rlpi_remote_config cfg = test_config(urls, 2);
     rlpi_remote_client *c;
     assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_OK);
@@ -610,7 +516,7 @@ static void test_in_flight_cap(void **state)
 {
     (void)state;
     server *s = server_start();
-    const char *urls[] = {s->base};
+    const char *urls[] = {s->http.base};
     rlpi_remote_config cfg = test_config(urls, 1);
     cfg.max_in_flight = 3;
     cfg.timeout_ms = 5000;

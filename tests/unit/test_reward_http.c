@@ -11,19 +11,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "http_test_server.h"
 #include "rlpost.h"
 
-#include <arpa/inet.h>
 #include <jansson.h>
 #include <math.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,38 +31,19 @@
 #define HUGE (64 * 1024)
 
 typedef struct server {
-    struct MHD_Daemon *d;
-    char base[64];
+    http_test_server http;      /* the daemon, its base URL, `stopping` */
     pthread_mutex_t mu;
     int hits;                   /* requests, all paths */
     int flaky_hits;
     int max_samples;            /* most samples in one request */
     char *body_from[16];        /* request body by the id of its first sample */
     char *last_auth;
-    atomic_int stopping;
 } server;
-
-typedef struct upload {
-    char *buf;
-    size_t len;
-} upload;
 
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *body)
-{
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ok = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return ok;
 }
 
 static ssize_t huge_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -119,29 +98,12 @@ static char *scores_for(json_t *samples, int extra)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *data, size_t *data_size, void **req_cls)
+                                  const char *body, size_t len)
 {
-    (void)version;
     server *s = cls;
-    upload *u = *req_cls;
-    if (!u) {
-        *req_cls = u = calloc(1, sizeof *u);
-        return u ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        char *b = realloc(u->buf, u->len + *data_size + 1);
-        if (!b)
-            return MHD_NO;
-        memcpy(b + u->len, data, *data_size);
-        u->buf = b;
-        u->len += *data_size;
-        u->buf[u->len] = '\0';
-        *data_size = 0;
-        return MHD_YES;
-    }
     if (strcmp(method, "POST") != 0)
-        return reply(c, 405, "{}");
-    json_t *req = u->buf ? json_loadb(u->buf, u->len, 0, NULL) : NULL;
+        return http_test_reply(c, 405, "{}");
+    json_t *req = body ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *samples = json_object_get(req, "samples");
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     pthread_mutex_lock(&s->mu);
@@ -150,9 +112,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if ((int)json_array_size(samples) > s->max_samples)
         s->max_samples = (int)json_array_size(samples);
     json_int_t first = json_integer_value(json_object_get(json_array_get(samples, 0), "id"));
-    if (first >= 0 && first < 16 && u->buf) {
+    if (first >= 0 && first < 16 && body) {
         free(s->body_from[first]);
-        s->body_from[first] = strdup(u->buf);
+        s->body_from[first] = strdup(body);
     }
     free(s->last_auth);
     s->last_auth = auth ? strdup(auth) : NULL;
@@ -160,48 +122,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
     enum MHD_Result ok;
     if (!json_is_array(samples)) {
-        ok = reply(c, 400, "{\"error\": \"no samples\"}");
+        ok = http_test_reply(c, 400, "{\"error\": \"no samples\"}");
     } else if (strcmp(url, "/always500") == 0 || (flaky == 1)) {
-        ok = reply(c, 500, "upstream exploded");
+        ok = http_test_reply(c, 500, "upstream exploded");
     } else if (strcmp(url, "/400") == 0) {
-        ok = reply(c, 400, "{\"error\": \"bad\"}");
+        ok = http_test_reply(c, 400, "{\"error\": \"bad\"}");
     } else if (strcmp(url, "/slow") == 0) {
-        for (int i = 0; i < STALL_MS / 10 && !atomic_load(&s->stopping); i++)
+        for (int i = 0; i < STALL_MS / 10 && !atomic_load(&s->http.stopping); i++)
             sleep_ms(10);
-        ok = reply(c, 200, "{\"scores\": []}");
+        ok = http_test_reply(c, 200, "{\"scores\": []}");
     } else if (strcmp(url, "/malformed") == 0) {
-        ok = reply(c, 200, "{\"scores\": [1, 2,");
+        ok = http_test_reply(c, 200, "{\"scores\": [1, 2,");
     } else if (strcmp(url, "/noscores") == 0) {
-        ok = reply(c, 200, "{\"result\": [1]}");
+        ok = http_test_reply(c, 200, "{\"result\": [1]}");
     } else if (strcmp(url, "/huge") == 0) {
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, huge_reader, NULL, NULL);
-        ok = r ? MHD_queue_response(c, 200, r) : MHD_NO;
-        if (r)
-            MHD_destroy_response(r);
+        ok = http_test_reply_stream(c, MHD_SIZE_UNKNOWN, huge_reader);
     } else if (strcmp(url, "/partial") == 0 &&
                json_integer_value(json_object_get(json_array_get(samples, 0), "id")) == 3) {
-        ok = reply(c, 503, "busy");
+        ok = http_test_reply(c, 503, "busy");
     } else {
         int extra = strcmp(url, "/short") == 0 ? -1 : strcmp(url, "/long") == 0 ? 1 : 0;
-        char *body = scores_for(samples, extra);
-        ok = reply(c, 200, body);
-        free(body);
+        char *scores = scores_for(samples, extra);
+        ok = http_test_reply(c, 200, scores);
+        free(scores);
     }
     json_decref(req);
     return ok;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)c;
-    (void)toe;
-    upload *u = *req_cls;
-    if (u) {
-        free(u->buf);
-        free(u);
-        *req_cls = NULL;
-    }
 }
 
 static server *server_start(void)
@@ -209,24 +155,13 @@ static server *server_start(void)
     server *s = calloc(1, sizeof *s);
     assert_non_null(s);
     pthread_mutex_init(&s->mu, NULL);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
-                            on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
-    assert_non_null(s->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%u", (unsigned)info->port);
+    http_test_server_start(&s->http, on_request, s);
     return s;
 }
 
 static void server_stop(server *s)
 {
-    atomic_store(&s->stopping, 1);
-    MHD_stop_daemon(s->d);
+    http_test_server_stop(&s->http);
     for (int i = 0; i < 16; i++)
         free(s->body_from[i]);
     free(s->last_auth);
@@ -280,7 +215,7 @@ static rlp_batch *make_batch(const char *const *completions, size_t n)
 static rlp_reward_fn *verifier(const server *s, const char *path, uint32_t retries)
 {
     char url[128];
-    snprintf(url, sizeof url, "%s%s", s->base, path);
+    snprintf(url, sizeof url, "%s%s", s->http.base, path);
     rlp_http_reward_options o;
     assert_int_equal(rlp_http_reward_options_init(&o, RLP_HTTP_REWARD_OPTIONS_VERSION), RLP_OK);
     o.url = url;
@@ -506,17 +441,11 @@ static void test_connection_refused(void **state)
 {
     (void)state;
     /* a port nobody listens on: bind, read the port, close */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    int fd;
+    int port = http_test_dead_port(&fd);
     close(fd);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u/score", (unsigned)ntohs(sa.sin_port));
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/score", port);
     rlp_http_reward_options o = RLP_HTTP_REWARD_OPTIONS_INIT;
     o.url = url;
     o.max_retries = 1;

@@ -16,23 +16,21 @@
 #include <cmocka.h>
 
 #include "core/error.h"
+#include "http_test_server.h"
 #include "model/policy.h"
 #include "rollout/engine.h"
 #include "tiny_model.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -773,98 +771,51 @@ static void test_file_transport_damage(void **state)
 enum { M_LOAD, M_FAIL_ONCE, M_500, M_400, M_SLOW, M_SUCCESS_FALSE };
 
 typedef struct server {
-    struct MHD_Daemon *d;
-    char base[64];
+    http_test_server http; /* the daemon, its base URL, `stopping` */
     atomic_int mode;
     atomic_int hits;
-    atomic_int stopping;
     pthread_mutex_t mu;
     char *last_body, *last_auth, *last_url;
     rlp_rollout_engine *engine; /* M_LOAD: loads what it is told, as rlpost serve does */
 } server;
 
-typedef struct upload {
-    char *buf;
-    size_t len;
-} upload;
-
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *body)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ok = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return ok;
-}
-
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *data, size_t *data_size, void **req_cls)
+                                  const char *body, size_t len)
 {
-    (void)version;
     (void)method;
+    (void)len;
     server *s = cls;
-    upload *u = *req_cls;
-    if (!u) {
-        *req_cls = u = calloc(1, sizeof *u);
-        return u ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        char *b = realloc(u->buf, u->len + *data_size + 1);
-        if (!b)
-            return MHD_NO;
-        memcpy(b + u->len, data, *data_size);
-        u->buf = b;
-        u->len += *data_size;
-        u->buf[u->len] = '\0';
-        *data_size = 0;
-        return MHD_YES;
-    }
     int hit = atomic_fetch_add(&s->hits, 1) + 1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     pthread_mutex_lock(&s->mu);
     free(s->last_body);
     free(s->last_auth);
     free(s->last_url);
-    s->last_body = u->buf ? strdup(u->buf) : NULL;
+    s->last_body = body ? strdup(body) : NULL;
     s->last_auth = auth ? strdup(auth) : NULL;
     s->last_url = strdup(url);
     pthread_mutex_unlock(&s->mu);
     switch (atomic_load(&s->mode)) {
     case M_FAIL_ONCE:
         if (hit == 1)
-            return reply(conn, 500, "{\"message\":\"warming up\"}");
-        return reply(conn, 200, "{\"success\":true}");
-    case M_500: return reply(conn, 500, "{\"message\":\"out of GPU memory\"}");
-    case M_400: return reply(conn, 400, "{\"success\":false,\"message\":\"no such folder\"}");
-    case M_SUCCESS_FALSE: return reply(conn, 200, "{\"success\":false,\"message\":\"shape mismatch\"}");
+            return http_test_reply(conn, 500, "{\"message\":\"warming up\"}");
+        return http_test_reply(conn, 200, "{\"success\":true}");
+    case M_500: return http_test_reply(conn, 500, "{\"message\":\"out of GPU memory\"}");
+    case M_400: return http_test_reply(conn, 400, "{\"success\":false,\"message\":\"no such folder\"}");
+    case M_SUCCESS_FALSE: return http_test_reply(conn, 200, "{\"success\":false,\"message\":\"shape mismatch\"}");
     case M_SLOW:
-        for (int i = 0; i < 100 && !atomic_load(&s->stopping); i++)
+        for (int i = 0; i < 100 && !atomic_load(&s->http.stopping); i++)
             usleep(10000);
-        return reply(conn, 200, "{\"success\":true}");
+        return http_test_reply(conn, 200, "{\"success\":true}");
     default: {
-        json_t *j = u->buf ? json_loads(u->buf, 0, NULL) : NULL;
+        json_t *j = body ? json_loads(body, 0, NULL) : NULL;
         const char *path = json_string_value(json_object_get(j, "model_path"));
         json_int_t v = json_integer_value(json_object_get(j, "version"));
         int rc = path && s->engine ? rlp_rollout_engine_load_weights(s->engine, path, (uint64_t)v) : RLP_OK;
         json_decref(j);
-        return rc == RLP_OK ? reply(conn, 200, "{\"success\":true,\"message\":\"loaded\"}")
-                            : reply(conn, 400, "{\"success\":false,\"message\":\"load failed\"}");
+        return rc == RLP_OK ? http_test_reply(conn, 200, "{\"success\":true,\"message\":\"loaded\"}")
+                            : http_test_reply(conn, 400, "{\"success\":false,\"message\":\"load failed\"}");
     }
-    }
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)conn;
-    (void)toe;
-    upload *u = *req_cls;
-    if (u) {
-        free(u->buf);
-        free(u);
-        *req_cls = NULL;
     }
 }
 
@@ -875,25 +826,13 @@ static server *server_start(int mode)
     pthread_mutex_init(&s->mu, NULL);
     atomic_init(&s->mode, mode);
     atomic_init(&s->hits, 0);
-    atomic_init(&s->stopping, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
-                            on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, NULL, MHD_OPTION_END);
-    assert_non_null(s->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%u", (unsigned)info->port);
+    http_test_server_start(&s->http, on_request, s);
     return s;
 }
 
 static void server_stop(server *s)
 {
-    atomic_store(&s->stopping, 1);
-    MHD_stop_daemon(s->d);
+    http_test_server_stop(&s->http);
     free(s->last_body);
     free(s->last_auth);
     free(s->last_url);
@@ -910,8 +849,8 @@ static void test_http_transport(void **state)
     rlp_policy *served = tiny_policy(0, 0);
     good->engine = local_engine(served, 0);
     char good_v1[80];
-    snprintf(good_v1, sizeof good_v1, "%s/v1/", good->base); /* a base URL with /v1/ works too */
-    const char *urls[3] = {good_v1, flaky->base, bad->base};
+    snprintf(good_v1, sizeof good_v1, "%s/v1/", good->http.base); /* a base URL with /v1/ works too */
+    const char *urls[3] = {good_v1, flaky->http.base, bad->http.base};
     rlp_sync_options o = RLP_SYNC_OPTIONS_INIT;
     o.mode = RLP_SYNC_ASYNC;
     o.transport = RLP_TRANSPORT_HTTP;
@@ -936,10 +875,10 @@ static void test_http_transport(void **state)
 
     assert_int_equal(rlp_synchronizer_pull(s, remote), RLP_E_NETWORK);
     const char *err = rlp_error_last();
-    assert_non_null(strstr(err, bad->base));
+    assert_non_null(strstr(err, bad->http.base));
     assert_non_null(strstr(err, "HTTP 500"));
     assert_non_null(strstr(err, "2 of 3"));
-    assert_null(strstr(err, flaky->base));
+    assert_null(strstr(err, flaky->http.base));
     assert_int_equal(atomic_load(&good->hits), 1);
     assert_int_equal(atomic_load(&flaky->hits), 2); /* a 500, then retried */
     assert_int_equal(atomic_load(&bad->hits), 3);   /* 1 + max_retries */
