@@ -8,7 +8,7 @@
 // How: translate.py turns each launch into emu_launch(); a launch runs its
 // blocks one after another, and the threads of a block as fibers
 // (ucontext) on one OS thread. A fiber runs until it reaches
-// __syncthreads() or a warp shuffle and then yields; a block barrier opens
+// __syncthreads() or a warp shuffle and then hands over to the next; a block barrier opens
 // when every live thread of the block waits at one, a shuffle round when
 // all 32 lanes of the warp wait at one. A barrier that can never open (a
 // __syncthreads some threads skip, a shuffle with lanes missing) is
@@ -45,7 +45,8 @@ struct fiber {
     uint64_t *slot_out;
 };
 
-const size_t STACK_BYTES = 256 * 1024;
+const size_t STACK_BYTES = 32 * 1024; // kernels keep little on the stack; ASan clears a whole stack per switch
+const size_t GUARD_PAGE = 4096;
 const size_t MAX_THREADS = 1024;
 const int SMEM_DEFAULT = 48 * 1024, SMEM_MAX = 163 * 1024; // sm_80
 
@@ -65,26 +66,62 @@ void fail(const char *why)
     abort();
 }
 
+// The next fiber after `from` (cyclically) that can run, or -1.
+int next_running(int from)
+{
+    int n = (int)fibers.size();
+    for (int k = 1; k <= n; k++) {
+        int t = (from + k) % n;
+        if (fibers[t].st == RUNNING)
+            return t;
+    }
+    return -1;
+}
+
+// Leaves fiber `current` (already marked with its new state) for the next
+// runnable fiber directly, or for the scheduler when none is left: one
+// switch per yield instead of two.
+void switch_away(bool finished)
+{
+    int prev = current, next = next_running(prev);
+    if (next >= 0) {
+        current = next;
+        emu_threadIdx = fibers[next].idx;
+        if (finished)
+            setcontext(&fibers[next].ctx);
+        else
+            swapcontext(&fibers[prev].ctx, &fibers[next].ctx);
+    } else {
+        current = -1;
+        if (finished)
+            setcontext(&scheduler);
+        else
+            swapcontext(&fibers[prev].ctx, &scheduler);
+    }
+}
+
 void entry()
 {
     run_fn(run_closure);
-    fibers[current].st = DONE; // uc_link returns to the scheduler
+    fibers[current].st = DONE;
+    switch_away(true); // never returns
 }
 
 void yield(state s)
 {
     fibers[current].st = s;
-    swapcontext(&fibers[current].ctx, &scheduler);
+    switch_away(false);
 }
 
 // Runs the threads of one block to completion.
 void run_block(unsigned n_threads)
 {
     while (stacks.size() < n_threads) {
-        void *p = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+        // a stack with an inaccessible page below it: an overflow faults
+        void *p = mmap(NULL, STACK_BYTES + GUARD_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED || mprotect(p, GUARD_PAGE, PROT_NONE) != 0)
             fail("cannot map a fiber stack");
-        stacks.push_back((char *)p);
+        stacks.push_back((char *)p + GUARD_PAGE);
     }
     fibers.assign(n_threads, fiber());
     for (unsigned t = 0; t < n_threads; t++) {
@@ -92,18 +129,21 @@ void run_block(unsigned n_threads)
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = stacks[t];
         f.ctx.uc_stack.ss_size = STACK_BYTES;
-        f.ctx.uc_link = &scheduler;
+        f.ctx.uc_link = NULL; // entry() never returns
         makecontext(&f.ctx, entry, 0);
         f.st = RUNNING;
         f.idx = dim3(t % emu_blockDim.x, t / emu_blockDim.x % emu_blockDim.y, t / (emu_blockDim.x * emu_blockDim.y));
     }
     for (;;) {
-        for (unsigned t = 0; t < n_threads; t++)
-            if (fibers[t].st == RUNNING) {
-                current = (int)t;
-                emu_threadIdx = fibers[t].idx;
-                swapcontext(&scheduler, &fibers[t].ctx);
-            }
+        // run fibers until none can: they hand over to each other and come
+        // back here only when all of them wait or are done
+        current = -1;
+        int first = next_running((int)n_threads - 1);
+        if (first >= 0) {
+            current = first;
+            emu_threadIdx = fibers[first].idx;
+            swapcontext(&scheduler, &fibers[first].ctx);
+        }
         current = -1;
         bool released = false, all_done = true, all_block = true;
         for (unsigned w = 0; w * 32 < n_threads; w++) { // a shuffle round opens when all lanes wait at it
