@@ -145,8 +145,12 @@ static int c_buffer_alloc(rlpi_backend *be, size_t nbytes, rlpi_buffer *buf)
 
 static void c_buffer_free(rlpi_backend *be, rlpi_buffer *buf)
 {
-    cudaSetDevice(be->device);
-    cudaFree(buf->data); /* waits for the device: work still using it has finished */
+    /* work enqueued before may still use the buffer: wait for it (cudaFree
+     * would too, but that is its behaviour, not its contract) */
+    cuda_state *st = enter(be);
+    cudaStreamSynchronize(st->stream);
+    cudaFree(buf->data);
+    leave(st, RLP_OK);
 }
 
 static int c_upload(rlpi_backend *be, rlpi_buffer *dst, size_t off, const void *src, size_t n)
