@@ -1,15 +1,101 @@
-/* Launch wrappers of the CUDA backend's kernels, callable from C.
- * Each returns a cudaError_t value as int (0 = success) and runs on `stream`. */
+/* Launch wrappers of the CUDA backend's kernels, callable from C
+ * (backend_cuda.c). Each enqueues its kernels on `stream` and returns at
+ * once with a cudaError_t value as int (0 = launched), or
+ * RLPI_CUDA_E_UNSUPPORTED for a shape the kernels do not handle (the
+ * caller turns that into RLP_E_UNSUPPORTED). None of them synchronises.
+ *
+ * Pointers are device pointers, already bounds-checked by
+ * lib/backend/backend_ops.c; shapes follow lib/backend/backend.h. `bad`
+ * points to a device int that a kernel sets to 1 when it meets an id
+ * outside its range (the CPU backend returns RLP_E_INVALID_ARG for those at
+ * once; here the flag is read back at the next synchronisation). */
 #ifndef RLPI_CUDA_KERNELS_H
 #define RLPI_CUDA_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#define RLPI_CUDA_E_UNSUPPORTED (-1)
+
+/* Largest head_dim the attention kernels take (tiles are compiled for
+ * 32, 64, 128 and 256; smaller head dims are zero-padded to the next). */
+#define RLPI_CUDA_MAX_HEAD_DIM 256
+
+/* fill.cu */
 int rlpi_cuda_fill_f32(float *dst, size_t n, float value, void *stream);
+/* C[b·stride + r·ld + c] = beta·C (0 when beta == 0, C not read), for the
+ * k = 0 GEMMs that cuBLAS need not handle */
+int rlpi_cuda_scale_matrix(float *c, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+                           float beta, void *stream);
+
+/* embedding.cu */
+int rlpi_cuda_embedding_fwd(float *out, const float *table, const int32_t *ids, int64_t n, int64_t dim,
+                            int64_t vocab, int *bad, void *stream);
+int rlpi_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *ids, int64_t n, int64_t dim,
+                            int64_t vocab, int *bad, void *stream);
+
+/* norm.cu: forward, and the dx half of the backward (dw is a column sum,
+ * reduce.cu) */
+int rlpi_cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int64_t n, int64_t dim,
+                          float eps, void *stream);
+int rlpi_cuda_rmsnorm_bwd_dx(float *dx_accum, const float *dout, const float *x, const float *w,
+                             const float *rstd, int64_t n, int64_t dim, void *stream);
+
+/* reduce.cu */
+/* Doubles of workspace rlpi_cuda_colsum needs for (rows, cols). */
+size_t rlpi_cuda_colsum_workspace(int64_t rows, int64_t cols);
+/* dst[c] += Σ_r a[r,c]·(b ? b[r,c] : 1)·(row_scale ? row_scale[r] : 1),
+ * summed in double in a fixed order */
+int rlpi_cuda_colsum(float *dst_accum, const float *a, const float *b, const float *row_scale, int64_t rows,
+                     int64_t cols, double *workspace, void *stream);
+/* Doubles of workspace rlpi_cuda_sum_squares needs (fixed). */
+#define RLPI_CUDA_SUM_SQUARES_PARTIALS 1024
+/* *out_dev = Σ x², double; partials holds RLPI_CUDA_SUM_SQUARES_PARTIALS */
+int rlpi_cuda_sum_squares(double *out_dev, const float *x, int64_t n, double *partials, void *stream);
+
+/* rope.cu */
+int rlpi_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, int64_t n, int64_t n_heads,
+                   int64_t head_dim, int inverse, void *stream);
+
+/* elementwise.cu */
+int rlpi_cuda_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n, void *stream);
+int rlpi_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                         int64_t n, void *stream);
+int rlpi_cuda_add(float *y, const float *x, int64_t n, void *stream);
+int rlpi_cuda_add_bias(float *y, const float *bias, int64_t rows, int64_t cols, void *stream);
+int rlpi_cuda_scale(float *x, float alpha, int64_t n, void *stream);
+
+/* adamw.cu (the fields of rlpi_adamw_step) */
+int rlpi_cuda_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
+                    float grad_scale, void *stream);
+
+/* logprob.cu */
+int rlpi_cuda_logprob_rows(float *logp, float *entropy, const float *logits, const int32_t *targets, int64_t n,
+                           int64_t vocab, float inv_temp, int *bad, void *stream);
+int rlpi_cuda_logprob_rows_bwd(float *logits, const int32_t *targets, const float *dlogp, const float *dentropy,
+                               int64_t n, int64_t vocab, float inv_temp, int *bad, void *stream);
+
+/* attention.cu: training attention over packed sequences (host seq_start) */
+int rlpi_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                            const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                            int64_t n_kv_heads, int64_t head_dim, void *stream);
+/* Floats of workspace rlpi_cuda_attention_bwd needs. */
+size_t rlpi_cuda_attention_bwd_workspace(int64_t n, int64_t n_heads);
+int rlpi_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse, const int64_t *seq_start,
+                            int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                            float *workspace, void *stream);
+
+/* attention_cached.cu: decode/prefill against KV-cache slots (host tables) */
+int rlpi_cuda_attention_cached(float *out, const float *q, const float *kc, const float *vc,
+                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
+                               int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                               int64_t head_dim, void *stream);
 
 #ifdef __cplusplus
 }

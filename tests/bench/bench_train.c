@@ -1,12 +1,23 @@
-/* Train-step and forward-only throughput of the policy on a SmolLM2-135M-
- * shaped model (30 layers, d 576, 9/3 heads, ffn 1536, vocab 49,152, tied;
- * random weights: speed does not depend on their values), 8 sequences of
- * 256 tokens (64 prompt + 192 completion), against PyTorch doing the same
- * step on the same thread count in the same run
- * (tests/bench/torch_train_step.py, skipped when PyTorch is absent). Also
- * prints achieved GFLOP/s against the fp32 GEMM rate measured now, and the
- * peak memory of logprobs for 8 x 512 tokens above the weights.
- * Usage: bench_train [threads] [repeats] */
+/* Train-step and forward-only throughput of the policy on a random model
+ * (speed does not depend on the weights' values), 8 sequences of 256
+ * tokens (64 prompt + 192 completion), on either backend:
+ *   smollm2  SmolLM2-135M shape: 30 layers, d 576, 9/3 heads, ffn 1536,
+ *            vocabulary 49,152, tied (the default)
+ *   1b       Llama-3.2-1B shape: 16 layers, d 2048, 32/8 heads, ffn 8192,
+ *            vocabulary 128,256, tied (1.24 B parameters; 20 GB of fp32
+ *            weights, gradients and moments: a GPU shape)
+ *   tiny     2 layers, d 64, 4/2 heads, vocabulary 300: a smoke test of
+ *            this program (tests/gpu/run.sh's table code on the kernel
+ *            emulator), not a benchmark
+ * On the CPU it also runs PyTorch doing the same step on the same thread
+ * count in the same run (tests/bench/torch_train_step.py, skipped when
+ * PyTorch is absent), and the peak memory of logprobs for 8 x 512 tokens
+ * above the weights. Prints achieved GFLOP/s against the fp32 GEMM rate
+ * measured now on the same backend; with "decode", also the local rollout
+ * engine's decode tokens/s at batch 1 and 64 (sampling runs on the host in
+ * this version, so large vocabularies pay a logits download per step).
+ * The last line, "RESULT key=value ...", is for tests/gpu/run.sh.
+ * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/policy.h"
@@ -31,10 +42,9 @@ static long peak_rss_kib(void)
     return ru.ru_maxrss;
 }
 
-static double gemm_rate(rlp_context *ctx)
+static double gemm_rate(rlp_context *ctx, int64_t n)
 {
     rlpi_backend *be = ctx->backend;
-    int64_t n = 1024;
     rlpi_buffer *a, *b, *c;
     rlpi_buffer_alloc(be, (size_t)(n * n) * 4, &a);
     rlpi_buffer_alloc(be, (size_t)(n * n) * 4, &b);
@@ -43,12 +53,15 @@ static double gemm_rate(rlp_context *ctx)
     rlpi_buffer_fill_f32(b, 0, (size_t)(n * n), 0.25f);
     rlpi_gemm g = {.m = n, .n = n, .k = n, .alpha = 1, .beta = 0, .batch = 1, .a = {a, 0, n, 0}, .b = {b, 0, n, 0}, .c = {c, 0, n, 0}};
     rlpi_gemm_f32(be, &g);
+    rlpi_backend_synchronize(be); /* a GPU runs the products asynchronously */
     int reps = 0;
     double t0 = now();
     while (now() - t0 < 1.0) {
         rlpi_gemm_f32(be, &g);
-        reps++;
+        if (++reps % 8 == 0)
+            rlpi_backend_synchronize(be);
     }
+    rlpi_backend_synchronize(be);
     double rate = 2.0 * (double)n * n * n * reps / (now() - t0) / 1e9;
     rlpi_buffer_free(a);
     rlpi_buffer_free(b);
@@ -56,23 +69,85 @@ static double gemm_rate(rlp_context *ctx)
     return rate;
 }
 
+/* Decode tokens/s of the local rollout engine at `batch` sequences of 16
+ * random prompt tokens, each its own group (every row prefilled). */
+static double decode_rate(rlp_policy *p, uint32_t batch, uint32_t new_tokens, int32_t vocab, rlpi_rng *rng)
+{
+    rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
+    o.max_batch = batch;
+    o.max_seq_len = 16 + new_tokens;
+    o.share_weights = 1;
+    rlp_rollout_engine *e;
+    if (rlp_rollout_engine_create(&e, p, &o) != RLP_OK) {
+        fprintf(stderr, "engine: %s\n", rlp_error_last());
+        return 0;
+    }
+    int32_t *ids = malloc((size_t)batch * 16 * sizeof *ids);
+    rlp_prompt *pr = calloc(batch, sizeof *pr);
+    for (uint32_t i = 0; i < batch; i++) {
+        for (int t = 0; t < 16; t++)
+            ids[i * 16 + t] = (int32_t)rlpi_rng_below(rng, (uint64_t)vocab);
+        pr[i].tokens = ids + i * 16;
+        pr[i].n_tokens = 16;
+        pr[i].group_id = i + 1;
+    }
+    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
+    s.max_new_tokens = new_tokens;
+    s.ignore_eos = 1;
+    rlp_batch *b = NULL;
+    double rate = 0;
+    if (rlp_rollout_generate(&b, e, pr, batch, &s, NULL, NULL) == RLP_OK) {
+        rlp_rollout_stats st = {0};
+        rlp_rollout_engine_stats(&st, e);
+        rate = (double)st.decode_tokens / st.decode_seconds;
+    } else {
+        fprintf(stderr, "generate: %s\n", rlp_error_last());
+    }
+    rlp_batch_free(b);
+    free(pr);
+    free(ids);
+    rlp_rollout_engine_free(e);
+    return rate;
+}
+
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 2;
+    const char *backend = argc > 3 ? argv[3] : "cpu", *shape = argc > 4 ? argv[4] : "smollm2";
+    int decode = argc > 5 && !strcmp(argv[5], "decode");
+    int cuda = !strcmp(backend, "cuda");
+    if ((!cuda && strcmp(backend, "cpu")) || (strcmp(shape, "smollm2") && strcmp(shape, "1b") && strcmp(shape, "tiny"))) {
+        fprintf(stderr, "usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode]\n");
+        return 2;
+    }
     const int n_seq = 8, seq_len = 256, n_prompt = 64;
     rlpi_model_config cfg = {.arch = "llama", .n_layers = 30, .dim = 576, .n_heads = 9, .n_kv_heads = 3,
                              .head_dim = 64, .ffn_dim = 1536, .vocab_size = 49152, .max_seq_len = 8192,
                              .rope_theta = 100000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1, .eos_id = -1};
+    if (!strcmp(shape, "1b"))
+        cfg = (rlpi_model_config){.arch = "llama", .n_layers = 16, .dim = 2048, .n_heads = 32, .n_kv_heads = 8,
+                                  .head_dim = 64, .ffn_dim = 8192, .vocab_size = 128256, .max_seq_len = 8192,
+                                  .rope_theta = 500000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1,
+                                  .eos_id = -1};
+    if (!strcmp(shape, "tiny"))
+        cfg = (rlpi_model_config){.arch = "llama", .n_layers = 2, .dim = 64, .n_heads = 4, .n_kv_heads = 2,
+                                  .head_dim = 16, .ffn_dim = 160, .vocab_size = 300, .max_seq_len = 1024,
+                                  .rope_theta = 10000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1,
+                                  .eos_id = -1};
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
+    if (cuda)
+        co.backend = RLP_BACKEND_CUDA;
     rlp_context *ctx;
     if (rlp_context_create(&ctx, &co) != RLP_OK) {
         fprintf(stderr, "%s\n", rlp_error_last());
-        return 1;
+        return cuda ? 77 : 1;
     }
     printf("%s\n", rlp_context_device_name(ctx));
-    double peak = gemm_rate(ctx);
-    printf("fp32 GEMM 1024^3 on %d threads: %.1f GFLOP/s (the peak we compare against)\n", threads, peak);
+    int64_t gemm_n = !strcmp(shape, "tiny") ? 64 : cuda ? 4096 : 1024;
+    double peak = gemm_rate(ctx, gemm_n);
+    printf("fp32 GEMM %lld^3 on %s: %.1f GFLOP/s (the peak we compare against)\n", (long long)gemm_n,
+           cuda ? "the GPU" : "the CPU threads", peak);
 
     /* random weights in HF names (std 0.02, norms 1) */
     rlpi_weights w;
@@ -105,7 +180,11 @@ int main(int argc, char **argv)
     }
     ADD("model.norm.weight", 1, d, 0, 1);
     rlp_policy *p;
-    if (rlpi_policy_create(&p, ctx, &cfg, &w, NULL) != RLP_OK) {
+    /* on a GPU the fused head can afford a larger chunk of logits (1024 ×
+     * vocabulary floats) and is then fewer, larger products */
+    rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+    po.head_chunk_tokens = cuda ? 1024 : 0;
+    if (rlpi_policy_create(&p, ctx, &cfg, &w, &po) != RLP_OK) {
         fprintf(stderr, "%s\n", rlp_error_last());
         return 1;
     }
@@ -129,24 +208,53 @@ int main(int argc, char **argv)
 
     float *lp = malloc((size_t)n_seq * 512 * sizeof(float));
     size_t n;
-    rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n); /* warm-up */
+    if (rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n) != RLP_OK) { /* warm-up */
+        fprintf(stderr, "logprobs: %s\n", rlp_error_last());
+        return 1;
+    }
     double t0 = now();
     for (int r = 0; r < reps; r++)
         rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n);
     double fwd = (now() - t0) / reps;
     rlp_train_stats st;
-    rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st); /* warm-up (allocates moments) */
+    if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK) { /* warm-up (allocates moments) */
+        fprintf(stderr, "train step: %s\n", rlp_error_last());
+        return 1;
+    }
     t0 = now();
     for (int r = 0; r < reps; r++)
         if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK)
             fprintf(stderr, "%s\n", rlp_error_last());
+    rlpi_backend_synchronize(ctx->backend); /* the last step's update may still run on a GPU */
     double train = (now() - t0) / reps;
-    printf("\nSmolLM2-135M shape (%llu params), %d x %d tokens, %d threads:\n", (unsigned long long)n_params, n_seq,
-           seq_len, threads);
+    printf("\n%s shape (%llu params), %d x %d tokens, %s:\n",
+           !strcmp(shape, "1b") ? "Llama-3.2-1B" : !strcmp(shape, "tiny") ? "tiny" : "SmolLM2-135M",
+           (unsigned long long)n_params, n_seq, seq_len, cuda ? "CUDA" : "CPU");
     printf("  librlpost forward (logprobs): %7.3f s  %8.1f tok/s  %6.1f GFLOP/s  %.2f of GEMM peak\n", fwd,
            (double)T / fwd, fwd_flops / fwd / 1e9, fwd_flops / fwd / 1e9 / peak);
     printf("  librlpost train step:         %7.3f s  %8.1f tok/s  %6.1f GFLOP/s  %.2f of GEMM peak\n", train,
            (double)T / train, train_flops / train / 1e9, train_flops / train / 1e9 / peak);
+
+    double dec1 = 0, dec64 = 0;
+    if (decode) {
+        uint32_t new_tokens = !strcmp(shape, "1b") ? 32 : !strcmp(shape, "tiny") ? 8 : 64;
+        dec1 = decode_rate(p, 1, new_tokens, cfg.vocab_size, &rng);
+        dec64 = decode_rate(p, 64, new_tokens, cfg.vocab_size, &rng);
+        printf("  decode (%u new tokens, host sampling): batch 1 %.1f tok/s, batch 64 %.1f tok/s (%.1fx)\n", new_tokens,
+               dec1, dec64, dec1 > 0 ? dec64 / dec1 : 0);
+    }
+    printf("RESULT backend=%s shape=%s params=%llu gemm_gflops=%.1f fwd_tok_s=%.1f train_tok_s=%.1f train_gflops=%.1f "
+           "decode1_tok_s=%.1f decode64_tok_s=%.1f\n",
+           backend, shape, (unsigned long long)n_params, peak, (double)T / fwd, (double)T / train,
+           train_flops / train / 1e9, dec1, dec64);
+    fflush(stdout);
+    if (cuda || strcmp(shape, "smollm2")) { /* the CPU comparisons below are for the SmolLM2 shape */
+        rlp_policy_free(p);
+        free(tok);
+        free(lp);
+        rlp_context_free(ctx);
+        return 0;
+    }
 
     /* logprob memory: 8 x 512 tokens on a fresh frozen clone */
     rlp_policy *frozen;
