@@ -50,7 +50,9 @@ static void *try_open(const char *path, char *why, size_t why_len)
     if (!h) {
         size_t used = strlen(why);
         const char *err = dlerror();
-        snprintf(why + used, why_len - used, "%s%s", used ? "; " : "", err ? err : path);
+        int w = snprintf(why + used, why_len - used, "%s%s", used ? "; " : "", err ? err : path);
+        if (w < 0 || (size_t)w >= why_len - used)
+            why[why_len - 1] = '\0'; /* cut short: the reasons so far say enough */
     }
     return h;
 }
