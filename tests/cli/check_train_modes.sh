@@ -21,18 +21,7 @@
 set -u
 rlpost=$1
 reward_so=$2
-data=${RLPOST_SHARED_DATA:-}/llama2c/stories260K.bin
-[ -n "${RLPOST_SHARED_DATA:-}" ] && [ -f "$data" ] || { echo "no stories260K.bin: skipped"; exit 77; }
-command -v python3 >/dev/null 2>&1 || { echo "python3 not found: skipped"; exit 77; }
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-python3 "$(dirname "$0")/train_fixture.py" "$out" || exit 1
-model="$out/model.bin"
-cp "$data" "$model"
-cfg="$out/config.json"
-T() { "$rlpost" train "$cfg" --set "model=\"$model\"" "$@"; }
+. "$(dirname "$0")/train_setup.sh"
 ASYNC="sync.mode=\"async\""
 
 # --- the same 3 steps in each mode
