@@ -36,6 +36,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "gpu_test_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,22 +46,6 @@
 static rlpi_backend *be[2]; /* 0 = CPU (reference), 1 = CUDA */
 static rlpi_rng rng;
 static int failures;
-
-#define DIE(...)                                                                    \
-    do {                                                                            \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                             \
-        fprintf(stderr, __VA_ARGS__);                                               \
-        fprintf(stderr, " (%s)\n", rlp_error_last());                               \
-        exit(1);                                                                    \
-    } while (0)
-
-/* an op that must succeed on both backends */
-#define OK(call)                                                                    \
-    do {                                                                            \
-        int rc_ = (call);                                                           \
-        if (rc_ != RLP_OK)                                                          \
-            DIE("%s returned %d", #call, rc_);                                      \
-    } while (0)
 
 #define EXPECT(cond, ...)                                                           \
     do {                                                                            \

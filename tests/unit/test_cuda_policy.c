@@ -20,6 +20,7 @@
 #include "tiny_model.h"
 
 #include "core/rng.h"
+#include "gpu_test_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,19 +29,6 @@
 
 static int failures;
 
-#define DIE(...)                                                                    \
-    do {                                                                            \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                             \
-        fprintf(stderr, __VA_ARGS__);                                               \
-        fprintf(stderr, " (%s)\n", rlp_error_last());                               \
-        exit(1);                                                                    \
-    } while (0)
-#define OK(call)                                                                    \
-    do {                                                                            \
-        int rc_ = (call);                                                           \
-        if (rc_ != RLP_OK)                                                          \
-            DIE("%s returned %d", #call, rc_);                                      \
-    } while (0)
 
 static void verdict(const char *what, double err, double tol, const char *unit)
 {
