@@ -29,7 +29,6 @@
 
 static int failures;
 
-
 static void verdict(const char *what, double err, double tol, const char *unit)
 {
     int ok = err <= tol; /* NaN fails */
