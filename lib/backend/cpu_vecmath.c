@@ -70,19 +70,6 @@ static inline ALWAYS_INLINE void exp_block(float *y, const float *x)
         y[l] = x[l] < EXP_LO ? 0.0f : t[l] * scale[l];
 }
 
-VEC_CLONES void rlpi_vec_exp(float *y, const float *x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        exp_block(y + i, x + i);
-    if (i < n) {
-        float in[LANES] = {0}, out[LANES];
-        memcpy(in, x + i, (size_t)(n - i) * sizeof *in);
-        exp_block(out, in);
-        memcpy(y + i, out, (size_t)(n - i) * sizeof *out);
-    }
-}
-
 VEC_CLONES double rlpi_vec_exp_affine_sum(float *x, int64_t n, float a, float b)
 {
     double acc[LANES] = {0};

@@ -17,9 +17,6 @@
 
 #include <stdint.h>
 
-/* y[i] = exp(x[i]) for i < n. y may equal x. */
-void rlpi_vec_exp(float *y, const float *x, int64_t n);
-
 /* x[i] = exp(a·x[i] − b) in place; returns Σ x[i] (after) in double. */
 double rlpi_vec_exp_affine_sum(float *x, int64_t n, float a, float b);
 
