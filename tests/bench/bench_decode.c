@@ -5,51 +5,25 @@
  * llama-cpp-python is importable. Our engine runs fp32 weights (dequantised
  * at load); llama.cpp runs the GGUF's own quantised types.
  * Usage: bench_decode [threads] [new_tokens] [model.gguf] */
+#include "decode_rate.h"
 #include "rlpost.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* decode at `batch` rows of the same story prompt (tokenised here) */
 static double decode_rate(rlp_policy *pol, uint32_t batch, uint32_t new_tokens, double *prefill_rate)
 {
     rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
     o.max_batch = batch;
     o.max_seq_len = 512;
-    rlp_rollout_engine *e;
-    if (rlp_rollout_engine_create(&e, pol, &o) != RLP_OK) {
-        fprintf(stderr, "engine: %s\n", rlp_error_last());
-        return 0;
-    }
     const rlp_tokenizer *tok = rlp_policy_tokenizer(pol);
     const char *text = "Once upon a time, in a land far away, there lived a";
     int32_t ids[64];
     size_t n = 0;
     rlp_tokenizer_encode(tok, text, strlen(text), 0, ids, 64, &n);
-    rlp_prompt *pr = calloc(batch, sizeof *pr);
-    for (uint32_t i = 0; i < batch; i++) {
-        pr[i].tokens = ids;
-        pr[i].n_tokens = n;
-        pr[i].group_id = i + 1; /* distinct groups: no prefill sharing, every row prefilled */
-    }
-    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
-    s.temperature = 1.0f;
-    s.max_new_tokens = new_tokens;
-    s.ignore_eos = 1;
-    rlp_batch *b = NULL;
-    double rate = 0;
-    if (rlp_rollout_generate(&b, e, pr, batch, &s, NULL, NULL) == RLP_OK) {
-        rlp_rollout_stats st = {0};
-        rlp_rollout_engine_stats(&st, e);
-        rate = (double)st.decode_tokens / st.decode_seconds;
-        *prefill_rate = (double)st.prefill_tokens / st.prefill_seconds;
-    } else {
-        fprintf(stderr, "generate: %s\n", rlp_error_last());
-    }
-    rlp_batch_free(b);
-    free(pr);
-    rlp_rollout_engine_free(e);
-    return rate;
+    return bench_decode_rate(pol, &o, ids, n, 0, batch, new_tokens, prefill_rate);
 }
 
 int main(int argc, char **argv)

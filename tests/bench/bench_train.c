@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/policy.h"
+#include "decode_rate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,36 +78,13 @@ static double decode_rate(rlp_policy *p, uint32_t batch, uint32_t new_tokens, in
     o.max_batch = batch;
     o.max_seq_len = 16 + new_tokens;
     o.share_weights = 1;
-    rlp_rollout_engine *e;
-    if (rlp_rollout_engine_create(&e, p, &o) != RLP_OK) {
-        fprintf(stderr, "engine: %s\n", rlp_error_last());
-        return 0;
-    }
     int32_t *ids = malloc((size_t)batch * 16 * sizeof *ids);
-    rlp_prompt *pr = calloc(batch, sizeof *pr);
-    for (uint32_t i = 0; i < batch; i++) {
-        for (int t = 0; t < 16; t++)
-            ids[i * 16 + t] = (int32_t)rlpi_rng_below(rng, (uint64_t)vocab);
-        pr[i].tokens = ids + i * 16;
-        pr[i].n_tokens = 16;
-        pr[i].group_id = i + 1;
-    }
-    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
-    s.max_new_tokens = new_tokens;
-    s.ignore_eos = 1;
-    rlp_batch *b = NULL;
-    double rate = 0;
-    if (rlp_rollout_generate(&b, e, pr, batch, &s, NULL, NULL) == RLP_OK) {
-        rlp_rollout_stats st = {0};
-        rlp_rollout_engine_stats(&st, e);
-        rate = (double)st.decode_tokens / st.decode_seconds;
-    } else {
-        fprintf(stderr, "generate: %s\n", rlp_error_last());
-    }
-    rlp_batch_free(b);
-    free(pr);
+    if (!ids)
+        return 0;
+    for (uint32_t i = 0; i < batch * 16; i++)
+        ids[i] = (int32_t)rlpi_rng_below(rng, (uint64_t)vocab);
+    double rate = bench_decode_rate(p, &o, ids, 16, 16, batch, new_tokens, NULL);
     free(ids);
-    rlp_rollout_engine_free(e);
     return rate;
 }
 
