@@ -4,6 +4,7 @@
  * cannot link the core's hidden symbols, and must never abort the process
  * (no GPU, no driver and out-of-memory are ordinary errors here). */
 #include "../lib/backend/backend.h"
+#include "cuda_module.h"
 #include "kernels.h"
 
 #include "rlpost.h"
@@ -543,4 +544,16 @@ EXPORT int rlpi_cuda_module_create(const rlpi_host_api *host, int device, rlpi_b
              prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
     *out = be;
     return RLP_OK;
+}
+
+/* ---- for the module's other files (cuda_module.h) ---- */
+
+cudaStream_t rlpi_cuda_lock_stream(rlpi_backend *be)
+{
+    return enter(be)->stream;
+}
+
+void rlpi_cuda_unlock(rlpi_backend *be)
+{
+    leave(STATE(be), RLP_OK);
 }

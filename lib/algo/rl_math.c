@@ -117,7 +117,17 @@ static void batch_normalise(float *adv, size_t n, double eps)
 
 int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info)
 {
-    size_t n_tok = s->tok_start[s->n_seqs];
+    double eps;
+    int rc = rlpi_rl_advantages_unnormalised(o, s, adv, info, &eps);
+    if (rc == RLP_OK && eps >= 0)
+        batch_normalise(adv, s->tok_start[s->n_seqs], eps);
+    return rc;
+}
+
+int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv,
+                                    rlpi_adv_info *info, double *norm_eps)
+{
+    *norm_eps = -1;
     rlpi_adv_info inf = {0};
     if (o->advantage == RLP_ADV_REINFORCE_PP) {
         /* per-token reward, return-to-go, whole-batch normalisation */
@@ -135,7 +145,7 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
                 adv[t] = (float)g;
             }
         }
-        batch_normalise(adv, n_tok, 1e-8);
+        *norm_eps = 1e-8;
         if (info)
             *info = inf;
         return RLP_OK;
@@ -194,7 +204,7 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
     }
     free(items);
     if (o->adv_batch_norm && o->advantage != RLP_ADV_REINFORCE)
-        batch_normalise(adv, n_tok, (double)o->adv_eps);
+        *norm_eps = (double)o->adv_eps;
     if (info)
         *info = inf;
     return RLP_OK;

@@ -33,6 +33,13 @@ typedef struct rlpi_adv_info {
  * (public-bugs case #8), whatever the estimator's denominator. */
 int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info);
 
+/* The same without the whole-batch normalisation (x − μ)/(σ + ε), σ the
+ * population std over all tokens: *norm_eps receives the ε the estimator
+ * asks for (REINFORCE++, or adv_batch_norm), or −1 for none. For the
+ * data-parallel RL step, whose batch is spread over ranks. */
+int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv,
+                                    rlpi_adv_info *info, double *norm_eps);
+
 /* Accumulated loss statistics (sums; the step divides). */
 typedef struct rlpi_rl_acc {
     double loss, pg, kl, ent;

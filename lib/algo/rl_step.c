@@ -7,6 +7,7 @@
 #include "algo/rl_math.h"
 #include "core/batch.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "model/policy.h"
 
 #include <math.h>
@@ -55,8 +56,35 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
-                        const rlp_rl_options *opts, rlp_rl_stats *stats)
+/* Advantages of a data-parallel step: the estimator per group (groups
+ * never span ranks), then the whole-batch normalisation over all ranks'
+ * tokens. Called on every rank, also one without sequences. */
+static int dp_advantages(rlp_comm *comm, const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv,
+                         rlpi_adv_info *ai)
+{
+    double eps;
+    int rc = rlpi_rl_advantages_unnormalised(o, s, adv, ai, &eps);
+    if (rc != RLP_OK || eps < 0)
+        return rc;
+    size_t n = s->tok_start[s->n_seqs];
+    double m[2] = {(double)n, 0}, var = 0;
+    for (size_t i = 0; i < n; i++)
+        m[1] += adv[i];
+    if ((rc = rlpi_comm_all_reduce_host(comm, m, 2, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
+        return rc;
+    double mean = m[0] > 0 ? m[1] / m[0] : 0;
+    for (size_t i = 0; i < n; i++)
+        var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
+    if ((rc = rlpi_comm_all_reduce_host(comm, &var, 1, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
+        return rc;
+    double sd = m[0] > 0 ? sqrt(var / m[0]) : 0;
+    for (size_t i = 0; i < n; i++)
+        adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+    return RLP_OK;
+}
+
+static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                    const rlp_rl_options *opts, rlp_rl_stats *stats)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(batch, "batch is NULL");
@@ -74,6 +102,7 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
     double t0 = now_s();
     rlp_rl_stats S = {.version = 1};
     uint64_t v0 = policy->version;
+    rlp_comm *comm = policy->comm; /* data parallel: every rank runs the same collectives below */
 
     /* 1. valid trajectories with completion tokens; temperature */
     size_t n = batch->n, used = 0, n_tok = 0;
@@ -201,10 +230,17 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
                           .logp_behav = behav, .logp_ref = need_ref ? refl : NULL},
                   .adv = adv};
     rlpi_adv_info ai = {0};
-    if (!rc && used > 0)
+    if (!rc && comm)
+        rc = dp_advantages(comm, &o, &st.all, adv, &ai);
+    else if (!rc && used > 0)
         rc = rlpi_rl_advantages(&o, &st.all, adv, &ai);
     S.n_groups = ai.n_groups + S.filtered_groups;
     S.zero_std_groups = ai.zero_std_groups + S.filtered_groups;
+    double adv_sum = 0, adv_sq = 0; /* for the statistics of a data-parallel step */
+    for (size_t i = 0; comm && !rc && i < n_tok; i++) {
+        adv_sum += adv[i];
+        adv_sq += (double)adv[i] * adv[i];
+    }
     if (!rc && n_tok > 0) {
         double m = 0, v = 0;
         for (size_t i = 0; i < n_tok; i++)
@@ -224,15 +260,30 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
     to.temperature = temp;
     to.micro_batch_tokens = o.micro_batch_tokens;
     uint32_t mbs = o.mini_batches < used ? o.mini_batches : (uint32_t)(used ? used : 1);
-    for (uint32_t ep = 0; !rc && used > 0 && ep < o.ppo_epochs; ep++)
+    double g_longest = (double)longest, g_used = (double)used;
+    if (comm && !rc) {
+        /* every rank must take the same optimizer steps: the same number of
+         * mini-batches, skipping only those empty on all ranks */
+        mbs = o.mini_batches;
+        if (!(rc = rlpi_comm_all_reduce_host(comm, &g_longest, 1, RLPI_DT_F64, RLP_REDUCE_MAX)))
+            rc = rlpi_comm_all_reduce_host(comm, &g_used, 1, RLPI_DT_F64, RLP_REDUCE_SUM);
+    }
+    for (uint32_t ep = 0; !rc && g_used > 0 && ep < o.ppo_epochs; ep++)
         for (uint32_t mb = 0; !rc && mb < mbs; mb++) {
             size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
-            if (e <= b)
-                continue;
             st.mb_first = b;
             st.norm.step_seqs = (double)(e - b);
             st.norm.step_tokens = (double)(tok_start[e] - tok_start[b]);
-            st.norm.norm_c = o.agg_norm_constant > 0 ? (double)o.agg_norm_constant : (double)longest;
+            st.norm.norm_c = o.agg_norm_constant > 0 ? (double)o.agg_norm_constant : g_longest;
+            if (comm) {
+                double tot[2] = {st.norm.step_seqs, st.norm.step_tokens};
+                if ((rc = rlpi_comm_all_reduce_host(comm, tot, 2, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
+                    break;
+                st.norm.step_seqs = tot[0];
+                st.norm.step_tokens = tot[1];
+            }
+            if (st.norm.step_seqs == 0)
+                continue;
             rlp_train_stats ts;
             rc = rlp_policy_train_step(policy, seqs + b, e - b, rl_loss, &st, &to, &ts);
             if (!rc) {
@@ -244,6 +295,28 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
                 st.acc.loss = st.acc.pg = 0;
             }
         }
+    size_t rep_seqs = used, rep_tokens = n_tok; /* what the statistics cover */
+    if (comm && !rc) {
+        /* report the whole step: sums and maxima over the ranks */
+        double sum[] = {S.loss, S.pg_loss, st.acc.kl, st.acc.ent, st.acc.n_tokens, st.acc.clip_lo, st.acc.clip_hi,
+                        st.acc.ratio_sum, st.acc.w_sum, S.reward_mean, S.staleness_mean, (double)used,
+                        (double)n_tok, (double)S.invalid_seqs, (double)S.n_groups, (double)S.zero_std_groups,
+                        (double)S.filtered_groups, adv_sum, adv_sq};
+        double max[] = {st.acc.ratio_max, st.acc.w_max, S.staleness_max};
+        if (!(rc = rlpi_comm_all_reduce_host(comm, sum, sizeof sum / sizeof *sum, RLPI_DT_F64, RLP_REDUCE_SUM)))
+            rc = rlpi_comm_all_reduce_host(comm, max, sizeof max / sizeof *max, RLPI_DT_F64, RLP_REDUCE_MAX);
+        if (!rc) {
+            S.loss = sum[0], S.pg_loss = sum[1], st.acc.kl = sum[2], st.acc.ent = sum[3], st.acc.n_tokens = sum[4];
+            st.acc.clip_lo = sum[5], st.acc.clip_hi = sum[6], st.acc.ratio_sum = sum[7], st.acc.w_sum = sum[8];
+            S.reward_mean = sum[9], S.staleness_mean = sum[10], rep_seqs = (size_t)sum[11], rep_tokens = (size_t)sum[12];
+            S.invalid_seqs = (uint64_t)sum[13], S.n_groups = (uint64_t)sum[14];
+            S.zero_std_groups = (uint64_t)sum[15], S.filtered_groups = (uint64_t)sum[16];
+            double nt = rep_tokens ? (double)rep_tokens : 1, mean = sum[17] / nt, var = sum[18] / nt - mean * mean;
+            S.adv_mean = mean;
+            S.adv_std = sqrt(var > 0 ? var : 0);
+            st.acc.ratio_max = max[0], st.acc.w_max = max[1], S.staleness_max = max[2];
+        }
+    }
     if (!rc) {
         double nt = st.acc.n_tokens > 0 ? st.acc.n_tokens : 1;
         double steps = S.optimizer_steps ? S.optimizer_steps : 1;
@@ -257,10 +330,10 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
         S.ratio_max = st.acc.ratio_max;
         S.behav_weight_mean = st.acc.w_sum / nt;
         S.behav_weight_max = st.acc.w_max;
-        S.n_seqs = used;
-        S.n_tokens = n_tok;
-        S.reward_mean = used ? S.reward_mean / (double)used : 0;
-        S.staleness_mean = used ? S.staleness_mean / (double)used : 0;
+        S.n_seqs = rep_seqs;
+        S.n_tokens = rep_tokens;
+        S.reward_mean = rep_seqs ? S.reward_mean / (double)rep_seqs : 0;
+        S.staleness_mean = rep_seqs ? S.staleness_mean / (double)rep_seqs : 0;
         S.policy_version = policy->version;
         S.seconds = now_s() - t0;
         if (stats)
@@ -275,5 +348,14 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
     free(reward);
     free(group);
     free(pick);
+    return rc;
+}
+
+int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                        const rlp_rl_options *opts, rlp_rl_stats *stats)
+{
+    int rc = train_rl(policy, batch, ref, opts, stats);
+    if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
+        rlpi_dp_fail(policy->comm, "RL step", rc); /* the peers would wait for this rank forever */
     return rc;
 }

@@ -262,4 +262,26 @@ int rlpi_backend_cuda_create(rlpi_backend **out, int device);
  * reason is left in rlp_error_last(). */
 int rlpi_backend_cuda_device_count(void);
 
+/* NCCL, as the CUDA module offers it (it loads libnccl.so.2 itself, so a
+ * machine without NCCL still runs the CUDA backend). Buffers are the
+ * module's device buffers; dtype RLPI_DT_* of dist/comm.h, op
+ * rlp_reduce_op. Every call waits for its collective to finish on the
+ * backend's stream, polling NCCL's asynchronous error so that a dead peer
+ * becomes RLP_E_TIMEOUT after timeout_s (and the communicator is aborted)
+ * instead of a hang. */
+typedef struct rlpi_cuda_nccl_api {
+    uint32_t version;   /* RLPI_CUDA_NCCL_API_VERSION */
+    int (*get_unique_id)(unsigned char id[128]);
+    int (*init)(rlpi_backend *be, const unsigned char id[128], int rank, int world, double timeout_s, void **out);
+    int (*all_reduce)(void *comm, rlpi_buffer *buf, size_t off_bytes, size_t n, int dtype, int op);
+    int (*broadcast)(void *comm, rlpi_buffer *buf, size_t off_bytes, size_t nbytes, int root);
+    void (*abort)(void *comm);
+    void (*destroy)(void *comm);
+} rlpi_cuda_nccl_api;
+#define RLPI_CUDA_NCCL_API_VERSION 1
+
+/* The module's NCCL table, or NULL (reason in rlp_error_last()) where the
+ * module or libnccl cannot be loaded. */
+const rlpi_cuda_nccl_api *rlpi_backend_cuda_nccl(void);
+
 #endif

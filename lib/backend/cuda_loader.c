@@ -18,10 +18,12 @@
 
 typedef int (*device_count_fn)(const rlpi_host_api *host, int *out);
 typedef int (*create_fn)(const rlpi_host_api *host, int device, rlpi_backend **out);
+typedef const rlpi_cuda_nccl_api *(*nccl_fn)(const rlpi_host_api *host);
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static device_count_fn module_device_count;
 static create_fn module_create;
+static nccl_fn module_nccl; /* optional: older modules lack it */
 static char load_error[1024];
 
 static void host_log(const void *logger, int level, const char *fmt, ...)
@@ -90,6 +92,7 @@ static void load_module(void)
     }
     module_device_count = (device_count_fn)(uintptr_t)dlsym(h, "rlpi_cuda_module_device_count");
     module_create = (create_fn)(uintptr_t)dlsym(h, "rlpi_cuda_module_create");
+    module_nccl = (nccl_fn)(uintptr_t)dlsym(h, "rlpi_cuda_module_nccl");
     if (!module_device_count || !module_create) {
         module_device_count = NULL;
         module_create = NULL;
@@ -127,4 +130,18 @@ int rlpi_backend_cuda_create(rlpi_backend **out, int device)
     if (!module_create)
         return rlpi_error_set(RLP_E_BACKEND, "%s", load_error);
     return module_create(&host_api, device, out);
+}
+
+const rlpi_cuda_nccl_api *rlpi_backend_cuda_nccl(void)
+{
+    pthread_once(&load_once, load_module);
+    if (!module_create) {
+        rlpi_error_set(RLP_E_BACKEND, "%s", load_error);
+        return NULL;
+    }
+    if (!module_nccl) {
+        rlpi_error_set(RLP_E_UNSUPPORTED, "%s was built without NCCL support", MODULE_NAME);
+        return NULL;
+    }
+    return module_nccl(&host_api);
 }

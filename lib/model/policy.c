@@ -4,6 +4,8 @@
  * logprobs. Loading from files lives in model_load.c. */
 #include "model/policy.h"
 
+#include "dist/comm.h"
+
 #include "core/error.h"
 
 #include <math.h>
@@ -365,8 +367,10 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
-                          void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
+/* The train step proper; rlp_policy_train_step() adds the data-parallel
+ * failure handling around it. */
+static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
+                      void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(loss, "loss is NULL");
@@ -377,17 +381,27 @@ int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: temperature %g must be > 0", __func__, (double)opts->temperature);
     if (!policy->trainable)
         return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
-    int rc = check_seqs(policy, seqs, n_seqs, __func__);
+    rlp_comm *comm = policy->comm;
+    /* a data-parallel rank may have no share of this step */
+    int rc = comm && n_seqs == 0 ? RLP_OK : check_seqs(policy, seqs, n_seqs, __func__);
     if (rc)
         return rc;
-    size_t step_tokens = 0;
+    size_t step_tokens = 0, step_seqs = n_seqs;
     for (size_t i = 0; i < n_seqs; i++)
         step_tokens += scored_tokens(&seqs[i]);
+    if (comm) {
+        /* the loss normalises by the global step: sum the counts first */
+        double tot[2] = {(double)n_seqs, (double)step_tokens};
+        if ((rc = rlpi_comm_all_reduce_host(comm, tot, 2, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
+            return rc;
+        step_seqs = (size_t)tot[0];
+        step_tokens = (size_t)tot[1];
+    }
     if (step_tokens == 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: no sequence has a scored (completion) token", __func__);
 
     double t0 = now_seconds();
-    rlp_train_stats st = {.version = 1, .n_seqs = n_seqs, .n_tokens = step_tokens};
+    rlp_train_stats st = {.version = 1, .n_seqs = step_seqs, .n_tokens = step_tokens};
     double entropy_sum = 0;
     if ((rc = rlpi_transformer_zero_grad(policy->tf)) != RLP_OK)
         return rc;
@@ -421,7 +435,7 @@ int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n
             }
             rlp_loss_context lc = {.version = 1, .n_seqs = ns, .seq_index = seq_index, .token_start = token_start,
                                    .n_tokens = k.n_scored, .logprobs = s_lp, .entropy = s_ent,
-                                   .step_n_seqs = n_seqs, .step_n_tokens = step_tokens,
+                                   .step_n_seqs = step_seqs, .step_n_tokens = step_tokens,
                                    .dlogprobs = s_dlp, .dentropy = s_dent};
             int lrc = loss(&lc, payload);
             if (lrc != RLP_OK) {
@@ -448,6 +462,19 @@ int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n
         rlpi_transformer_zero_grad(policy->tf); /* nothing applied */
         return rc;
     }
+    if (comm) {
+        /* DDP: sum the gradients (and the reported loss and entropy) over the
+         * ranks; every rank then takes the same optimizer step */
+        rlpi_buffer *G = rlpi_transformer_grads(policy->tf);
+        double sums[2] = {st.loss, entropy_sum};
+        if ((rc = rlpi_comm_all_reduce_buffer(comm, G, 0, rlpi_transformer_n_params(policy->tf), RLP_REDUCE_SUM)) ||
+            (rc = rlpi_comm_all_reduce_host(comm, sums, 2, RLPI_DT_F64, RLP_REDUCE_SUM))) {
+            rlpi_transformer_zero_grad(policy->tf);
+            return rc;
+        }
+        st.loss = sums[0];
+        entropy_sum = sums[1];
+    }
     bool skipped = false;
     if ((rc = rlpi_optimizer_step(&policy->opt, policy->tf, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
         return rc;
@@ -462,4 +489,13 @@ int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n
     if (stats)
         *stats = st;
     return RLP_OK;
+}
+
+int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
+                          void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
+{
+    int rc = train_step(policy, seqs, n_seqs, loss, payload, opts, stats);
+    if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
+        rlpi_dp_fail(policy->comm, "train step", rc); /* the peers would wait for this rank forever */
+    return rc;
 }

@@ -19,6 +19,7 @@ struct rlp_policy {
     uint64_t version;          /* optimizer steps applied */
     rlp_tokenizer *tokenizer;  /* owned; NULL when the file has none (llama2.c) */
     char *tokenizer_path;      /* where it came from (a GGUF or tokenizer.json), for clones and saves */
+    rlp_comm *comm;            /* borrowed; non-NULL: train steps are data-parallel collectives */
 };
 
 /* Builds a policy on ctx's backend from a config and HF-named weights

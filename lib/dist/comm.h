@@ -1,0 +1,95 @@
+/* Process groups (rlp_comm): the collectives data parallelism and weight
+ * broadcast need, over interchangeable transports. comm.c owns the public
+ * API, argument checks, the environment and the staging of device buffers
+ * through host memory; a transport fills rlpi_comm_ops with whatever it
+ * does natively (SHM: host memory; NCCL: device memory) and comm.c
+ * bridges the rest. */
+#ifndef RLPI_DIST_COMM_H
+#define RLPI_DIST_COMM_H
+
+#include "backend/backend.h"
+#include "rlpost.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RLPI_DT_F32 = 0, RLPI_DT_F64 = 1, RLPI_DT_BYTES = 2 };
+
+static inline size_t rlpi_dt_size(int dt)
+{
+    return dt == RLPI_DT_F64 ? 8 : dt == RLPI_DT_F32 ? 4 : 1;
+}
+
+/* Slots a transport leaves NULL are bridged by comm.c: host ops through a
+ * temporary backend buffer, buffer ops through host staging. */
+typedef struct rlpi_comm_ops {
+    const char *name;
+    /* in place over host memory; n elements of dtype (f32/f64) */
+    int (*all_reduce_host)(void *impl, void *data, size_t n, int dtype, int op);
+    int (*broadcast_host)(void *impl, void *data, size_t nbytes, int root);
+    /* in place over backend memory (device pointers for NCCL) */
+    int (*all_reduce_device)(void *impl, rlpi_buffer *buf, size_t off_bytes, size_t n, int dtype, int op);
+    int (*broadcast_device)(void *impl, rlpi_buffer *buf, size_t off_bytes, size_t nbytes, int root);
+    int (*barrier)(void *impl);
+    /* tells the peers this rank will not take part any more (they fail
+     * with RLP_E_CLOSED); idempotent */
+    void (*abort)(void *impl, const char *why);
+    void (*destroy)(void *impl);
+} rlpi_comm_ops;
+
+struct rlp_comm {
+    const rlpi_comm_ops *ops;
+    void *impl;
+    rlp_context *ctx;           /* borrowed */
+    int32_t rank, world, transport;
+    uint32_t timeout_ms;
+    pthread_mutex_t lock;       /* one collective at a time */
+    bool broken;                /* a collective failed: the group is out of step */
+};
+
+/* Staging size for device <-> host bridging and the SHM slot size. */
+#define RLPI_COMM_CHUNK_BYTES ((size_t)1 << 20)
+
+/* ---- internal collectives (what policy and RL step code call) ----
+ * Same contracts as the public functions; a failure marks the group
+ * broken (later calls fail at once with RLP_E_CLOSED). */
+int rlpi_comm_all_reduce_host(rlp_comm *c, void *data, size_t n, int dtype, int op);
+int rlpi_comm_all_reduce_buffer(rlp_comm *c, rlpi_buffer *buf, size_t off_elems, size_t n_f32, int op);
+int rlpi_comm_broadcast_host(rlp_comm *c, void *data, size_t nbytes, int root);
+int rlpi_comm_broadcast_buffer(rlp_comm *c, rlpi_buffer *buf, size_t off_bytes, size_t nbytes, int root);
+/* Tells the peers that this rank gave up on the current step. */
+void rlpi_comm_abort(rlp_comm *c, const char *why);
+/* A data-parallel step failed on this rank with `rc` (message in
+ * rlp_error_last(), kept): closes the group with that reason so the peers
+ * stop waiting for this rank. */
+void rlpi_dp_fail(rlp_comm *c, const char *what, int rc);
+
+/* ---- transports ---- */
+
+typedef struct rlpi_rendezvous_info {
+    int32_t world;
+    int32_t transport;          /* RLP_COMM_SHM or RLP_COMM_NCCL */
+    long pid;                   /* rank 0's */
+    char shm_name[64];          /* SHM */
+    unsigned char nccl_id[128]; /* NCCL */
+} rlpi_rendezvous_info;
+
+/* Rank 0: writes `info` to `path` (temporary name + rename, so readers see
+ * all of it or nothing). */
+int rlpi_rendezvous_publish(const char *path, const rlpi_rendezvous_info *info);
+/* Other ranks: waits (polling) until `path` holds a rendezvous for `world`
+ * ranks and `transport` whose writer is alive (SHM: same machine, checked
+ * with kill(pid, 0)), or the deadline (monotonic seconds) passes. */
+int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, double deadline,
+                         rlpi_rendezvous_info *info);
+
+double rlpi_comm_now(void);
+
+int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous);
+int rlpi_comm_nccl_create(rlp_comm *c, const char *rendezvous);
+/* Whether the NCCL transport can be used on this context (CUDA + libnccl). */
+bool rlpi_comm_nccl_usable(rlp_context *ctx);
+
+#endif

@@ -1,0 +1,429 @@
+/* The SHM transport of rlp_comm: ranks on one machine share one POSIX
+ * shared-memory object (shm_open + mmap), found through the rendezvous
+ * file. Synchronisation is a sense-reversing barrier on a futex in the
+ * shared header (FUTEX_WAIT with a timeout, so a dead peer becomes
+ * RLP_E_TIMEOUT and a peer that leaves or fails becomes RLP_E_CLOSED
+ * within one wait slice instead of a hang).
+ *
+ * Data moves through two sets of world_size slots of RLPI_COMM_CHUNK_BYTES,
+ * used alternately, so one barrier separates a chunk's writes from its
+ * reads and the next chunk needs no extra barrier before it overwrites:
+ *
+ *   all-reduce of one chunk: every rank copies its chunk into its slot;
+ *   barrier; rank r combines part r of the chunk over slots 0, 1, …, W−1
+ *   in that order (so every element is combined in rank order whichever
+ *   rank does it, and all ranks read back the same bits) into slot 0;
+ *   barrier; every rank copies slot 0 out.
+ *
+ * Each rank also posts a descriptor (operation, dtype, count, root) with
+ * its first chunk; all ranks compare them after the first barrier, so a
+ * rank that calls with another size fails everyone with RLP_E_INVALID_ARG
+ * rather than reading past a buffer. */
+#include "dist/comm.h"
+
+#include "core/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x524c5053u /* "RLPS" */
+#define MAX_WORLD 1024
+
+enum { OP_ALL_REDUCE = 1, OP_BROADCAST = 2 };
+
+typedef struct desc {
+    uint32_t kind, dtype, op;
+    int32_t root;
+    uint64_t n;
+} desc;
+
+typedef struct shm_header {
+    uint32_t magic, world;
+    uint64_t slot_bytes, data_offset, total_bytes;
+    _Atomic uint32_t joined;         /* futex word while joining */
+    _Atomic uint32_t barrier_count;
+    _Atomic uint32_t barrier_gen;    /* futex word of the barrier */
+    _Atomic uint32_t closing;        /* claimed by the first rank to close */
+    _Atomic uint32_t closed;         /* rank + 1 of who closed the group, 0 while open */
+    char why[232];                   /* written by the closer before `closed` */
+    /* followed by present[world] (_Atomic uint32_t) and desc[world] */
+} shm_header;
+
+typedef struct shm_comm {
+    rlp_comm *c;
+    shm_header *h;
+    _Atomic uint32_t *present;
+    desc *descs;
+    unsigned char *data;
+    size_t map_bytes;
+    uint64_t seq;                    /* chunks moved so far: picks the slot set */
+    int32_t rank, world;
+} shm_comm;
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void wake_all(_Atomic uint32_t *addr)
+{
+    futex(addr, FUTEX_WAKE, INT32_MAX, NULL);
+}
+
+/* Sleeps while *addr == val, at most `slice` seconds. */
+static void wait_on(_Atomic uint32_t *addr, uint32_t val, double slice)
+{
+    if (slice <= 0)
+        return;
+    struct timespec ts = {(time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9)};
+    futex(addr, FUTEX_WAIT, val, &ts);
+}
+
+static int closed_error(shm_comm *s)
+{
+    uint32_t who = atomic_load(&s->h->closed);
+    return rlpi_error_set(RLP_E_CLOSED, "process group: rank %u %s", who - 1, s->h->why);
+}
+
+static void shm_close_group(shm_comm *s, const char *why)
+{
+    uint32_t expect = 0;
+    if (!atomic_compare_exchange_strong(&s->h->closing, &expect, 1))
+        return; /* someone closed it first: keep their reason */
+    snprintf(s->h->why, sizeof s->h->why, "%s", why);
+    atomic_store(&s->h->closed, (uint32_t)s->rank + 1);
+    wake_all(&s->h->barrier_gen);
+    wake_all(&s->h->joined);
+}
+
+static int barrier(shm_comm *s, const char *what)
+{
+    shm_header *h = s->h;
+    uint32_t gen = atomic_load(&h->barrier_gen);
+    if (atomic_load(&h->closed))
+        return closed_error(s);
+    if (atomic_fetch_add(&h->barrier_count, 1) == (uint32_t)s->world - 1) {
+        atomic_store(&h->barrier_count, 0);
+        atomic_fetch_add(&h->barrier_gen, 1);
+        wake_all(&h->barrier_gen);
+        return RLP_OK;
+    }
+    double timeout = s->c->timeout_ms / 1e3, deadline = rlpi_comm_now() + timeout;
+    while (atomic_load(&h->barrier_gen) == gen) {
+        if (atomic_load(&h->closed))
+            return closed_error(s);
+        double left = deadline - rlpi_comm_now();
+        if (left <= 0) {
+            char why[160];
+            snprintf(why, sizeof why, "timed out after %.0f s waiting for the other ranks in %s", timeout, what);
+            shm_close_group(s, why);
+            return rlpi_error_set(RLP_E_TIMEOUT, "process group: rank %d %s", s->rank, why);
+        }
+        wait_on(&h->barrier_gen, gen, left < 0.1 ? left : 0.1);
+    }
+    return RLP_OK;
+}
+
+static unsigned char *slot(shm_comm *s, uint64_t set, int32_t r)
+{
+    return s->data + ((set & 1) * (uint64_t)s->world + (uint64_t)r) * s->h->slot_bytes;
+}
+
+/* Posts this rank's descriptor; after the first barrier, checks them all. */
+static int check_descs(shm_comm *s, const desc *mine)
+{
+    for (int32_t r = 0; r < s->world; r++) {
+        const desc *d = &s->descs[r];
+        if (memcmp(d, mine, sizeof *d) != 0)
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "process group: ranks disagree on a collective (rank %d: kind %u, %llu "
+                                  "elements, dtype %u, op %u, root %d; rank %d: kind %u, %llu elements, "
+                                  "dtype %u, op %u, root %d)",
+                                  s->rank, mine->kind, (unsigned long long)mine->n, mine->dtype, mine->op,
+                                  mine->root, r, d->kind, (unsigned long long)d->n, d->dtype, d->op, d->root);
+    }
+    return RLP_OK;
+}
+
+#define COMBINE(T)                                                                        \
+    static void combine_##T(shm_comm *s, uint64_t set, size_t lo, size_t hi, int op)      \
+    {                                                                                     \
+        T *out = (T *)(void *)slot(s, set, 0);                                            \
+        for (int32_t r = 1; r < s->world; r++) {                                          \
+            const T *in = (const T *)(const void *)slot(s, set, r);                       \
+            if (op == RLP_REDUCE_SUM)                                                     \
+                for (size_t j = lo; j < hi; j++)                                          \
+                    out[j] += in[j];                                                      \
+            else if (op == RLP_REDUCE_MAX)                                                \
+                for (size_t j = lo; j < hi; j++)                                          \
+                    out[j] = in[j] > out[j] || in[j] != in[j] ? in[j] : out[j];           \
+            else                                                                          \
+                for (size_t j = lo; j < hi; j++)                                          \
+                    out[j] = in[j] < out[j] || in[j] != in[j] ? in[j] : out[j];           \
+        }                                                                                 \
+    }
+COMBINE(float)
+COMBINE(double)
+
+static int shm_all_reduce_host(void *impl, void *data, size_t n, int dtype, int op)
+{
+    shm_comm *s = impl;
+    size_t es = rlpi_dt_size(dtype), per = s->h->slot_bytes / es;
+    desc mine = {OP_ALL_REDUCE, (uint32_t)dtype, (uint32_t)op, 0, n};
+    size_t done = 0;
+    int rc;
+    do {
+        size_t len = n - done < per ? n - done : per;
+        uint64_t set = s->seq++;
+        if (len)
+            memcpy(slot(s, set, s->rank), (unsigned char *)data + done * es, len * es);
+        s->descs[s->rank] = mine;
+        if ((rc = barrier(s, "all_reduce")) != RLP_OK)
+            return rc;
+        if ((rc = check_descs(s, &mine)) != RLP_OK) {
+            barrier(s, "all_reduce");
+            return rc;
+        }
+        size_t lo = len * (size_t)s->rank / (size_t)s->world, hi = len * ((size_t)s->rank + 1) / (size_t)s->world;
+        /* rank 0's own part is combined in place in slot 0, the others read
+         * slot 0's part too: every element is rank0 ∘ rank1 ∘ … in order */
+        if (dtype == RLPI_DT_F32)
+            combine_float(s, set, lo, hi, op);
+        else
+            combine_double(s, set, lo, hi, op);
+        if ((rc = barrier(s, "all_reduce")) != RLP_OK)
+            return rc;
+        if (len)
+            memcpy((unsigned char *)data + done * es, slot(s, set, 0), len * es);
+        done += len;
+    } while (done < n);
+    return RLP_OK;
+}
+
+static int shm_broadcast_host(void *impl, void *data, size_t nbytes, int root)
+{
+    shm_comm *s = impl;
+    size_t per = s->h->slot_bytes, done = 0;
+    desc mine = {OP_BROADCAST, RLPI_DT_BYTES, 0, root, nbytes};
+    int rc;
+    do {
+        size_t len = nbytes - done < per ? nbytes - done : per;
+        uint64_t set = s->seq++;
+        if (s->rank == root && len)
+            memcpy(slot(s, set, 0), (unsigned char *)data + done, len);
+        s->descs[s->rank] = mine;
+        if ((rc = barrier(s, "broadcast")) != RLP_OK)
+            return rc;
+        if ((rc = check_descs(s, &mine)) != RLP_OK) {
+            barrier(s, "broadcast");
+            return rc;
+        }
+        if (s->rank != root && len)
+            memcpy((unsigned char *)data + done, slot(s, set, 0), len);
+        if ((rc = barrier(s, "broadcast")) != RLP_OK)
+            return rc;
+        done += len;
+    } while (done < nbytes);
+    return RLP_OK;
+}
+
+static int shm_barrier(void *impl)
+{
+    return barrier(impl, "barrier");
+}
+
+static void shm_abort(void *impl, const char *why)
+{
+    shm_close_group(impl, why);
+}
+
+static void shm_destroy(void *impl)
+{
+    shm_comm *s = impl;
+    if (!s)
+        return;
+    if (s->h) {
+        char why[64];
+        snprintf(why, sizeof why, "left the group");
+        shm_close_group(s, why);
+        munmap(s->h, s->map_bytes);
+    }
+    free(s);
+}
+
+static const rlpi_comm_ops shm_ops = {
+    .name = "shm",
+    .all_reduce_host = shm_all_reduce_host,
+    .broadcast_host = shm_broadcast_host,
+    .barrier = shm_barrier,
+    .abort = shm_abort,
+    .destroy = shm_destroy,
+};
+
+static size_t align64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
+static void layout(shm_comm *s, int32_t world)
+{
+    size_t off = align64(sizeof(shm_header));
+    s->present = (_Atomic uint32_t *)(void *)((unsigned char *)s->h + off);
+    off = align64(off + (size_t)world * sizeof(uint32_t));
+    s->descs = (desc *)(void *)((unsigned char *)s->h + off);
+    off = align64(off + (size_t)world * sizeof(desc));
+    s->data = (unsigned char *)s->h + off;
+}
+
+static size_t map_size(int32_t world)
+{
+    size_t off = align64(sizeof(shm_header));
+    off = align64(off + (size_t)world * sizeof(uint32_t));
+    off = align64(off + (size_t)world * sizeof(desc));
+    return off + 2 * (size_t)world * RLPI_COMM_CHUNK_BYTES;
+}
+
+/* Waits until all ranks have set their present flag (joined == world). */
+static int wait_joined(shm_comm *s, double deadline)
+{
+    for (;;) {
+        uint32_t j = atomic_load(&s->h->joined);
+        if (j >= (uint32_t)s->world)
+            return RLP_OK;
+        if (atomic_load(&s->h->closed))
+            return closed_error(s);
+        double left = deadline - rlpi_comm_now();
+        if (left <= 0)
+            return rlpi_error_set(RLP_E_TIMEOUT,
+                                  "process group: rank %d: only %u of %d ranks joined within %.0f s "
+                                  "(are the other ranks started with the same rendezvous path and world size?)",
+                                  s->rank, j, s->world, s->c->timeout_ms / 1e3);
+        wait_on(&s->h->joined, j, left < 0.1 ? left : 0.1);
+    }
+}
+
+static int join(shm_comm *s)
+{
+    uint32_t expect = 0;
+    if (!atomic_compare_exchange_strong(&s->present[s->rank], &expect, 1))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined twice (two processes were given "
+                              "the same rank)", s->rank);
+    atomic_fetch_add(&s->h->joined, 1);
+    wake_all(&s->h->joined);
+    return RLP_OK;
+}
+
+int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
+{
+    if (c->world > MAX_WORLD)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "process group: the shm transport takes at most %d ranks",
+                              MAX_WORLD);
+    shm_comm *s = calloc(1, sizeof *s);
+    if (!s)
+        return rlpi_error_set(RLP_E_NOMEM, "process group: out of memory");
+    s->c = c;
+    s->rank = c->rank;
+    s->world = c->world;
+    s->map_bytes = map_size(c->world);
+    double deadline = rlpi_comm_now() + c->timeout_ms / 1e3;
+    rlpi_rendezvous_info info = {.world = c->world, .transport = RLP_COMM_SHM, .pid = (long)getpid()};
+    int rc = RLP_OK, fd = -1;
+    if (c->world == 1) {
+        /* a group of one: private memory, no rendezvous */
+        void *p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            int rc0 = rlpi_error_set(RLP_E_NOMEM, "process group: mmap of %zu bytes: %s", s->map_bytes,
+                                     strerror(errno));
+            free(s);
+            return rc0;
+        }
+        s->h = p;
+        layout(s, 1);
+        s->h->magic = SHM_MAGIC;
+        s->h->world = 1;
+        s->h->slot_bytes = RLPI_COMM_CHUNK_BYTES;
+        s->h->total_bytes = s->map_bytes;
+        join(s);
+        c->impl = s;
+        c->ops = &shm_ops;
+        return RLP_OK;
+    }
+    if (c->rank == 0) {
+        uint64_t nonce = 0;
+        if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+            nonce = (uint64_t)(rlpi_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)s;
+        snprintf(info.shm_name, sizeof info.shm_name, "/rlpost-%ld-%016llx", info.pid, (unsigned long long)nonce);
+        unlink(rendezvous); /* a stale file of an earlier run must not be joined */
+        fd = shm_open(info.shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0)
+            rc = rlpi_error_set(RLP_E_IO, "process group: shm_open(%s): %s", info.shm_name, strerror(errno));
+        else if (ftruncate(fd, (off_t)s->map_bytes) != 0)
+            rc = rlpi_error_set(RLP_E_NOMEM, "process group: cannot size shared memory to %zu bytes: %s",
+                                s->map_bytes, strerror(errno));
+    }
+    else {
+        for (;;) {
+            if ((rc = rlpi_rendezvous_wait(rendezvous, c->world, RLP_COMM_SHM, deadline, &info)) != RLP_OK)
+                break;
+            fd = shm_open(info.shm_name, O_RDWR, 0);
+            if (fd >= 0)
+                break;
+            /* a rendezvous whose memory is gone (an old run): wait for the fresh one */
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (rc == RLP_OK) {
+        void *p = mmap(NULL, s->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            rc = rlpi_error_set(RLP_E_NOMEM, "process group: mmap of %zu bytes: %s", s->map_bytes, strerror(errno));
+        else
+            s->h = p;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc == RLP_OK) {
+        layout(s, c->world);
+        if (c->rank == 0) {
+            s->h->world = (uint32_t)c->world;
+            s->h->slot_bytes = RLPI_COMM_CHUNK_BYTES;
+            s->h->total_bytes = s->map_bytes;
+            s->h->data_offset = (uint64_t)(s->data - (unsigned char *)s->h);
+            atomic_store(&s->h->joined, 0);
+            s->h->magic = SHM_MAGIC;
+            atomic_thread_fence(memory_order_seq_cst);
+            rc = rlpi_rendezvous_publish(rendezvous, &info);
+        }
+        else if (s->h->magic != SHM_MAGIC || s->h->world != (uint32_t)c->world ||
+                 s->h->total_bytes != s->map_bytes)
+            rc = rlpi_error_set(RLP_E_FORMAT, "process group: shared memory %s does not hold a %d-rank group",
+                                info.shm_name, c->world);
+    }
+    if (rc == RLP_OK)
+        rc = join(s);
+    if (rc == RLP_OK)
+        rc = wait_joined(s, deadline);
+    if (c->rank == 0 && info.shm_name[0]) {
+        /* everyone has it mapped (or the join failed): the name is no longer needed */
+        shm_unlink(info.shm_name);
+        unlink(rendezvous);
+    }
+    if (rc != RLP_OK) {
+        shm_destroy(s);
+        return rc;
+    }
+    c->impl = s;
+    c->ops = &shm_ops;
+    return RLP_OK;
+}
