@@ -231,6 +231,27 @@ static int check_config(run *r)
             "the trainer's own weights)");
         return -1;
     }
+    const char *backend = cfg_str(c, "backend"), *transport = cfg_str(c, "distributed.transport");
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) {
+        fmt(r->err, ERR_CAP, "backend: unknown value \"%s\" (one of: cpu cuda)", backend);
+        return -1;
+    }
+    RANGE("device", !cfg_get(c, "device") || json_is_null(cfg_get(c, "device")) || cfg_int(c, "device") >= 0, "≥ 0");
+    if (strcmp(transport, "auto") && strcmp(transport, "shm") && strcmp(transport, "nccl")) {
+        fmt(r->err, ERR_CAP, "distributed.transport: unknown value \"%s\" (one of: auto shm nccl)", transport);
+        return -1;
+    }
+    RANGE("distributed.timeout_s", cfg_num(c, "distributed.timeout_s") >= 1 &&
+          cfg_num(c, "distributed.timeout_s") <= 86400, "in [1, 86400]");
+    if (r->world > 1) {
+        if (r->async || r->remote) {
+            fmt(r->err, ERR_CAP, "distributed.world_size: several ranks need sync.mode \"sync\" or \"pull\" with "
+                "the ranks' own engines (not \"async\", not rollout.urls)");
+            return -1;
+        }
+        RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= r->world,
+              "≥ the number of ranks (each rank generates a share of the step's prompts)");
+    }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0, "≥ 0");
@@ -632,11 +653,31 @@ static int merge_groups(rlp_batch **b, const rlp_batch *redo, size_t n_prompts, 
 int train_generate(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, const rlp_sampling_options *s,
                    rlp_batch **out, char *err)
 {
+    return train_generate_range(r, engine, set, 0, SIZE_MAX, s, out, err);
+}
+
+int train_generate_range(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
+                         size_t count, const rlp_sampling_options *s, rlp_batch **out, char *err)
+{
     prompts ps = {0};
     rlp_batch *b = NULL;
     unsigned char *failed = NULL;
     rlp_prompt *redo = NULL;
     int rc = prompts_make(r, set, &ps);
+    if (!rc && first > 0) {
+        /* a rank's share: drop the prompts before it */
+        first = first < ps.n ? first : ps.n;
+        for (size_t i = 0; i < first; i++)
+            free(ps.ids[i]);
+        memmove(ps.p, ps.p + first, (ps.n - first) * sizeof *ps.p);
+        memmove(ps.ids, ps.ids + first, (ps.n - first) * sizeof *ps.ids);
+        ps.n -= first;
+    }
+    if (!rc && count < ps.n) {
+        for (size_t i = count; i < ps.n; i++)
+            free(ps.ids[i]);
+        ps.n = count;
+    }
     if (!rc)
         rc = rlp_rollout_generate(&b, engine, ps.p, ps.n, s, NULL, NULL);
     if (rc)
@@ -710,7 +751,12 @@ static int generate(run *r, rlp_rollout_engine *engine, int refresh, const rlp_p
             return rc;
         }
     }
-    return train_generate(r, engine, set, s, out, err);
+    size_t n = 0, first = 0, count;
+    rlp_prompt_set_size(&n, set);
+    count = n;
+    if (r->world > 1)
+        train_dist_share(r, n, &first, &count);
+    return train_generate_range(r, engine, set, first, count, s, out, err);
 }
 
 typedef struct scores {
@@ -772,6 +818,42 @@ static void reward_summary(const rlp_batch *batch, scores *sc)
     } else {
         sc->mean = sc->std = sc->min = sc->max = NAN;
     }
+}
+
+/* Several ranks: the step's scores over all ranks' completions (each
+ * rank scored its share), and whether any rank was interrupted, so that
+ * all ranks stop at the same step. Rates and means are weighted by
+ * completions (by valid ones for the reward). */
+static int scores_reduce(run *r, scores *sc, int *stop)
+{
+    double n = (double)sc->n, v = (double)sc->n_valid;
+    double sum = v > 0 ? sc->mean * v : 0, sq = v > 1 ? sc->std * sc->std * (v - 1) + sum * sc->mean : sum * sc->mean;
+    int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy);
+    double a[] = {n, v, sum, sq, has_fmt ? sc->format_rate * n : 0, has_fmt && !isnan(sc->format_mean) ? sc->format_mean * n : 0,
+                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated, *stop};
+    double lo = v > 0 ? sc->min : INFINITY, hi = v > 0 ? sc->max : -INFINITY;
+    if (rlp_comm_all_reduce(r->comm, a, sizeof a / sizeof *a, RLP_REDUCE_SUM) ||
+        rlp_comm_all_reduce(r->comm, &lo, 1, RLP_REDUCE_MIN) || rlp_comm_all_reduce(r->comm, &hi, 1, RLP_REDUCE_MAX))
+        return -1;
+    sc->n = (size_t)a[0];
+    sc->n_valid = (size_t)a[1];
+    sc->completion_tokens = (size_t)a[7];
+    sc->truncated = (size_t)a[8];
+    *stop = a[9] > 0;
+    if (sc->n_valid) {
+        sc->mean = a[2] / a[1];
+        sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (a[3] - a[2] * sc->mean) / (a[1] - 1))) : 0;
+        sc->min = lo;
+        sc->max = hi;
+    } else
+        sc->mean = sc->std = sc->min = sc->max = NAN;
+    if (has_fmt) {
+        sc->format_rate = a[0] > 0 ? a[4] / a[0] : NAN;
+        sc->format_mean = a[0] > 0 ? a[5] / a[0] : NAN;
+    }
+    if (has_acc)
+        sc->accuracy = a[0] > 0 ? a[6] / a[0] : NAN;
+    return 0;
 }
 
 /* Format and accuracy first, the training reward last: what stays in the
@@ -1121,11 +1203,26 @@ static int setup(run *r, const char *weights, int need_train)
         r->threads_train = t - t / 2 > 0 ? (int)(t - t / 2) : 1;
         co.n_threads = r->threads_train;
     }
+    if (r->world > 1 && cfg_int(r->cfg, "threads") == 0) {
+        /* the ranks share this machine's cores */
+        long t = sysconf(_SC_NPROCESSORS_ONLN) / r->world;
+        co.n_threads = t > 0 ? (int32_t)t : 1;
+    }
+    if (!strcmp(cfg_str(r->cfg, "backend"), "cuda")) {
+        co.backend = RLP_BACKEND_CUDA;
+        const json_t *dev = cfg_get(r->cfg, "device");
+        const char *local = getenv("LOCAL_RANK");
+        /* one GPU per rank: the rank's local index unless a device is named */
+        co.device = dev && !json_is_null(dev) ? (int32_t)json_integer_value(dev)
+                    : r->world > 1 ? (int32_t)(local && *local ? atoi(local) : r->rank) : 0;
+    }
     int rc = rlp_context_create(&r->ctx, &co);
     if (rc) {
-        fmt(r->err, ERR_CAP, "threads: %s", rlp_error_last());
+        fmt(r->err, ERR_CAP, "%s: %s", co.backend == RLP_BACKEND_CUDA ? "backend" : "threads", rlp_error_last());
         return EXIT_USAGE;
     }
+    if (need_train && train_dist_join(r))
+        return 1;
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
     po.trainable = need_train;
     if ((rc = rlp_policy_load(&r->policy, r->ctx, weights, &po))) {
@@ -1165,6 +1262,10 @@ static int setup(run *r, const char *weights, int need_train)
         fmt(r->err, ERR_CAP, "optimizer: %s", rlp_error_last());
         return EXIT_USAGE;
     }
+    if (need_train && r->comm && (rc = rlp_policy_set_comm(r->policy, r->comm))) {
+        fmt(r->err, ERR_CAP, "distributed: %s", rlp_error_last());
+        return 1;
+    }
     /* The engine on the trainer's context: it generates the training
      * rollouts in sync and (local) pull mode, and the evaluations in every
      * mode; with rollout.urls or in async mode it serves evaluations only. */
@@ -1198,6 +1299,7 @@ static void teardown(run *r)
     rlp_reward_fn_free(r->reward);
     rlp_reward_fn_free(r->format_fn);
     rlp_reward_fn_free(r->acc_fn);
+    rlp_comm_free(r->comm); /* peers still waiting for this rank learn that it left */
     rlp_context_free(r->ctx);
     /* the reward library stays loaded: its threads may still run (abandoned calls) */
     json_decref(r->cfg);
@@ -1354,6 +1456,19 @@ int cmd_train(int argc, char **argv)
     if (rc)
         return rc;
     fmt(r->out, sizeof r->out, "%s", cfg_str(r->cfg, "output"));
+    /* several ranks: the launcher checks the configuration once, then forks
+     * them here, before any thread exists */
+    int part = train_dist_resolve(r);
+    if (part < 0 || (part == 1 && check_config(r))) {
+        fprintf(stderr, "rlpost train: %s\n", r->err);
+        json_decref(r->cfg);
+        return EXIT_USAGE;
+    }
+    if (part == 1 && train_dist_launch(r, &rc)) {
+        json_decref(r->cfg);
+        return rc;
+    }
+    const int lead = r->rank == 0; /* writes the run's files; the other ranks only train */
 
     /* --- everything that can be refused, before anything is written --- */
     char ckpt[PATH_MAX] = {0};
@@ -1388,7 +1503,9 @@ int cmd_train(int argc, char **argv)
             }
     }
     struct stat st;
-    if (!stat(r->out, &st)) {
+    if (!lead) {
+        /* the output folder is rank 0's */
+    } else if (!stat(r->out, &st)) {
         if (!S_ISDIR(st.st_mode) || access(r->out, W_OK | X_OK)) {
             fprintf(stderr, "rlpost train: output: '%s' is not a writable folder\n", r->out);
             json_decref(state);
@@ -1467,12 +1584,12 @@ int cmd_train(int argc, char **argv)
     json_decref(state);
 
     /* --- the output folder --- */
-    if (mkdir_p(r->out)) {
+    if (lead && mkdir_p(r->out)) {
         fprintf(stderr, "rlpost train: output: cannot create '%s': %s\n", r->out, strerror(errno));
         teardown(r);
         return EXIT_USAGE;
     }
-    {
+    if (lead) {
         char path[PATH_MAX];
         char *text = json_dumps(r->cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
         fmt(path, sizeof path, "%s/config.json", r->out);
@@ -1502,7 +1619,7 @@ int cmd_train(int argc, char **argv)
     }
 
     json_t *first_eval = NULL, *last_eval = NULL;
-    if (start == 0 && (first_eval = evaluate(r, 0)) != NULL)
+    if (lead && start == 0 && (first_eval = evaluate(r, 0)) != NULL)
         append_jsonl(r->out, "eval.jsonl", first_eval);
     char cursor[512] = {0}; /* async: the task cursor after the last step's prompts */
     const char *ck_cursor = r->async ? cursor : NULL;
@@ -1575,7 +1692,8 @@ int cmd_train(int argc, char **argv)
             }
             prompt_ids = train_prompt_ids(set, &epoch);
             seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (uint64_t)k);
-            r->sampling.seed = seed;
+            /* each rank draws its own random streams (rank 0 the single-process ones) */
+            r->sampling.seed = r->rank ? mix_seed(seed, (uint64_t)r->rank) : seed;
             rc = r->remote ? train_rollout_generate(r->ro, set, &r->sampling, &batch)
                            : generate(r, r->engine, r->pull, set, &r->sampling, &batch, err);
             if (rc && r->remote)
@@ -1584,6 +1702,13 @@ int cmd_train(int argc, char **argv)
             t1 = now_s();
             if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
                 fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+            int stop = stop_requested != 0;
+            if (!rc && r->comm && scores_reduce(r, &sc, &stop)) {
+                fmt(err, sizeof err, "distributed: %s", rlp_error_last());
+                rc = RLP_E_CLOSED;
+            }
+            if (stop)
+                stop_requested = 1;
             t2 = now_s();
         }
         rlp_rl_stats rs;
@@ -1674,7 +1799,8 @@ int cmd_train(int argc, char **argv)
         json_object_set_new(m, "step_seconds", json_real(t4 - t0));
         json_object_set_new(m, "tokens_per_second", jnum(tps));
         json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
-        append_jsonl(r->out, "metrics.jsonl", m);
+        if (lead)
+            append_jsonl(r->out, "metrics.jsonl", m);
         json_decref(m);
 
         double per = (now_s() - loop_start) / (double)(k - start);
@@ -1683,19 +1809,21 @@ int cmd_train(int argc, char **argv)
         if (r->async)
             fmt(idle, sizeof idle, " | idle trainer %.1f s, rollout %.1f s | buffer %llu", trainer_idle, rollout_idle,
                 (unsigned long long)in.buffer_size);
-        fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
+        if (lead)
+            fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
                 "| %.1f s/step%s | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss,
                 isfinite(tps) ? tps : 0.0, rs.staleness_max, t4 - t0, idle, eta);
 
         if (stop_requested) {
-            fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
+            if (lead)
+                fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
             interrupted = 1;
-            if (checkpoint(r, k, ck_cursor))
+            if (lead && checkpoint(r, k, ck_cursor))
                 failed = 1;
             last_ckpt = k;
             break;
         }
-        if (k < steps && eval_every > 0 && k % eval_every == 0) {
+        if (lead && k < steps && eval_every > 0 && k % eval_every == 0) {
             json_t *e = evaluate(r, k);
             if (e) {
                 append_jsonl(r->out, "eval.jsonl", e);
@@ -1703,7 +1831,7 @@ int cmd_train(int argc, char **argv)
             }
         }
         if (k < steps && ckpt_every > 0 && k % ckpt_every == 0) {
-            if (checkpoint(r, k, ck_cursor)) {
+            if (lead && checkpoint(r, k, ck_cursor)) {
                 failed = 1;
                 break;
             }
@@ -1714,6 +1842,15 @@ int cmd_train(int argc, char **argv)
      * so that the last evaluation has the cores to itself */
     train_rollout_free(r->ro);
     r->ro = NULL;
+    if (!lead) {
+        /* rank 0 evaluates, checkpoints and reports */
+        free(hist_reward);
+        free(hist_format);
+        free(hist_fmt_rate);
+        json_decref(first_eval);
+        teardown(r);
+        return failed ? 1 : 0;
+    }
     if (!failed && !interrupted && step == steps) {
         if ((last_eval = evaluate(r, step)) != NULL)
             append_jsonl(r->out, "eval.jsonl", last_eval);

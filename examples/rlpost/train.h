@@ -40,6 +40,8 @@ typedef struct run {
     char weights[PATH_MAX];      /* what the policy was loaded from (the model, or the resumed checkpoint) */
     char out[PATH_MAX];
     train_rollout *ro;           /* pull with rollout.urls, async */
+    int rank, world;             /* data parallelism: this process's rank of `world` (0 of 1 alone) */
+    rlp_comm *comm;              /* world > 1: the ranks' process group (train_dist.c) */
 } run;
 
 /* snprintf that callers may let truncate (paths and messages are cut, never
@@ -79,9 +81,39 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
 int train_generate(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, const rlp_sampling_options *s,
                    rlp_batch **out, char *err);
 
+/* The same for prompts [first, first + count) of @p set only (a rank's share). */
+int train_generate_range(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
+                         size_t count, const rlp_sampling_options *s, rlp_batch **out, char *err);
+
 /* cmd_train.c: the record indices of a prompt set's prompts (a new JSON
  * array) and the epoch of its first. */
 json_t *train_prompt_ids(const rlp_prompt_set *set, uint64_t *epoch);
+
+/* ------------------------------------------------------------------------ */
+/* train_dist.c: several ranks (data parallelism)                           */
+/* ------------------------------------------------------------------------ */
+
+/* Decides this process's part: alone (rank 0 of 1); a rank started by a
+ * launcher (RLPOST_RANK or RANK in the environment, with the world size
+ * and rendezvous beside it); or the launcher (distributed.world_size > 1
+ * and no rank in the environment). Sets r->rank and r->world (the
+ * launcher's: the world size, rank 0). 0: go on as this rank; 1: launch;
+ * -1: bad setting (one line in r->err). */
+int train_dist_resolve(run *r);
+
+/* The launcher, torchrun-style: forks one process per rank (each returns
+ * 0 here, as that rank), waits for them, forwards an interrupt sent to it,
+ * and stops the other ranks when one fails. Returns 1 in the launcher
+ * after its ranks ended (*exit_code: the first failure's status, or 0).
+ * Call it before any thread exists. */
+int train_dist_launch(run *r, int *exit_code);
+
+/* After the context exists: joins the process group (world > 1). 0, or
+ * -1 with one line in r->err. */
+int train_dist_join(run *r);
+
+/* The rank's share of n items: [*first, *first + *count). */
+void train_dist_share(const run *r, size_t n, size_t *first, size_t *count);
 
 /* ------------------------------------------------------------------------ */
 /* train_rollout.c                                                          */

@@ -14,6 +14,8 @@ static const char defaults_json[] =
     "\"model\": \"models/SmolLM2-135M-Instruct.Q4_1.gguf\","
     "\"tokenizer\": null,"
     "\"threads\": 0,"
+    "\"backend\": \"cpu\","
+    "\"device\": null,"
     "\"seed\": 1,"
     "\"output\": \"runs/default\","
     "\"steps\": 10,"
@@ -35,7 +37,8 @@ static const char defaults_json[] =
     "\"rollout\": {\"max_seq_len\": 0, \"urls\": []},"
     "\"eval\": {\"interval\": 0, \"n\": 16, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
-    "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"}"
+    "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"},"
+    "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600}"
     "}";
 
 /* Keys whose default is null, and the type a non-null value must have. */
@@ -46,7 +49,7 @@ static const struct {
     {"tokenizer", JSON_STRING},         {"task.path", JSON_STRING},     {"task.template", JSON_STRING},
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
-    {"sync.weights_dir", JSON_STRING},
+    {"sync.weights_dir", JSON_STRING},  {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

@@ -1,0 +1,188 @@
+/* `rlpost train` on several ranks (data parallelism over rlp_comm): the
+ * torchrun-style launcher and the per-rank setup. Every rank loads the
+ * model, serves the same prompts from the same task cursor, generates and
+ * scores its share of them, and takes the data-parallel RL step together
+ * with the others (the library all-reduces the gradients); rank 0 alone
+ * writes metrics, evaluations and checkpoints, so a run's folder looks the
+ * same whatever the world size. */
+#define _POSIX_C_SOURCE 200809L
+#include "train.h"
+#include "train_config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_RANKS 64
+
+static pid_t children[MAX_RANKS];
+static int n_children;
+
+/* An interrupt sent to the launcher alone (kill -INT) goes to every rank;
+ * one from the terminal reached them already (same process group). */
+static void forward(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    if (info && info->si_code != SI_USER && info->si_code != SI_QUEUE)
+        return;
+    for (int i = 0; i < n_children; i++)
+        if (children[i] > 0)
+            kill(children[i], sig);
+}
+
+static int env_rank(long *rank, long *world)
+{
+    const char *rs = getenv("RLPOST_RANK");
+    if (!rs || !*rs)
+        rs = getenv("RANK");
+    const char *ws = getenv("RLPOST_WORLD_SIZE");
+    if (!ws || !*ws)
+        ws = getenv("WORLD_SIZE");
+    if (!rs || !*rs)
+        return 0;
+    char *end;
+    *rank = strtol(rs, &end, 10);
+    if (*end || !ws || !*ws)
+        return -1;
+    *world = strtol(ws, &end, 10);
+    return *end ? -1 : 1;
+}
+
+int train_dist_resolve(run *r)
+{
+    long world = (long)cfg_int(r->cfg, "distributed.world_size"), rank = 0, ew = 0;
+    r->rank = 0;
+    r->world = 1;
+    int in_env = env_rank(&rank, &ew);
+    if (in_env < 0) {
+        fmt(r->err, ERR_CAP, "distributed: RLPOST_RANK/RANK is set but RLPOST_WORLD_SIZE/WORLD_SIZE is not an integer");
+        return -1;
+    }
+    if (in_env) {
+        if (ew < 1 || ew > MAX_RANKS || rank < 0 || rank >= ew) {
+            fmt(r->err, ERR_CAP, "distributed: rank %ld of world size %ld from the environment is out of range "
+                "(1 to %d ranks)", rank, ew, MAX_RANKS);
+            return -1;
+        }
+        r->rank = (int)rank;
+        r->world = (int)ew;
+        return 0;
+    }
+    if (world < 1 || world > MAX_RANKS) {
+        fmt(r->err, ERR_CAP, "distributed.world_size: %ld is outside [1, %d]", world, MAX_RANKS);
+        return -1;
+    }
+    r->world = (int)world;
+    return world > 1 ? 1 : 0;
+}
+
+int train_dist_launch(run *r, int *exit_code)
+{
+    long world = r->world;
+    *exit_code = 0;
+    char rdv[PATH_MAX];
+    const char *cfg_rdv = cfg_str(r->cfg, "distributed.rendezvous");
+    const char *tmp = getenv("TMPDIR");
+    if (cfg_rdv)
+        fmt(rdv, sizeof rdv, "%s", cfg_rdv);
+    else
+        fmt(rdv, sizeof rdv, "%s/rlpost-train-%ld.rendezvous", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+    char ws[16];
+    fmt(ws, sizeof ws, "%ld", world);
+    fflush(stdout);
+    fflush(stderr);
+    n_children = (int)world;
+    for (int i = 0; i < n_children; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char rs[16];
+            fmt(rs, sizeof rs, "%d", i);
+            setenv("RLPOST_RANK", rs, 1);
+            setenv("LOCAL_RANK", rs, 1);
+            setenv("RLPOST_WORLD_SIZE", ws, 1);
+            setenv("RLPOST_RENDEZVOUS", rdv, 1);
+            r->rank = i;
+            r->world = (int)world;
+            n_children = 0;
+            return 0;
+        }
+        if (pid < 0) {
+            fprintf(stderr, "rlpost train: cannot start rank %d: %s\n", i, strerror(errno));
+            for (int j = 0; j < i; j++)
+                kill(children[j], SIGTERM);
+            n_children = i;
+            world = i;
+            *exit_code = 1;
+            break;
+        }
+        children[i] = pid;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int first_failure = 0, left = n_children;
+    while (left > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        int idx = -1;
+        for (int i = 0; i < n_children; i++)
+            if (children[i] == pid)
+                idx = i;
+        if (idx < 0)
+            continue;
+        children[idx] = 0;
+        left--;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        if (code && !first_failure) {
+            first_failure = code;
+            fprintf(stderr, "rlpost train: rank %d %s %d; stopping the other ranks\n", idx,
+                    WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            for (int i = 0; i < n_children; i++)
+                if (children[i] > 0)
+                    kill(children[i], SIGTERM);
+        }
+    }
+    unlink(rdv);
+    if (!*exit_code)
+        *exit_code = first_failure;
+    return 1;
+}
+
+int train_dist_join(run *r)
+{
+    if (r->world <= 1)
+        return 0;
+    const char *t = cfg_str(r->cfg, "distributed.transport");
+    rlp_comm_options o = RLP_COMM_OPTIONS_INIT;
+    o.transport = !strcmp(t, "shm") ? RLP_COMM_SHM : !strcmp(t, "nccl") ? RLP_COMM_NCCL : RLP_COMM_AUTO;
+    o.rank = r->rank;
+    o.world_size = r->world;
+    o.rendezvous = cfg_str(r->cfg, "distributed.rendezvous"); /* NULL: RLPOST_RENDEZVOUS */
+    o.timeout_ms = (uint32_t)(cfg_num(r->cfg, "distributed.timeout_s") * 1000.0);
+    if (rlp_comm_create(&r->comm, r->ctx, &o)) {
+        fmt(r->err, ERR_CAP, "distributed: rank %d of %d could not join the group: %s", r->rank, r->world,
+            rlp_error_last());
+        return -1;
+    }
+    return 0;
+}
+
+void train_dist_share(const run *r, size_t n, size_t *first, size_t *count)
+{
+    size_t lo = n * (size_t)r->rank / (size_t)r->world, hi = n * ((size_t)r->rank + 1) / (size_t)r->world;
+    *first = lo;
+    *count = hi - lo;
+}

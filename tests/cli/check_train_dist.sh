@@ -1,0 +1,98 @@
+#!/bin/sh
+# `rlpost train` on several ranks (data parallelism over the SHM process
+# group) on stories260K (train_fixture.py: 4 prompts x 4 samples, 1 thread):
+# - distributed.world_size = 2: each rank generates 2 of the 4 prompts; the
+#   metrics cover all 16 completions and 4 groups, rank 0 alone writes the
+#   run folder, and two runs give the same metrics bit for bit;
+# - the same ranks started torchrun-style by hand (RLPOST_RANK,
+#   RLPOST_WORLD_SIZE, RLPOST_RENDEZVOUS) train exactly the same;
+# - a checkpoint at step 2, then --resume: step 3 equals the uninterrupted
+#   run's;
+# - a rank killed with -9: the launcher stops the other and exits non-zero
+#   at once (not after the group's timeout);
+# - settings several ranks cannot run are refused with one line, exit 2.
+# Skips (77) without the shared data or python3.
+# Usage: check_train_dist.sh RLPOST
+set -u
+rlpost=$1
+. "$(dirname "$0")/train_setup.sh"
+DP="distributed.world_size=2"
+
+T --set "output=\"$out/a\"" --set "$DP" --set steps=3 >"$out/a.json" 2>"$out/err" || { cat "$out/err"; fail "2 ranks"; }
+T --set "output=\"$out/b\"" --set "$DP" --set steps=3 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 ranks again"; }
+[ "$(grep -c '^step ' "$out/err")" -eq 3 ] || { cat "$out/err"; fail "progress lines: one per step (rank 0's)"; }
+
+# torchrun-style: the two ranks by hand, same rendezvous file
+for r in 0 1; do
+  RLPOST_RANK=$r RLPOST_WORLD_SIZE=2 RLPOST_RENDEZVOUS="$out/rdv" \
+    "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/env\"" --set steps=3 \
+    >"$out/env$r.json" 2>"$out/env$r.err" &
+  eval "pid$r=\$!"
+done
+wait "$pid0" || { cat "$out/env0.err"; fail "rank 0 by hand"; }
+wait "$pid1" || { cat "$out/env1.err"; fail "rank 1 by hand"; }
+[ -s "$out/env1.json" ] && fail "rank 1 printed a summary"
+
+# checkpoint at step 2, resume to 3
+T --set "output=\"$out/r\"" --set "$DP" --set steps=2 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 steps"; }
+T --set "output=\"$out/r\"" --set "$DP" --set steps=3 --resume "$out/r" >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "resume on 2 ranks"; }
+
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+load = lambda p: [json.loads(l) for l in open(d + p)]
+loose = {"rollout_seconds", "reward_seconds", "train_seconds", "publish_seconds", "step_seconds", "tokens_per_second",
+         "elapsed_seconds", "trainer_idle_seconds", "rollout_idle_seconds", "buffer_size"}
+a = load("/a/metrics.jsonl")
+assert [r["step"] for r in a] == [1, 2, 3], a
+for r in a:
+    assert r["completions"] == 16 and r["n_seqs"] == 16 and r["n_groups"] == 4 and r["reward_valid"] == 16, r
+    assert r["policy_version"] == r["step"] and r["optimizer_steps"] == 1 and r["grad_norm"] > 0, r
+def same(x, y, what):
+    assert len(x) == len(y), (what, len(x), len(y))
+    for p, q in zip(x, y):
+        for k in p:
+            if k not in loose:
+                assert p[k] == q[k], (what, p["step"], k, p[k], q[k])
+same(a, load("/b/metrics.jsonl"), "a second run")
+same(a, load("/env/metrics.jsonl"), "ranks started by hand")
+same(a, load("/r/metrics.jsonl"), "resumed at step 2")
+assert [e["step"] for e in load("/a/eval.jsonl")] == [0, 3]
+s = json.load(open(d + "/a.json"))
+assert s["steps_completed"] == 3 and s["checkpoint"].endswith("step_3"), s
+PY
+[ $? -eq 0 ] || fail "2-rank metrics"
+for f in "$out/a/checkpoints/step_3/model.safetensors" "$out/b/checkpoints/step_3/model.safetensors"; do
+  [ -f "$f" ] || fail "no checkpoint $f"
+done
+cmp -s "$out/a/checkpoints/step_3/model.safetensors" "$out/b/checkpoints/step_3/model.safetensors" ||
+  fail "two 2-rank runs ended with different weights"
+
+# a rank killed: the launcher stops the other at once
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/k\"" --set "$DP" --set steps=100000 \
+  --set eval.n=0 --set distributed.timeout_s=120 >/dev/null 2>"$out/k.err" &
+pid=$!
+i=0
+while ! grep -q "^step 2/" "$out/k.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+victim=$(pgrep -P $pid | tail -n 1)
+[ -n "$victim" ] || fail "no rank processes under the launcher"
+t0=$(date +%s)
+kill -9 "$victim"
+wait $pid
+rc=$?
+t1=$(date +%s)
+[ $rc -ne 0 ] || fail "a killed rank: the launcher exited 0"
+[ $((t1 - t0)) -lt 60 ] || fail "a killed rank: the launcher took $((t1 - t0)) s"
+grep -q "rank 1 was killed by signal 9; stopping the other ranks" "$out/k.err" || { cat "$out/k.err"; fail "kill message"; }
+
+# refused before anything starts
+for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"mpi\"" "backend=\"tpu\""; do
+  T --set "output=\"$out/bad\"" --set "$DP" --set "$bad" >/dev/null 2>"$out/err"
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$out/err")" -eq 1 ] || { cat "$out/err"; fail "$bad: exit $rc"; }
+  [ -e "$out/bad" ] && fail "$bad: wrote the output folder"
+done
+RLPOST_RANK=0 RLPOST_WORLD_SIZE=x T --set "output=\"$out/bad\"" >/dev/null 2>"$out/err"
+[ $? -eq 2 ] || { cat "$out/err"; fail "a bad RLPOST_WORLD_SIZE"; }
+echo "ok"
