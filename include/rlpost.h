@@ -2528,7 +2528,8 @@ RLP_API int rlp_policy_set_comm(rlp_policy *policy, rlp_comm *comm);
  * The weight broadcast of Echo's co-located rollout engines: the trainer
  * rank broadcasts after a step, a rollout rank receives into a frozen
  * policy and passes it to rlp_rollout_engine_update_weights().
- * Optimizer state is not sent.
+ * Optimizer state is not sent: start data-parallel ranks with fresh
+ * optimizers, or have each load the same rlp_policy_save_optimizer() file.
  * @return RLP_OK; RLP_E_INVALID_ARG (NULLs, root outside the group, ranks whose parameter counts
  *         differ); RLP_E_TIMEOUT; RLP_E_CLOSED; RLP_E_BACKEND.
  */

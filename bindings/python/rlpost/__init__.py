@@ -21,6 +21,7 @@ numpy is installed, as lists otherwise (HAVE_NUMPY says which).
 from . import _ffi
 from ._util import HAVE_NUMPY, Record
 from .batch import Batch, FinishReason, Trajectory
+from .comm import Comm, CommTransport, ReduceOp
 from .buffer import STALENESS_UNBOUNDED, WAIT_FOREVER, BufferFullPolicy, ReplayBuffer
 from .context import (Backend, Context, LogLevel, abi_version, backend_available, backend_device_count,
                       backend_name, error_clear, error_last, error_last_code, status_str, version_number,
@@ -48,11 +49,12 @@ __all__ = [
     # handles
     "Context", "Tokenizer", "Detokenizer", "Policy", "LossContext", "model_inspect", "Batch", "Trajectory",
     "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward", "InvalidSample",
-    "builtin_names", "refine", "ReplayBuffer", "Synchronizer",
+    "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm",
     # enums and constants
     "Backend", "LogLevel", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
-    "BufferFullPolicy", "SyncMode", "SyncTransport", "WAIT_FOREVER", "STALENESS_UNBOUNDED",
+    "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
+    "STALENESS_UNBOUNDED",
 ]
 
 #: Version of these bindings (the library's own is version_string()).

@@ -290,6 +290,10 @@ SyncStats = _struct("rlp_sync_stats", [
     ("http_requests", c_uint64), ("http_failures", c_uint64), ("bytes_published", c_uint64),
     ("publish_seconds", c_double), ("pull_seconds", c_double)])
 
+CommOptions = _struct("rlp_comm_options", [
+    ("version", c_uint32), ("transport", c_int32), ("rank", c_int32), ("world_size", c_int32),
+    ("rendezvous", c_char_p), ("timeout_ms", c_uint32)])
+
 # ---------------------------------------------------------------------------
 # Functions: (name, restype, argtypes), in the order of the header
 # ---------------------------------------------------------------------------
@@ -440,6 +444,16 @@ FUNCTIONS = [
     ("rlp_synchronizer_version", c_int, [P(c_uint64), _h]),
     ("rlp_synchronizer_close", c_int, [_h]),
     ("rlp_synchronizer_stats", c_int, [P(SyncStats), _h]),
+    # process groups
+    ("rlp_comm_options_init", c_int, [P(CommOptions), c_uint32]),
+    ("rlp_comm_create", c_int, [_out_h, _h, P(CommOptions)]),
+    ("rlp_comm_free", None, [_h]),
+    ("rlp_comm_info", c_int, [_h, P(c_int32), P(c_int32), P(c_int32)]),
+    ("rlp_comm_barrier", c_int, [_h]),
+    ("rlp_comm_all_reduce", c_int, [_h, P(c_double), c_size_t, c_int]),
+    ("rlp_comm_broadcast", c_int, [_h, c_void_p, c_size_t, c_int32]),
+    ("rlp_policy_set_comm", c_int, [_h, _h]),
+    ("rlp_policy_broadcast", c_int, [_h, _h, c_int32]),
 ]
 
 

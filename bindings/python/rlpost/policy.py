@@ -205,6 +205,26 @@ class Policy(Handle):
                 self._tokenizer = Tokenizer._borrowed(ptr, self)
             return self._tokenizer
 
+    def set_comm(self, comm):
+        """Data parallelism: train steps become collectives of @p comm (a
+        Comm), each rank passing its share of the batch; None trains alone
+        again. The policy keeps the group alive while attached."""
+        with self._use() as p:
+            if comm is None:
+                check(F.rlp_policy_set_comm(p, None), "rlp_policy_set_comm")
+                self._comm = None
+                return
+            with comm._use() as c:
+                check(F.rlp_policy_set_comm(p, c), "rlp_policy_set_comm")
+            self._comm = comm
+            comm._attached.add(self)
+
+    def broadcast(self, comm, root=0):
+        """Collective: copies rank @p root's weights and version into this
+        policy on every other rank of @p comm."""
+        with self._use() as p, comm._use() as c:
+            check(F.rlp_policy_broadcast(p, c, int(root)), "rlp_policy_broadcast")
+
     @property
     def version(self):
         """Optimizer steps applied (the policy version of the RL loop)."""

@@ -230,6 +230,7 @@ ENUM_MAP = {
     "rlp_reward_refine_mode": (rlpost.RefineMode, "RLP_REFINE_"),
     "rlp_buffer_full_policy": (rlpost.BufferFullPolicy, "RLP_BUFFER_FULL_"),
     "rlp_sync_mode": (rlpost.SyncMode, "RLP_SYNC_"), "rlp_sync_transport": (rlpost.SyncTransport, "RLP_TRANSPORT_"),
+    "rlp_comm_transport": (rlpost.CommTransport, "RLP_COMM_"), "rlp_reduce_op": (rlpost.ReduceOp, "RLP_REDUCE_"),
 }
 
 
