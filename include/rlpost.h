@@ -144,6 +144,8 @@ typedef struct rlp_reward_fn rlp_reward_fn;
 typedef struct rlp_synchronizer rlp_synchronizer;
 /** A batch of trajectories (prompt, completion, logprobs, versions, reward). */
 typedef struct rlp_batch rlp_batch;
+/** A process group: data-parallel gradient all-reduce, weight broadcast (SHM or NCCL). */
+typedef struct rlp_comm rlp_comm;
 
 /* ------------------------------------------------------------------------ */
 /* Backends                                                                 */
@@ -2216,7 +2218,7 @@ typedef enum rlp_sync_mode {
                                         mode) and admit rollouts through the gate */
 } rlp_sync_mode;
 
-/** How published weights travel (values fixed; NCCL broadcast will be added by the CUDA backend). */
+/** How published weights travel (values fixed). */
 typedef enum rlp_sync_transport {
     RLP_TRANSPORT_IN_PROCESS = 0,  /**< publish keeps a frozen copy (rlp_policy_clone); pull copies it into
                                         the engine with rlp_rollout_engine_update_weights() */
@@ -2224,13 +2226,20 @@ typedef enum rlp_sync_transport {
                                         DIR/latest.json (temporary name, fsync, rename); pull reads the
                                         manifest, verifies every file's CRC-32 and size, and loads with
                                         rlp_rollout_engine_load_weights(); works across processes */
-    RLP_TRANSPORT_HTTP = 2         /**< FILE, plus: pull tells the servers at @ref rlp_sync_options::urls to
+    RLP_TRANSPORT_HTTP = 2,        /**< FILE, plus: pull tells the servers at @ref rlp_sync_options::urls to
                                         load the version (POST {url}/update_weights_from_disk, as `rlpost
                                         serve` and SGLang accept) and then sets a remote engine's version */
+    RLP_TRANSPORT_COLLECTIVE = 3   /**< a broadcast over the process group @ref rlp_sync_options::comm
+                                        (rlp_policy_broadcast(): NCCL between GPUs, or shared memory): the
+                                        trainer rank (@ref rlp_sync_options::root) publishes, every other
+                                        rank pulls into its local engine. Both are collectives: the root's
+                                        k-th publish pairs with each rank's k-th pull, so a pull waits for
+                                        the next publish (Echo's sequential pull in lockstep); SEQUENTIAL_PULL
+                                        mode only */
 } rlp_sync_transport;
 
-/** Version of rlp_sync_options understood by this header. */
-#define RLP_SYNC_OPTIONS_VERSION 1
+/** Version of rlp_sync_options understood by this header (2 added comm and root). */
+#define RLP_SYNC_OPTIONS_VERSION 2
 
 /**
  * Options of rlp_synchronizer_create().
@@ -2266,11 +2275,13 @@ typedef struct rlp_sync_options {
                                         mismatch or a version pruned mid-load; default 5 */
     rlp_log_fn log_fn;             /**< sink for warnings; NULL = stderr */
     void *log_payload;             /**< passed to @ref log_fn */
+    rlp_comm *comm;                /**< COLLECTIVE: the group (borrowed; must outlive the synchronizer) */
+    int32_t root;                  /**< COLLECTIVE: the publishing (trainer) rank; default 0 */
 } rlp_sync_options;
 
 #define RLP_SYNC_OPTIONS_INIT                                                                             \
     { RLP_SYNC_OPTIONS_VERSION, RLP_SYNC_SEQUENTIAL_PULL, RLP_TRANSPORT_IN_PROCESS, 1, 1, 0, 0, NULL, 3, \
-      RLP_DTYPE_F32, NULL, 0, NULL, 0, 3, 5, NULL, NULL }
+      RLP_DTYPE_F32, NULL, 0, NULL, 0, 3, 5, NULL, NULL, NULL, 0 }
 
 /** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
 RLP_API int rlp_sync_options_init(rlp_sync_options *opts, uint32_t version);
@@ -2399,8 +2410,8 @@ RLP_API int rlp_synchronizer_stats(rlp_sync_stats *out, const rlp_synchronizer *
 /* Process groups: data-parallel training and weight broadcast              */
 /* ------------------------------------------------------------------------ */
 
-/**
- * A process group ("communicator"): world_size processes, one per device
+/*
+ * A process group (rlp_comm, "communicator"): world_size processes, one per device
  * (or per CPU share), that run collectives together. Data parallelism
  * (rlp_policy_set_comm()) all-reduces gradients through it; rlp_policy_broadcast()
  * sends weights from one rank to the others (the trainer to co-located
@@ -2412,8 +2423,6 @@ RLP_API int rlp_synchronizer_stats(rlp_sync_stats *out, const rlp_synchronizer *
  * in rank order 0, 1, …, so every rank receives the same bits and a rerun
  * reproduces them (SHM; NCCL's ring order is fixed for a given topology).
  */
-typedef struct rlp_comm rlp_comm;
-
 /** How the ranks exchange data (values fixed). */
 typedef enum rlp_comm_transport {
     RLP_COMM_AUTO = 0,  /**< NCCL on a CUDA context where NCCL loads, otherwise SHM */

@@ -46,6 +46,7 @@ struct rlp_synchronizer {
     uint64_t accepted, running;
     bool closed;
     rlpi_snapshot *snap;     /* IN_PROCESS: the latest published weights */
+    rlp_policy *recv;        /* COLLECTIVE, receiving ranks: the broadcast lands here, then in the engine */
     rlp_sync_stats st;
 };
 

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -101,6 +102,7 @@ void rlp_synchronizer_free(rlp_synchronizer *sync)
     if (!sync)
         return;
     snapshot_unref(sync->snap);
+    rlp_policy_free(sync->recv);
     for (size_t i = 0; i < sync->n_targets; i++)
         free(sync->targets[i].url);
     free(sync->targets);
@@ -137,15 +139,29 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
     if (opts) {
         RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_SYNC_OPTIONS_VERSION,
                        "opts->version is not RLP_SYNC_OPTIONS_VERSION");
-        o = *opts;
+        /* read only the fields the caller's version has (version 1 ended at log_payload) */
+        memcpy(&o, opts, opts->version == 1 ? offsetof(rlp_sync_options, comm) : sizeof o);
+        if (opts->version == 1) {
+            o.comm = NULL;
+            o.root = 0;
+        }
+        o.version = RLP_SYNC_OPTIONS_VERSION;
     }
     RLPI_CHECK_ARG(o.mode >= RLP_SYNC_COLOCATED && o.mode <= RLP_SYNC_ASYNC, "opts->mode is not an rlp_sync_mode");
-    RLPI_CHECK_ARG(o.transport >= RLP_TRANSPORT_IN_PROCESS && o.transport <= RLP_TRANSPORT_HTTP,
+    RLPI_CHECK_ARG(o.transport >= RLP_TRANSPORT_IN_PROCESS && o.transport <= RLP_TRANSPORT_COLLECTIVE,
                    "opts->transport is not an rlp_sync_transport");
+    if (o.transport == RLP_TRANSPORT_COLLECTIVE) {
+        RLPI_CHECK_ARG(o.comm, "the COLLECTIVE transport needs opts->comm");
+        int32_t world;
+        rlp_comm_info(o.comm, NULL, &world, NULL);
+        RLPI_CHECK_ARG(o.root >= 0 && o.root < world, "opts->root is outside the process group");
+        RLPI_CHECK_ARG(o.mode == RLP_SYNC_SEQUENTIAL_PULL,
+                       "the COLLECTIVE transport pairs each publish with one pull per rank: SEQUENTIAL_PULL mode only");
+    }
     RLPI_CHECK_ARG(o.mode != RLP_SYNC_COLOCATED || o.transport == RLP_TRANSPORT_IN_PROCESS,
                    "COLOCATED shares the policy in process: use RLP_TRANSPORT_IN_PROCESS");
     RLPI_CHECK_ARG(o.batch_groups >= 1, "opts->batch_groups (B) must be at least 1");
-    bool files = o.transport != RLP_TRANSPORT_IN_PROCESS;
+    bool files = o.transport == RLP_TRANSPORT_FILE || o.transport == RLP_TRANSPORT_HTTP;
     if (files) {
         RLPI_CHECK_ARG(o.dir && *o.dir, "the FILE and HTTP transports need opts->dir");
         RLPI_CHECK_ARG(o.keep_versions >= 1, "opts->keep_versions must be at least 1");
@@ -220,7 +236,8 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
     double t0 = now_s();
     pthread_mutex_lock(&sync->publish_mu);
     pthread_mutex_lock(&sync->mu);
-    bool done = sync->published && v == sync->version;
+    /* a collective publish is never skipped: each pairs with one pull per rank */
+    bool done = sync->published && v == sync->version && sync->opts.transport != RLP_TRANSPORT_COLLECTIVE;
     if (v < sync->version)
         rc = rlpi_error_set(RLP_E_STATE, "%s: version %llu is older than the current %llu", __func__,
                             (unsigned long long)v, (unsigned long long)sync->version);
@@ -249,6 +266,19 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
         } else {
             snap->version = v;
             snap->refs = 1;
+        }
+    } else if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE) {
+        int32_t rank;
+        rlp_comm_info(sync->opts.comm, &rank, NULL, NULL);
+        if (rank != sync->opts.root)
+            rc = rlpi_error_set(RLP_E_STATE, "%s: rank %d is not the publishing rank %d of the COLLECTIVE transport",
+                                __func__, rank, sync->opts.root);
+        else {
+            uint64_t n = 0;
+            rlp_policy_n_params(&n, policy);
+            bytes = n * 4;
+            /* the root's weights are only read (its version is sent as it is) */
+            rc = rlp_policy_broadcast((rlp_policy *)policy, sync->opts.comm, sync->opts.root);
         }
     } else {
         rc = rlpi_file_publish(sync, policy, v, &bytes);
@@ -316,6 +346,42 @@ static int pull_in_process(rlp_synchronizer *s, rlp_rollout_engine *engine, uint
     return rc;
 }
 
+/* COLLECTIVE on a receiving rank: takes part in the root's next publish
+ * (a broadcast into a frozen policy of the engine's architecture), then
+ * hands the weights to the engine between two of its decode steps. */
+static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
+{
+    int32_t rank;
+    rlp_comm_info(s->opts.comm, &rank, NULL, NULL);
+    if (rank == s->opts.root)
+        return rlpi_error_set(RLP_E_STATE, "rank %d publishes on the COLLECTIVE transport; it does not pull", rank);
+    double t0 = now_s();
+    pthread_mutex_lock(&s->publish_mu); /* one broadcast at a time, and recv is created once */
+    int rc = RLP_OK;
+    if (!s->recv)
+        rc = rlp_policy_clone(&s->recv, engine->policy, 0);
+    if (!rc)
+        rc = rlp_policy_broadcast(s->recv, s->opts.comm, s->opts.root);
+    uint64_t v = 0;
+    if (!rc) {
+        rlp_policy_version(&v, s->recv);
+        rc = rlp_rollout_engine_update_weights(engine, s->recv);
+    }
+    pthread_mutex_unlock(&s->publish_mu);
+    if (!rc) {
+        uint64_t n = 0;
+        rlp_policy_n_params(&n, s->recv);
+        pthread_mutex_lock(&s->mu);
+        s->published = true;
+        advance_version(s, v);
+        s->st.weight_loads++;
+        s->st.bytes_published += n * 4;
+        s->st.pull_seconds += now_s() - t0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
 int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
 {
     RLPI_CHECK_ARG(sync, "sync is NULL");
@@ -330,9 +396,17 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
         return rlpi_error_set(RLP_E_STATE, "%s: a remote engine's servers are updated through the HTTP transport",
                               __func__);
     /* a share_weights engine generates with the trainer's own weights */
-    if (engine && !remote && !engine->owns_policy)
+    if (engine && !remote && !engine->owns_policy) {
+        if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE)
+            return rlpi_error_set(RLP_E_STATE, "%s: a share_weights engine cannot take broadcast weights (the "
+                                  "COLLECTIVE transport needs an engine with its own copy)", __func__);
         return RLP_OK;
+    }
 
+    if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE) {
+        int rc = pull_collective(sync, engine);
+        return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+    }
     uint64_t have = 0, latest;
     bool any;
     if (engine)

@@ -9,6 +9,8 @@
  *   needs statistics from all ranks) with whole groups per rank, also with
  *   a rank that has no trajectories at all;
  * - rlp_policy_broadcast: weights and version from the root;
+ * - the synchronizer's COLLECTIVE transport: a trainer rank publishes after
+ *   each step, two rollout ranks pull into their engines' own copies;
  * - a rank whose step fails closes the group, so its peer fails at once
  *   instead of waiting for the timeout. */
 #include <setjmp.h>
@@ -19,6 +21,7 @@
 
 #include "model/policy.h"
 #include "rank_runner.h"
+#include "rollout/engine.h"
 #include "tiny_model.h"
 
 #include <math.h>
@@ -374,6 +377,121 @@ static void test_broadcast_policy(void **state)
     rmdir(dir);
 }
 
+/* ---- the synchronizer's COLLECTIVE transport ---- */
+
+static int collective_rank(int rank, int world, const char *dir, void *arg)
+{
+    (void)arg;
+    env e;
+    if (setup(&e, rank, world, dir, rank == 0 ? 31 : 32 + (uint64_t)rank, 30000))
+        return 1;
+    RANK_CHECK(rlp_policy_set_comm(e.p, NULL) == RLP_OK, "detach");
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_COLLECTIVE;
+    so.comm = e.comm;
+    so.root = 0;
+    rlp_synchronizer *sync;
+    RANK_CHECK(rlp_synchronizer_create(&sync, &so) == RLP_OK, "sync: %s", rlp_error_last());
+    rlp_rollout_engine *eng = NULL;
+    if (rank != 0) {
+        rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+        ro.max_batch = 2;
+        ro.max_seq_len = 32;
+        RANK_CHECK(rlp_rollout_engine_create(&eng, e.p, &ro) == RLP_OK, "engine: %s", rlp_error_last());
+    }
+    make_tokens();
+    for (int step = 0; step < 2; step++) {
+        if (rank == 0) {
+            rlp_sequence s[3];
+            seqs_of(s, 0, 3, step);
+            RANK_CHECK(rlp_policy_train_step(e.p, s, 3, rlp_loss_nll, NULL, NULL, NULL) == RLP_OK, "step");
+            RANK_CHECK(rlp_synchronizer_publish(sync, e.p) == RLP_OK, "publish: %s", rlp_error_last());
+        }
+        else {
+            RANK_CHECK(rlp_synchronizer_pull(sync, eng) == RLP_OK, "pull: %s", rlp_error_last());
+            uint64_t v;
+            rlp_rollout_engine_version(&v, eng);
+            RANK_CHECK(v == (uint64_t)step + 1, "engine version %llu after pull %d", (unsigned long long)v, step);
+        }
+    }
+    uint64_t sv;
+    rlp_synchronizer_version(&sv, sync);
+    RANK_CHECK(sv == 2, "synchronizer version %llu", (unsigned long long)sv);
+    if (rank != 0) {
+        rlp_sync_stats st = {.version = 1};
+        rlp_synchronizer_stats(&st, sync);
+        RANK_CHECK(st.weight_loads == 2, "weight loads %llu", (unsigned long long)st.weight_loads);
+        /* what the engine generates with */
+        env view = e;
+        view.p = eng->policy;
+        char name[16];
+        snprintf(name, sizeof name, "c%d", rank);
+        RANK_CHECK(save(&view, dir, name, NULL, 0) == 0, "save");
+        /* the root publishes, it never pulls; a receiving rank never publishes */
+        RANK_CHECK(rlp_synchronizer_publish(sync, e.p) == RLP_E_STATE, "publish on a receiving rank");
+    }
+    else {
+        RANK_CHECK(save(&e, dir, "c0", NULL, 0) == 0, "save");
+        RANK_CHECK(rlp_synchronizer_pull(sync, NULL) == RLP_E_INVALID_ARG, "pull without an engine");
+    }
+    rlp_rollout_engine_free(eng);
+    rlp_synchronizer_free(sync);
+    teardown(&e);
+    return 0;
+}
+
+static void test_collective_sync_transport(void **state)
+{
+    (void)state;
+    char dir[256];
+    rank_tmpdir(dir, sizeof dir);
+    assert_int_equal(run_ranks(3, collective_rank, dir, NULL), 0);
+    saved c[3];
+    for (int r = 0; r < 3; r++) {
+        char name[8];
+        snprintf(name, sizeof name, "c%d", r);
+        load(dir, name, &c[r]);
+        assert_int_equal(c[r].version, 2);
+    }
+    assert_memory_equal(c[0].p, c[1].p, c[0].n * 4);
+    assert_memory_equal(c[0].p, c[2].p, c[0].n * 4);
+    for (int r = 0; r < 3; r++)
+        free(c[r].p);
+    rmdir(dir);
+}
+
+static void test_collective_sync_options(void **state)
+{
+    (void)state;
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = 1;
+    rlp_context *ctx;
+    assert_int_equal(rlp_context_create(&ctx, &co), RLP_OK);
+    rlp_comm_options o = RLP_COMM_OPTIONS_INIT;
+    o.rank = 0;
+    o.world_size = 1;
+    rlp_comm *comm;
+    assert_int_equal(rlp_comm_create(&comm, ctx, &o), RLP_OK);
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_COLLECTIVE;
+    rlp_synchronizer *sync = NULL;
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_E_INVALID_ARG); /* no comm */
+    so.comm = comm;
+    so.root = 1;
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_E_INVALID_ARG); /* root outside */
+    so.root = 0;
+    so.mode = RLP_SYNC_ASYNC;
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_E_INVALID_ARG);
+    /* a version-1 caller (no comm, no root fields) still gets the old transports */
+    so = (rlp_sync_options)RLP_SYNC_OPTIONS_INIT;
+    so.version = 1;
+    so.comm = (rlp_comm *)0x1; /* past a version-1 struct: must not be read */
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_OK);
+    rlp_synchronizer_free(sync);
+    rlp_comm_free(comm);
+    rlp_context_free(ctx);
+}
+
 /* ---- a failing rank releases its peers ---- */
 
 static int fail_rank(int rank, int world, const char *dir, void *arg)
@@ -423,6 +541,8 @@ int main(void)
         cmocka_unit_test(test_rl_reinforce_pp_global_normalisation),
         cmocka_unit_test(test_rl_rank_without_trajectories),
         cmocka_unit_test(test_broadcast_policy),
+        cmocka_unit_test(test_collective_sync_transport),
+        cmocka_unit_test(test_collective_sync_options),
         cmocka_unit_test(test_failing_rank_releases_peers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -281,7 +281,8 @@ SyncOptions = _struct("rlp_sync_options", [
     ("batch_groups", c_uint32), ("max_concurrent", c_uint32), ("initial_version", c_uint64),
     ("dir", c_char_p), ("keep_versions", c_uint32), ("dtype", c_int32), ("urls", POINTER(c_char_p)),
     ("n_urls", c_size_t), ("api_key", c_char_p), ("timeout_ms", c_uint32), ("max_retries", c_uint32),
-    ("verify_retries", c_uint32), ("log_fn", LogFn), ("log_payload", c_void_p)])
+    ("verify_retries", c_uint32), ("log_fn", LogFn), ("log_payload", c_void_p), ("comm", c_void_p),
+    ("root", c_int32)], version=2)
 
 SyncStats = _struct("rlp_sync_stats", [
     ("version", c_uint32), ("mode", c_int32), ("transport", c_int32), ("policy_version", c_uint64),

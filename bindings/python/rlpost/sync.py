@@ -25,6 +25,7 @@ class SyncTransport(enum.IntEnum):
     IN_PROCESS = 0
     FILE = 1
     HTTP = 2
+    COLLECTIVE = 3
 
 
 class Synchronizer(Handle):
@@ -33,7 +34,7 @@ class Synchronizer(Handle):
     Synchronizer(mode=SyncMode.SEQUENTIAL_PULL, transport=SyncTransport.IN_PROCESS,
                  max_staleness=1, batch_groups=1, max_concurrent=0, initial_version=0,
                  dir=None, keep_versions=3, dtype=DType.F32, urls=None, api_key=None,
-                 timeout_ms=0, max_retries=3, verify_retries=5, log=None)
+                 timeout_ms=0, max_retries=3, verify_retries=5, log=None, comm=None, root=0)
 
     Thread-safe like the C handle. In COLOCATED mode publish() borrows the
     policy: the synchronizer then keeps it alive and is closed with it.
@@ -45,7 +46,8 @@ class Synchronizer(Handle):
 
     def __init__(self, mode=SyncMode.SEQUENTIAL_PULL, transport=SyncTransport.IN_PROCESS, max_staleness=1,
                  batch_groups=1, max_concurrent=0, initial_version=0, dir=None, keep_versions=3, dtype=0,
-                 urls=None, api_key=None, timeout_ms=0, max_retries=3, verify_retries=5, log=None):
+                 urls=None, api_key=None, timeout_ms=0, max_retries=3, verify_retries=5, log=None, comm=None,
+                 root=0):
         keep = []
         holder = [None]
         opts = options(_ffi.SyncOptions, "rlp_sync_options_init",
@@ -54,16 +56,20 @@ class Synchronizer(Handle):
                         "initial_version": initial_version, "keep_versions": keep_versions,
                         "dtype": int(dtype), "timeout_ms": timeout_ms, "max_retries": max_retries,
                         "verify_retries": verify_retries, "dir": None if dir is None else str(dir),
-                        "urls": urls or [], "api_key": api_key}, keep,
+                        "urls": urls or [], "api_key": api_key, "root": root}, keep,
                        {"dir": optional_str("dir"), "urls": string_list("urls", "n_urls"),
                         "api_key": optional_str("api_key")}, what="Synchronizer")
         if log is not None:
             fn = make_log_fn(holder, log, "the synchronizer's log callback")
             keep.append(fn)
             opts.log_fn = fn
+        if comm is not None:
+            with comm._use() as c:
+                opts.comm = c
         out = c_void_p()
         check(F.rlp_synchronizer_create(byref(out), byref(opts)), "rlp_synchronizer_create")
         Handle.__init__(self, out.value)
+        keep.append(comm)  # COLLECTIVE borrows the group: keep it alive as long as this
         self._keep = keep
         self.mode = SyncMode(mode)
         self._borrowed = None

@@ -105,3 +105,22 @@ def test_arguments(ctx, monkeypatch, tmp_path):
             alone.all_reduce([1.0], op=7)
     with pytest.raises(TypeError):
         rlpost.Comm(ctx, rank=0, world_size=1, ranks=2)
+
+
+def test_collective_synchronizer(tmp_path, stories_path):
+    def fn(r, ctx, comm):
+        with rlpost.Policy(ctx, stories_path, trainable=r == 0) as p, \
+                rlpost.Synchronizer(transport=rlpost.SyncTransport.COLLECTIVE, comm=comm, root=0) as sync:
+            if r == 0:
+                for _ in range(2):
+                    p.train_step(SEQS)
+                    sync.publish(p)
+                return p.version, list(p.logprobs([([1, 5, 6, 7, 8], 1)]))
+            with rlpost.RolloutEngine(p, share_weights=False, max_batch=1, max_seq_len=16) as eng:
+                for k in (1, 2):
+                    sync.pull(eng)
+                    assert eng.version == k and sync.version == k
+                return p.version, None
+
+    (v0, lp0), (v1, _) = run_ranks(2, fn, tmp_path)
+    assert v0 == 2 and v1 == 0  # the receiving rank's own policy is untouched: the engine got the weights
