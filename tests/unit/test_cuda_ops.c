@@ -821,10 +821,12 @@ int main(void)
     test_logprob(9, 49159, 1.0f / 0.7f, 1);
     test_logprob(5, 300, 1.0f, 0);
     emulated = strstr(be[1]->description, "emulator") != NULL;
-    test_sample(1, 8, 1);
-    test_sample(7, 8, 1);
-    test_sample(300, 8, 1);
-    test_sample(49152, emulated ? 4 : 16, !emulated);
+    /* u = 0, u just below 1, then random ones; the emulator spends about
+     * 1.3 ms per draw, so it gets fewer u and a thinner grid at 49152 */
+    test_sample(1, emulated ? 3 : 8, 1);
+    test_sample(7, emulated ? 3 : 8, 1);
+    test_sample(300, emulated ? 4 : 16, 1);
+    test_sample(49152, emulated ? 2 : 16, !emulated);
     test_sample_errors();
     printf("sample: %ld draws, %ld within %g of a CDF boundary, max |logprob diff| %.3g\n", samp.draws,
            samp.boundary, SAMPLE_U_EPS, samp.max_lp_diff);
