@@ -43,6 +43,8 @@ typedef struct cuda_state {
     double *red;          /* sum_squares partials (RLPI_CUDA_SUM_SQUARES_PARTIALS) and result */
     int *flags;           /* (N_FLAGS) device */
     void *pinned;         /* host: the sum_squares result, then the flags */
+    void *sample_pinned;  /* host staging of sample_rows' records; grows, never shrinks */
+    size_t sample_pinned_bytes;
 } cuda_state;
 
 #define PINNED_SUM(st) ((double *)(st)->pinned)
@@ -402,6 +404,72 @@ static int c_adamw(rlpi_backend *be, float *param, const float *grad, float *m, 
                               "adamw"));
 }
 
+/* sampling (rollout engine) */
+/* The second op that waits (its results are host values): the draws' inputs
+ * go up as records through pinned staging, one kernel runs a block per
+ * draw, and only ids, logprobs and statuses come back. */
+static int c_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, const float *logits,
+                         const int32_t *rows, int64_t n, int64_t vocab, const rlpi_sampler_params *params,
+                         const double *u)
+{
+    cuda_state *st = enter(be);
+    const size_t in_b = (size_t)n * sizeof(rlpi_cuda_sample_in), out_b = (size_t)n * sizeof(rlpi_cuda_sample_out);
+    int rc = RLP_OK;
+    if (in_b + out_b > st->sample_pinned_bytes) {
+        /* every earlier use ended with a wait: nothing reads the old one */
+        cudaFreeHost(st->sample_pinned);
+        st->sample_pinned = NULL;
+        st->sample_pinned_bytes = 0;
+        size_t want = 2 * (in_b + out_b);
+        cudaError_t err = cudaHostAlloc(&st->sample_pinned, want, cudaHostAllocDefault);
+        if (err != cudaSuccess)
+            rc = cuda_fail(st->host, err, "sample rows (staging)");
+        else
+            st->sample_pinned_bytes = want;
+    }
+    void *ws = NULL;
+    if (rc == RLP_OK)
+        rc = ws_reserve(st, in_b + out_b + rlpi_cuda_sample_workspace(n, vocab), &ws);
+    if (rc != RLP_OK)
+        return leave(st, rc);
+    rlpi_cuda_sample_in *in = st->sample_pinned;
+    rlpi_cuda_sample_out *out = (rlpi_cuda_sample_out *)((char *)st->sample_pinned + in_b);
+    for (int64_t i = 0; i < n; i++)
+        in[i] = (rlpi_cuda_sample_in){.u = u[i], .temperature = params[i].temperature, .top_p = params[i].top_p,
+                                      .min_p = params[i].min_p, .top_k = params[i].top_k,
+                                      .logprobs_mode = params[i].logprobs_mode, .row = rows ? rows[i] : (int32_t)i};
+    rlpi_cuda_sample_in *in_dev = ws;
+    rlpi_cuda_sample_out *out_dev = (rlpi_cuda_sample_out *)((char *)ws + in_b);
+    cudaError_t err = cudaMemcpyAsync(in_dev, in, in_b, cudaMemcpyHostToDevice, st->stream);
+    if (err != cudaSuccess)
+        return leave(st, cuda_fail(st->host, err, "sample rows (upload)"));
+    rc = launched(st,
+                  rlpi_cuda_sample_rows(out_dev, in_dev, logits, n, vocab, (char *)ws + in_b + out_b, st->stream),
+                  "sample rows");
+    if (rc == RLP_OK) {
+        err = cudaMemcpyAsync(out, out_dev, out_b, cudaMemcpyDeviceToHost, st->stream);
+        rc = err == cudaSuccess ? sync_checked(st, "sample rows") : cuda_fail(st->host, err, "sample rows");
+    }
+    for (int64_t i = 0; rc == RLP_OK && i < n; i++) {
+        if (out[i].status == 0) {
+            tokens[i] = out[i].token;
+            logprobs[i] = out[i].logprob;
+            continue;
+        }
+        /* the CPU backend's message for the same row */
+        if (out[i].status == RLPI_CUDA_SAMPLE_ALL_MASKED)
+            rc = st->host->error_set(RLP_E_INVALID_ARG,
+                                     "sample rows: draw %lld (logits row %d): sampler: all %lld logits are -Inf",
+                                     (long long)i, (int)in[i].row, (long long)vocab);
+        else
+            rc = st->host->error_set(RLP_E_INVALID_ARG,
+                                     "sample rows: draw %lld (logits row %d): sampler: logits[%d] is %s",
+                                     (long long)i, (int)in[i].row, (int)out[i].index,
+                                     out[i].status == RLPI_CUDA_SAMPLE_NAN ? "NaN" : "+Inf");
+    }
+    return leave(st, rc);
+}
+
 static void state_free(cuda_state *st)
 {
     if (st->blas)
@@ -412,6 +480,7 @@ static void state_free(cuda_state *st)
     cudaFree(st->red);
     cudaFree(st->flags);
     cudaFreeHost(st->pinned);
+    cudaFreeHost(st->sample_pinned);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -455,6 +524,8 @@ static const rlpi_backend_ops cuda_ops = {
     .sum_squares = c_sum_squares,
     .adamw = c_adamw,
     .attention_cached = c_attention_cached,
+    /* sampling (rollout engine) */
+    .sample_rows = c_sample_rows,
 };
 
 EXPORT int rlpi_cuda_module_device_count(const rlpi_host_api *host, int *out)

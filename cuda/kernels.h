@@ -97,6 +97,26 @@ int rlpi_cuda_attention_cached(float *out, const float *q, const float *kc, cons
                                int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
                                int64_t head_dim, void *stream);
 
+/* sample.cu: one draw per block (rlpi_op_sample_rows). A draw's inputs and
+ * results travel as these records (host staging ↔ device). status: 0 ok,
+ * RLPI_CUDA_SAMPLE_NAN / _POS_INF (logits[index] of the row) or
+ * _ALL_MASKED (every logit -Inf); token and logprob are then unset. */
+typedef struct rlpi_cuda_sample_in {
+    double u;
+    float temperature, top_p, min_p;
+    int32_t top_k, logprobs_mode, row;
+} rlpi_cuda_sample_in;
+typedef struct rlpi_cuda_sample_out {
+    int32_t token;
+    float logprob;
+    int32_t status, index;
+} rlpi_cuda_sample_out;
+enum { RLPI_CUDA_SAMPLE_NAN = 1, RLPI_CUDA_SAMPLE_POS_INF = 2, RLPI_CUDA_SAMPLE_ALL_MASKED = 3 };
+/* Bytes of workspace rlpi_cuda_sample_rows needs for n draws over vocab. */
+size_t rlpi_cuda_sample_workspace(int64_t n, int64_t vocab);
+int rlpi_cuda_sample_rows(rlpi_cuda_sample_out *out, const rlpi_cuda_sample_in *in, const float *logits, int64_t n,
+                          int64_t vocab, void *workspace, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

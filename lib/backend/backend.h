@@ -62,6 +62,24 @@ typedef struct rlpi_adamw_step {
     float grad_scale;
 } rlpi_adamw_step;
 
+/* How one row of logits is sampled (rlpi_op_sample_rows; the rollout
+ * sampler, lib/rollout/sampler.h, takes the same struct). Defined here, not
+ * in the sampler's header, because the CUDA module compiles this header
+ * and must not depend on the rollout code. */
+enum {
+    RLPI_LOGPROBS_SAMPLING = 0, /* the truncated, renormalised, tempered distribution the token was drawn from */
+    RLPI_LOGPROBS_TEMPERED = 1, /* log_softmax(logits / T) over the whole vocabulary (what a trainer recomputes) */
+    RLPI_LOGPROBS_RAW = 2       /* log_softmax(logits), T = 1, no truncation (vLLM's default; for comparison) */
+};
+
+typedef struct rlpi_sampler_params {
+    float temperature;   /* 0 = greedy (argmax, lowest id on ties); > 0 otherwise */
+    int32_t top_k;       /* 0 = off; keep the k largest */
+    float top_p;         /* 1 = off; keep the smallest prefix (by prob, descending) with mass >= top_p */
+    float min_p;         /* 0 = off; keep tokens with p >= min_p * p_max */
+    int32_t logprobs_mode; /* RLPI_LOGPROBS_* */
+} rlpi_sampler_params;
+
 /* What a backend can do. Every slot receives validated arguments (the
  * wrappers below check NULLs, ranges and buffer bounds first). */
 struct rlpi_backend_ops {
@@ -124,6 +142,13 @@ struct rlpi_backend_ops {
     int (*attention_cached)(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
                             int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+
+    /* sampling (rollout engine) */
+    /* see rlpi_op_sample_rows; rows_host NULL = rows 0..n-1; all but
+     * `logits` are host arrays of n entries */
+    int (*sample_rows)(rlpi_backend *be, int32_t *tokens_host, float *logprobs_host, const float *logits,
+                       const int32_t *rows_host, int64_t n, int64_t vocab, const rlpi_sampler_params *params_host,
+                       const double *u_host);
 };
 
 
@@ -240,6 +265,43 @@ int rlpi_op_logprob_rows_bwd(rlpi_backend *be, rlpi_ref logits, rlpi_ref targets
 int rlpi_op_sum_squares(rlpi_backend *be, double *out, rlpi_ref x, int64_t n);
 int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, rlpi_ref v, int64_t n,
                   const rlpi_adamw_step *step);
+
+/**
+ * Draws one token from each of n rows of logits, as rlpi_sample()
+ * (lib/rollout/sampler.h) does on the host: temperature, then top-k,
+ * top-p and min-p in Hugging Face's warper order, the kept set
+ * renormalised, the token found by the inverse CDF at u[i], and its
+ * behaviour logprob in params[i].logprobs_mode.
+ *
+ * @param be          the backend that owns `logits`
+ * @param tokens      host int32 (n): the drawn ids
+ * @param logprobs    host float (n): their logprobs
+ * @param logits      backend floats (n_logit_rows, vocab), read-only
+ * @param n_logit_rows rows in `logits`
+ * @param rows        host int32 (n): the logits row of draw i, each in
+ *                    [0, n_logit_rows); NULL means row i (then n <= n_logit_rows)
+ * @param n           draws (0 does nothing)
+ * @param vocab       1 .. 2^31-1
+ * @param params      host (n): each checked by rlpi_sampler_params_check()
+ * @param u           host (n): uniforms in [0, 1), e.g. rlpi_sample_uniform()
+ *                    of (seed, stream, step), so a draw is a pure function of
+ *                    those and the logits on every backend
+ * @return RLP_OK; RLP_E_INVALID_ARG for bad arguments, a NaN or +Inf logit
+ *         or an all -Inf row (the message names the row and the index);
+ *         RLP_E_NOMEM; RLP_E_UNSUPPORTED where the backend lacks the slot.
+ *         Outputs are unspecified after an error.
+ *
+ * The CPU backend runs rlpi_sample() per row (rows on its thread pool), so
+ * its draws are exactly the host sampler's. The CUDA backend returns only
+ * ids and logprobs to the host (no logits download); it waits for the GPU
+ * (its result is host memory), like rlpi_op_sum_squares. Its draws agree
+ * with the CPU's except where u lies within float rounding of a boundary
+ * of the inverse CDF (docs/cuda.md).
+ * Thread-safety: as the other ops (serialised per backend).
+ */
+int rlpi_op_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, rlpi_ref logits, int64_t n_logit_rows,
+                        const int32_t *rows, int64_t n, int64_t vocab, const rlpi_sampler_params *params,
+                        const double *u);
 
 /* ---- constructors ---- */
 

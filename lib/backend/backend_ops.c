@@ -6,8 +6,10 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "rollout/sampler.h" /* rlpi_sampler_params_check */
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Resolves `r` to a pointer after checking that `count` 4-byte elements from
  * r.off lie inside r.buf, which must belong to `be`. count 0 always passes
@@ -343,4 +345,34 @@ int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_re
     return n ? be->ops->attention_cached(be, o, qq, kk, vv, q_start, slot, past, n_seq, n, slot_stride, n_heads,
                                          n_kv_heads, head_dim)
              : RLP_OK;
+}
+
+/* sampling (rollout engine) */
+int rlpi_op_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, rlpi_ref logits, int64_t n_logit_rows,
+                        const int32_t *rows, int64_t n, int64_t vocab, const rlpi_sampler_params *params,
+                        const double *u)
+{
+    static const char op[] = "sample rows";
+    SLOT(sample_rows);
+    DIMS_OK(n >= 0 && n_logit_rows >= 0 && vocab > 0 && vocab <= INT32_MAX);
+    if (n == 0)
+        return RLP_OK;
+    if (!tokens || !logprobs || !params || !u)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: NULL tokens, logprobs, params or u", op);
+    if (!rows && n > n_logit_rows)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %lld draws from %lld rows of logits", op, (long long)n,
+                              (long long)n_logit_rows);
+    for (int64_t i = 0; i < n; i++) {
+        if (rows && (rows[i] < 0 || rows[i] >= n_logit_rows))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: rows[%lld] is %d, outside [0, %lld)", op, (long long)i,
+                                  (int)rows[i], (long long)n_logit_rows);
+        if (!(u[i] >= 0.0 && u[i] < 1.0))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: u[%lld] is %g (must be in [0, 1))", op, (long long)i,
+                                  u[i]);
+        if (rlpi_sampler_params_check(&params[i]) != RLP_OK)
+            return rlpi_error_wrap("%s: params[%lld]", op, (long long)i);
+    }
+    float *lg;
+    RES(logits, prod(n_logit_rows, vocab), lg);
+    return be->ops->sample_rows(be, tokens, logprobs, lg, rows, n, vocab, params, u);
 }

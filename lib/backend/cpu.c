@@ -21,6 +21,7 @@ char *openblas_get_corename(void);
 
 typedef struct cpu_state {
     rlpi_threadpool *pool;
+    rlpi_cpu_sampler *sampler; /* sample_rows' scratch */
 } cpu_state;
 
 /* 64-byte alignment: a cache line, and the widest SIMD load */
@@ -182,8 +183,17 @@ static void cpu_destroy(rlpi_backend *be)
 {
     cpu_state *st = be->impl;
     rlpi_threadpool_free(st->pool);
+    rlpi_cpu_sampler_free(st->sampler);
     free(st);
     free(be);
+}
+
+static int cpu_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, const float *logits,
+                           const int32_t *rows, int64_t n, int64_t vocab, const rlpi_sampler_params *params,
+                           const double *u)
+{
+    cpu_state *st = be->impl;
+    return rlpi_cpu_sample_rows(st->pool, st->sampler, tokens, logprobs, logits, rows, n, vocab, params, u);
 }
 
 static const rlpi_backend_ops cpu_ops = {
@@ -216,6 +226,8 @@ static const rlpi_backend_ops cpu_ops = {
     .logprob_rows_bwd = rlpi_cpu_logprob_rows_bwd,
     .sum_squares = rlpi_cpu_sum_squares,
     .adamw = rlpi_cpu_adamw,
+    /* sampling (rollout engine) */
+    .sample_rows = cpu_sample_rows,
 };
 
 int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)
@@ -230,6 +242,8 @@ int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)
         return rlpi_error_set(RLP_E_NOMEM, "cpu backend: out of memory");
     }
     int rc = rlpi_threadpool_create(&st->pool, n_threads);
+    if (rc == RLP_OK && (rc = rlpi_cpu_sampler_create(&st->sampler, n_threads)) != RLP_OK)
+        rlpi_threadpool_free(st->pool);
     if (rc != RLP_OK) {
         free(be);
         free(st);

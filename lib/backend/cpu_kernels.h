@@ -48,4 +48,14 @@ int rlpi_cpu_sum_squares(rlpi_backend *be, double *out, const float *x, int64_t 
 int rlpi_cpu_adamw(rlpi_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
                    const rlpi_adamw_step *step);
 
+/* sampling (rollout engine), cpu_sample.c: per-thread sampler scratch of
+ * a CPU backend, and its sample_rows slot (rlpi_sample per row) */
+typedef struct rlpi_cpu_sampler rlpi_cpu_sampler;
+struct rlpi_threadpool;
+int rlpi_cpu_sampler_create(rlpi_cpu_sampler **out, int n_threads);
+void rlpi_cpu_sampler_free(rlpi_cpu_sampler *s);
+int rlpi_cpu_sample_rows(struct rlpi_threadpool *pool, rlpi_cpu_sampler *s, int32_t *tokens, float *logprobs,
+                         const float *logits, const int32_t *rows, int64_t n, int64_t vocab,
+                         const rlpi_sampler_params *params, const double *u);
+
 #endif

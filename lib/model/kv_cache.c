@@ -194,7 +194,7 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
 int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_seq, const int64_t *q_start,
                             const int64_t *slot, const int64_t *past, const int32_t *tokens, float *logits)
 {
-    if (!tf || !kv || n_seq < 1 || !q_start || !slot || !past || !tokens || !logits)
+    if (!tf || !kv || n_seq < 1 || !q_start || !slot || !past || !tokens)
         return rlpi_error_set(RLP_E_INVALID_ARG, "extend: bad arguments");
     const rlpi_model_config *c = &tf->cfg;
     if (tf->be != kv->be || c->n_layers != kv->n_layers || tf->kvdim != kv->kvdim)
@@ -250,5 +250,10 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     TRY(rlpi_op_rmsnorm_fwd(tf->be, RLPI_REF(kv->rows_n, 0), RLPI_REF(kv->rows_rstd, 0), RLPI_REF(kv->rows, 0),
                             RLPI_REF(tf->params, tf->final_norm), n_seq, d, c->rms_eps));
     TRY(rlpi_tf_mm(tf, kv->logits, 0, kv->rows_n, 0, 0, tf->params, tf->lm_head, 1, n_seq, c->vocab_size, d, 0.0f));
-    return rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4);
+    return logits ? rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4) : RLP_OK;
+}
+
+rlpi_buffer *rlpi_kv_cache_logits(rlpi_kv_cache *kv)
+{
+    return kv ? kv->logits : NULL;
 }

@@ -28,8 +28,14 @@ int rlpi_kv_cache_copy_prefix(rlpi_kv_cache *kv, int64_t dst, int64_t src, int64
  * past[s]+1, … of cache slot slot[s] (rows [0, past[s]) must hold its
  * earlier tokens); their keys and values are written into the slot.
  * logits: host (n_seq, vocab), the raw logits after each sequence's last
- * new token. Slots must be distinct within a call. */
+ * new token; NULL leaves them in backend memory only (see
+ * rlpi_kv_cache_logits). Slots must be distinct within a call. */
 int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_seq, const int64_t *q_start,
                             const int64_t *slot, const int64_t *past, const int32_t *tokens, float *logits);
+
+/* The backend buffer that holds the last extend's logits, (n_seq, vocab)
+ * from element 0, valid until the next extend on kv (borrowed): what the
+ * rollout engine samples from without downloading them. */
+rlpi_buffer *rlpi_kv_cache_logits(rlpi_kv_cache *kv);
 
 #endif

@@ -4,7 +4,9 @@
  * slots from the queue, sharing a prompt's prefill among the samples of
  * its group, (3) runs one rlpi_transformer_extend() over every running
  * sequence (prompt chunks and single decode tokens together) and (4)
- * samples one token for each sequence whose context is fully cached.
+ * samples one token for each sequence whose context is fully cached, on
+ * the backend (rlpi_op_sample_rows: the logits stay there; only ids and
+ * logprobs come back).
  * Sampling never depends on the batch: sample j of group g draws its k-th
  * token with the uniform number (seed, stream(g, j), k). */
 #include "rollout/engine.h"
@@ -53,7 +55,6 @@ typedef struct gen_ctx {
     seq_state *seqs;            /* (N) prompt-major */
     size_t N, n_done;
     int32_t **stop_ids;         /* (n_prompts) */
-    rlpi_sampler_scratch scratch;
     char *delta;                /* stream text of the current event */
     size_t delta_cap;
 } gen_ctx;
@@ -183,7 +184,6 @@ static void seqs_free(gen_ctx *g)
         free(g->stop_ids[p]);
     free(g->stop_ids);
     free(g->delta);
-    rlpi_sampler_scratch_free(&g->scratch);
 }
 
 static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const int32_t **ids, const size_t *lens,
@@ -283,9 +283,14 @@ static int run(gen_ctx *g)
     size_t *member = malloc((size_t)n_slots * sizeof *member);
     int64_t *fed = malloc((size_t)n_slots * sizeof *fed);
     int32_t *tokens = malloc((size_t)(PREFILL_BUDGET + n_slots) * sizeof *tokens);
-    float *logits = malloc((size_t)(n_slots * V) * sizeof *logits);
     size_t *running = malloc((size_t)n_slots * sizeof *running);
-    int rc = free_slots && q_start && slot && past && member && fed && tokens && logits && running
+    /* the step's draws: logits row, params, uniform, results (n_slots) */
+    int32_t *d_row = malloc((size_t)n_slots * sizeof *d_row), *d_tok = malloc((size_t)n_slots * sizeof *d_tok);
+    rlpi_sampler_params *d_par = malloc((size_t)n_slots * sizeof *d_par);
+    double *d_u = malloc((size_t)n_slots * sizeof *d_u);
+    float *d_lp = malloc((size_t)n_slots * sizeof *d_lp);
+    int rc = free_slots && q_start && slot && past && member && fed && tokens && running && d_row && d_tok &&
+                     d_par && d_u && d_lp
                  ? RLP_OK
                  : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     int64_t n_free = 0;
@@ -388,23 +393,30 @@ static int run(gen_ctx *g)
         }
         q_start[n_seq] = n_tok;
         if (!rc && n_seq > 0)
-            rc = rlpi_transformer_extend(tf, e->kv, n_seq, q_start, slot, past, tokens, logits);
+            rc = rlpi_transformer_extend(tf, e->kv, n_seq, q_start, slot, past, tokens, NULL);
         double t1 = now_s();
+        /* one draw per sequence whose context is now fully cached (a
+         * prefill chunk yields no token), all on the backend at once */
+        int64_t n_draw = 0;
         for (int64_t s = 0; !rc && s < n_seq; s++) {
             seq_state *q = &g->seqs[member[s]];
             q->filled += fed[s];
             if (q->filled < ctx_len(q))
-                continue; /* a prefill chunk: no token yet */
+                continue;
             if (!q->started) {
                 q->traj.policy_version = version;
                 q->started = true;
             }
-            int32_t tok;
-            float lp;
-            double u = rlpi_sample_uniform(q->s->seed, q->stream, q->traj.n_tokens);
-            rc = rlpi_sample(logits + (size_t)s * (size_t)V, (int32_t)V, &q->sp, u, &g->scratch, &tok, &lp);
-            if (!rc)
-                rc = accept_token(g, q, tok, lp, version, capacity, free_slots, &n_free);
+            d_row[n_draw] = (int32_t)s;
+            d_par[n_draw] = q->sp;
+            d_u[n_draw] = rlpi_sample_uniform(q->s->seed, q->stream, q->traj.n_tokens);
+            member[n_draw++] = member[s]; /* member[s] is not read again for rows past s */
+        }
+        if (!rc && n_draw > 0)
+            rc = rlpi_op_sample_rows(rlpi_kv_cache_logits(e->kv)->owner, d_tok, d_lp,
+                                     RLPI_REF(rlpi_kv_cache_logits(e->kv), 0), n_seq, d_row, n_draw, V, d_par, d_u);
+        for (int64_t i = 0; !rc && i < n_draw; i++) {
+            rc = accept_token(g, &g->seqs[member[i]], d_tok[i], d_lp[i], version, capacity, free_slots, &n_free);
             decode_tokens++;
         }
         double t2 = now_s();
@@ -430,8 +442,12 @@ static int run(gen_ctx *g)
     free(member);
     free(fed);
     free(tokens);
-    free(logits);
     free(running);
+    free(d_row);
+    free(d_tok);
+    free(d_par);
+    free(d_u);
+    free(d_lp);
     return rc;
 }
 

@@ -9,21 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Which distribution the recorded behaviour logprob is taken under
- * (values mirror the public RLP_LOGPROBS_* enum). */
-enum {
-    RLPI_LOGPROBS_SAMPLING = 0, /* the truncated, renormalised, tempered distribution the token was drawn from */
-    RLPI_LOGPROBS_TEMPERED = 1, /* log_softmax(logits / T) over the whole vocabulary (what a trainer recomputes) */
-    RLPI_LOGPROBS_RAW = 2       /* log_softmax(logits), T = 1, no truncation (vLLM's default; for comparison) */
-};
+#include "backend/backend.h"
 
-typedef struct rlpi_sampler_params {
-    float temperature;   /* 0 = greedy (argmax, lowest id on ties); > 0 otherwise */
-    int32_t top_k;       /* 0 = off; keep the k largest */
-    float top_p;         /* 1 = off; keep the smallest prefix (by prob, descending) with mass >= top_p */
-    float min_p;         /* 0 = off; keep tokens with p >= min_p * p_max */
-    int32_t logprobs_mode; /* RLPI_LOGPROBS_* */
-} rlpi_sampler_params;
+/* rlpi_sampler_params and the RLPI_LOGPROBS_* modes (which mirror the
+ * public RLP_LOGPROBS_* enum) are defined in backend/backend.h: the
+ * backend op rlpi_op_sample_rows takes them too. */
 
 /* Scratch space for one sampler call: reuse across calls on one thread. */
 typedef struct rlpi_sampler_scratch {

@@ -135,6 +135,12 @@ static inline float atomicAdd(float *p, float v)
     *p = old + v;
     return old;
 }
+static inline int atomicAdd(int *p, int v)
+{
+    int old = *p;
+    *p = old + v;
+    return old;
+}
 #endif
 
 #endif

@@ -37,6 +37,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "gpu_test_check.h"
+#include "rollout/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -491,6 +492,187 @@ static void test_logprob(int64_t n, int64_t vocab, float inv_temp, int with_entr
         twin_free(all[i]);
 }
 
+/* ------------------------------------------------------------- sampling */
+
+/* Token sampling (rlpi_op_sample_rows): the CPU backend runs the host
+ * sampler, the GPU kernel replays its algorithm, so for the same u both
+ * must draw the same token. The one allowed difference: u within
+ * SAMPLE_U_EPS of a boundary of the inverse CDF, where the kernel's sums
+ * (another order, exp within an ulp of the CPU's expf) may round to the
+ * neighbouring token; such a draw passes only if the GPU's token is the
+ * host sampler's at u − eps or u + eps, and is counted. Logprobs of equal
+ * tokens: |gpu − cpu| <= SAMPLE_LP_TOL·max(1, |cpu|) (double sums of float
+ * terms in another order, rounded to float). */
+#define SAMPLE_U_EPS 1e-5
+#define SAMPLE_LP_TOL 1e-5
+static struct {
+    long draws, boundary;
+    double max_lp_diff;
+} samp;
+static int emulated; /* the CPU emulator of the kernels: fewer draws */
+
+/* row kinds: bell-shaped, 40 % masked, ties (multiples of 0.5, the max
+ * repeated), flat, one dominant token */
+enum { ROW_KINDS = 5 };
+
+static void sample_row(float *r, int64_t V, int kind)
+{
+    for (int64_t i = 0; i < V; i++) {
+        float x = 0;
+        for (int k = 0; k < 4; k++)
+            x += uni(-1.5f, 1.5f);
+        r[i] = 2.0f * x;
+    }
+    if (kind == 1) {
+        for (int64_t i = 0; i < V; i++)
+            if (rlpi_rng_f64(&rng) < 0.4)
+                r[i] = -INFINITY;
+        r[V / 2] = 1.0f; /* one finite at least */
+    } else if (kind == 2) {
+        for (int64_t i = 0; i < V; i++)
+            r[i] = 0.5f * floorf(r[i] * 0.5f);
+        r[V - 1] = r[0] = 6.0f;
+    } else if (kind == 3) {
+        for (int64_t i = 0; i < V; i++)
+            r[i] = 0.25f;
+    } else if (kind == 4) {
+        r[(V * 3) / 4] = 25.0f;
+    }
+}
+
+static void sample_compare(twin *logits, int64_t n_rows, int64_t V, const float *lv, const rlpi_sampler_params *p,
+                           int n_u)
+{
+    const int64_t n = n_rows * n_u;
+    int32_t *rows = malloc((size_t)n * sizeof *rows), *tok[2];
+    float *lp[2];
+    double *u = malloc((size_t)n * sizeof *u);
+    rlpi_sampler_params *ps = malloc((size_t)n * sizeof *ps);
+    for (int b = 0; b < 2; b++) {
+        tok[b] = malloc((size_t)n * sizeof *tok[b]);
+        lp[b] = malloc((size_t)n * sizeof *lp[b]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        rows[i] = (int32_t)(n_rows - 1 - i % n_rows); /* rows reversed: the indirection matters */
+        int k = (int)(i / n_rows);
+        u[i] = k == 0 ? 0.0 : k == 1 ? 0.99999994 : rlpi_sample_uniform(20250611, (uint64_t)i, (uint64_t)V);
+        ps[i] = *p;
+    }
+    for (int b = 0; b < 2; b++)
+        OK(rlpi_op_sample_rows(be[b], tok[b], lp[b], R(logits, b), n_rows, rows, n, V, ps, u));
+    rlpi_sampler_scratch scr = {0};
+    for (int64_t i = 0; i < n; i++) {
+        samp.draws++;
+        if (tok[1][i] != tok[0][i]) {
+            int32_t t_lo, t_hi;
+            float l_;
+            const float *row = lv + (size_t)rows[i] * (size_t)V;
+            double u_lo = u[i] > SAMPLE_U_EPS ? u[i] - SAMPLE_U_EPS : 0.0;
+            double u_hi = u[i] + SAMPLE_U_EPS < 1.0 ? u[i] + SAMPLE_U_EPS : 0.99999999;
+            OK(rlpi_sample(row, (int32_t)V, p, u_lo, &scr, &t_lo, &l_));
+            OK(rlpi_sample(row, (int32_t)V, p, u_hi, &scr, &t_hi, &l_));
+            EXPECT(tok[1][i] == t_lo || tok[1][i] == t_hi,
+                   "sample V=%lld T=%g k=%d p=%g min_p=%g mode=%d row %d u=%.17g: gpu %d, cpu %d (%d/%d at u∓eps)",
+                   (long long)V, (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p,
+                   p->logprobs_mode, rows[i], u[i], tok[1][i], tok[0][i], t_lo, t_hi);
+            samp.boundary++;
+            continue;
+        }
+        double d = fabs((double)lp[1][i] - (double)lp[0][i]);
+        samp.max_lp_diff = d > samp.max_lp_diff ? d : samp.max_lp_diff;
+        EXPECT(d <= SAMPLE_LP_TOL * fmax(1.0, fabs((double)lp[0][i])),
+               "sample logprob V=%lld T=%g k=%d p=%g min_p=%g mode=%d row %d: gpu %.9g cpu %.9g", (long long)V,
+               (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p, p->logprobs_mode, rows[i],
+               (double)lp[1][i], (double)lp[0][i]);
+    }
+    rlpi_sampler_scratch_free(&scr);
+    for (int b = 0; b < 2; b++) {
+        free(tok[b]);
+        free(lp[b]);
+    }
+    free(rows);
+    free(u);
+    free(ps);
+}
+
+/* The parameter grid over rows of every kind of a V-token vocabulary;
+ * `full` = every combination, else a thinner grid (large V on the emulator). */
+static void test_sample(int64_t V, int n_u, int full)
+{
+    long d0 = samp.draws, b0 = samp.boundary;
+    float *lv = malloc((size_t)(ROW_KINDS * V) * sizeof *lv);
+    for (int k = 0; k < ROW_KINDS; k++)
+        sample_row(lv + k * V, V, k);
+    twin logits = twin_new((size_t)(ROW_KINDS * V));
+    twin_set(&logits, lv);
+    static const float temps[] = {0.7f, 1.0f, 1.3f}, top_ps[] = {1.0f, 0.9f, 0.5f}, min_ps[] = {0.0f, 0.05f};
+    static const int32_t top_ks[] = {0, 1, 5, 50};
+    for (int mode = 0; mode < 3; mode++) {
+        rlpi_sampler_params g = {0.0f, 0, 1.0f, 0.0f, mode}; /* greedy */
+        sample_compare(&logits, ROW_KINDS, V, lv, &g, 2);
+        for (int ti = 0; ti < 3; ti++)
+            for (int ki = 0; ki < 4; ki++)
+                for (int pi = 0; pi < 3; pi++)
+                    for (int mi = 0; mi < 2; mi++) {
+                        if (!full && (ti + ki + pi + mi + mode) % 4 != 0)
+                            continue;
+                        rlpi_sampler_params p = {temps[ti], top_ks[ki], top_ps[pi], min_ps[mi], mode};
+                        sample_compare(&logits, ROW_KINDS, V, lv, &p, n_u);
+                    }
+    }
+    printf("sample vocab=%lld: %ld draws, %ld within %g of a CDF boundary\n", (long long)V, samp.draws - d0,
+           samp.boundary - b0, SAMPLE_U_EPS);
+    free(lv);
+    twin_free(&logits);
+}
+
+/* NaN, +Inf and all -Inf rows: RLP_E_INVALID_ARG with the same message on
+ * both backends (the lowest failing draw, its row and the index); the GPU
+ * backend stays usable. */
+static void test_sample_errors(void)
+{
+    const int64_t V = 300;
+    float *lv = malloc(4 * V * sizeof *lv);
+    for (int k = 0; k < 4; k++)
+        sample_row(lv + k * V, V, 0);
+    lv[1 * V + 3] = NAN;
+    lv[1 * V + 200] = INFINITY;
+    lv[2 * V + 77] = INFINITY;
+    for (int64_t i = 0; i < V; i++)
+        lv[3 * V + i] = -INFINITY;
+    twin logits = twin_new((size_t)(4 * V));
+    twin_set(&logits, lv);
+    const struct {
+        int32_t bad_row;
+        const char *what;
+    } cases[] = {{1, "logits[3] is NaN"}, {2, "logits[77] is +Inf"}, {3, "all 300 logits are -Inf"}};
+    for (int greedy = 0; greedy < 2; greedy++)
+        for (size_t c = 0; c < 3; c++) {
+            int32_t rows[3] = {0, cases[c].bad_row, 0}, tok[3];
+            float lp[3];
+            double u[3] = {0.5, 0.5, 0.5};
+            rlpi_sampler_params ps[3];
+            for (int i = 0; i < 3; i++)
+                ps[i] = (rlpi_sampler_params){greedy ? 0.0f : 1.0f, 5, 0.9f, 0.0f, RLPI_LOGPROBS_SAMPLING};
+            char msg[2][256];
+            for (int b = 0; b < 2; b++) {
+                int rc = rlpi_op_sample_rows(be[b], tok, lp, R(&logits, b), 4, rows, 3, V, ps, u);
+                snprintf(msg[b], sizeof msg[b], "%s", rlp_error_last());
+                EXPECT(rc == RLP_E_INVALID_ARG && strstr(msg[b], cases[c].what) && strstr(msg[b], "draw 1"),
+                       "backend %d: sample over a bad row returned %d", b, rc);
+            }
+            EXPECT(!strcmp(msg[0], msg[1]), "messages differ: cpu '%s', gpu '%s'", msg[0], msg[1]);
+        }
+    int32_t row0 = 0, tok;
+    float lp;
+    double u = 0.25;
+    rlpi_sampler_params p = {1.0f, 0, 1.0f, 0.0f, RLPI_LOGPROBS_SAMPLING};
+    EXPECT(rlpi_op_sample_rows(be[1], &tok, &lp, R(&logits, 1), 4, &row0, 1, V, &p, &u) == RLP_OK,
+           "gpu sampling after an error");
+    free(lv);
+    twin_free(&logits);
+}
+
 /* ------------------------------------------------- reductions, optimizer */
 
 static void test_sum_squares(int64_t n)
@@ -638,6 +820,16 @@ int main(void)
     test_logprob(37, 1003, 1.0f, 1);
     test_logprob(9, 49159, 1.0f / 0.7f, 1);
     test_logprob(5, 300, 1.0f, 0);
+    emulated = strstr(be[1]->description, "emulator") != NULL;
+    /* u = 0, u just below 1, then random ones; the emulator spends about
+     * 1.3 ms per draw, so it gets fewer u and a thinner grid at 49152 */
+    test_sample(1, emulated ? 3 : 8, 1);
+    test_sample(7, emulated ? 3 : 8, 1);
+    test_sample(300, emulated ? 4 : 16, 1);
+    test_sample(49152, emulated ? 2 : 16, !emulated);
+    test_sample_errors();
+    printf("sample: %ld draws, %ld within %g of a CDF boundary, max |logprob diff| %.3g\n", samp.draws,
+           samp.boundary, SAMPLE_U_EPS, samp.max_lp_diff);
     test_sum_squares(1000003);
     test_sum_squares(7);
     test_adamw(10007);
