@@ -1212,9 +1212,15 @@ static int setup(run *r, const char *weights, int need_train)
         co.backend = RLP_BACKEND_CUDA;
         const json_t *dev = cfg_get(r->cfg, "device");
         const char *local = getenv("LOCAL_RANK");
-        /* one GPU per rank: the rank's local index unless a device is named */
+        int n_dev = 0;
+        rlp_backend_device_count(&n_dev, RLP_BACKEND_CUDA);
+        n_dev = n_dev > 0 ? n_dev : 1;
+        /* one GPU per rank (the rank's local index) unless a device is named;
+         * more ranks than GPUs share them round-robin, over shared memory
+         * (NCCL refuses two ranks on one GPU) */
         co.device = dev && !json_is_null(dev) ? (int32_t)json_integer_value(dev)
-                    : r->world > 1 ? (int32_t)(local && *local ? atoi(local) : r->rank) : 0;
+                    : r->world > 1 ? (int32_t)((local && *local ? atoi(local) : r->rank) % n_dev) : 0;
+        r->shared_gpu = r->world > n_dev || (dev && !json_is_null(dev) && r->world > 1);
     }
     int rc = rlp_context_create(&r->ctx, &co);
     if (rc) {

@@ -42,6 +42,7 @@ typedef struct run {
     train_rollout *ro;           /* pull with rollout.urls, async */
     int rank, world;             /* data parallelism: this process's rank of `world` (0 of 1 alone) */
     rlp_comm *comm;              /* world > 1: the ranks' process group (train_dist.c) */
+    int shared_gpu;              /* backend cuda: some ranks share a GPU (the group then uses SHM, not NCCL) */
 } run;
 
 /* snprintf that callers may let truncate (paths and messages are cut, never

@@ -168,6 +168,8 @@ int train_dist_join(run *r)
     const char *t = cfg_str(r->cfg, "distributed.transport");
     rlp_comm_options o = RLP_COMM_OPTIONS_INIT;
     o.transport = !strcmp(t, "shm") ? RLP_COMM_SHM : !strcmp(t, "nccl") ? RLP_COMM_NCCL : RLP_COMM_AUTO;
+    if (o.transport == RLP_COMM_AUTO && r->shared_gpu)
+        o.transport = RLP_COMM_SHM;
     o.rank = r->rank;
     o.world_size = r->world;
     o.rendezvous = cfg_str(r->cfg, "distributed.rendezvous"); /* NULL: RLPOST_RENDEZVOUS */

@@ -10,11 +10,16 @@
 #   run's;
 # - a rank killed with -9: the launcher stops the other and exits non-zero
 #   at once (not after the group's timeout);
-# - settings several ranks cannot run are refused with one line, exit 2.
+# - settings several ranks cannot run are refused with one line, exit 2;
+# - with the CPU emulator of the CUDA module (second argument): one step
+#   with "backend": "cuda" samples the same tokens as the CPU run and
+#   matches its loss and gradient norm; two ranks share the one (emulated)
+#   GPU over shared memory.
 # Skips (77) without the shared data or python3.
-# Usage: check_train_dist.sh RLPOST
+# Usage: check_train_dist.sh RLPOST [EMULATED_CUDA_MODULE]
 set -u
 rlpost=$1
+emu=${2:-}
 . "$(dirname "$0")/train_setup.sh"
 DP="distributed.world_size=2"
 
@@ -95,4 +100,28 @@ for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"m
 done
 RLPOST_RANK=0 RLPOST_WORLD_SIZE=x T --set "output=\"$out/bad\"" >/dev/null 2>"$out/err"
 [ $? -eq 2 ] || { cat "$out/err"; fail "a bad RLPOST_WORLD_SIZE"; }
+# "backend": "cuda" on the CPU emulator of the CUDA module (one step: the emulator is slow)
+if [ -n "$emu" ] && [ -f "$emu" ]; then
+  ONE="--set steps=1 --set eval.n=0 --set sampling.max_new_tokens=8"
+  T --set "output=\"$out/c_cpu\"" $ONE >/dev/null 2>"$out/err" || { cat "$out/err"; fail "1 CPU step"; }
+  RLPOST_CUDA_MODULE="$emu" T --set "output=\"$out/c_gpu\"" --set 'backend="cuda"' $ONE >/dev/null 2>"$out/err" ||
+    { cat "$out/err"; fail "1 step with backend cuda (emulated)"; }
+  RLPOST_CUDA_MODULE="$emu" T --set "output=\"$out/c_dp\"" --set 'backend="cuda"' --set "$DP" $ONE >/dev/null \
+    2>"$out/err" || { cat "$out/err"; fail "2 ranks with backend cuda (emulated)"; }
+  python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+cpu, gpu, dp = (json.loads(open(d + "/%s/metrics.jsonl" % n).readline()) for n in ("c_cpu", "c_gpu", "c_dp"))
+# the GPU sampler replays the CPU's draws: the same tokens, so the same rewards
+for k in ("completion_tokens", "reward_mean", "prompt_index", "truncated"):
+    assert cpu[k] == gpu[k], (k, cpu[k], gpu[k])
+for k in ("grad_norm", "entropy"):
+    assert abs(cpu[k] - gpu[k]) <= 1e-4 * abs(cpu[k]), (k, cpu[k], gpu[k])
+assert abs(cpu["loss"] - gpu["loss"]) <= 1e-6, (cpu["loss"], gpu["loss"])
+assert dp["completions"] == 16 and dp["n_groups"] == 4 and dp["policy_version"] == 1, dp
+PY
+  [ $? -eq 0 ] || fail "backend cuda (emulated) against the CPU"
+else
+  echo "no emulated CUDA module: the backend cuda runs were not done"
+fi
 echo "ok"
