@@ -88,7 +88,8 @@ static int save(env *e, const char *dir, const char *name, const double *extra, 
     fwrite(&n, sizeof n, 1, f);
     fwrite(&v, sizeof v, 1, f);
     fwrite(&n_extra, sizeof n_extra, 1, f);
-    fwrite(extra, sizeof *extra, n_extra, f);
+    if (n_extra)
+        fwrite(extra, sizeof *extra, n_extra, f);
     fwrite(h, 4, n, f);
     fclose(f);
     free(h);
