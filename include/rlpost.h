@@ -232,10 +232,11 @@ typedef void (*rlp_log_fn)(int level, const char *message, void *payload);
  * fp32's exponent range, so no loss scaling is needed.
  *
  * Expected deviation from fp32 (docs/cuda.md has the measured table): each
- * operand is rounded to nearest even at a relative error of at most 2^-9,
- * so a product element can move by up to about 2^-8·Σ|a·b| (bf16) or
- * 2^-10·Σ|a·b| (TF32); on the tests' tiny model logprobs move by ~1e-3
- * nats in bf16.
+ * operand is rounded to nearest even at a relative error of at most 2^-8
+ * (bf16: 8 significant bits) or 2^-11 (TF32: 11), so an element of a
+ * product can move by up to 2^-7·Σ|a·b| (bf16) or 2^-10·Σ|a·b| (TF32);
+ * random rounding errors mostly cancel, and on the tests' tiny models
+ * logprobs move by about 1e-2 nats in bf16.
  */
 typedef enum rlp_matmul_precision {
     /** fp32 operands, fp32 products and sums (the default; cuBLAS in its
