@@ -45,6 +45,10 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
         h.__x = 0x7fffu;
         return h;
     }
+    if ((u & 0x7fffffffu) == 0x7f800000u) { /* ±Inf is exact (and has no upper neighbour) */
+        h.__x = (unsigned short)(u >> 16);
+        return h;
+    }
     uint32_t sign = u & 0x80000000u, lo = u & 0x7fff0000u, hi = lo + 0x10000u; /* |f| lies in [lo, hi) */
     double x = fabs((double)f), vlo, vhi;
     memcpy(&f, &lo, sizeof f);
