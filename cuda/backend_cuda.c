@@ -197,6 +197,64 @@ static int c_sync(rlpi_backend *be)
 
 /* ---------------------------------------------------------------- GEMM */
 
+/* Bytes of a packed bf16 copy of operand x, (rows, cols) as stored: one
+ * item when x is broadcast (stride 0), rounded up to 256 bytes so that the
+ * next copy in the workspace starts aligned for the tensor cores. */
+static size_t bf16_bytes(const rlpi_matrix *x, int64_t rows, int64_t cols, int64_t batch)
+{
+    size_t n = (size_t)(x->stride == 0 ? 1 : batch) * (size_t)rows * (size_t)cols * 2;
+    return (n + 255) / 256 * 256;
+}
+
+/* RLP_MATMUL_BF16: both operands converted to packed bf16 in the workspace
+ * (round to nearest even, convert.cu), then one cublasGemmStridedBatchedEx
+ * with fp32 C and CUBLAS_COMPUTE_32F (bf16 products on the tensor cores,
+ * fp32 sums). RLP_MATMUL_TF32: the fp32 operands in place with
+ * CUBLAS_COMPUTE_32F_FAST_TF32. The operand swap, transposes, broadcast
+ * and beta == 0 are as in the fp32 path below (the packed copies keep the
+ * transposes as stored: ld = stored columns, stride = one item, or 0 for a
+ * broadcast operand). Converting the weights again at every GEMM costs a
+ * read of 4 and a write of 2 bytes per weight element (docs/cuda.md). */
+static int gemm_ex(cuda_state *st, const rlpi_gemm *g, int bf16, float *c)
+{
+    const float *a = (const float *)g->a.buf->data + g->a.offset;
+    const float *b = (const float *)g->b.buf->data + g->b.offset;
+    int64_t ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
+    int64_t br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
+    const void *pa = a, *pb = b;
+    long long lda = g->a.ld, ldb = g->b.ld, sa = g->a.stride, sb = g->b.stride;
+    if (bf16) {
+        size_t na = bf16_bytes(&g->a, ar, ac, g->batch), nb = bf16_bytes(&g->b, br, bc, g->batch);
+        void *ws = NULL;
+        int rc = ws_reserve(st, na + nb, &ws);
+        if (rc == RLP_OK)
+            rc = launched(st,
+                          rlpi_cuda_f32_to_bf16(ws, a, ar, ac, g->a.ld, g->a.stride,
+                                                g->a.stride == 0 ? 1 : g->batch, st->stream),
+                          "gemm (bf16 conversion of A)");
+        if (rc == RLP_OK)
+            rc = launched(st,
+                          rlpi_cuda_f32_to_bf16((char *)ws + na, b, br, bc, g->b.ld, g->b.stride,
+                                                g->b.stride == 0 ? 1 : g->batch, st->stream),
+                          "gemm (bf16 conversion of B)");
+        if (rc != RLP_OK)
+            return rc;
+        pa = ws;
+        pb = (char *)ws + na;
+        lda = ac;
+        ldb = bc;
+        sa = g->a.stride == 0 ? 0 : ar * ac;
+        sb = g->b.stride == 0 ? 0 : br * bc;
+    }
+    cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        st->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)g->n,
+        (int)g->m, (int)g->k, &g->alpha, pb, in, (int)ldb, sb, pa, in, (int)lda, sa, &g->beta, c, CUDA_R_32F,
+        (int)g->c.ld, g->c.stride, (int)g->batch, bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32,
+        CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? RLP_OK : blas_fail(st->host, s, bf16 ? "gemm (bf16)" : "gemm (tf32)");
+}
+
 /* Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: hand cuBLAS
  * the operands swapped, with the same transpose flags. A stride of 0
  * broadcasts an operand over the batch. cuBLAS does not read C when
@@ -213,6 +271,8 @@ static int c_gemm(rlpi_backend *be, const rlpi_gemm *g)
         return leave(st, launched(st, rlpi_cuda_scale_matrix(c, g->m, g->n, g->c.ld, g->c.stride, g->batch, g->beta,
                                                              st->stream),
                                   "gemm (k = 0)"));
+    if (be->matmul != RLP_MATMUL_FP32)
+        return leave(st, gemm_ex(st, g, be->matmul == RLP_MATMUL_BF16, c));
     const float *a = (const float *)g->a.buf->data + g->a.offset;
     const float *b = (const float *)g->b.buf->data + g->b.offset;
     cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

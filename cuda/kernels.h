@@ -32,6 +32,11 @@ int rlpi_cuda_fill_f32(float *dst, size_t n, float value, void *stream);
 int rlpi_cuda_scale_matrix(float *c, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
                            float beta, void *stream);
 
+/* convert.cu: dst (batch, rows, cols) packed bf16 (2-byte elements,
+ * round to nearest even) = src[b·stride + r·ld + c] */
+int rlpi_cuda_f32_to_bf16(void *dst, const float *src, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                          int64_t batch, void *stream);
+
 /* embedding.cu */
 int rlpi_cuda_embedding_fwd(float *out, const float *table, const int32_t *ids, int64_t n, int64_t dim,
                             int64_t vocab, int *bad, void *stream);

@@ -220,8 +220,48 @@ typedef void (*rlp_log_fn)(int level, const char *message, void *payload);
 /* Context                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/** Version of rlp_context_options understood by this header. */
-#define RLP_CONTEXT_OPTIONS_VERSION 1
+/**
+ * Number format of the matrix products (GEMMs) of a context: every
+ * projection, the logits and their backward products. Everything else stays
+ * fp32 in every mode: weights (which are the fp32 master weights),
+ * activations between ops, gradients, AdamW moments, norms, softmax,
+ * attention and the logprob head. Values are fixed and only grow.
+ *
+ * Mixed precision in the sense of Micikevicius et al., "Mixed Precision
+ * Training", ICLR 2018 (fp32 master weights, low-precision operands, fp32
+ * accumulation), with bfloat16 operands as in Kalamkar et al., "A Study of
+ * BFLOAT16 for Deep Learning Training", arXiv:1905.12322 (2019): bf16 keeps
+ * fp32's exponent range, so no loss scaling is needed.
+ *
+ * Expected deviation from fp32 (docs/cuda.md has the measured table): each
+ * operand is rounded to nearest even at a relative error of at most 2^-8
+ * (bf16: 8 significant bits) or 2^-11 (TF32: 11), so an element of a
+ * product can move by up to 2^-7·Σ|a·b| (bf16) or 2^-10·Σ|a·b| (TF32);
+ * random rounding errors mostly cancel, and on the tests' tiny models
+ * logprobs move by up to about 6e-3 nats in bf16.
+ */
+typedef enum rlp_matmul_precision {
+    /** fp32 operands, fp32 products and sums (the default; cuBLAS in its
+     *  default math mode, no TF32). The same bits as before this option. */
+    RLP_MATMUL_FP32 = 0,
+    /** CUDA: fp32 operands that tensor cores may round to TF32 (10-bit
+     *  mantissa), fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_TF32). The CPU
+     *  backend has no TF32 and runs such a context in fp32 (a permission,
+     *  not a demand, like PyTorch's set_float32_matmul_precision("high")). */
+    RLP_MATMUL_TF32 = 1,
+    /** Both operands rounded to bfloat16 (round to nearest even; NaN and
+     *  ±Inf kept), products accumulated in fp32, the output written in fp32.
+     *  CUDA: a conversion kernel, then cublasGemmStridedBatchedEx on tensor
+     *  cores. CPU: the same rounding into scratch, then the fp32 GEMM; a
+     *  reference emulation for studying bf16 effects (bf16 × bf16 products
+     *  are exact in fp32, so it differs from CUDA only by summation order),
+     *  slightly slower than fp32 on the CPU, not faster. */
+    RLP_MATMUL_BF16 = 2
+} rlp_matmul_precision;
+
+/** Version of rlp_context_options understood by this header (2 added
+ *  matmul_precision; version-1 structs are still accepted and get fp32). */
+#define RLP_CONTEXT_OPTIONS_VERSION 2
 
 /** Options for rlp_context_create(). Initialise with
  *  RLP_CONTEXT_OPTIONS_INIT or rlp_context_options_init(). */
@@ -234,11 +274,14 @@ typedef struct rlp_context_options {
     rlp_log_fn log_fn;    /**< log sink; NULL = write to stderr */
     void *log_payload;    /**< passed to @ref log_fn */
     int32_t log_level;    /**< an rlp_log_level threshold; default RLP_LOG_WARN */
+    int32_t matmul_precision; /**< (version ≥ 2) an rlp_matmul_precision for every GEMM run on
+                                   the context, by training and by the rollout engine alike;
+                                   default RLP_MATMUL_FP32 */
 } rlp_context_options;
 
 /** Static initialiser with the defaults documented in rlp_context_options. */
 #define RLP_CONTEXT_OPTIONS_INIT \
-    { RLP_CONTEXT_OPTIONS_VERSION, RLP_BACKEND_CPU, 0, 0, UINT64_C(0x5eed), NULL, NULL, RLP_LOG_WARN }
+    { RLP_CONTEXT_OPTIONS_VERSION, RLP_BACKEND_CPU, 0, 0, UINT64_C(0x5eed), NULL, NULL, RLP_LOG_WARN, RLP_MATMUL_FP32 }
 
 /**
  * Fills @p opts with the defaults (same as RLP_CONTEXT_OPTIONS_INIT).
@@ -260,8 +303,9 @@ RLP_API int rlp_context_options_init(rlp_context_options *opts, uint32_t version
  * @param[out] out  receives the new context; free with rlp_context_free()
  * @param opts      options, or NULL for the defaults
  * @return RLP_OK; RLP_E_INVALID_ARG (NULL @p out, unknown options version,
- *         bad backend/device/thread count/log level); RLP_E_BACKEND;
- *         RLP_E_NOMEM.
+ *         bad backend/device/thread count/log level/matmul precision);
+ *         RLP_E_BACKEND; RLP_E_NOMEM. A context whose matmul_precision is
+ *         not fp32 says so at the end of rlp_context_device_name().
  * Thread-safe (creating contexts concurrently is fine). A CPU context does
  * its own threading: it splits every product over its n_threads pool and
  * calls OpenBLAS on one thread, so creating one sets OpenBLAS's process-wide

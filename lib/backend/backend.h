@@ -38,7 +38,9 @@ typedef struct rlpi_matrix {
 } rlpi_matrix;
 
 /* C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), all
- * row-major fp32; op(X) = X or Xᵀ. op(A) is (m, k), op(B) is (k, n), C is
+ * row-major fp32; op(X) = X or Xᵀ. The backend's `matmul` precision says how
+ * the products are formed (fp32, TF32, or operands rounded to bf16 with fp32
+ * sums); operands and C are fp32 in memory in every mode. op(A) is (m, k), op(B) is (k, n), C is
  * (m, n). With trans_a, A is stored (k, m); with trans_b, B is stored (n, k).
  * beta == 0 means C is not read (NaNs in C do not propagate). */
 typedef struct rlpi_gemm {
@@ -170,6 +172,9 @@ struct rlpi_backend {
     char description[160];
     const void *logger;  /* borrowed rlpi_logger of the owning context */
     void *impl;          /* the backend's own state */
+    int matmul;          /* rlp_matmul_precision of gemm_f32 (0 = fp32); set by the
+                          * context after creation, constant afterwards. RLP_MATMUL_TF32
+                          * only ever reaches a backend that has TF32 (CUDA). */
 };
 
 /* ---- wrappers: the only way other code touches a backend ---- */

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,7 +18,10 @@ int rlp_context_options_init(rlp_context_options *opts, uint32_t version)
     RLPI_CHECK_ARG(opts, "opts is NULL");
     RLPI_CHECK_ARG(version >= 1 && version <= RLP_CONTEXT_OPTIONS_VERSION,
                    "version is not a known rlp_context_options version");
-    *opts = default_options;
+    /* a version-1 caller's struct may end before the fields of later
+     * versions: write only the ones its version has */
+    memcpy(opts, &default_options,
+           version >= 2 ? sizeof *opts : offsetof(rlp_context_options, matmul_precision));
     opts->version = version;
     return RLP_OK;
 }
@@ -76,6 +81,11 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: options->log_level: %d is not an rlp_log_level",
                               __func__, (int)opts->log_level);
 
+    int matmul = opts->version >= 2 ? opts->matmul_precision : RLP_MATMUL_FP32;
+    if (matmul != RLP_MATMUL_FP32 && matmul != RLP_MATMUL_TF32 && matmul != RLP_MATMUL_BF16)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: options->matmul_precision: %d is not an rlp_matmul_precision",
+                              __func__, matmul);
+
     rlp_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
@@ -94,6 +104,16 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
         return rlpi_error_wrap("%s: %s backend", __func__, rlp_backend_name(opts->backend));
     }
     ctx->backend->logger = &ctx->log;
+    /* the CPU has no TF32: such a context runs its GEMMs in fp32 (TF32 is
+     * a permission to round, not a demand), see rlp_matmul_precision */
+    if (matmul == RLP_MATMUL_TF32 && ctx->kind == RLP_BACKEND_CPU)
+        matmul = RLP_MATMUL_FP32;
+    ctx->backend->matmul = matmul;
+    if (matmul != RLP_MATMUL_FP32) {
+        size_t len = strlen(ctx->backend->description);
+        snprintf(ctx->backend->description + len, sizeof ctx->backend->description - len, ", %s GEMMs",
+                 matmul == RLP_MATMUL_BF16 ? "bf16" : "tf32");
+    }
     rlpi_log(&ctx->log, RLP_LOG_INFO, "context on %s", ctx->backend->description);
     /* once per process: every context shares the one OpenBLAS */
     static int advised;

@@ -6,6 +6,7 @@
 #include "backend/cpu_kernels.h"
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/threadpool.h"
 
 #include <cblas.h>
@@ -154,7 +155,7 @@ static void gemm_tile(void *p, int64_t task, int tid)
  * cores, docs/PERFORMANCE.md). C is cut along M when op(B) is the smaller
  * operand (each tile packs B again) and along N otherwise (each tile packs
  * A again); a batch of small items is spread item by item. */
-static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
+static int gemm_fp32(rlpi_backend *be, const rlpi_gemm *g)
 {
     cpu_state *st = be->impl;
     int threads = rlpi_threadpool_size(st->pool);
@@ -177,6 +178,61 @@ static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
     }
     rlpi_threadpool_run_tasks(st->pool, g->batch * t.parts, gemm_tile, &t);
     return RLP_OK;
+}
+
+/* A copy of operand x, (rows, cols) as stored, with every element rounded
+ * to bf16 (RNE) and packed (ld = cols; one item when x is broadcast), as a
+ * buffer view for the fp32 GEMM. */
+static int round_operand(rlpi_backend *be, const rlpi_matrix *x, int64_t rows, int64_t cols, int64_t batch,
+                         rlpi_buffer *view, rlpi_matrix *out)
+{
+    int64_t items = x->stride == 0 ? 1 : batch;
+    size_t n = (size_t)items * (size_t)rows * (size_t)cols; /* <= the buffer's floats: checked by the wrapper */
+    float *dst = malloc((n ? n : 1) * sizeof *dst);
+    if (!dst)
+        return rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate %zu bytes of rounded operands",
+                              n * sizeof *dst);
+    const float *src = (const float *)x->buf->data + x->offset;
+    float *d = dst;
+    for (int64_t b = 0; b < items; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = src + b * x->stride + r * x->ld;
+            for (int64_t c = 0; c < cols; c++)
+                *d++ = rlpi_f32_round_bf16(row[c]);
+        }
+    *view = (rlpi_buffer){.owner = be, .data = dst, .nbytes = n * sizeof *dst};
+    *out = (rlpi_matrix){.buf = view, .offset = 0, .ld = cols, .stride = x->stride == 0 ? 0 : rows * cols};
+    return RLP_OK;
+}
+
+/* RLP_MATMUL_BF16 as a reference emulation: both operands rounded to bf16
+ * exactly as the CUDA conversion kernel does, then the fp32 GEMM. A bf16 ×
+ * bf16 product (8-bit significands) is exact in fp32, so this differs from
+ * cuBLAS's bf16 GEMM only in the order of the fp32 sums. The rounded copies
+ * are allocated per call (no state shared between the threads that may
+ * drive one backend); this mode is for studying bf16, not for speed. */
+static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
+{
+    if (g->k == 0) /* no products: C = beta·C, as in fp32 */
+        return gemm_fp32(be, g);
+    rlpi_buffer va, vb;
+    rlpi_gemm r = *g;
+    int rc = round_operand(be, &g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->batch, &va, &r.a);
+    if (rc != RLP_OK)
+        return rc;
+    rc = round_operand(be, &g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->batch, &vb, &r.b);
+    if (rc == RLP_OK) {
+        rc = gemm_fp32(be, &r);
+        free(vb.data);
+    }
+    free(va.data);
+    return rc;
+}
+
+static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
+{
+    /* TF32 never reaches the CPU backend (the context runs it as fp32) */
+    return be->matmul == RLP_MATMUL_BF16 ? gemm_bf16(be, g) : gemm_fp32(be, g);
 }
 
 static void cpu_destroy(rlpi_backend *be)

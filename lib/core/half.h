@@ -38,6 +38,13 @@ static inline uint16_t rlpi_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* f rounded to the nearest bf16 value, as an fp32 (the operand rounding of
+ * the bf16 GEMMs, RLP_MATMUL_BF16). */
+static inline float rlpi_f32_round_bf16(float f)
+{
+    return rlpi_bf16_to_f32(rlpi_f32_to_bf16(f));
+}
+
 static inline float rlpi_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -17,6 +17,11 @@
  * engine's decode tokens/s at batch 1 and 64 (sampling runs on the host in
  * this version, so large vocabularies pay a logits download per step).
  * The last line, "RESULT key=value ...", is for tests/gpu/run.sh.
+ * Environment (read by this benchmark only): RLPOST_MATMUL=fp32|tf32|bf16
+ * sets the context's matmul_precision (default fp32; the GEMM rate is then
+ * measured in that precision too); RLPOST_PEAK_TFLOPS gives the GPU's
+ * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
+ * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
  * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
 #include "core/error.h"
 #include "core/rng.h"
@@ -112,8 +117,17 @@ int main(int argc, char **argv)
                                   .head_dim = 16, .ffn_dim = 160, .vocab_size = 300, .max_seq_len = 1024,
                                   .rope_theta = 10000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1,
                                   .eos_id = -1};
+    const char *matmul = getenv("RLPOST_MATMUL") ? getenv("RLPOST_MATMUL") : "fp32";
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
+    if (!strcmp(matmul, "bf16"))
+        co.matmul_precision = RLP_MATMUL_BF16;
+    else if (!strcmp(matmul, "tf32"))
+        co.matmul_precision = RLP_MATMUL_TF32;
+    else if (strcmp(matmul, "fp32")) {
+        fprintf(stderr, "RLPOST_MATMUL=%s: expected fp32, tf32 or bf16\n", matmul);
+        return 2;
+    }
     if (cuda)
         co.backend = RLP_BACKEND_CUDA;
     rlp_context *ctx;
@@ -124,8 +138,13 @@ int main(int argc, char **argv)
     printf("%s\n", rlp_context_device_name(ctx));
     int64_t gemm_n = !strcmp(shape, "tiny") ? 64 : cuda ? 4096 : 1024;
     double peak = gemm_rate(ctx, gemm_n);
-    printf("fp32 GEMM %lld^3 on %s: %.1f GFLOP/s (the peak we compare against)\n", (long long)gemm_n,
+    printf("%s GEMM %lld^3 on %s: %.1f GFLOP/s (the peak we compare against)\n", matmul, (long long)gemm_n,
            cuda ? "the GPU" : "the CPU threads", peak);
+    /* the hardware's dense bf16 tensor-core peak, for MFU */
+    const char *dev = rlp_context_device_name(ctx);
+    double hw_peak = getenv("RLPOST_PEAK_TFLOPS") ? atof(getenv("RLPOST_PEAK_TFLOPS")) * 1e3
+                     : cuda && (strstr(dev, "H100") || strstr(dev, "H200")) ? 989e3
+                     : cuda && strstr(dev, "A100") ? 312e3 : 0;
 
     /* random weights in HF names (std 0.02, norms 1) */
     rlpi_weights w;
@@ -212,6 +231,10 @@ int main(int argc, char **argv)
            (double)T / fwd, fwd_flops / fwd / 1e9, fwd_flops / fwd / 1e9 / peak);
     printf("  librlpost train step:         %7.3f s  %8.1f tok/s  %6.1f GFLOP/s  %.2f of GEMM peak\n", train,
            (double)T / train, train_flops / train / 1e9, train_flops / train / 1e9 / peak);
+    double mfu = hw_peak > 0 ? train_flops / train / 1e9 / hw_peak : 0;
+    if (hw_peak > 0)
+        printf("  train step MFU: %.3f of the GPU's dense bf16 peak (%.0f TFLOP/s), %s GEMMs\n", mfu, hw_peak / 1e3,
+               matmul);
 
     double dec1 = 0, dec64 = 0;
     if (decode) {
@@ -221,10 +244,10 @@ int main(int argc, char **argv)
         printf("  decode (%u new tokens, host sampling): batch 1 %.1f tok/s, batch 64 %.1f tok/s (%.1fx)\n", new_tokens,
                dec1, dec64, dec1 > 0 ? dec64 / dec1 : 0);
     }
-    printf("RESULT backend=%s shape=%s params=%llu gemm_gflops=%.1f fwd_tok_s=%.1f train_tok_s=%.1f train_gflops=%.1f "
-           "decode1_tok_s=%.1f decode64_tok_s=%.1f\n",
-           backend, shape, (unsigned long long)n_params, peak, (double)T / fwd, (double)T / train,
-           train_flops / train / 1e9, dec1, dec64);
+    printf("RESULT backend=%s shape=%s matmul=%s params=%llu gemm_gflops=%.1f fwd_tok_s=%.1f train_tok_s=%.1f "
+           "train_gflops=%.1f mfu=%.4f decode1_tok_s=%.1f decode64_tok_s=%.1f\n",
+           backend, shape, matmul, (unsigned long long)n_params, peak, (double)T / fwd, (double)T / train,
+           train_flops / train / 1e9, mfu, dec1, dec64);
     fflush(stdout);
     if (cuda || strcmp(shape, "smollm2")) { /* the CPU comparisons below are for the SmolLM2 shape */
         rlp_policy_free(p);

@@ -11,7 +11,16 @@ extern "C" {
 #endif
 
 typedef struct emu_cublas *cublasHandle_t;
-typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_ALLOC_FAILED = 3, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+/* the values of CUDA's library_types.h and cublas_api.h */
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
 
@@ -26,6 +35,17 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          int k, const float *alpha, const float *A, int lda, long long strideA,
                                          const float *B, int ldb, long long strideB, const float *beta, float *C,
                                          int ldc, long long strideC, int batch);
+/* The combinations cuda/backend_cuda.c uses, others NOT_SUPPORTED: A and B
+ * CUDA_R_16BF with CUBLAS_COMPUTE_32F (bf16 operands, products summed in
+ * double here, like the Sgemm stand-in), or CUDA_R_32F with
+ * CUBLAS_COMPUTE_32F_FAST_TF32 (operands rounded to TF32, nearest even);
+ * C is CUDA_R_32F, alpha and beta floats. */
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda,
+                                          long long strideA, const void *B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo);
 
 #ifdef __cplusplus
 }

@@ -386,34 +386,88 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+} // extern "C"
+
+namespace {
+
 // Column-major C (m, n) = alpha·op(A)·op(B) + beta·C, C not read when
-// beta == 0, with cuBLAS's argument checks.
+// beta == 0, with cuBLAS's argument checks; `load(p, i)` reads element i
+// of an operand as the GEMM's products see it.
+template <typename T, typename L>
+cublasStatus_t gemm_ref(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const T *A,
+                        int lda, long long sa, const T *B, int ldb, long long sb, float beta, float *C, int ldc,
+                        long long sc, int batch, L load)
+{
+    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
+        ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int b = 0; b < batch; b++) {
+        const T *a = A + b * sa, *bb = B + b * sb;
+        float *c = C + b * sc;
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double s = 0;
+                for (int l = 0; l < k; l++) {
+                    float x = load(a, ta == CUBLAS_OP_N ? i + (long long)l * lda : l + (long long)i * lda);
+                    float y = load(bb, tb == CUBLAS_OP_N ? l + (long long)j * ldb : j + (long long)l * ldb);
+                    s += (double)x * y;
+                }
+                float *x = c + i + (long long)j * ldc;
+                *x = (float)((double)alpha * s + (beta == 0.0f ? 0.0 : (double)beta * *x));
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// fp32 rounded to TF32 (10 explicit significand bits), nearest even
+float round_tf32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) < 0x7f800000u)
+        u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+} // namespace
+
+extern "C" {
+
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                          int k, const float *alpha, const float *A, int lda, long long sa,
                                          const float *B, int ldb, long long sb, const float *beta, float *C, int ldc,
                                          long long sc, int batch)
 {
     (void)h;
-    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
-    if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
-        ldc < (m > 1 ? m : 1))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    for (int b = 0; b < batch; b++) {
-        const float *a = A + b * sa, *bb = B + b * sb;
-        float *c = C + b * sc;
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                double s = 0;
-                for (int l = 0; l < k; l++) {
-                    float x = ta == CUBLAS_OP_N ? a[i + (long long)l * lda] : a[l + (long long)i * lda];
-                    float y = tb == CUBLAS_OP_N ? bb[l + (long long)j * ldb] : bb[j + (long long)l * ldb];
-                    s += (double)x * y;
-                }
-                float *x = c + i + (long long)j * ldc;
-                *x = (float)((double)*alpha * s + (*beta == 0.0f ? 0.0 : (double)*beta * *x));
-            }
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return gemm_ref(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc, batch,
+                    [](const float *p, long long i) { return p[i]; });
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda,
+                                          long long sa, const void *B, cudaDataType_t Btype, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType_t Ctype, int ldc, long long sc,
+                                          int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    (void)h;
+    (void)algo;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    if (Ctype != CUDA_R_32F || Atype != Btype)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (Atype == CUDA_R_16BF && compute == CUBLAS_COMPUTE_32F)
+        return gemm_ref(ta, tb, m, n, k, al, (const uint16_t *)A, lda, sa, (const uint16_t *)B, ldb, sb, be,
+                        (float *)C, ldc, sc, batch, [](const uint16_t *p, long long i) {
+                            uint32_t u = (uint32_t)p[i] << 16;
+                            float f;
+                            memcpy(&f, &u, sizeof f);
+                            return f;
+                        });
+    if (Atype == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F_FAST_TF32)
+        return gemm_ref(ta, tb, m, n, k, al, (const float *)A, lda, sa, (const float *)B, ldb, sb, be, (float *)C,
+                        ldc, sc, batch, [](const float *p, long long i) { return round_tf32(p[i]); });
+    return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

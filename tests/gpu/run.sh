@@ -3,14 +3,19 @@
 # (build-gpu/, for the GPU's own architecture as nvidia-smi reports it, else
 # sm_90; GPU_SM overrides), build what the GPU
 # checks need, run them (every op against the CPU backend, GEMMs, a tiny
-# policy through the public API), then a short benchmark, and print a table.
+# policy through the public API), then a short benchmark (train step in fp32
+# and with bf16 GEMMs, MFU against the GPU's dense bf16 peak; decode in fp32
+# only), and print a table.
 # Made for a fresh H200 machine (16 cores, Debian-like, no network): it
 # installs nothing, checks the build dependencies first and names the
-# missing ones. Takes 3-5 minutes there; logs go to build-gpu/gpu-run/.
+# missing ones. Takes 4-5 minutes there; logs go to build-gpu/gpu-run/.
 #
 # Usage: tests/gpu/run.sh            (from anywhere in the repository)
 # Environment: GPU_SM (default: the GPU's, else 90), BUILD_DIR (default build-gpu),
-#              SKIP_BENCH=1 (tests only), JOBS (default: all cores).
+#              SKIP_BENCH=1 (tests only), JOBS (default: all cores),
+#              MATMULS (default "fp32 bf16": the GEMM precisions benchmarked),
+#              RLPOST_PEAK_TFLOPS (the GPU's dense bf16 peak for MFU; known
+#              without it for H100/H200 SXM and A100).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -92,17 +97,23 @@ results=()
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ "$tests_rc" -ne 3 ]; then
   export RLPOST_CUDA_MODULE="$root/$build/lib/librlpost-cuda.so"
   for shape in smollm2 1b; do
-    reps=$([ "$shape" = 1b ] && echo 2 || echo 5)
-    say "benchmark: train step, forward and decode, $shape shape"
-    timeout 300 "$build/tests/bench/bench_train" "$jobs" "$reps" cuda "$shape" decode >"$logs/bench_$shape.log" 2>&1
-    rc=$?
-    sed -n '/shape (/,/decode/p' "$logs/bench_$shape.log"
-    line=$(grep '^RESULT' "$logs/bench_$shape.log" || true)
-    if [ $rc -ne 0 ] || [ -z "$line" ]; then
-      echo "bench_train $shape failed (rc $rc): $(tail -3 "$logs/bench_$shape.log")"
-    else
-      results+=("$line")
-    fi
+    for matmul in ${MATMULS:-fp32 bf16}; do
+      reps=$([ "$shape" = 1b ] && echo 2 || echo 5)
+      # decode once per shape (fp32): the budget goes to the train step
+      decode=$([ "$matmul" = fp32 ] && echo decode || true)
+      log="$logs/bench_${shape}_$matmul.log"
+      say "benchmark: train step, forward${decode:+ and decode}, $shape shape, $matmul GEMMs"
+      RLPOST_MATMUL=$matmul timeout 300 "$build/tests/bench/bench_train" "$jobs" "$reps" cuda "$shape" $decode \
+        >"$log" 2>&1
+      rc=$?
+      sed -n '/shape (/,/^RESULT/p' "$log" | grep -v '^RESULT'
+      line=$(grep '^RESULT' "$log" || true)
+      if [ $rc -ne 0 ] || [ -z "$line" ]; then
+        echo "bench_train $shape $matmul failed (rc $rc): $(tail -3 "$log")"
+      else
+        results+=("$line")
+      fi
+    done
   done
 fi
 
@@ -110,16 +121,18 @@ fi
 say "summary"
 [ "$tests_rc" -eq 0 ] && echo "GPU tests: all passed" || echo "GPU tests: FAILED or skipped (rc $tests_rc; $logs/tests.log)"
 if [ ${#results[@]} -gt 0 ]; then
-  printf '\n%-8s %8s %12s %12s %10s %10s %12s %12s\n' shape params "train tok/s" "fwd tok/s" "train TF/s" "GEMM TF/s" \
-    "decode b1" "decode b64"
+  printf '\n%-8s %6s %8s %12s %12s %10s %10s %6s %12s %12s\n' shape matmul params "train tok/s" "fwd tok/s" \
+    "train TF/s" "GEMM TF/s" MFU "decode b1" "decode b64"
   for line in "${results[@]}"; do
     get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-    printf '%-8s %7.0fM %12.0f %12.0f %10.1f %10.1f %12.1f %12.1f\n' "$(get shape)" \
+    printf '%-8s %6s %7.0fM %12.0f %12.0f %10.1f %10.1f %6.3f %12.1f %12.1f\n' "$(get shape)" "$(get matmul)" \
       "$(awk -v p="$(get params)" 'BEGIN { print p / 1e6 }')" "$(get train_tok_s)" "$(get fwd_tok_s)" \
       "$(awk -v g="$(get train_gflops)" 'BEGIN { print g / 1000 }')" \
-      "$(awk -v g="$(get gemm_gflops)" 'BEGIN { print g / 1000 }')" "$(get decode1_tok_s)" "$(get decode64_tok_s)"
+      "$(awk -v g="$(get gemm_gflops)" 'BEGIN { print g / 1000 }')" "$(get mfu)" "$(get decode1_tok_s)" \
+      "$(get decode64_tok_s)"
   done
-  echo "(8 x 256 tokens per train step, fp32; decode samples on the host; logs in $logs/)"
+  echo "(8 x 256 tokens per train step; GEMM TF/s in the row's precision; MFU = train TF/s / the GPU's dense"
+  echo " bf16 peak, 0 where unknown (set RLPOST_PEAK_TFLOPS); decode in fp32, sampling on the host; logs in $logs/)"
 fi
 echo "total $((SECONDS - start)) s"
 exit "$tests_rc"

@@ -48,6 +48,16 @@ static void options_init(void **state)
     assert_null(o.log_payload);
     assert_int_equal(o.backend, RLP_BACKEND_CPU);
     assert_int_equal(o.log_level, RLP_LOG_WARN);
+    assert_int_equal(o.matmul_precision, RLP_MATMUL_FP32);
+    /* a version-1 caller's struct ends before matmul_precision: init must
+     * not write it */
+    memset(&o, 0xab, sizeof o);
+    assert_int_equal(rlp_context_options_init(&o, 1), RLP_OK);
+    assert_int_equal(o.version, 1);
+    assert_int_equal(o.log_level, RLP_LOG_WARN);
+    int32_t untouched;
+    memset(&untouched, 0xab, sizeof untouched);
+    assert_int_equal(o.matmul_precision, untouched);
 }
 
 static void backend_queries(void **state)
@@ -95,6 +105,11 @@ static void create_rejects_bad_options(void **state)
     o = (rlp_context_options)RLP_CONTEXT_OPTIONS_INIT;
     o.log_level = 17;
     EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->log_level");
+    o = (rlp_context_options)RLP_CONTEXT_OPTIONS_INIT;
+    o.matmul_precision = 3;
+    EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->matmul_precision");
+    o.matmul_precision = -1;
+    EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->matmul_precision");
     assert_ptr_equal(ctx, (rlp_context *)(uintptr_t)0x1); /* untouched on failure */
 }
 
@@ -159,6 +174,24 @@ static void cpu_context_lifecycle(void **state)
     assert_int_equal(rlp_context_set_log_level(ctx, RLP_LOG_NONE), RLP_OK);
     rlp_context_free(ctx);
     rlp_context_free(NULL); /* no-op */
+
+    /* matmul precision: bf16 is named in the device description; TF32 on
+     * the CPU runs as fp32 (and is not named); a version-1 struct ignores
+     * the field, whatever it holds */
+    o = (rlp_context_options)RLP_CONTEXT_OPTIONS_INIT;
+    o.matmul_precision = RLP_MATMUL_BF16;
+    assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
+    assert_non_null(strstr(rlp_context_device_name(ctx), ", bf16 GEMMs"));
+    rlp_context_free(ctx);
+    o.matmul_precision = RLP_MATMUL_TF32;
+    assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
+    assert_null(strstr(rlp_context_device_name(ctx), "GEMMs"));
+    rlp_context_free(ctx);
+    o.version = 1;
+    o.matmul_precision = 99;
+    assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
+    assert_null(strstr(rlp_context_device_name(ctx), "GEMMs"));
+    rlp_context_free(ctx);
 
     /* defaults: n_threads 0 resolves to the core count */
     assert_int_equal(rlp_context_create(&ctx, NULL), RLP_OK);

@@ -32,9 +32,22 @@
  * the next synchronisation), RLP_E_UNSUPPORTED for head_dim > 256, GEMM
  * edge cases (k = 0, beta = 0 over NaN, a broadcast operand), and that the
  * attention kernels and the sum of squares give the same bits when run
- * twice. Exits 77 (skipped) where no GPU is visible. */
+ * twice.
+ *
+ * GEMM precisions (the backends' `matmul`): random GEMMs (every transpose,
+ * padded ld, batches, a broadcast operand, beta 0 over NaN and beta ≠ 0)
+ * with both backends in bf16 agree within 1e-5·√k of |ref| + rms, as in
+ * fp32: both multiply the same bf16-rounded operands, whose products are
+ * exact in fp32, so only the order of the sums differs. The GPU's bf16
+ * against the CPU's fp32 stays within BF16_VS_FP32 and must differ by more
+ * than 1e-4 somewhere (the rounding happens); TF32 likewise within
+ * TF32_VS_FP32 and above 1e-5. The conversion is checked bit for bit
+ * against core/half.h's round-to-nearest-even (ties, ±Inf, NaN, overflow,
+ * subnormals), and the GEMM edge cases run again in bf16.
+ * Exits 77 (skipped) where no GPU is visible. */
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "gpu_test_check.h"
 #include "rollout/sampler.h"
@@ -148,8 +161,9 @@ static int guards_ok(twin *t)
     return 1;
 }
 
-/* GPU against CPU: every element within tol·(|cpu| + rms(cpu)) */
-static void compare(const char *what, twin *t, double tol)
+/* GPU against CPU: every element within tol·(|cpu| + rms(cpu)); returns
+ * the largest error seen in those units */
+static double compare(const char *what, twin *t, double tol)
 {
     size_t n = t->n;
     float *c = malloc(n * sizeof *c), *g = malloc(n * sizeof *g);
@@ -188,6 +202,7 @@ static void compare(const char *what, twin *t, double tol)
     }
     free(c);
     free(g);
+    return worst;
 }
 
 /* the GPU copy holds the same bits as `ref` (a previous GPU result) */
@@ -749,6 +764,124 @@ static void test_gemm_edges(void)
     twin_free(&c2);
 }
 
+/* ------------------------------------------------------ GEMM precisions */
+
+/* bf16 (8 significant bits) against fp32: up to 2^-7 of Σ|a·b| per element
+ * in the worst case; random rounding errors mostly cancel, so measured in
+ * |ref| + rms units they stay several times below these bounds */
+#define BF16_VS_FP32 3e-2
+#define TF32_VS_FP32 4e-3
+
+static void set_matmul(int cpu, int gpu)
+{
+    be[0]->matmul = cpu;
+    be[1]->matmul = gpu;
+}
+
+/* C = alpha·op(A)·op(B) + beta·C on both backends (each in its own
+ * precision), C starting from `c0` (NULL: NaN, for beta = 0). */
+static void gemm_both(const rlpi_gemm *shape, twin *a, twin *b, twin *c, const float *c0)
+{
+    if (c0)
+        twin_set(c, c0);
+    else
+        for (int k = 0; k < 2; k++)
+            OK(rlpi_buffer_fill_f32(c->buf[k], GUARD, c->n, NAN));
+    for (int k = 0; k < 2; k++) {
+        rlpi_gemm g = *shape;
+        g.a.buf = a->buf[k];
+        g.b.buf = b->buf[k];
+        g.c.buf = c->buf[k];
+        OK(rlpi_gemm_f32(be[k], &g));
+    }
+}
+
+static void test_gemm_precisions(void)
+{
+    printf("gemm in bf16 and tf32\n");
+    double worst_same = 0, worst_bf16 = 0, worst_tf32 = 0;
+    for (int rep = 0; rep < 12; rep++) {
+        int ta = rep & 1, tb = (rep >> 1) & 1, broadcast = rep % 3 == 2;
+        int64_t m = 1 + (int64_t)rlpi_rng_below(&rng, 90), n = 1 + (int64_t)rlpi_rng_below(&rng, 90);
+        int64_t k = 1 + (int64_t)rlpi_rng_below(&rng, 200), batch = 1 + (int64_t)rlpi_rng_below(&rng, 3);
+        int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+        int64_t lda = ac + (int64_t)rlpi_rng_below(&rng, 3), ldb = bc + (int64_t)rlpi_rng_below(&rng, 3);
+        int64_t ldc = n + (int64_t)rlpi_rng_below(&rng, 3);
+        int64_t sa = ar * lda + (int64_t)rlpi_rng_below(&rng, 2), sb = broadcast ? 0 : br * ldb + 1;
+        int64_t sc = m * ldc;
+        float alpha = rep % 4 == 3 ? -0.5f : 1.0f, beta = rep % 2 ? 0.5f : 0.0f;
+        twin a = twin_rand((size_t)((batch - 1) * sa + ar * lda), -1, 1);
+        twin b = twin_rand((size_t)((broadcast ? 0 : batch - 1) * sb + br * ldb), -1, 1);
+        twin c = twin_new((size_t)(batch * sc));
+        float *c0 = rand_vec(c.n, -2, 2); /* padding included; beta = 0 over NaN: test_gemm_edges */
+        rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                       .batch = batch, .a = {NULL, GUARD, lda, sa}, .b = {NULL, GUARD, ldb, sb},
+                       .c = {NULL, GUARD, ldc, sc}};
+        char what[160];
+        snprintf(what, sizeof what, "bf16 %c%c %lldx%lldx%lld b%lld%s", ta ? 'T' : 'N', tb ? 'T' : 'N',
+                 (long long)m, (long long)n, (long long)k, (long long)batch, broadcast ? " bcast B" : "");
+        set_matmul(RLP_MATMUL_BF16, RLP_MATMUL_BF16);
+        gemm_both(&g, &a, &b, &c, c0);
+        worst_same = fmax(worst_same, compare(what, &c, 1e-5 * sqrt((double)k)) / sqrt((double)k));
+        set_matmul(RLP_MATMUL_FP32, RLP_MATMUL_BF16);
+        gemm_both(&g, &a, &b, &c, c0);
+        snprintf(what, sizeof what, "bf16 vs fp32");
+        worst_bf16 = fmax(worst_bf16, compare(what, &c, BF16_VS_FP32));
+        set_matmul(RLP_MATMUL_FP32, RLP_MATMUL_TF32);
+        gemm_both(&g, &a, &b, &c, c0);
+        snprintf(what, sizeof what, "tf32 vs fp32");
+        worst_tf32 = fmax(worst_tf32, compare(what, &c, TF32_VS_FP32));
+        set_matmul(RLP_MATMUL_FP32, RLP_MATMUL_FP32);
+        free(c0);
+        twin_free(&a);
+        twin_free(&b);
+        twin_free(&c);
+    }
+    printf("  worst: bf16 vs bf16 %.2e·sqrt(k) (tol 1e-5), bf16 vs fp32 %.2e (tol %.0e, must exceed 1e-4), "
+           "tf32 vs fp32 %.2e (tol %.0e, must exceed 1e-5)\n",
+           worst_same, worst_bf16, BF16_VS_FP32, worst_tf32, TF32_VS_FP32);
+    EXPECT(worst_bf16 > 1e-4, "bf16 GEMMs on the GPU look unrounded (%.2e)", worst_bf16);
+    EXPECT(worst_tf32 > 1e-5, "tf32 GEMMs on the GPU look unrounded (%.2e)", worst_tf32);
+
+    /* the conversion, bit for bit: C (N, 1) = A (N, 1)·[1] gives A rounded */
+    static const uint32_t special[] = {
+        0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf818000u, 0x40490fdbu, /* ties, near ties, pi */
+        0x7f7fffffu, 0x7f7f7fffu, 0x7f800000u, 0xff800000u, 0x7fc00001u,              /* overflow, Inf, NaN */
+        0x00018000u, 0x00008000u, 0x0000ffffu, 0x807fffffu, 0x00000001u,              /* subnormals */
+    };
+    enum { NS = sizeof special / sizeof special[0] };
+    float av[NS], one = 1.0f, got[NS];
+    for (int i = 0; i < NS; i++)
+        av[i] = rlpi_bits_to_f32(special[i]);
+    twin a = twin_new(NS), b = twin_new(1), c = twin_new(NS);
+    twin_set(&a, av);
+    twin_set(&b, &one);
+    rlpi_gemm g = {.m = NS, .n = 1, .k = 1, .alpha = 1, .beta = 0, .batch = 1,
+                   .a = {NULL, GUARD, 1, 0}, .b = {NULL, GUARD, 1, 0}, .c = {NULL, GUARD, 1, 0}};
+    set_matmul(RLP_MATMUL_BF16, RLP_MATMUL_BF16);
+    gemm_both(&g, &a, &b, &c, NULL);
+    twin_get(&c, 1, got);
+    int bad = 0;
+    for (int i = 0; i < NS; i++) {
+        float want = rlpi_f32_round_bf16(av[i]);
+        if (isnan(want) ? !isnan(got[i]) : got[i] != want) {
+            printf("    0x%08x rounded to 0x%08x on the GPU, round to nearest even gives 0x%08x\n", special[i],
+                   rlpi_f32_to_bits(got[i]), rlpi_f32_to_bits(want));
+            bad++;
+        }
+    }
+    printf("  bf16 rounding of %d special values (ties, Inf, NaN, overflow, subnormals): %s\n", NS,
+           bad ? "FAIL" : "round to nearest even, bit for bit");
+    failures += bad != 0;
+    twin_free(&a);
+    twin_free(&b);
+    twin_free(&c);
+
+    printf("gemm edge cases in bf16\n");
+    test_gemm_edges();
+    set_matmul(RLP_MATMUL_FP32, RLP_MATMUL_FP32);
+}
+
 static void test_unsupported_head_dim(void)
 {
     const int64_t hd = 264, n = 3, ss[2] = {0, 3};
@@ -834,6 +967,7 @@ int main(void)
     test_sum_squares(7);
     test_adamw(10007);
     test_gemm_edges();
+    test_gemm_precisions();
     test_unsupported_head_dim();
 
     rlpi_backend_destroy(be[1]);

@@ -15,6 +15,18 @@
  *     relative, the loss moved, and the logprobs after them within 1e-4;
  *   - greedy generation (temperature 0) of three prompts: the same tokens,
  *     behaviour logprobs within 1e-4.
+ *
+ * Then with RLP_MATMUL_BF16 (tied llama only): CUDA-bf16 against CPU-bf16,
+ * and CUDA-bf16 against CPU-fp32 (what bf16 costs), both within the BF16
+ * bounds, about 3x the largest deviations seen on the emulator. CPU-bf16
+ * and CUDA-bf16 are not closer than that at the policy level: an
+ * activation that differs in its last fp32 bit (another summation order)
+ * sometimes rounds to the other bf16 neighbour, and those 2^-8 steps grow
+ * through the layers to bf16-sized differences (perturbing every weight of
+ * a CPU-bf16 policy by ±1 ulp moves its logprobs by the same ~1e-2 nats).
+ * The GEMM itself agrees to fp32 precision (test_cuda_ops). Losses and
+ * gradient norms, which average over tokens, stay within 3e-3. Greedy
+ * tokens are compared in fp32 only: a near tie may flip in bf16.
  * Exits 77 (skipped) where no GPU is visible. */
 #include "model/policy.h"
 #include "tiny_model.h"
@@ -29,10 +41,25 @@
 
 static int failures;
 
+/* the bounds of one comparison (see the header) */
+typedef struct tolerances {
+    const char *name;
+    double logp;        /* logprobs and entropies, nats */
+    double grad;        /* per element, of |ref| + rms of the tensor */
+    double grad_norm;   /* relative */
+    double step;        /* loss and gradient norm of each AdamW step, relative */
+    int greedy;         /* compare greedy generation */
+} tolerances;
+
+static const tolerances FP32 = {"fp32", 1e-4, 1e-4, 1e-5, 1e-5, 1};
+static const tolerances BF16_BOTH = {"bf16 on both", 1.5e-1, 2.5e-1, 5e-3, 3e-3, 0};
+static const tolerances BF16_VS_FP32 = {"cuda bf16 vs cpu fp32", 1.5e-1, 2.5e-1, 5e-3, 3e-3, 0};
+static const tolerances *tol = &FP32;
+
 static void verdict(const char *what, double err, double tol, const char *unit)
 {
     int ok = err <= tol; /* NaN fails */
-    printf("  %-52s %.2e %s (tol %.0e) %s\n", what, err, unit, tol, ok ? "ok" : "FAIL");
+    printf("  %-52s %.2e %s (tol %.2g) %s\n", what, err, unit, tol, ok ? "ok" : "FAIL");
     failures += !ok;
 }
 
@@ -76,9 +103,9 @@ static void compare_logprobs(rlp_policy *p[2], const rlp_sequence *seqs, float t
         DIE("scored %zu and %zu tokens, expected %zu", got[0], got[1], n);
     char what[128];
     snprintf(what, sizeof what, "logprobs %s, T = %.1f (max abs diff)", when, temperature);
-    verdict(what, max_abs_diff(lp[0], lp[1], n), 1e-4, "nats");
+    verdict(what, max_abs_diff(lp[0], lp[1], n), tol->logp, "nats");
     snprintf(what, sizeof what, "entropies %s, T = %.1f (max abs diff)", when, temperature);
-    verdict(what, max_abs_diff(ent[0], ent[1], n), 1e-4, "nats");
+    verdict(what, max_abs_diff(ent[0], ent[1], n), tol->logp, "nats");
     for (int b = 0; b < 2; b++) {
         free(lp[b]);
         free(ent[b]);
@@ -142,8 +169,8 @@ static void compare_gradients(rlp_policy *p[2], const rlp_sequence *seqs)
     }
     char what[160];
     snprintf(what, sizeof what, "gradient, worst tensor %.40s", worst_name);
-    verdict(what, worst, 1e-4, "of |ref|+rms");
-    verdict("gradient norm (relative)", rel(norm[1], norm[0]), 1e-5, "");
+    verdict(what, worst, tol->grad, "of |ref|+rms");
+    verdict("gradient norm (relative)", rel(norm[1], norm[0]), tol->grad_norm, "");
     if (!(norm[0] > 0))
         DIE("zero gradient: the comparison would prove nothing");
     free(g[0]);
@@ -204,7 +231,7 @@ static void compare_greedy(rlp_policy *p[2])
 
 static void run(const char *arch, bool tied, rlp_context *ctx[2])
 {
-    printf("%s, %s head\n", arch, tied ? "tied" : "untied");
+    printf("%s, %s head, %s\n", arch, tied ? "tied" : "untied", tol->name);
     rlpi_model_config cfg;
     tiny_config(&cfg, arch, tied);
     cfg.dim = 64;
@@ -270,9 +297,9 @@ static void run(const char *arch, bool tied, rlp_context *ctx[2])
             OK(rlp_policy_train_step(p[b], seqs, N_SEQ, rlp_loss_nll, NULL, NULL, &st[b]));
         char what[96];
         snprintf(what, sizeof what, "step %d loss (%.6f, relative)", step, st[0].loss);
-        verdict(what, rel(st[1].loss, st[0].loss), 1e-5, "");
+        verdict(what, rel(st[1].loss, st[0].loss), tol->step, "");
         snprintf(what, sizeof what, "step %d gradient norm (%.4f, relative)", step, st[0].grad_norm);
-        verdict(what, rel(st[1].grad_norm, st[0].grad_norm), 1e-5, "");
+        verdict(what, rel(st[1].grad_norm, st[0].grad_norm), tol->step, "");
         if (st[0].skipped || st[1].skipped || st[1].policy_version != (uint64_t)step)
             DIE("step %d skipped (%d, %d) or wrong version %llu", step, st[0].skipped, st[1].skipped,
                 (unsigned long long)st[1].policy_version);
@@ -283,7 +310,8 @@ static void run(const char *arch, bool tied, rlp_context *ctx[2])
     if (!(fabs(last_loss - first_loss) > 1e-3))
         DIE("the loss did not move (%.6f -> %.6f): the updates would be untested", first_loss, last_loss);
     compare_logprobs(p, seqs, 1.0f, "after 3 steps");
-    compare_greedy(p);
+    if (tol->greedy)
+        compare_greedy(p);
     rlp_policy_free(p[0]);
     rlp_policy_free(p[1]);
 }
@@ -304,12 +332,26 @@ int main(void)
     printf("reference %s\nagainst   %s\n", rlp_context_device_name(ctx[0]), rlp_context_device_name(ctx[1]));
     run("llama", true, ctx);
     run("qwen2", false, ctx);
+
+    rlp_context *c16[2];
+    o.matmul_precision = RLP_MATMUL_BF16;
+    OK(rlp_context_create(&c16[1], &o));
+    o.backend = RLP_BACKEND_CPU;
+    o.n_threads = 2;
+    OK(rlp_context_create(&c16[0], &o));
+    tol = &BF16_BOTH;
+    run("llama", true, c16);
+    rlp_context *mixed[2] = {ctx[0], c16[1]};
+    tol = &BF16_VS_FP32;
+    run("llama", true, mixed);
+    rlp_context_free(c16[1]);
+    rlp_context_free(c16[0]);
     rlp_context_free(ctx[1]);
     rlp_context_free(ctx[0]);
     if (failures) {
         printf("%d check(s) failed\n", failures);
         return 1;
     }
-    printf("the policy on the CUDA backend matches the CPU backend\n");
+    printf("the policy on the CUDA backend matches the CPU backend (fp32, bf16)\n");
     return 0;
 }

@@ -6,7 +6,17 @@
  * Tolerance: |C - ref| <= 2·k·u·Σ|α·a·b| + 2·u·|β·c| + 1e-30 with u = 2^-24,
  * the standard forward error bound of a length-k fp32 dot product
  * (Higham, Accuracy and Stability of Numerical Algorithms, §3.1); a wrong
- * index or transpose misses it by orders of magnitude. */
+ * index or transpose misses it by orders of magnitude.
+ *
+ * The same cases in RLP_MATMUL_BF16 (the CPU's reference emulation): the
+ * reference then multiplies the operands rounded to bf16 (core/half.h), and
+ * since bf16 products are exact in fp32 the same fp32 bound holds. Against
+ * the unrounded product each term moves by at most (2^-7 + 2^-16)·|α·a·b|
+ * (two roundings of relative error ≤ 2^-8: bf16 has 8 significant bits),
+ * which is asserted too, as is
+ * that the largest such move seen exceeds 1e-3 of Σ|α·a·b| (the rounding
+ * is real: fp32 stays below 1e-5 there). The rounding itself is checked
+ * bit for bit on halfway cases, ±Inf, NaN, overflow and subnormals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/half.h"
 #include "core/rng.h"
 
 #include <float.h>
@@ -50,7 +61,19 @@ static rlpi_buffer *random_buffer(rlpi_rng *rng, size_t n, float **host)
     return buf;
 }
 
+/* RLP_MATMUL_BF16 cases: the backend's precision and the reference's
+ * operand rounding; worst move against the unrounded product seen so far,
+ * as a fraction of Σ|α·a·b| */
+static int bf16_mode;
+static double bf16_worst_move;
+
 static float at(const float *x, const rlpi_matrix *m, int64_t bi, int64_t r, int64_t c)
+{
+    float v = x[m->offset + (size_t)(bi * m->stride + r * m->ld + c)];
+    return bf16_mode ? rlpi_f32_round_bf16(v) : v;
+}
+
+static float at_exact(const float *x, const rlpi_matrix *m, int64_t bi, int64_t r, int64_t c)
 {
     return x[m->offset + (size_t)(bi * m->stride + r * m->ld + c)];
 }
@@ -81,7 +104,10 @@ static void run_case(rlpi_rng *rng, int64_t m, int64_t n, int64_t k, int ta, int
     g.a.buf = A;
     g.b.buf = B;
     g.c.buf = C;
-    assert_int_equal(rlpi_gemm_f32(be, &g), RLP_OK);
+    be->matmul = bf16_mode ? RLP_MATMUL_BF16 : RLP_MATMUL_FP32;
+    int rc = rlpi_gemm_f32(be, &g);
+    be->matmul = RLP_MATMUL_FP32;
+    assert_int_equal(rc, RLP_OK);
     float *out = malloc(nc * sizeof(float));
     assert_int_equal(rlpi_buffer_download(C, 0, out, nc * sizeof(float)), RLP_OK);
 
@@ -89,17 +115,31 @@ static void run_case(rlpi_rng *rng, int64_t m, int64_t n, int64_t k, int ta, int
     for (int64_t bi = 0; bi < batch; bi++)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
-                double acc = 0, mag = 0;
+                double acc = 0, mag = 0, exact = 0, exact_mag = 0;
                 for (int64_t p = 0; p < k; p++) {
                     double av = ta ? at(ha, &g.a, bi, p, i) : at(ha, &g.a, bi, i, p);
                     double bv = tb ? at(hb, &g.b, bi, j, p) : at(hb, &g.b, bi, p, j);
                     acc += av * bv;
                     mag += fabs(av * bv);
+                    if (bf16_mode) {
+                        double ae = ta ? at_exact(ha, &g.a, bi, p, i) : at_exact(ha, &g.a, bi, i, p);
+                        double be_ = tb ? at_exact(hb, &g.b, bi, j, p) : at_exact(hb, &g.b, bi, p, j);
+                        exact += ae * be_;
+                        exact_mag += fabs(ae * be_);
+                    }
                 }
-                double cv = beta == 0.0f ? 0.0 : at(hc, &g.c, bi, i, j);
+                double cv = beta == 0.0f ? 0.0 : at_exact(hc, &g.c, bi, i, j);
                 double ref = alpha * acc + beta * cv;
                 double tol = 2.0 * (double)(k + 2) * u * fabs(alpha) * mag + 4.0 * u * fabs(beta * cv) + 1e-30;
                 double got = out[g.c.offset + (size_t)(bi * g.c.stride + i * g.c.ld + j)];
+                if (bf16_mode && exact_mag > 0) {
+                    double exact_ref = alpha * exact + beta * cv;
+                    double move = fabs(got - exact_ref), scale = fabs(alpha) * exact_mag;
+                    double bound = (0x1.0p-7 + 0x1.0p-16) * scale + tol * 1.01;
+                    if (!(move <= bound))
+                        fail_msg("bf16: moved %g from the fp32 product, more than the bound %g", move, bound);
+                    bf16_worst_move = fmax(bf16_worst_move, move / scale);
+                }
                 if (!(fabs(got - ref) <= tol)) {
                     fprintf(stderr, "m=%lld n=%lld k=%lld ta=%d tb=%d batch=%lld (%lld,%lld,%lld): got %g want %g tol %g\n",
                             (long long)m, (long long)n, (long long)k, ta, tb, (long long)batch,
@@ -170,6 +210,78 @@ static void gemm_matches_reference(void **state)
             run_case(&rng, 1, 64, 70, ta, tb, 1, 1.0f, 1.0f, 0);
         }
     print_message("%d random GEMM cases + 16 fixed shapes\n", cases);
+}
+
+/* Every case above again with the backend in RLP_MATMUL_BF16. */
+static void gemm_bf16_matches_rounded_reference(void **state)
+{
+    bf16_mode = 1;
+    bf16_worst_move = 0;
+    gemm_matches_reference(state);
+    bf16_mode = 0;
+    print_message("bf16: worst move from the fp32 product %.2e of sum|a*b| (bound 7.8e-3, must exceed 1e-3)\n",
+                  bf16_worst_move);
+    assert_true(bf16_worst_move > 1e-3);
+}
+
+/* bits -> float and back */
+static float fb(uint32_t u)
+{
+    return rlpi_bits_to_f32(u);
+}
+
+/* C (n, 1) = A (n, 1) · [1] in bf16 gives A rounded to bf16: the rounding
+ * bit for bit on the cases where truncation, round-half-up or a flush to
+ * zero would differ from round to nearest even. */
+static void gemm_bf16_rounds_to_nearest_even(void **state)
+{
+    (void)state;
+    static const uint32_t in[][2] = {
+        {0x3f808000u, 0x3f800000u}, /* 1 + 2^-8: a tie, down to the even 1 */
+        {0x3f818000u, 0x3f820000u}, /* 1 + 3·2^-8: a tie, up to the even neighbour */
+        {0x3f808001u, 0x3f810000u}, /* just above the tie: up */
+        {0x3f807fffu, 0x3f800000u}, /* just below: down */
+        {0xbf818000u, 0xbf820000u}, /* negative tie: magnitude to even */
+        {0x40490fdbu, 0x40490000u}, /* pi */
+        {0x7f7fffffu, 0x7f800000u}, /* FLT_MAX overflows to +Inf */
+        {0x7f7f7fffu, 0x7f7f0000u}, /* just below: the largest bf16 */
+        {0x7f800000u, 0x7f800000u}, /* +Inf */
+        {0xff800000u, 0xff800000u}, /* -Inf */
+        {0x00018000u, 0x00020000u}, /* subnormal tie, up to even */
+        {0x00008000u, 0x00000000u}, /* subnormal tie, down to zero (even) */
+        {0x0000ffffu, 0x00010000u}, /* subnormal above the tie */
+        {0x807fffffu, 0x80800000u}, /* largest subnormal rounds into the normals */
+        {0x00000001u, 0x00000000u}, /* smallest subnormal */
+        {0x7fc00001u, 0x7fc00000u}, /* NaN (only NaN-ness is checked) */
+    };
+    enum { N = sizeof in / sizeof in[0] };
+    float a[N], one = 1.0f, c[N];
+    for (int i = 0; i < N; i++)
+        a[i] = fb(in[i][0]);
+    rlpi_buffer *A, *B, *C;
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof a, &A), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof one, &B), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof c, &C), RLP_OK);
+    assert_int_equal(rlpi_buffer_upload(A, 0, a, sizeof a), RLP_OK);
+    assert_int_equal(rlpi_buffer_upload(B, 0, &one, sizeof one), RLP_OK);
+    rlpi_gemm g = {.m = N, .n = 1, .k = 1, .alpha = 1, .beta = 0, .batch = 1,
+                   .a = {A, 0, 1, 0}, .b = {B, 0, 1, 0}, .c = {C, 0, 1, 0}};
+    be->matmul = RLP_MATMUL_BF16;
+    int rc = rlpi_gemm_f32(be, &g);
+    be->matmul = RLP_MATMUL_FP32;
+    assert_int_equal(rc, RLP_OK);
+    assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
+    for (int i = 0; i < N; i++) {
+        float want = fb(in[i][1]);
+        int ok = isnan(want) ? isnan(c[i]) && isnan(rlpi_f32_round_bf16(a[i]))
+                             : c[i] == want && rlpi_f32_round_bf16(a[i]) == want;
+        if (!ok)
+            fail_msg("bf16 rounding of 0x%08x: got 0x%08x (half.h 0x%08x), want 0x%08x", in[i][0],
+                     rlpi_f32_to_bits(c[i]), rlpi_f32_to_bits(rlpi_f32_round_bf16(a[i])), in[i][1]);
+    }
+    rlpi_buffer_free(A);
+    rlpi_buffer_free(B);
+    rlpi_buffer_free(C);
 }
 
 static void gemm_k_zero_scales_c(void **state)
@@ -258,6 +370,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gemm_matches_reference),
+        cmocka_unit_test(gemm_bf16_matches_rounded_reference),
+        cmocka_unit_test(gemm_bf16_rounds_to_nearest_even),
         cmocka_unit_test(gemm_k_zero_scales_c),
         cmocka_unit_test(gemm_rejects_out_of_bounds),
     };

@@ -362,6 +362,70 @@ static void rejects_null_and_bad_options(void **state)
     unload(&f);
 }
 
+/* RLP_MATMUL_BF16 on the CPU (operands of every GEMM rounded to bf16, all
+ * else fp32): logprobs stay within BF16_LOGP_TOL nats of fp32 and the 10
+ * AdamW steps' losses within BF16_LOSS_TOL of the float64 torch reference,
+ * gradient norms within BF16_NORM_TOL relative; the logprobs must also move
+ * by more than 1e-5 (the rounding is real: fp32 and torch agree to ~1e-6).
+ * The bounds are ~3x the deviations observed (docs/cuda.md). TF32 on the
+ * CPU runs as fp32: the same bits. */
+#define BF16_LOGP_TOL 2e-2
+#define BF16_LOSS_TOL 3e-2
+#define BF16_NORM_TOL 1e-1
+
+static void bf16_matmul_stays_near_fp32(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_context *c16, *c32f;
+    rlp_context_options o = RLP_CONTEXT_OPTIONS_INIT;
+    o.n_threads = 2;
+    o.matmul_precision = RLP_MATMUL_BF16;
+    assert_int_equal(rlp_context_create(&c16, &o), RLP_OK);
+    o.matmul_precision = RLP_MATMUL_TF32;
+    assert_int_equal(rlp_context_create(&c32f, &o), RLP_OK);
+    rlp_policy *p32, *p16, *ptf;
+    assert_int_equal(rlpi_policy_create(&p32, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_policy_create(&p16, c16, &f.cfg, &f.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_policy_create(&ptf, c32f, &f.cfg, &f.w, NULL), RLP_OK);
+    float l32[64], l16[64], ltf[64];
+    size_t n32, n16, ntf;
+    assert_int_equal(rlp_policy_logprobs(p32, f.seqs, f.n_seqs, 1.0f, l32, NULL, 64, &n32), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(p16, f.seqs, f.n_seqs, 1.0f, l16, NULL, 64, &n16), RLP_OK);
+    assert_int_equal(rlp_policy_logprobs(ptf, f.seqs, f.n_seqs, 1.0f, ltf, NULL, 64, &ntf), RLP_OK);
+    assert_int_equal(n16, n32);
+    assert_int_equal(ntf, n32);
+    assert_memory_equal(ltf, l32, n32 * sizeof(float));
+    double worst_lp = 0;
+    for (size_t i = 0; i < n32; i++)
+        worst_lp = fmax(worst_lp, fabs((double)l16[i] - l32[i]));
+
+    rlp_optimizer_options oo = fixture_optimizer(&f);
+    assert_int_equal(rlp_policy_set_optimizer(p16, &oo), RLP_OK);
+    json_t *losses = json_object_get(f.meta, "losses"), *norms = json_object_get(f.meta, "grad_norms");
+    double worst_loss = 0, worst_norm = 0;
+    for (size_t s = 0; s < json_array_size(losses); s++) {
+        rlp_train_stats st;
+        assert_int_equal(rlp_policy_train_step(p16, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &st), RLP_OK);
+        double rl = json_number_value(json_array_get(losses, s)), rn = json_number_value(json_array_get(norms, s));
+        worst_loss = fmax(worst_loss, fabs(st.loss - rl));
+        worst_norm = fmax(worst_norm, fabs(st.grad_norm - rn) / rn);
+    }
+    print_message("bf16 GEMMs on the CPU: logprobs max |diff| %.2e nats (tol %.0e); 10 AdamW steps against "
+                  "torch fp64: worst |dloss| %.2e (tol %.0e), worst relative d|g| %.2e (tol %.0e)\n",
+                  worst_lp, BF16_LOGP_TOL, worst_loss, BF16_LOSS_TOL, worst_norm, BF16_NORM_TOL);
+    assert_true(worst_lp <= BF16_LOGP_TOL && worst_lp > 1e-5);
+    assert_true(worst_loss <= BF16_LOSS_TOL);
+    assert_true(worst_norm <= BF16_NORM_TOL);
+    rlp_policy_free(p32);
+    rlp_policy_free(p16);
+    rlp_policy_free(ptf);
+    rlp_context_free(c16);
+    rlp_context_free(c32f);
+    unload(&f);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -387,6 +451,7 @@ int main(void)
         cmocka_unit_test(save_load_and_resume),
         cmocka_unit_test(schedules),
         cmocka_unit_test(rejects_null_and_bad_options),
+        cmocka_unit_test(bf16_matmul_stays_near_fp32),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,9 +23,9 @@ from ._util import HAVE_NUMPY, Record
 from .batch import Batch, FinishReason, Trajectory
 from .comm import Comm, CommTransport, ReduceOp
 from .buffer import STALENESS_UNBOUNDED, WAIT_FOREVER, BufferFullPolicy, ReplayBuffer
-from .context import (Backend, Context, LogLevel, abi_version, backend_available, backend_device_count,
-                      backend_name, error_clear, error_last, error_last_code, status_str, version_number,
-                      version_string)
+from .context import (Backend, Context, LogLevel, MatmulPrecision, abi_version, backend_available,
+                      backend_device_count, backend_name, error_clear, error_last, error_last_code, status_str,
+                      version_number, version_string)
 from .errors import (AgainError, BackendError, CallbackError, ClosedError, Error, FormatError, InternalError,
                      InvalidArgumentError, IOError, NetworkError, NotFoundError, OutOfMemoryError, OverflowError,
                      StateError, TimeoutError, UnsupportedError)
@@ -51,7 +51,7 @@ __all__ = [
     "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward", "InvalidSample",
     "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm",
     # enums and constants
-    "Backend", "LogLevel", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
+    "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
     "STALENESS_UNBOUNDED",

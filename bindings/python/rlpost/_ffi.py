@@ -113,7 +113,8 @@ def _struct(c_name, fields, version=1):
 
 ContextOptions = _struct("rlp_context_options", [
     ("version", c_uint32), ("backend", c_int32), ("device", c_int32), ("n_threads", c_int32),
-    ("seed", c_uint64), ("log_fn", LogFn), ("log_payload", c_void_p), ("log_level", c_int32)])
+    ("seed", c_uint64), ("log_fn", LogFn), ("log_payload", c_void_p), ("log_level", c_int32),
+    ("matmul_precision", c_int32)], version=2)
 
 ChatMessage = _struct("rlp_chat_message", [("role", c_char_p), ("content", c_char_p)])
 

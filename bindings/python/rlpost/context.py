@@ -19,6 +19,14 @@ class Backend(enum.IntEnum):
     CUDA = 1
 
 
+class MatmulPrecision(enum.IntEnum):
+    """rlp_matmul_precision: the number format of a context's GEMMs
+    (weights, gradients and optimizer state stay fp32 in every mode)."""
+    FP32 = 0
+    TF32 = 1  # CUDA only; a CPU context runs it as FP32
+    BF16 = 2  # operands rounded to bfloat16, fp32 sums (CPU: a reference emulation)
+
+
 class LogLevel(enum.IntEnum):
     """rlp_log_level"""
     DEBUG = 0
@@ -118,8 +126,10 @@ class Context(Handle):
     """An execution context: backend, device, CPU threads, seed, logging.
 
     Context(backend=Backend.CPU, device=0, n_threads=0, seed=0x5eed,
-            log=None, log_level=LogLevel.WARN)
+            log=None, log_level=LogLevel.WARN, matmul_precision=MatmulPrecision.FP32)
 
+    matmul_precision: a MatmulPrecision for every GEMM run on the context
+    (see rlp_matmul_precision in rlpost.h).
     log: a callable(level, message), called from any thread the library
     runs (with the GIL taken); exceptions in it are printed and ignored.
     Every handle created from a context keeps it alive; closing the
@@ -129,7 +139,7 @@ class Context(Handle):
     _free = "rlp_context_free"
 
     def __init__(self, backend=Backend.CPU, device=0, n_threads=0, seed=0x5eed, log=None,
-                 log_level=LogLevel.WARN):
+                 log_level=LogLevel.WARN, matmul_precision=MatmulPrecision.FP32):
         keep = []
         log_fn = None
         holder = [None]
@@ -138,7 +148,8 @@ class Context(Handle):
             keep.append(log_fn)
         opts = options(_ffi.ContextOptions, "rlp_context_options_init",
                        {"backend": int(backend), "device": device, "n_threads": n_threads,
-                        "seed": seed, "log_level": int(log_level)}, keep, what="Context")
+                        "seed": seed, "log_level": int(log_level),
+                        "matmul_precision": int(matmul_precision)}, keep, what="Context")
         if log_fn is not None:
             opts.log_fn = log_fn
         out = c_void_p()

@@ -31,6 +31,15 @@ def test_context_properties():
         rlpost.Context(threads=2)
 
 
+def test_matmul_precision():
+    with rlpost.Context(n_threads=1, matmul_precision=rlpost.MatmulPrecision.BF16) as ctx:
+        assert ctx.device_name.endswith(", bf16 GEMMs")
+    with rlpost.Context(n_threads=1, matmul_precision=rlpost.MatmulPrecision.TF32) as ctx:
+        assert "GEMMs" not in ctx.device_name  # the CPU has no TF32: fp32
+    with pytest.raises(rlpost.InvalidArgumentError, match="matmul_precision"):
+        rlpost.Context(n_threads=1, matmul_precision=7)
+
+
 def test_log_callback_receives_messages():
     got = []
     with rlpost.Context(n_threads=1, log=lambda level, msg: got.append((level, msg, threading.get_ident())),

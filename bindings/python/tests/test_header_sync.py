@@ -220,6 +220,7 @@ def test_constants_match_the_macros():
 
 ENUM_MAP = {
     "rlp_backend_kind": (rlpost.Backend, "RLP_BACKEND_"), "rlp_log_level": (rlpost.LogLevel, "RLP_LOG_"),
+    "rlp_matmul_precision": (rlpost.MatmulPrecision, "RLP_MATMUL_"),
     "rlp_token_role": (rlpost.TokenRole, "RLP_TOKEN_"), "rlp_encode_flags": (rlpost.EncodeFlags, "RLP_ENCODE_"),
     "rlp_decode_flags": (rlpost.DecodeFlags, "RLP_DECODE_"), "rlp_lr_schedule": (rlpost.LRSchedule, "RLP_LR_"),
     "rlp_dtype": (rlpost.DType, "RLP_DTYPE_"), "rlp_finish_reason": (rlpost.FinishReason, "RLP_FINISH_"),
