@@ -27,6 +27,7 @@
 #include "core/rng.h"
 #include "model/policy.h"
 #include "decode_rate.h"
+#include "../unit/shape_models.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,19 +105,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const int n_seq = 8, seq_len = 256, n_prompt = 64;
-    rlpi_model_config cfg = {.arch = "llama", .n_layers = 30, .dim = 576, .n_heads = 9, .n_kv_heads = 3,
-                             .head_dim = 64, .ffn_dim = 1536, .vocab_size = 49152, .max_seq_len = 8192,
-                             .rope_theta = 100000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1, .eos_id = -1};
-    if (!strcmp(shape, "1b"))
-        cfg = (rlpi_model_config){.arch = "llama", .n_layers = 16, .dim = 2048, .n_heads = 32, .n_kv_heads = 8,
-                                  .head_dim = 64, .ffn_dim = 8192, .vocab_size = 128256, .max_seq_len = 8192,
-                                  .rope_theta = 500000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1,
-                                  .eos_id = -1};
-    if (!strcmp(shape, "tiny"))
-        cfg = (rlpi_model_config){.arch = "llama", .n_layers = 2, .dim = 64, .n_heads = 4, .n_kv_heads = 2,
-                                  .head_dim = 16, .ffn_dim = 160, .vocab_size = 300, .max_seq_len = 1024,
-                                  .rope_theta = 10000.0f, .rms_eps = 1e-5f, .tie_embeddings = true, .bos_id = -1,
-                                  .eos_id = -1};
+    rlpi_model_config cfg;
+    shape_config(shape, &cfg);
     const char *matmul = getenv("RLPOST_MATMUL") ? getenv("RLPOST_MATMUL") : "fp32";
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
@@ -146,36 +136,16 @@ int main(int argc, char **argv)
                      : cuda && (strstr(dev, "H100") || strstr(dev, "H200")) ? 989e3
                      : cuda && strstr(dev, "A100") ? 312e3 : 0;
 
-    /* random weights in HF names (std 0.02, norms 1) */
+    /* random weights in HF names (uniform ±0.02, norms 1) */
     rlpi_weights w;
-    rlpi_weights_init(&w);
     rlpi_rng rng;
     rlpi_rng_seed(&rng, 7, 0);
-    char name[128];
-    int64_t d = cfg.dim, F = cfg.ffn_dim, qd = cfg.n_heads * cfg.head_dim, kd = cfg.n_kv_heads * cfg.head_dim;
-#define ADD(nm, nd, a, b, norm)                                                 \
-    do {                                                                        \
-        int64_t sh[2] = {a, b};                                                 \
-        rlpi_tensor *t;                                                         \
-        rlpi_weights_add(&w, nm, nd, sh, &t);                                   \
-        for (size_t i = 0; i < t->n_elems; i++)                                 \
-            t->data[i] = norm ? 1.0f : (float)(rlpi_rng_f64(&rng) - 0.5) * 0.04f; \
-    } while (0)
-    ADD("model.embed_tokens.weight", 2, cfg.vocab_size, d, 0);
-    for (int l = 0; l < cfg.n_layers; l++) {
-#define N(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
-        ADD(N("input_layernorm.weight"), 1, d, 0, 1);
-        ADD(N("self_attn.q_proj.weight"), 2, qd, d, 0);
-        ADD(N("self_attn.k_proj.weight"), 2, kd, d, 0);
-        ADD(N("self_attn.v_proj.weight"), 2, kd, d, 0);
-        ADD(N("self_attn.o_proj.weight"), 2, d, qd, 0);
-        ADD(N("post_attention_layernorm.weight"), 1, d, 0, 1);
-        ADD(N("mlp.gate_proj.weight"), 2, F, d, 0);
-        ADD(N("mlp.up_proj.weight"), 2, F, d, 0);
-        ADD(N("mlp.down_proj.weight"), 2, d, F, 0);
-#undef N
+    if (shape_random_weights(&cfg, &rng, &w)) {
+        fprintf(stderr, "%s\n", rlp_error_last());
+        return 1;
     }
-    ADD("model.norm.weight", 1, d, 0, 1);
+    int64_t d = cfg.dim, F = cfg.ffn_dim, qd = (int64_t)cfg.n_heads * cfg.head_dim,
+            kd = (int64_t)cfg.n_kv_heads * cfg.head_dim;
     rlp_policy *p;
     /* on a GPU the fused head can afford a larger chunk of logits (1024 ×
      * vocabulary floats) and is then fewer, larger products */

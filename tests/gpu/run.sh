@@ -75,7 +75,8 @@ mkdir -p "$logs"
 
 say "building the CUDA module, the GPU tests and the benchmark ($jobs jobs)"
 targets=(lib/librlpost-cuda.so tests/test_cuda_backend tests/test_cuda_ops tests/test_cuda_policy
-         tests/test_cuda_request tests/bench/bench_train)
+         tests/test_cuda_request tests/test_cuda_data_parallel tests/test_cuda_smollm2_shape tests/test_nccl_module
+         tests/bench/bench_train)
 ninja -C "$build" -j "$jobs" "${targets[@]}" >"$logs/build.log" 2>&1 \
   || { tail -40 "$logs/build.log"; die "build failed (log: $logs/build.log)"; }
 
