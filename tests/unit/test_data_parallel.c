@@ -358,24 +358,31 @@ static int bcast_rank(int rank, int world, const char *dir, void *arg)
     return rc;
 }
 
-static void test_broadcast_policy(void **state)
+/* Runs `fn` on 3 ranks; each saved "<prefix><rank>": all hold the same
+ * weights at `version`. */
+static void three_ranks_agree(rank_fn fn, const char *prefix, uint64_t version)
 {
-    (void)state;
     char dir[256];
     rank_tmpdir(dir, sizeof dir);
-    assert_int_equal(run_ranks(3, bcast_rank, dir, NULL), 0);
+    assert_int_equal(run_ranks(3, fn, dir, NULL), 0);
     saved b[3];
     for (int r = 0; r < 3; r++) {
-        char name[8];
-        snprintf(name, sizeof name, "b%d", r);
+        char name[16];
+        snprintf(name, sizeof name, "%s%d", prefix, r);
         load(dir, name, &b[r]);
-        assert_int_equal(b[r].version, 1);
+        assert_int_equal(b[r].version, version);
     }
     assert_memory_equal(b[0].p, b[1].p, b[0].n * 4);
     assert_memory_equal(b[0].p, b[2].p, b[0].n * 4);
     for (int r = 0; r < 3; r++)
         free(b[r].p);
     rmdir(dir);
+}
+
+static void test_broadcast_policy(void **state)
+{
+    (void)state;
+    three_ranks_agree(bcast_rank, "b", 1);
 }
 
 /* ---- the synchronizer's COLLECTIVE transport ---- */
@@ -444,21 +451,7 @@ static int collective_rank(int rank, int world, const char *dir, void *arg)
 static void test_collective_sync_transport(void **state)
 {
     (void)state;
-    char dir[256];
-    rank_tmpdir(dir, sizeof dir);
-    assert_int_equal(run_ranks(3, collective_rank, dir, NULL), 0);
-    saved c[3];
-    for (int r = 0; r < 3; r++) {
-        char name[8];
-        snprintf(name, sizeof name, "c%d", r);
-        load(dir, name, &c[r]);
-        assert_int_equal(c[r].version, 2);
-    }
-    assert_memory_equal(c[0].p, c[1].p, c[0].n * 4);
-    assert_memory_equal(c[0].p, c[2].p, c[0].n * 4);
-    for (int r = 0; r < 3; r++)
-        free(c[r].p);
-    rmdir(dir);
+    three_ranks_agree(collective_rank, "c", 2);
 }
 
 static void test_collective_sync_options(void **state)
