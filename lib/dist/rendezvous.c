@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,11 @@ double rlpi_comm_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 static const char *transport_name(int32_t t)
@@ -50,6 +56,58 @@ int rlpi_rendezvous_publish(const char *path, const rlpi_rendezvous_info *info)
     return RLP_OK;
 }
 
+int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32_t world, int32_t transport,
+                          rlpi_rendezvous_info *info)
+{
+    json_t *o = NULL;
+    if (len >= RENDEZVOUS_MAX_BYTES)
+        return rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s is larger than %d bytes", source,
+                              RENDEZVOUS_MAX_BYTES);
+    if (rlpi_json_load_guarded(buf, len, 2, source, &o) != RLP_OK)
+        return rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s is not a rendezvous document", source);
+    int rc = RLP_E_AGAIN;
+    const json_t *mark = json_object_get(o, "rlpost_rendezvous"), *w = json_object_get(o, "world_size"),
+                 *t = json_object_get(o, "transport"), *pid = json_object_get(o, "pid"),
+                 *shm = json_object_get(o, "shm"), *id = json_object_get(o, "nccl_id");
+    if (!json_is_object(o) || !json_is_integer(mark) || json_integer_value(mark) != 1 || !json_is_integer(w) ||
+        !json_is_string(t) || !json_is_integer(pid) || !json_is_string(shm) || !json_is_string(id))
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s lacks its fields", source);
+    else if (json_integer_value(w) != world || strcmp(json_string_value(t), transport_name(transport)) != 0) {
+        /* another group's file (an old run, or a misconfigured rank): wait
+         * for rank 0 to replace it, and say so if it never does */
+        rlpi_error_set(RLP_E_INVALID_ARG,
+                       "process group: rendezvous file %s is for %lld ranks over %s, this rank expects %d over %s",
+                       source, (long long)json_integer_value(w), json_string_value(t), world,
+                       transport_name(transport));
+        rc = RLP_E_AGAIN;
+    }
+    else if (json_integer_value(pid) <= 0 || json_integer_value(pid) > INT32_MAX)
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a bad pid", source);
+    else if (strlen(json_string_value(shm)) >= sizeof info->shm_name ||
+             (transport == RLP_COMM_SHM && json_string_value(shm)[0] != '/') ||
+             (transport == RLP_COMM_NCCL && strlen(json_string_value(id)) != 2 * sizeof info->nccl_id))
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has malformed names", source);
+    else {
+        memset(info, 0, sizeof *info);
+        info->world = world;
+        info->transport = transport;
+        info->pid = (long)json_integer_value(pid);
+        strcpy(info->shm_name, json_string_value(shm));
+        const char *hex = json_string_value(id);
+        rc = RLP_OK;
+        for (size_t i = 0; transport == RLP_COMM_NCCL && i < sizeof info->nccl_id; i++) {
+            int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0) {
+                rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a malformed NCCL id", source);
+                break;
+            }
+            info->nccl_id[i] = (unsigned char)(hi << 4 | lo);
+        }
+    }
+    json_decref(o);
+    return rc;
+}
+
 /* RLP_OK when `path` holds a valid rendezvous (into *info); RLP_E_AGAIN when
  * it is absent, partial, stale or for another group; other codes for a
  * file that can never become valid. */
@@ -63,54 +121,12 @@ static int try_read(const char *path, int32_t world, int32_t transport, rlpi_ren
     char buf[RENDEZVOUS_MAX_BYTES];
     size_t len = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    if (len == sizeof buf)
-        return rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s is larger than %d bytes", path,
-                              RENDEZVOUS_MAX_BYTES);
-    json_t *o = NULL;
-    if (rlpi_json_load_guarded(buf, len, 2, path, &o) != RLP_OK)
-        return rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s is not a rendezvous document", path);
-    int rc = RLP_E_AGAIN;
-    const json_t *mark = json_object_get(o, "rlpost_rendezvous"), *w = json_object_get(o, "world_size"),
-                 *t = json_object_get(o, "transport"), *pid = json_object_get(o, "pid"),
-                 *shm = json_object_get(o, "shm"), *id = json_object_get(o, "nccl_id");
-    if (!json_is_object(o) || !json_is_integer(mark) || json_integer_value(mark) != 1 || !json_is_integer(w) ||
-        !json_is_string(t) || !json_is_integer(pid) || !json_is_string(shm) || !json_is_string(id))
-        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s lacks its fields", path);
-    else if (json_integer_value(w) != world || strcmp(json_string_value(t), transport_name(transport)) != 0) {
-        /* another group's file (an old run, or a misconfigured rank): wait
-         * for rank 0 to replace it, and say so if it never does */
-        rlpi_error_set(RLP_E_INVALID_ARG,
-                       "process group: rendezvous file %s is for %lld ranks over %s, this rank expects %d over %s",
-                       path, (long long)json_integer_value(w), json_string_value(t), world,
-                       transport_name(transport));
+    int rc = rlpi_rendezvous_parse(buf, len, path, world, transport, info);
+    if (rc == RLP_OK && transport == RLP_COMM_SHM && kill((pid_t)info->pid, 0) != 0 && errno == ESRCH) {
+        rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s was written by process %ld, which has "
+                       "exited (a stale file)", path, info->pid);
         rc = RLP_E_AGAIN;
     }
-    else if (transport == RLP_COMM_SHM && kill((pid_t)json_integer_value(pid), 0) != 0 && errno == ESRCH) {
-        rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s was written by process %lld, which has "
-                       "exited (a stale file)", path, (long long)json_integer_value(pid));
-        rc = RLP_E_AGAIN;
-    }
-    else if (strlen(json_string_value(shm)) >= sizeof info->shm_name ||
-             (transport == RLP_COMM_NCCL && strlen(json_string_value(id)) != 2 * sizeof info->nccl_id))
-        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has malformed names", path);
-    else {
-        memset(info, 0, sizeof *info);
-        info->world = world;
-        info->transport = transport;
-        info->pid = (long)json_integer_value(pid);
-        strcpy(info->shm_name, json_string_value(shm));
-        const char *hex = json_string_value(id);
-        rc = RLP_OK;
-        for (size_t i = 0; transport == RLP_COMM_NCCL && i < sizeof info->nccl_id; i++) {
-            unsigned v;
-            if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
-                rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a malformed NCCL id", path);
-                break;
-            }
-            info->nccl_id[i] = (unsigned char)v;
-        }
-    }
-    json_decref(o);
     return rc;
 }
 

@@ -47,10 +47,11 @@ build fuzz_reward_response core/error.c core/json_guard.c reward/scorer.c reward
 
 build fuzz_spill core/error.c core/log.c core/crc32.c core/batch.c buffer/spill.c
 build fuzz_manifest core/error.c core/json_guard.c sync/manifest.c
+build fuzz_rendezvous core/error.c core/json_guard.c core/atomic_file.c dist/rendezvous.c
 
 
 status=0
-for t in fuzz_gguf fuzz_completion_response fuzz_jsonl fuzz_reward_builtins fuzz_reward_response fuzz_spill fuzz_manifest; do
+for t in fuzz_gguf fuzz_completion_response fuzz_jsonl fuzz_reward_builtins fuzz_reward_response fuzz_spill fuzz_manifest fuzz_rendezvous; do
     corpus="$work/corpus-${t#fuzz_}"
     mkdir -p "$corpus"
     cp "$here/corpus/${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true
