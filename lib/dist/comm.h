@@ -49,8 +49,20 @@ struct rlp_comm {
     bool broken;                /* a collective failed: the group is out of step */
 };
 
-/* Staging size for device <-> host bridging and the SHM slot size. */
-#define RLPI_COMM_CHUNK_BYTES ((size_t)1 << 20)
+/* Staging size for device <-> host bridging. */
+#define RLPI_COMM_CHUNK_BYTES ((size_t)4 << 20)
+
+/* The SHM transport's slot size for `world` ranks: two sets of world slots
+ * within 32 MiB of shared memory, between 256 KiB and 4 MiB (fewer, larger
+ * chunks mean fewer barriers: 4 MiB moved a 538 MB all-reduce of 2 ranks in
+ * 0.18 s against 0.27 s with 1 MiB). A pure function of world, so every
+ * rank computes the same layout. */
+static inline size_t rlpi_comm_slot_bytes(int32_t world)
+{
+    size_t s = ((size_t)32 << 20) / (2 * (size_t)(world > 0 ? world : 1));
+    s = s > ((size_t)4 << 20) ? (size_t)4 << 20 : s < ((size_t)256 << 10) ? (size_t)256 << 10 : s;
+    return s & ~(((size_t)64 << 10) - 1);
+}
 
 /* ---- internal collectives (what policy and RL step code call) ----
  * Same contracts as the public functions; a failure marks the group

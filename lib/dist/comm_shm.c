@@ -5,7 +5,7 @@
  * RLP_E_TIMEOUT and a peer that leaves or fails becomes RLP_E_CLOSED
  * within one wait slice instead of a hang).
  *
- * Data moves through two sets of world_size slots of RLPI_COMM_CHUNK_BYTES,
+ * Data moves through two sets of world_size slots (rlpi_comm_slot_bytes),
  * used alternately, so one barrier separates a chunk's writes from its
  * reads and the next chunk needs no extra barrier before it overwrites:
  *
@@ -291,7 +291,7 @@ static size_t map_size(int32_t world)
     size_t off = align64(sizeof(shm_header));
     off = align64(off + (size_t)world * sizeof(uint32_t));
     off = align64(off + (size_t)world * sizeof(desc));
-    return off + 2 * (size_t)world * RLPI_COMM_CHUNK_BYTES;
+    return off + 2 * (size_t)world * rlpi_comm_slot_bytes(world);
 }
 
 /* Waits until all ranks have set their present flag (joined == world). */
@@ -352,7 +352,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
         layout(s, 1);
         s->h->magic = SHM_MAGIC;
         s->h->world = 1;
-        s->h->slot_bytes = RLPI_COMM_CHUNK_BYTES;
+        s->h->slot_bytes = rlpi_comm_slot_bytes(1);
         s->h->total_bytes = s->map_bytes;
         join(s);
         c->impl = s;
@@ -397,7 +397,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
         layout(s, c->world);
         if (c->rank == 0) {
             s->h->world = (uint32_t)c->world;
-            s->h->slot_bytes = RLPI_COMM_CHUNK_BYTES;
+            s->h->slot_bytes = rlpi_comm_slot_bytes(c->world);
             s->h->total_bytes = s->map_bytes;
             s->h->data_offset = (uint64_t)(s->data - (unsigned char *)s->h);
             atomic_store(&s->h->joined, 0);

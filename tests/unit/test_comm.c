@@ -48,7 +48,8 @@ static double val(int r, size_t i)
     return sin((double)i * 0.37 + r) * (1.0 + r * 1e-3) + (double)(i % 7) * 1e-7;
 }
 
-enum { N_F64 = 3 * 131072 + 17, N_F32 = 5 * 262144 + 3, N_BYTES = 3 * 1048576 + 5 };
+/* several chunks of the largest slot (4 MiB), plus a ragged tail */
+enum { N_F64 = 3 * 524288 + 17, N_F32 = 5 * 1048576 + 3, N_BYTES = 3 * 4194304 + 5 };
 
 static int collectives_rank(int rank, int world, const char *dir, void *arg)
 {
