@@ -741,7 +741,7 @@ json_t *train_prompt_ids(const rlp_prompt_set *set, uint64_t *epoch)
 /* The engine of a training generate call in sync and pull mode (a pull
  * engine gets the policy's weights first; with rollout.urls the workers
  * load the latest published version). */
-static int generate(run *r, rlp_rollout_engine *engine, int refresh, const rlp_prompt_set *set,
+static int generate(run *r, rlp_rollout_engine *engine, int refresh, int share, const rlp_prompt_set *set,
                     const rlp_sampling_options *s, rlp_batch **out, char *err)
 {
     if (refresh) {
@@ -754,7 +754,7 @@ static int generate(run *r, rlp_rollout_engine *engine, int refresh, const rlp_p
     size_t n = 0, first = 0, count;
     rlp_prompt_set_size(&n, set);
     count = n;
-    if (r->world > 1)
+    if (share && r->world > 1) /* a training step: this rank's share (evaluations run whole on rank 0) */
         train_dist_share(r, n, &first, &count);
     return train_generate_range(r, engine, set, first, count, s, out, err);
 }
@@ -1144,7 +1144,7 @@ static json_t *evaluate(run *r, long long step)
     if (rc)
         fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
     if (!rc)
-        rc = generate(r, r->engine, r->pull && !r->remote, set, &s, &batch, err);
+        rc = generate(r, r->engine, r->pull && !r->remote, 0, set, &s, &batch, err);
     if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
         fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
     rlp_prompt_set_free(set);
@@ -1701,7 +1701,7 @@ int cmd_train(int argc, char **argv)
             /* each rank draws its own random streams (rank 0 the single-process ones) */
             r->sampling.seed = r->rank ? mix_seed(seed, (uint64_t)r->rank) : seed;
             rc = r->remote ? train_rollout_generate(r->ro, set, &r->sampling, &batch)
-                           : generate(r, r->engine, r->pull, set, &r->sampling, &batch, err);
+                           : generate(r, r->engine, r->pull, 1, set, &r->sampling, &batch, err);
             if (rc && r->remote)
                 fmt(err, sizeof err, "%s", r->err);
             rlp_prompt_set_free(set);

@@ -40,9 +40,12 @@
 #define SHM_MAGIC 0x524c5053u /* "RLPS" */
 #define MAX_WORLD 1024
 
-enum { OP_ALL_REDUCE = 1, OP_BROADCAST = 2 };
+enum { OP_ALL_REDUCE = 1, OP_BROADCAST = 2, OP_BARRIER = 3 };
 
+/* What a rank is doing: the collective's number on this rank (so a
+ * descriptor left from an earlier call never matches), kind and shape. */
 typedef struct desc {
+    uint64_t seq;
     uint32_t kind, dtype, op;
     int32_t root;
     uint64_t n;
@@ -68,6 +71,7 @@ typedef struct shm_comm {
     unsigned char *data;
     size_t map_bytes;
     uint64_t seq;                    /* chunks moved so far: picks the slot set */
+    uint64_t calls;                  /* collectives started by this rank */
     int32_t rank, world;
 } shm_comm;
 
@@ -140,6 +144,11 @@ static unsigned char *slot(shm_comm *s, uint64_t set, int32_t r)
     return s->data + ((set & 1) * (uint64_t)s->world + (uint64_t)r) * s->h->slot_bytes;
 }
 
+static const char *kind_name(uint32_t k)
+{
+    return k == OP_ALL_REDUCE ? "all-reduce" : k == OP_BROADCAST ? "broadcast" : k == OP_BARRIER ? "barrier" : "?";
+}
+
 /* Posts this rank's descriptor; after the first barrier, checks them all. */
 static int check_descs(shm_comm *s, const desc *mine)
 {
@@ -147,11 +156,13 @@ static int check_descs(shm_comm *s, const desc *mine)
         const desc *d = &s->descs[r];
         if (memcmp(d, mine, sizeof *d) != 0)
             return rlpi_error_set(RLP_E_INVALID_ARG,
-                                  "process group: ranks disagree on a collective (rank %d: kind %u, %llu "
-                                  "elements, dtype %u, op %u, root %d; rank %d: kind %u, %llu elements, "
+                                  "process group: ranks disagree on a collective (rank %d: call %llu, %s of %llu "
+                                  "elements, dtype %u, op %u, root %d; rank %d: call %llu, %s of %llu elements, "
                                   "dtype %u, op %u, root %d)",
-                                  s->rank, mine->kind, (unsigned long long)mine->n, mine->dtype, mine->op,
-                                  mine->root, r, d->kind, (unsigned long long)d->n, d->dtype, d->op, d->root);
+                                  s->rank, (unsigned long long)mine->seq, kind_name(mine->kind),
+                                  (unsigned long long)mine->n, mine->dtype, mine->op, mine->root, r,
+                                  (unsigned long long)d->seq, kind_name(d->kind), (unsigned long long)d->n, d->dtype,
+                                  d->op, d->root);
     }
     return RLP_OK;
 }
@@ -180,7 +191,7 @@ static int shm_all_reduce_host(void *impl, void *data, size_t n, int dtype, int 
 {
     shm_comm *s = impl;
     size_t es = rlpi_dt_size(dtype), per = s->h->slot_bytes / es;
-    desc mine = {OP_ALL_REDUCE, (uint32_t)dtype, (uint32_t)op, 0, n};
+    desc mine = {++s->calls, OP_ALL_REDUCE, (uint32_t)dtype, (uint32_t)op, 0, n};
     size_t done = 0;
     int rc;
     do {
@@ -215,7 +226,7 @@ static int shm_broadcast_host(void *impl, void *data, size_t nbytes, int root)
 {
     shm_comm *s = impl;
     size_t per = s->h->slot_bytes, done = 0;
-    desc mine = {OP_BROADCAST, RLPI_DT_BYTES, 0, root, nbytes};
+    desc mine = {++s->calls, OP_BROADCAST, RLPI_DT_BYTES, 0, root, nbytes};
     int rc;
     do {
         size_t len = nbytes - done < per ? nbytes - done : per;
@@ -238,9 +249,19 @@ static int shm_broadcast_host(void *impl, void *data, size_t nbytes, int root)
     return RLP_OK;
 }
 
+/* A barrier is a collective like the others: it posts a descriptor, so a
+ * rank in a barrier never pairs with a peer in an all-reduce. */
 static int shm_barrier(void *impl)
 {
-    return barrier(impl, "barrier");
+    shm_comm *s = impl;
+    desc mine = {++s->calls, OP_BARRIER, 0, 0, 0, 0};
+    s->descs[s->rank] = mine;
+    int rc = barrier(s, "barrier");
+    if (rc)
+        return rc;
+    rc = check_descs(s, &mine);
+    int rc2 = barrier(s, "barrier"); /* nobody posts the next descriptor before all have checked this one */
+    return rc ? rc : rc2;
 }
 
 static void shm_abort(void *impl, const char *why)
