@@ -5,7 +5,6 @@
  * with the others (the library all-reduces the gradients); rank 0 alone
  * writes metrics, evaluations and checkpoints, so a run's folder looks the
  * same whatever the world size. */
-#define _POSIX_C_SOURCE 200809L
 #include "train.h"
 #include "train_config.h"
 
@@ -13,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,13 +22,12 @@
 static pid_t children[MAX_RANKS];
 static int n_children;
 
-/* An interrupt sent to the launcher alone (kill -INT) goes to every rank;
- * one from the terminal reached them already (same process group). */
-static void forward(int sig, siginfo_t *info, void *ctx)
+/* The ranks run in a process group of their own, so an interrupt from the
+ * terminal (or kill to the launcher's group) reaches the launcher alone,
+ * which passes it on exactly once: one Ctrl-C stops the run at a step
+ * boundary with a checkpoint, a second one ends it at once. */
+static void forward(int sig)
 {
-    (void)ctx;
-    if (info && info->si_code != SI_USER && info->si_code != SI_QUEUE)
-        return;
     for (int i = 0; i < n_children; i++)
         if (children[i] > 0)
             kill(children[i], sig);
@@ -99,6 +98,10 @@ int train_dist_launch(run *r, int *exit_code)
     for (int i = 0; i < n_children; i++) {
         pid_t pid = fork();
         if (pid == 0) {
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGTERM); /* a launcher killed outright takes its ranks along */
+            if (getppid() == 1)
+                _exit(1); /* it died before prctl */
             char rs[16];
             fmt(rs, sizeof rs, "%d", i);
             setenv("RLPOST_RANK", rs, 1);
@@ -123,8 +126,8 @@ int train_dist_launch(run *r, int *exit_code)
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = forward;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sa.sa_handler = forward;
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int first_failure = 0, left = n_children;

@@ -10,6 +10,8 @@
 #   run's;
 # - a rank killed with -9: the launcher stops the other and exits non-zero
 #   at once (not after the group's timeout);
+# - Ctrl-C to the whole process group, or to one rank: all stop at the same
+#   step, rank 0 checkpoints it, exit 0;
 # - settings several ranks cannot run are refused with one line, exit 2;
 # - with the CPU emulator of the CUDA module (second argument): one step
 #   with "backend": "cuda" samples the same tokens as the CPU run and
@@ -90,6 +92,23 @@ t1=$(date +%s)
 [ $rc -ne 0 ] || fail "a killed rank: the launcher exited 0"
 [ $((t1 - t0)) -lt 60 ] || fail "a killed rank: the launcher took $((t1 - t0)) s"
 grep -q "rank 1 was killed by signal 9; stopping the other ranks" "$out/k.err" || { cat "$out/k.err"; fail "kill message"; }
+
+# Ctrl-C: to the launcher's whole process group (as a terminal sends it), then to one rank only: every
+# rank stops at the same step, rank 0 checkpoints it, exit 0
+for who in group rank; do
+  setsid "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/i$who\"" --set "$DP" \
+    --set steps=100000 --set eval.n=0 >"$out/i$who.json" 2>"$out/i$who.err" &
+  pid=$!
+  i=0
+  while ! grep -q "^step 3/" "$out/i$who.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+  if [ $who = group ]; then /bin/kill -s INT -- "-$pid"; else kill -INT "$(pgrep -P $pid | tail -n 1)"; fi
+  wait $pid
+  rc=$?
+  [ $rc -eq 0 ] || { cat "$out/i$who.err"; fail "Ctrl-C to the $who: exit $rc"; }
+  grep -q '"interrupted":true' "$out/i$who.json" || fail "Ctrl-C to the $who: no interrupted summary"
+  n=$(wc -l <"$out/i$who/metrics.jsonl")
+  [ -f "$out/i$who/checkpoints/step_$n/state.json" ] || fail "Ctrl-C to the $who: no checkpoint of step $n"
+done
 
 # refused before anything starts
 for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"mpi\"" "backend=\"tpu\""; do
