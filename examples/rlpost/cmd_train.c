@@ -241,6 +241,8 @@ static int check_config(run *r)
         fmt(r->err, ERR_CAP, "distributed.transport: unknown value \"%s\" (one of: auto shm nccl)", transport);
         return -1;
     }
+    RANGE("distributed.rendezvous", !cfg_str(c, "distributed.rendezvous") || *cfg_str(c, "distributed.rendezvous"),
+          "a path, or null");
     RANGE("distributed.timeout_s", cfg_num(c, "distributed.timeout_s") >= 1 &&
           cfg_num(c, "distributed.timeout_s") <= 86400, "in [1, 86400]");
     if (r->world > 1) {
@@ -1272,6 +1274,8 @@ static int setup(run *r, const char *weights, int need_train)
         fmt(r->err, ERR_CAP, "distributed: %s", rlp_error_last());
         return 1;
     }
+    if (need_train && train_dist_agree(r))
+        return 1;
     /* The engine on the trainer's context: it generates the training
      * rollouts in sync and (local) pull mode, and the evaluations in every
      * mode; with rollout.urls or in async mode it serves evaluations only. */

@@ -113,6 +113,12 @@ int train_dist_launch(run *r, int *exit_code);
  * -1 with one line in r->err. */
 int train_dist_join(run *r);
 
+/* After the policy is loaded: checks that every rank runs the same
+ * configuration (a digest per top-level key; threads, device and
+ * distributed may differ) and gives every rank rank 0's weights. 0, or -1
+ * with one line in r->err naming the key. */
+int train_dist_agree(run *r);
+
 /* The rank's share of n items: [*first, *first + *count). */
 void train_dist_share(const run *r, size_t n, size_t *first, size_t *count);
 

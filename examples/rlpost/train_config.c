@@ -38,7 +38,7 @@ static const char defaults_json[] =
     "\"eval\": {\"interval\": 0, \"n\": 16, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
     "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"},"
-    "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600}"
+    "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
     "}";
 
 /* Keys whose default is null, and the type a non-null value must have. */

@@ -191,3 +191,66 @@ void train_dist_share(const run *r, size_t n, size_t *first, size_t *count)
     *first = lo;
     *count = hi - lo;
 }
+
+/* FNV-1a, 32 bits: exact in a double, so the ranks can compare digests
+ * with a min/max all-reduce. */
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+int train_dist_agree(run *r)
+{
+    if (!r->comm)
+        return 0;
+    /* every top-level key of the effective configuration (the keys come in
+     * the defaults' order on every rank), except what is this rank's own */
+    static const char *const own[] = {"threads", "device", "distributed"};
+    size_t n = json_object_size(r->cfg), k = 0;
+    const char **keys = calloc(n + 1, sizeof *keys);
+    double *lo = calloc(n + 1, sizeof *lo), *hi = calloc(n + 1, sizeof *hi);
+    if (!keys || !lo || !hi) {
+        free(keys), free(lo), free(hi);
+        fmt(r->err, ERR_CAP, "distributed: out of memory");
+        return -1;
+    }
+    lo[k] = hi[k] = (double)n;
+    keys[k++] = "the number of keys";
+    const char *key;
+    json_t *v;
+    json_object_foreach(r->cfg, key, v) {
+        int skip = 0;
+        for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+            skip |= !strcmp(key, own[i]);
+        if (skip)
+            continue;
+        char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+        lo[k] = hi[k] = text ? (double)fnv1a(text) : -1;
+        free(text);
+        keys[k++] = key;
+    }
+    int bad = rlp_comm_all_reduce(r->comm, lo, k, RLP_REDUCE_MIN) || rlp_comm_all_reduce(r->comm, hi, k, RLP_REDUCE_MAX);
+    if (bad)
+        fmt(r->err, ERR_CAP, "distributed: rank %d: comparing the ranks' configurations: %s", r->rank, rlp_error_last());
+    for (size_t i = 0; !bad && i < k; i++)
+        if (lo[i] != hi[i]) {
+            fmt(r->err, ERR_CAP, "distributed: rank %d: \"%s\" differs between the ranks (every rank must run the "
+                "same configuration; only threads, device and distributed may differ)", r->rank, keys[i]);
+            bad = 1;
+        }
+    free(keys);
+    free(lo);
+    free(hi);
+    if (bad)
+        return -1;
+    /* and the same weights: rank 0's (a rank that loaded another model of
+     * the same shape would otherwise train it silently) */
+    if (rlp_policy_broadcast(r->policy, r->comm, 0)) {
+        fmt(r->err, ERR_CAP, "distributed: rank %d: taking rank 0's weights: %s", r->rank, rlp_error_last());
+        return -1;
+    }
+    return 0;
+}

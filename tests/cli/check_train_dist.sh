@@ -27,6 +27,7 @@ DP="distributed.world_size=2"
 
 T --set "output=\"$out/a\"" --set "$DP" --set steps=3 >"$out/a.json" 2>"$out/err" || { cat "$out/err"; fail "2 ranks"; }
 T --set "output=\"$out/b\"" --set "$DP" --set steps=3 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 ranks again"; }
+T --set "output=\"$out/one\"" --set steps=1 >/dev/null 2>"$out/err1" || { cat "$out/err1"; fail "1 rank"; }
 [ "$(grep -c '^step ' "$out/err")" -eq 3 ] || { cat "$out/err"; fail "progress lines: one per step (rank 0's)"; }
 
 # torchrun-style: the two ranks by hand, same rendezvous file
@@ -39,6 +40,16 @@ done
 wait "$pid0" || { cat "$out/env0.err"; fail "rank 0 by hand"; }
 wait "$pid1" || { cat "$out/env1.err"; fail "rank 1 by hand"; }
 [ -s "$out/env1.json" ] && fail "rank 1 printed a summary"
+# ranks by hand that disagree on the configuration stop at once, naming the key
+for r in 0 1; do
+  RLPOST_RANK=$r RLPOST_WORLD_SIZE=2 RLPOST_RENDEZVOUS="$out/rdv2" \
+    "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/mix\"" --set steps=3 \
+    --set prompts_per_step=$((4 + 2 * r)) >/dev/null 2>"$out/mix$r.err" &
+  eval "pid$r=\$!"
+done
+wait "$pid0" && fail "ranks with different prompts_per_step: rank 0 exited 0"
+wait "$pid1" && fail "ranks with different prompts_per_step: rank 1 exited 0"
+grep -q '"prompts_per_step" differs between the ranks' "$out/mix0.err" || { cat "$out/mix0.err"; fail "mismatch message"; }
 
 # checkpoint at step 2, resume to 3
 T --set "output=\"$out/r\"" --set "$DP" --set steps=2 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 steps"; }
@@ -65,7 +76,11 @@ def same(x, y, what):
 same(a, load("/b/metrics.jsonl"), "a second run")
 same(a, load("/env/metrics.jsonl"), "ranks started by hand")
 same(a, load("/r/metrics.jsonl"), "resumed at step 2")
-assert [e["step"] for e in load("/a/eval.jsonl")] == [0, 3]
+ev = load("/a/eval.jsonl")
+assert [e["step"] for e in ev] == [0, 3] and all(e["n"] == 4 for e in ev), ev
+one = load("/one/eval.jsonl")[0]  # same weights, greedy: rank 0 evaluates the whole set, as one process does
+for k in ("accuracy", "reward_mean", "mean_completion_tokens"):
+    assert ev[0][k] == one[k], (k, ev[0][k], one[k])
 s = json.load(open(d + "/a.json"))
 assert s["steps_completed"] == 3 and s["checkpoint"].endswith("step_3"), s
 PY
@@ -111,7 +126,8 @@ for who in group rank; do
 done
 
 # refused before anything starts
-for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"mpi\"" "backend=\"tpu\""; do
+for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"mpi\"" "backend=\"tpu\"" \
+  "distributed.rendezvous=\"\"" "distributed.timeout_s=0.5"; do
   T --set "output=\"$out/bad\"" --set "$DP" --set "$bad" >/dev/null 2>"$out/err"
   rc=$?
   [ $rc -eq 2 ] && [ "$(wc -l <"$out/err")" -eq 1 ] || { cat "$out/err"; fail "$bad: exit $rc"; }
