@@ -25,8 +25,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,13 +62,14 @@ typedef struct shm_header {
     _Atomic uint32_t closing;        /* claimed by the first rank to close */
     _Atomic uint32_t closed;         /* rank + 1 of who closed the group, 0 while open */
     char why[232];                   /* written by the closer before `closed` */
-    /* followed by present[world] (_Atomic uint32_t) and desc[world] */
+    /* followed by present[world] (_Atomic uint32_t), pid[world] (int32_t) and desc[world] */
 } shm_header;
 
 typedef struct shm_comm {
     rlp_comm *c;
     shm_header *h;
     _Atomic uint32_t *present;
+    volatile int32_t *pids;          /* each rank's process, for the liveness check */
     desc *descs;
     unsigned char *data;
     size_t map_bytes;
@@ -92,6 +95,24 @@ static void wait_on(_Atomic uint32_t *addr, uint32_t val, double slice)
         return;
     struct timespec ts = {(time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9)};
     futex(addr, FUTEX_WAIT, val, &ts);
+}
+
+/* Whether process `pid` has exited: gone, or a zombie its parent has not
+ * reaped yet (the test runner and some launchers reap late). */
+static bool process_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* the command name may hold anything */
+    return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
 static int closed_error(shm_comm *s)
@@ -123,10 +144,30 @@ static int barrier(shm_comm *s, const char *what)
         wake_all(&h->barrier_gen);
         return RLP_OK;
     }
-    double timeout = s->c->timeout_ms / 1e3, deadline = rlpi_comm_now() + timeout;
+    double timeout = s->c->timeout_ms / 1e3, deadline = rlpi_comm_now() + timeout, next_check = 0;
     while (atomic_load(&h->barrier_gen) == gen) {
+        /* a peer may complete this barrier and then leave between our two
+         * loads: the barrier counts as passed when its generation moved */
         if (atomic_load(&h->closed))
-            return closed_error(s);
+            return atomic_load(&h->barrier_gen) != gen ? RLP_OK : closed_error(s);
+        double t = rlpi_comm_now();
+        if (t >= next_check) {
+            /* a rank killed outright never leaves: look for it (one machine,
+             * so its pid says), once a second, instead of waiting out the timeout */
+            next_check = t + 1.0;
+            for (int32_t r = 0; r < s->world; r++) {
+                pid_t pid = (pid_t)s->pids[r];
+                if (pid > 0 && process_gone(pid)) {
+                    if (atomic_load(&h->barrier_gen) != gen)
+                        return RLP_OK; /* it passed this barrier before it exited */
+                    char why[160];
+                    snprintf(why, sizeof why, "saw rank %d (process %ld) exit without leaving the group", r,
+                             (long)pid);
+                    shm_close_group(s, why);
+                    return closed_error(s);
+                }
+            }
+        }
         double left = deadline - rlpi_comm_now();
         if (left <= 0) {
             char why[160];
@@ -302,6 +343,8 @@ static void layout(shm_comm *s, int32_t world)
     size_t off = align64(sizeof(shm_header));
     s->present = (_Atomic uint32_t *)(void *)((unsigned char *)s->h + off);
     off = align64(off + (size_t)world * sizeof(uint32_t));
+    s->pids = (volatile int32_t *)(void *)((unsigned char *)s->h + off);
+    off = align64(off + (size_t)world * sizeof(int32_t));
     s->descs = (desc *)(void *)((unsigned char *)s->h + off);
     off = align64(off + (size_t)world * sizeof(desc));
     s->data = (unsigned char *)s->h + off;
@@ -311,6 +354,7 @@ static size_t map_size(int32_t world)
 {
     size_t off = align64(sizeof(shm_header));
     off = align64(off + (size_t)world * sizeof(uint32_t));
+    off = align64(off + (size_t)world * sizeof(int32_t));
     off = align64(off + (size_t)world * sizeof(desc));
     return off + 2 * (size_t)world * rlpi_comm_slot_bytes(world);
 }
@@ -322,8 +366,8 @@ static int wait_joined(shm_comm *s, double deadline)
         uint32_t j = atomic_load(&s->h->joined);
         if (j >= (uint32_t)s->world)
             return RLP_OK;
-        if (atomic_load(&s->h->closed))
-            return closed_error(s);
+        if (atomic_load(&s->h->closed)) /* all may have joined before the one that closed left */
+            return atomic_load(&s->h->joined) >= (uint32_t)s->world ? RLP_OK : closed_error(s);
         double left = deadline - rlpi_comm_now();
         if (left <= 0)
             return rlpi_error_set(RLP_E_TIMEOUT,
@@ -340,6 +384,7 @@ static int join(shm_comm *s)
     if (!atomic_compare_exchange_strong(&s->present[s->rank], &expect, 1))
         return rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined twice (two processes were given "
                               "the same rank)", s->rank);
+    s->pids[s->rank] = (int32_t)getpid();
     atomic_fetch_add(&s->h->joined, 1);
     wake_all(&s->h->joined);
     return RLP_OK;
