@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define RENDEZVOUS_MAX_BYTES 4096
 
@@ -122,6 +123,22 @@ static int try_read(const char *path, int32_t world, int32_t transport, rlpi_ren
     size_t len = fread(buf, 1, sizeof buf, f);
     fclose(f);
     int rc = rlpi_rendezvous_parse(buf, len, path, world, transport, info);
+    if (rc == RLP_E_AGAIN && transport == RLP_COMM_SHM) {
+        /* another group's file whose writer is alive here: a live rank 0 that
+         * disagrees on the world size or transport will not replace it */
+        char why[512];
+        snprintf(why, sizeof why, "%s", rlp_error_last());
+        json_t *o = NULL;
+        if (rlpi_json_load_guarded(buf, len, 2, path, &o) == RLP_OK) {
+            const json_t *pid = json_object_get(o, "pid");
+            json_int_t p = json_is_integer(pid) ? json_integer_value(pid) : 0;
+            json_decref(o);
+            if (p > 0 && p <= INT32_MAX && kill((pid_t)p, 0) == 0)
+                return rlpi_error_set(RLP_E_INVALID_ARG, "%s (its rank 0, process %lld, is running: the ranks "
+                                      "disagree)", why, (long long)p);
+        }
+        rlpi_error_set(RLP_E_TIMEOUT, "%s", why);
+    }
     if (rc == RLP_OK && transport == RLP_COMM_SHM && kill((pid_t)info->pid, 0) != 0 && errno == ESRCH) {
         rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s was written by process %ld, which has "
                        "exited (a stale file)", path, info->pid);
@@ -134,8 +151,12 @@ int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, dou
                          rlpi_rendezvous_info *info)
 {
     for (;;) {
+        char before[512];
+        snprintf(before, sizeof before, "%s", rlp_error_last());
         rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s did not appear", path);
         int rc = try_read(path, world, transport, info);
+        if (rc == RLP_E_AGAIN && access(path, F_OK) == 0 && strstr(before, "rendezvous file"))
+            rlpi_error_set(RLP_E_TIMEOUT, "%s", before); /* keep why the file there is not ours */
         /* a FORMAT error may be a file caught mid-replacement by a non-atomic
          * writer: retry it too until the deadline */
         if (rc == RLP_OK)

@@ -7,6 +7,7 @@
 #include "sync/sync.h"
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "model/policy.h"
 #include "rollout/engine.h"
 
@@ -270,9 +271,12 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
     } else if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE) {
         int32_t rank;
         rlp_comm_info(sync->opts.comm, &rank, NULL, NULL);
-        if (rank != sync->opts.root)
-            rc = rlpi_error_set(RLP_E_STATE, "%s: rank %d is not the publishing rank %d of the COLLECTIVE transport",
-                                __func__, rank, sync->opts.root);
+        if (rank != sync->opts.root) {
+            rc = rlpi_error_set(RLP_E_STATE, "rank %d is not the publishing rank %d of the COLLECTIVE transport",
+                                rank, sync->opts.root);
+            /* its peers are in the matching pull: release them */
+            rlpi_dp_fail(sync->opts.comm, "synchronizer (publish on a receiving rank)", rc);
+        }
         else {
             uint64_t n = 0;
             rlp_policy_n_params(&n, policy);
@@ -353,8 +357,11 @@ static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
 {
     int32_t rank;
     rlp_comm_info(s->opts.comm, &rank, NULL, NULL);
-    if (rank == s->opts.root)
-        return rlpi_error_set(RLP_E_STATE, "rank %d publishes on the COLLECTIVE transport; it does not pull", rank);
+    if (rank == s->opts.root) {
+        int rc = rlpi_error_set(RLP_E_STATE, "rank %d publishes on the COLLECTIVE transport; it does not pull", rank);
+        rlpi_dp_fail(s->opts.comm, "synchronizer (pull on the publishing rank)", rc); /* release the peers */
+        return rc;
+    }
     double t0 = now_s();
     pthread_mutex_lock(&s->publish_mu); /* one broadcast at a time, and recv is created once */
     int rc = RLP_OK;
@@ -397,9 +404,12 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
                               __func__);
     /* a share_weights engine generates with the trainer's own weights */
     if (engine && !remote && !engine->owns_policy) {
-        if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE)
-            return rlpi_error_set(RLP_E_STATE, "%s: a share_weights engine cannot take broadcast weights (the "
-                                  "COLLECTIVE transport needs an engine with its own copy)", __func__);
+        if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE) {
+            int rc = rlpi_error_set(RLP_E_STATE, "%s: a share_weights engine cannot take broadcast weights (the "
+                                    "COLLECTIVE transport needs an engine with its own copy)", __func__);
+            rlpi_dp_fail(sync->opts.comm, "synchronizer (pull into a share_weights engine)", rc);
+            return rc;
+        }
         return RLP_OK;
     }
 

@@ -300,6 +300,39 @@ static void test_duplicate_rank_refused(void **state)
     rmdir(dir);
 }
 
+/* Rank 1 expects 3 ranks, rank 0 (running) 2: rank 1 says so at once
+ * instead of waiting out its timeout for a file that will never fit. */
+static int world_mismatch_rank(int rank, int world, const char *dir, void *arg)
+{
+    (void)world, (void)arg;
+    rlp_context *ctx = make_ctx();
+    rlp_comm *comm = NULL;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = join(ctx, rank, rank ? 3 : 2, dir, rank ? 20000 : 1500, &comm);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    if (rank) {
+        RANK_CHECK(rc == RLP_E_INVALID_ARG, "rc %d: %s", rc, rlp_error_last());
+        RANK_CHECK(strstr(rlp_error_last(), "is for 2 ranks") && strstr(rlp_error_last(), "disagree"), "message: %s",
+                   rlp_error_last());
+        RANK_CHECK(s < 5, "took %.1f s", s);
+    }
+    rlp_comm_free(comm);
+    rlp_context_free(ctx);
+    return 0;
+}
+
+static void test_world_size_mismatch_is_quick(void **state)
+{
+    (void)state;
+    char dir[256];
+    rank_tmpdir(dir, sizeof dir);
+    unsigned delay[2] = {0, 200000};
+    assert_int_equal(run_ranks_ex(2, 0, 2, world_mismatch_rank, dir, NULL, delay), 0);
+    rmdir(dir);
+}
+
 /* A stale rendezvous of a dead process, then a malformed one: rank 1
  * starts first and must wait for rank 0's fresh file, not join the old. */
 static void test_stale_and_malformed_rendezvous(void **state)
@@ -450,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_peer_leaves_or_dies),
         cmocka_unit_test(test_duplicate_rank_refused),
+        cmocka_unit_test(test_world_size_mismatch_is_quick),
         cmocka_unit_test(test_stale_and_malformed_rendezvous),
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_short_lived_groups),

@@ -454,6 +454,48 @@ static void test_collective_sync_transport(void **state)
     three_ranks_agree(collective_rank, "c", 2);
 }
 
+/* Both ranks publish (rank 1 by mistake): rank 1 is refused at once, and
+ * the root, waiting in the broadcast for a pull that will never come, is
+ * released with the reason instead of waiting out the timeout. */
+static int misuse_rank(int rank, int world, const char *dir, void *arg)
+{
+    (void)arg;
+    env e;
+    if (setup(&e, rank, world, dir, 31, 60000))
+        return 1;
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_COLLECTIVE;
+    so.comm = e.comm;
+    rlp_synchronizer *sync;
+    RANK_CHECK(rlp_synchronizer_create(&sync, &so) == RLP_OK, "sync");
+    if (rank == 1)
+        usleep(200000);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = rlp_synchronizer_publish(sync, e.p);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    if (rank == 1)
+        RANK_CHECK(rc == RLP_E_STATE && strstr(rlp_error_last(), "not the publishing rank") &&
+                   !strstr(rlp_error_last(), "rlp_synchronizer_publish: rlp_synchronizer_publish"),
+                   "rc %d: %s", rc, rlp_error_last());
+    else
+        RANK_CHECK(rc == RLP_E_CLOSED && strstr(rlp_error_last(), "publish on a receiving rank") && secs < 10,
+                   "rc %d after %.1f s: %s", rc, secs, rlp_error_last());
+    rlp_synchronizer_free(sync);
+    teardown(&e);
+    return 0;
+}
+
+static void test_collective_sync_misuse_releases_peers(void **state)
+{
+    (void)state;
+    char dir[256];
+    rank_tmpdir(dir, sizeof dir);
+    assert_int_equal(run_ranks(2, misuse_rank, dir, NULL), 0);
+    rmdir(dir);
+}
+
 static void test_collective_sync_options(void **state)
 {
     (void)state;
@@ -537,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_policy),
         cmocka_unit_test(test_collective_sync_transport),
         cmocka_unit_test(test_collective_sync_options),
+        cmocka_unit_test(test_collective_sync_misuse_releases_peers),
         cmocka_unit_test(test_failing_rank_releases_peers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
