@@ -823,30 +823,28 @@ static void reward_summary(const rlp_batch *batch, scores *sc)
 }
 
 /* Several ranks: the step's scores over all ranks' completions (each
- * rank scored its share), and whether any rank was interrupted, so that
- * all ranks stop at the same step. Rates and means are weighted by
- * completions (by valid ones for the reward). */
-static int scores_reduce(run *r, scores *sc, int *stop)
+ * rank scored its share). Rates and means are weighted by completions (by
+ * valid ones for the reward). */
+static int scores_reduce(run *r, scores *sc)
 {
     double n = (double)sc->n, v = (double)sc->n_valid;
     double sum = v > 0 ? sc->mean * v : 0, sq = v > 1 ? sc->std * sc->std * (v - 1) + sum * sc->mean : sum * sc->mean;
     int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy);
     double a[] = {n, v, sum, sq, has_fmt ? sc->format_rate * n : 0, has_fmt && !isnan(sc->format_mean) ? sc->format_mean * n : 0,
-                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated, *stop};
-    double lo = v > 0 ? sc->min : INFINITY, hi = v > 0 ? sc->max : -INFINITY;
+                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated};
+    double range[2] = {v > 0 ? sc->min : INFINITY, v > 0 ? -sc->max : INFINITY}; /* min, −max: one call */
     if (rlp_comm_all_reduce(r->comm, a, sizeof a / sizeof *a, RLP_REDUCE_SUM) ||
-        rlp_comm_all_reduce(r->comm, &lo, 1, RLP_REDUCE_MIN) || rlp_comm_all_reduce(r->comm, &hi, 1, RLP_REDUCE_MAX))
+        rlp_comm_all_reduce(r->comm, range, 2, RLP_REDUCE_MIN))
         return -1;
     sc->n = (size_t)a[0];
     sc->n_valid = (size_t)a[1];
     sc->completion_tokens = (size_t)a[7];
     sc->truncated = (size_t)a[8];
-    *stop = a[9] > 0;
     if (sc->n_valid) {
         sc->mean = a[2] / a[1];
         sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (a[3] - a[2] * sc->mean) / (a[1] - 1))) : 0;
-        sc->min = lo;
-        sc->max = hi;
+        sc->min = range[0];
+        sc->max = -range[1];
     } else
         sc->mean = sc->std = sc->min = sc->max = NAN;
     if (has_fmt) {
@@ -1712,13 +1710,10 @@ int cmd_train(int argc, char **argv)
             t1 = now_s();
             if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
                 fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-            int stop = stop_requested != 0;
-            if (!rc && r->comm && scores_reduce(r, &sc, &stop)) {
+            if (!rc && r->comm && scores_reduce(r, &sc)) {
                 fmt(err, sizeof err, "distributed: %s", rlp_error_last());
                 rc = RLP_E_CLOSED;
             }
-            if (stop)
-                stop_requested = 1;
             t2 = now_s();
         }
         rlp_rl_stats rs;

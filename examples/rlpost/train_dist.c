@@ -118,7 +118,6 @@ int train_dist_launch(run *r, int *exit_code)
             for (int j = 0; j < i; j++)
                 kill(children[j], SIGTERM);
             n_children = i;
-            world = i;
             *exit_code = 1;
             break;
         }
@@ -211,13 +210,13 @@ int train_dist_agree(run *r)
     static const char *const own[] = {"threads", "device", "distributed"};
     size_t n = json_object_size(r->cfg), k = 0;
     const char **keys = calloc(n + 1, sizeof *keys);
-    double *lo = calloc(n + 1, sizeof *lo), *hi = calloc(n + 1, sizeof *hi);
-    if (!keys || !lo || !hi) {
-        free(keys), free(lo), free(hi);
+    double *d = calloc(2 * (n + 1), sizeof *d); /* digests, then their negations: min and max in one call */
+    if (!keys || !d) {
+        free(keys), free(d);
         fmt(r->err, ERR_CAP, "distributed: out of memory");
         return -1;
     }
-    lo[k] = hi[k] = (double)n;
+    d[k] = (double)n;
     keys[k++] = "the number of keys";
     const char *key;
     json_t *v;
@@ -228,22 +227,23 @@ int train_dist_agree(run *r)
         if (skip)
             continue;
         char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
-        lo[k] = hi[k] = text ? (double)fnv1a(text) : -1;
+        d[k] = text ? (double)fnv1a(text) : -1;
         free(text);
         keys[k++] = key;
     }
-    int bad = rlp_comm_all_reduce(r->comm, lo, k, RLP_REDUCE_MIN) || rlp_comm_all_reduce(r->comm, hi, k, RLP_REDUCE_MAX);
+    for (size_t i = 0; i < k; i++)
+        d[k + i] = -d[i];
+    int bad = rlp_comm_all_reduce(r->comm, d, 2 * k, RLP_REDUCE_MIN) != RLP_OK;
     if (bad)
         fmt(r->err, ERR_CAP, "distributed: rank %d: comparing the ranks' configurations: %s", r->rank, rlp_error_last());
     for (size_t i = 0; !bad && i < k; i++)
-        if (lo[i] != hi[i]) {
+        if (d[i] != -d[k + i]) {
             fmt(r->err, ERR_CAP, "distributed: rank %d: \"%s\" differs between the ranks (every rank must run the "
                 "same configuration; only threads, device and distributed may differ)", r->rank, keys[i]);
             bad = 1;
         }
     free(keys);
-    free(lo);
-    free(hi);
+    free(d);
     if (bad)
         return -1;
     /* and the same weights: rank 0's (a rank that loaded another model of

@@ -260,15 +260,15 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     to.temperature = temp;
     to.micro_batch_tokens = o.micro_batch_tokens;
     uint32_t mbs = o.mini_batches < used ? o.mini_batches : (uint32_t)(used ? used : 1);
-    double g_longest = (double)longest, g_used = (double)used;
+    double g[2] = {(double)longest, (double)used}; /* the longest sequence and whether any rank has one */
     if (comm && !rc) {
         /* every rank must take the same optimizer steps: the same number of
          * mini-batches, skipping only those empty on all ranks */
         mbs = o.mini_batches;
-        if (!(rc = rlpi_comm_all_reduce_host(comm, &g_longest, 1, RLPI_DT_F64, RLP_REDUCE_MAX)))
-            rc = rlpi_comm_all_reduce_host(comm, &g_used, 1, RLPI_DT_F64, RLP_REDUCE_SUM);
+        rc = rlpi_comm_all_reduce_host(comm, g, 2, RLPI_DT_F64, RLP_REDUCE_MAX);
     }
-    for (uint32_t ep = 0; !rc && g_used > 0 && ep < o.ppo_epochs; ep++)
+    double g_longest = g[0];
+    for (uint32_t ep = 0; !rc && g[1] > 0 && ep < o.ppo_epochs; ep++)
         for (uint32_t mb = 0; !rc && mb < mbs; mb++) {
             size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
             st.mb_first = b;

@@ -235,38 +235,39 @@ static int staged(rlp_comm *c, rlpi_buffer *buf, size_t off, size_t nbytes, int 
     return rc;
 }
 
+/* A collective over backend memory: in place on host-visible memory over a
+ * host transport, on device memory over a device transport, else staged. */
+static int buffer_collective(rlp_comm *c, rlpi_buffer *buf, size_t off, size_t nbytes, int dtype, int op,
+                             int root, bool bcast)
+{
+    int rc = begin(c);
+    if (rc)
+        return rc;
+    unsigned char *host = rlpi_buffer_host(buf);
+    size_t n = nbytes / rlpi_dt_size(dtype);
+    if (host && (bcast ? c->ops->broadcast_host != NULL : c->ops->all_reduce_host != NULL))
+        rc = bcast ? c->ops->broadcast_host(c->impl, host + off, nbytes, root)
+                   : c->ops->all_reduce_host(c->impl, host + off, n, dtype, op);
+    else if (!host && (bcast ? c->ops->broadcast_device != NULL : c->ops->all_reduce_device != NULL))
+        rc = bcast ? c->ops->broadcast_device(c->impl, buf, off, nbytes, root)
+                   : c->ops->all_reduce_device(c->impl, buf, off, n, dtype, op);
+    else
+        rc = staged(c, buf, off, nbytes, dtype, op, root, bcast);
+    return end(c, rc);
+}
+
 int rlpi_comm_all_reduce_buffer(rlp_comm *c, rlpi_buffer *buf, size_t off_elems, size_t n, int op)
 {
     if (off_elems > buf->nbytes / 4 || n > buf->nbytes / 4 - off_elems)
         return rlpi_error_set(RLP_E_INVALID_ARG, "process group: all-reduce range outside its buffer");
-    int rc = begin(c);
-    if (rc)
-        return rc;
-    float *host = rlpi_buffer_host(buf);
-    if (host && c->ops->all_reduce_host)
-        rc = c->ops->all_reduce_host(c->impl, host + off_elems, n, RLPI_DT_F32, op);
-    else if (!host && c->ops->all_reduce_device)
-        rc = c->ops->all_reduce_device(c->impl, buf, off_elems * 4, n, RLPI_DT_F32, op);
-    else
-        rc = staged(c, buf, off_elems * 4, n * 4, RLPI_DT_F32, op, 0, false);
-    return end(c, rc);
+    return buffer_collective(c, buf, off_elems * 4, n * 4, RLPI_DT_F32, op, 0, false);
 }
 
 int rlpi_comm_broadcast_buffer(rlp_comm *c, rlpi_buffer *buf, size_t off, size_t nbytes, int root)
 {
     if (off > buf->nbytes || nbytes > buf->nbytes - off)
         return rlpi_error_set(RLP_E_INVALID_ARG, "process group: broadcast range outside its buffer");
-    int rc = begin(c);
-    if (rc)
-        return rc;
-    unsigned char *host = rlpi_buffer_host(buf);
-    if (host && c->ops->broadcast_host)
-        rc = c->ops->broadcast_host(c->impl, host + off, nbytes, root);
-    else if (!host && c->ops->broadcast_device)
-        rc = c->ops->broadcast_device(c->impl, buf, off, nbytes, root);
-    else
-        rc = staged(c, buf, off, nbytes, RLPI_DT_BYTES, 0, root, true);
-    return end(c, rc);
+    return buffer_collective(c, buf, off, nbytes, RLPI_DT_BYTES, 0, root, true);
 }
 
 void rlpi_comm_abort(rlp_comm *c, const char *why)

@@ -92,8 +92,9 @@ typedef struct rlpi_rendezvous_info {
  * all of it or nothing). */
 int rlpi_rendezvous_publish(const char *path, const rlpi_rendezvous_info *info);
 /* Parses a rendezvous document (untrusted: every field checked). RLP_OK;
- * RLP_E_AGAIN for a valid one of another group (world size or transport);
- * RLP_E_FORMAT naming `source`. Does not check that the writer lives. */
+ * RLP_E_AGAIN for a valid one of another group (world size or transport),
+ * with only info->pid set (its writer); RLP_E_FORMAT naming `source`.
+ * Does not check that the writer lives. */
 int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32_t world, int32_t transport,
                           rlpi_rendezvous_info *info);
 /* Other ranks: waits (polling) until `path` holds a rendezvous for `world`

@@ -15,10 +15,10 @@
  *   rank does it, and all ranks read back the same bits) into slot 0;
  *   barrier; every rank copies slot 0 out.
  *
- * Each rank also posts a descriptor (operation, dtype, count, root) with
- * its first chunk; all ranks compare them after the first barrier, so a
- * rank that calls with another size fails everyone with RLP_E_INVALID_ARG
- * rather than reading past a buffer. */
+ * Each rank also posts a descriptor (call number, operation, dtype, count,
+ * root) with every chunk; all ranks compare them after the chunk's first
+ * barrier, so a rank that calls with another size fails everyone with
+ * RLP_E_INVALID_ARG rather than reading past a buffer. */
 #include "dist/comm.h"
 
 #include "core/error.h"
@@ -55,7 +55,7 @@ typedef struct desc {
 
 typedef struct shm_header {
     uint32_t magic, world;
-    uint64_t slot_bytes, data_offset, total_bytes;
+    uint64_t slot_bytes, total_bytes;
     _Atomic uint32_t joined;         /* futex word while joining */
     _Atomic uint32_t barrier_count;
     _Atomic uint32_t barrier_gen;    /* futex word of the barrier */
@@ -190,7 +190,7 @@ static const char *kind_name(uint32_t k)
     return k == OP_ALL_REDUCE ? "all-reduce" : k == OP_BROADCAST ? "broadcast" : k == OP_BARRIER ? "barrier" : "?";
 }
 
-/* Posts this rank's descriptor; after the first barrier, checks them all. */
+/* After a barrier: every rank posted the same descriptor as this one. */
 static int check_descs(shm_comm *s, const desc *mine)
 {
     for (int32_t r = 0; r < s->world; r++) {
@@ -316,9 +316,7 @@ static void shm_destroy(void *impl)
     if (!s)
         return;
     if (s->h) {
-        char why[64];
-        snprintf(why, sizeof why, "left the group");
-        shm_close_group(s, why);
+        shm_close_group(s, "left the group");
         munmap(s->h, s->map_bytes);
     }
     free(s);
@@ -338,25 +336,42 @@ static size_t align64(size_t x)
     return (x + 63) & ~(size_t)63;
 }
 
-static void layout(shm_comm *s, int32_t world)
+/* Where the header's per-rank arrays and the slots start, in bytes from
+ * the header: one layout for the size of the mapping and its pointers. */
+typedef struct regions {
+    size_t present, pids, descs, data, total;
+} regions;
+
+static regions regions_of(int32_t world)
 {
-    size_t off = align64(sizeof(shm_header));
-    s->present = (_Atomic uint32_t *)(void *)((unsigned char *)s->h + off);
-    off = align64(off + (size_t)world * sizeof(uint32_t));
-    s->pids = (volatile int32_t *)(void *)((unsigned char *)s->h + off);
-    off = align64(off + (size_t)world * sizeof(int32_t));
-    s->descs = (desc *)(void *)((unsigned char *)s->h + off);
-    off = align64(off + (size_t)world * sizeof(desc));
-    s->data = (unsigned char *)s->h + off;
+    regions g;
+    g.present = align64(sizeof(shm_header));
+    g.pids = align64(g.present + (size_t)world * sizeof(uint32_t));
+    g.descs = align64(g.pids + (size_t)world * sizeof(int32_t));
+    g.data = align64(g.descs + (size_t)world * sizeof(desc));
+    g.total = g.data + 2 * (size_t)world * rlpi_comm_slot_bytes(world);
+    return g;
 }
 
-static size_t map_size(int32_t world)
+static void layout(shm_comm *s, int32_t world)
 {
-    size_t off = align64(sizeof(shm_header));
-    off = align64(off + (size_t)world * sizeof(uint32_t));
-    off = align64(off + (size_t)world * sizeof(int32_t));
-    off = align64(off + (size_t)world * sizeof(desc));
-    return off + 2 * (size_t)world * rlpi_comm_slot_bytes(world);
+    regions g = regions_of(world);
+    unsigned char *base = (unsigned char *)s->h;
+    s->present = (_Atomic uint32_t *)(void *)(base + g.present);
+    s->pids = (volatile int32_t *)(void *)(base + g.pids);
+    s->descs = (desc *)(void *)(base + g.descs);
+    s->data = base + g.data;
+}
+
+/* The creator's part: the header of a fresh mapping (zeroed by the kernel). */
+static void init_header(shm_comm *s)
+{
+    layout(s, s->world);
+    s->h->world = (uint32_t)s->world;
+    s->h->slot_bytes = rlpi_comm_slot_bytes(s->world);
+    s->h->total_bytes = s->map_bytes;
+    atomic_thread_fence(memory_order_seq_cst);
+    s->h->magic = SHM_MAGIC; /* last: a joiner that sees it sees the rest */
 }
 
 /* Waits until all ranks have set their present flag (joined == world). */
@@ -401,7 +416,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
     s->c = c;
     s->rank = c->rank;
     s->world = c->world;
-    s->map_bytes = map_size(c->world);
+    s->map_bytes = regions_of(c->world).total;
     double deadline = rlpi_comm_now() + c->timeout_ms / 1e3;
     rlpi_rendezvous_info info = {.world = c->world, .transport = RLP_COMM_SHM, .pid = (long)getpid()};
     int rc = RLP_OK, fd = -1;
@@ -415,11 +430,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
             return rc0;
         }
         s->h = p;
-        layout(s, 1);
-        s->h->magic = SHM_MAGIC;
-        s->h->world = 1;
-        s->h->slot_bytes = rlpi_comm_slot_bytes(1);
-        s->h->total_bytes = s->map_bytes;
+        init_header(s);
         join(s);
         c->impl = s;
         c->ops = &shm_ops;
@@ -460,21 +471,16 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
     if (fd >= 0)
         close(fd);
     if (rc == RLP_OK) {
-        layout(s, c->world);
         if (c->rank == 0) {
-            s->h->world = (uint32_t)c->world;
-            s->h->slot_bytes = rlpi_comm_slot_bytes(c->world);
-            s->h->total_bytes = s->map_bytes;
-            s->h->data_offset = (uint64_t)(s->data - (unsigned char *)s->h);
-            atomic_store(&s->h->joined, 0);
-            s->h->magic = SHM_MAGIC;
-            atomic_thread_fence(memory_order_seq_cst);
+            init_header(s);
             rc = rlpi_rendezvous_publish(rendezvous, &info);
         }
-        else if (s->h->magic != SHM_MAGIC || s->h->world != (uint32_t)c->world ||
-                 s->h->total_bytes != s->map_bytes)
-            rc = rlpi_error_set(RLP_E_FORMAT, "process group: shared memory %s does not hold a %d-rank group",
-                                info.shm_name, c->world);
+        else {
+            layout(s, c->world);
+            if (s->h->magic != SHM_MAGIC || s->h->world != (uint32_t)c->world || s->h->total_bytes != s->map_bytes)
+                rc = rlpi_error_set(RLP_E_FORMAT, "process group: shared memory %s does not hold a %d-rank group",
+                                    info.shm_name, c->world);
+        }
     }
     if (rc == RLP_OK)
         rc = join(s);

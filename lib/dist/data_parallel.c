@@ -28,12 +28,11 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the policy and the process group are on different backends",
                               __func__);
     /* same shape everywhere, or nobody moves a byte: compare parameter counts */
-    double n = (double)rlpi_transformer_n_params(policy->tf), lo = n, hi = n;
-    int rc = rlpi_comm_all_reduce_host(comm, &lo, 1, RLPI_DT_F64, RLP_REDUCE_MIN);
-    if (!rc)
-        rc = rlpi_comm_all_reduce_host(comm, &hi, 1, RLPI_DT_F64, RLP_REDUCE_MAX);
+    double n = (double)rlpi_transformer_n_params(policy->tf), range[2] = {n, -n}; /* min, −max: one call */
+    int rc = rlpi_comm_all_reduce_host(comm, range, 2, RLPI_DT_F64, RLP_REDUCE_MIN);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
+    double lo = range[0], hi = -range[1];
     if (lo != hi)
         return rlpi_error_set(RLP_E_INVALID_ARG,
                               "%s: the ranks' policies differ in size (%.0f to %.0f parameters; this rank %.0f)",

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define RENDEZVOUS_MAX_BYTES 4096
 
@@ -73,6 +72,8 @@ int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32
     if (!json_is_object(o) || !json_is_integer(mark) || json_integer_value(mark) != 1 || !json_is_integer(w) ||
         !json_is_string(t) || !json_is_integer(pid) || !json_is_string(shm) || !json_is_string(id))
         rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s lacks its fields", source);
+    else if (json_integer_value(pid) <= 0 || json_integer_value(pid) > INT32_MAX)
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a bad pid", source);
     else if (json_integer_value(w) != world || strcmp(json_string_value(t), transport_name(transport)) != 0) {
         /* another group's file (an old run, or a misconfigured rank): wait
          * for rank 0 to replace it, and say so if it never does */
@@ -80,10 +81,9 @@ int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32
                        "process group: rendezvous file %s is for %lld ranks over %s, this rank expects %d over %s",
                        source, (long long)json_integer_value(w), json_string_value(t), world,
                        transport_name(transport));
+        info->pid = (long)json_integer_value(pid); /* whose it is: the caller may ask whether it runs */
         rc = RLP_E_AGAIN;
     }
-    else if (json_integer_value(pid) <= 0 || json_integer_value(pid) > INT32_MAX)
-        rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a bad pid", source);
     else if (strlen(json_string_value(shm)) >= sizeof info->shm_name ||
              (transport == RLP_COMM_SHM && json_string_value(shm)[0] != '/') ||
              (transport == RLP_COMM_NCCL && strlen(json_string_value(id)) != 2 * sizeof info->nccl_id))
@@ -122,22 +122,15 @@ static int try_read(const char *path, int32_t world, int32_t transport, rlpi_ren
     char buf[RENDEZVOUS_MAX_BYTES];
     size_t len = fread(buf, 1, sizeof buf, f);
     fclose(f);
+    info->pid = 0;
     int rc = rlpi_rendezvous_parse(buf, len, path, world, transport, info);
-    if (rc == RLP_E_AGAIN && transport == RLP_COMM_SHM) {
+    if (rc == RLP_E_AGAIN && transport == RLP_COMM_SHM && info->pid > 0 && kill((pid_t)info->pid, 0) == 0) {
         /* another group's file whose writer is alive here: a live rank 0 that
          * disagrees on the world size or transport will not replace it */
         char why[512];
         snprintf(why, sizeof why, "%s", rlp_error_last());
-        json_t *o = NULL;
-        if (rlpi_json_load_guarded(buf, len, 2, path, &o) == RLP_OK) {
-            const json_t *pid = json_object_get(o, "pid");
-            json_int_t p = json_is_integer(pid) ? json_integer_value(pid) : 0;
-            json_decref(o);
-            if (p > 0 && p <= INT32_MAX && kill((pid_t)p, 0) == 0)
-                return rlpi_error_set(RLP_E_INVALID_ARG, "%s (its rank 0, process %lld, is running: the ranks "
-                                      "disagree)", why, (long long)p);
-        }
-        rlpi_error_set(RLP_E_TIMEOUT, "%s", why);
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s (its rank 0, process %ld, is running: the ranks disagree)", why,
+                              info->pid);
     }
     if (rc == RLP_OK && transport == RLP_COMM_SHM && kill((pid_t)info->pid, 0) != 0 && errno == ESRCH) {
         rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s was written by process %ld, which has "
@@ -151,12 +144,8 @@ int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, dou
                          rlpi_rendezvous_info *info)
 {
     for (;;) {
-        char before[512];
-        snprintf(before, sizeof before, "%s", rlp_error_last());
         rlpi_error_set(RLP_E_TIMEOUT, "process group: rendezvous file %s did not appear", path);
         int rc = try_read(path, world, transport, info);
-        if (rc == RLP_E_AGAIN && access(path, F_OK) == 0 && strstr(before, "rendezvous file"))
-            rlpi_error_set(RLP_E_TIMEOUT, "%s", before); /* keep why the file there is not ours */
         /* a FORMAT error may be a file caught mid-replacement by a non-atomic
          * writer: retry it too until the deadline */
         if (rc == RLP_OK)
