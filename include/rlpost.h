@@ -1351,6 +1351,28 @@ typedef struct rlp_rl_stats {
  */
 RLP_API int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                                 const rlp_rl_options *opts, rlp_rl_stats *stats);
+
+/**
+ * The advantage each trajectory of a scored batch gets from the estimator
+ * of rlp_policy_train_rl() with the same options: the same selection
+ * (valid trajectories with prompt and completion tokens; groups by
+ * group_id), reward shaping (overlong penalty) and formula (GRPO, Dr.GRPO,
+ * RLOO, REINFORCE, REINFORCE++ with its batch normalisation; see
+ * rlp_advantage), for logs and completion tables. The value is the
+ * advantage at the trajectory's first completion token (the whole
+ * sequence's for outcome estimators). The KL shaping of kl_in_reward,
+ * which needs π_ref's logprobs, is not included. Pure: reads the batch
+ * only; any number of threads may call it on one batch.
+ *
+ * @param[out] out  (n) advantages, float; NaN for a trajectory the step
+ *                  would drop (invalid, or no prompt or completion tokens)
+ * @param n     must equal the batch's size
+ * @param batch scored trajectories
+ * @param opts  RL options (NULL: defaults)
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL batch, n ≠ size, bad options, a
+ *         valid trajectory without a reward); RLP_E_NOMEM.
+ */
+RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, const rlp_rl_options *opts);
 /* Tasks and datasets                                                       */
 /* ------------------------------------------------------------------------ */
 

@@ -1,12 +1,14 @@
 /* `rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]
- *   [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]
+ *   [--assistant-prefix A] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]
  *   [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]`:
  * samples completions with the local rollout engine and prints one JSON
  * object: per sample its text, token ids, behaviour logprobs, finish reason
  * and policy version, and the engine's prefill/decode counters. With --chat
  * each prompt is one user message of the model's chat template (after an
  * optional system message); the message text is never parsed for special
- * tokens (public-bugs case #1). */
+ * tokens (public-bugs case #1). --assistant-prefix opens the assistant's
+ * turn with plain text (no special tokens), as a task's "assistant_prefix"
+ * does, so a checkpoint can be replayed on exactly its training prompt. */
 #include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
@@ -24,7 +26,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]\n"
-            "         [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
+            "         [--assistant-prefix A] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
             "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]\n");
 }
 
@@ -53,6 +55,26 @@ static void print_stats(const rlp_rollout_stats *st, double wall)
            (unsigned long long)st->decode_steps, st->prefill_seconds, st->decode_seconds,
            st->prefill_seconds > 0 ? (double)st->prefill_tokens / st->prefill_seconds : 0.0,
            st->decode_seconds > 0 ? (double)st->decode_tokens / st->decode_seconds : 0.0, wall);
+}
+
+/* ids (n of them, malloc'd) followed by the plain-text encoding of
+ * prefix: a new array (ids is freed), or NULL with a message printed. */
+static int32_t *append_prefix(const rlp_tokenizer *tok, int32_t *ids, size_t *n, const char *prefix)
+{
+    size_t m = 0;
+    int32_t *more = encode_text(tok, prefix, 0, &m);
+    int32_t *all = more ? realloc(ids, (*n + m) * sizeof *ids) : NULL;
+    if (!all) {
+        if (more)
+            fprintf(stderr, "rlpost generate: out of memory\n");
+        free(ids);
+        free(more);
+        return NULL;
+    }
+    memcpy(all + *n, more, m * sizeof *more);
+    *n += m;
+    free(more);
+    return all;
 }
 
 /* The batch as JSON (prompt-major, as rlp_rollout_generate returns it). */
@@ -106,7 +128,7 @@ static int print_result(const char *model, const rlp_batch *batch, const rlp_pro
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *system = NULL;
+    const char *model = NULL, *system = NULL, *prefix = NULL;
     const char *texts[MAX_PROMPTS], *stops[MAX_STOPS];
     size_t n_prompts = 0, n_stops = 0;
     int chat = 0, bad = 0;
@@ -123,6 +145,8 @@ int cmd_generate(int argc, char **argv)
             bad = n_prompts == MAX_PROMPTS || !(texts[n_prompts++] = val);
         else if (!strcmp(a, "--system"))
             system = val;
+        else if (!strcmp(a, "--assistant-prefix"))
+            prefix = val;
         else if (!strcmp(a, "--stop"))
             bad = n_stops == MAX_STOPS || !*val || !(stops[n_stops++] = val);
         else if (!strcmp(a, "--temperature"))
@@ -152,9 +176,9 @@ int cmd_generate(int argc, char **argv)
                     val && takes ? val : "");
         i += takes;
     }
-    if (bad || !model || n_prompts == 0 || (system && !chat)) {
-        if (system && !chat)
-            fprintf(stderr, "rlpost generate: --system needs --chat\n");
+    if (bad || !model || n_prompts == 0 || ((system || prefix) && !chat)) {
+        if ((system || prefix) && !chat)
+            fprintf(stderr, "rlpost generate: %s needs --chat\n", system ? "--system" : "--assistant-prefix");
         usage();
         return EXIT_USAGE;
     }
@@ -191,6 +215,8 @@ int cmd_generate(int argc, char **argv)
         if (chat) {
             rlp_chat_message msgs[2] = {{"system", system}, {"user", texts[p]}};
             ids[p] = system ? encode_chat_messages(tok, msgs, 2, &n) : encode_chat_messages(tok, msgs + 1, 1, &n);
+            if (ids[p] && prefix && *prefix && !(ids[p] = append_prefix(tok, ids[p], &n, prefix)))
+                goto done;
         } else {
             /* plain text, as the engine encodes rlp_prompt::text: no BOS, no special tokens */
             ids[p] = encode_text(tok, texts[p], 0, &n);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "task/arith.h"
 #include "task/countdown.h"
 #include "task/cursor.h"
 #include "task/dataset.h"
@@ -20,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TASK_KK = 0, TASK_COUNTDOWN = 1, TASK_JSONL = 2 };
+enum { TASK_KK = 0, TASK_COUNTDOWN = 1, TASK_JSONL = 2, TASK_ARITH = 3 };
 
 struct rlp_task {
     int kind;
-    const char *name; /* "kk", "countdown", "jsonl": the cursor's owner name */
+    const char *name; /* "kk", "countdown", "arith", "jsonl": the cursor's owner name */
     char *label;      /* metadata "task" value, or NULL */
     uint64_t seed;
     uint64_t size;    /* items per epoch, 0 = endless */
@@ -34,6 +35,7 @@ struct rlp_task {
     rlpi_cursor cursor;
     rlpi_kk_params kk;
     rlpi_cd_params cd;
+    rlpi_arith_set arith; /* the split's problems (arith) */
     rlpi_dataset *data;
 };
 
@@ -206,9 +208,59 @@ static int countdown_options(rlp_task *t, const json_t *o)
     return common_options(t, o);
 }
 
+/* The problems of one split, in enumeration order: a finite task whose
+ * epochs the order shuffles (seed), like a dataset's. */
+static int arith_options(rlp_task *t, const json_t *o)
+{
+    static const char *const keys[] = {"seed", "shuffle", "ops", "max_add", "max_mul", "holdout", "split"};
+    int rc = check_keys(o, "arith", keys, sizeof keys / sizeof keys[0]);
+    int64_t max_add = 30, max_mul = 12, holdout = 4;
+    rlpi_arith_params p = {RLPI_ARITH_ADD | RLPI_ARITH_MUL, 0, 0, 0, RLPI_ARITH_ALL};
+    if (rc || (rc = int_opt(o, "max_add", 1, RLPI_ARITH_MAX_OPERAND, &max_add)) ||
+        (rc = int_opt(o, "max_mul", 2, RLPI_ARITH_MAX_OPERAND, &max_mul)) ||
+        (rc = int_opt(o, "holdout", 2, RLPI_ARITH_MAX_HOLDOUT, &holdout)))
+        return rc;
+    const json_t *ops = o ? json_object_get(o, "ops") : NULL;
+    if (ops) {
+        p.ops = 0;
+        size_t i;
+        const json_t *v;
+        if (!json_is_array(ops) || json_array_size(ops) == 0)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "arith options: \"ops\" must be a non-empty array of "
+                                                     "\"+\", \"-\", \"*\"");
+        json_array_foreach(ops, i, v)
+        {
+            const char *s = json_is_string(v) ? json_string_value(v) : "";
+            unsigned bit = !strcmp(s, "+") ? RLPI_ARITH_ADD : !strcmp(s, "-") ? RLPI_ARITH_SUB
+                         : !strcmp(s, "*") ? RLPI_ARITH_MUL : 0;
+            if (!bit)
+                return rlpi_error_set(RLP_E_INVALID_ARG, "arith options: ops[%zu] is not \"+\", \"-\" or \"*\"",
+                                      i);
+            p.ops |= bit;
+        }
+    }
+    const json_t *split = o ? json_object_get(o, "split") : NULL;
+    if (split) {
+        const char *s = json_is_string(split) ? json_string_value(split) : "";
+        p.split = !strcmp(s, "all") ? RLPI_ARITH_ALL : !strcmp(s, "train") ? RLPI_ARITH_TRAIN
+                : !strcmp(s, "eval") ? RLPI_ARITH_EVAL : -1;
+    }
+    p.max_add = (int)max_add;
+    p.max_mul = (int)max_mul;
+    p.holdout = (int)holdout;
+    if ((rc = rlpi_arith_enumerate(&t->arith, &p)))
+        return rlpi_error_wrap("arith options");
+    t->size = t->arith.n;
+    char buf[128];
+    snprintf(buf, sizeof buf, "arith v1 ops %u add %d mul %d holdout %d split %d", p.ops, p.max_add, p.max_mul,
+             p.holdout, p.split);
+    t->fingerprint = fnv_str(UINT64_C(0xcbf29ce484222325), buf);
+    return common_options(t, o);
+}
+
 /* Metadata keys the task itself writes; a dataset field may not take them. */
 static const char *const reserved_keys[] = {"reference", "task", "index", "line", "epoch",
-                                            "assistant_prefix"};
+                                            "assistant_prefix", "answer_type"};
 
 static int jsonl_mapping(rlpi_dataset_mapping *m, const json_t *o, char **label, const char **preset)
 {
@@ -296,6 +348,7 @@ RLP_API void rlp_task_free(rlp_task *task)
     rlpi_template_free(&task->tmpl);
     rlpi_order_free(&task->order);
     rlpi_dataset_free(task->data);
+    rlpi_arith_set_free(&task->arith);
     free(task->label);
     free(task);
 }
@@ -304,10 +357,13 @@ RLP_API int rlp_task_create(rlp_task **out, const char *name, const char *option
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(name, "name is NULL");
-    int kind = !strcmp(name, "kk") ? TASK_KK : !strcmp(name, "countdown") ? TASK_COUNTDOWN : -1;
+    int kind = !strcmp(name, "kk")          ? TASK_KK
+             : !strcmp(name, "countdown") ? TASK_COUNTDOWN
+             : !strcmp(name, "arith")     ? TASK_ARITH
+                                          : -1;
     if (kind < 0)
         return rlpi_error_set(RLP_E_INVALID_ARG,
-                              "rlp_task_create: unknown task \"%.64s\" (kk, countdown)", name);
+                              "rlp_task_create: unknown task \"%.64s\" (kk, countdown, arith)", name);
     json_t *o = NULL;
     int rc = parse_options(&o, options_json, "rlp_task_create options");
     if (rc)
@@ -318,10 +374,11 @@ RLP_API int rlp_task_create(rlp_task **out, const char *name, const char *option
         return rlpi_error_set(RLP_E_NOMEM, "rlp_task_create: out of memory");
     }
     t->kind = kind;
-    t->name = kind == TASK_KK ? "kk" : "countdown";
-    rc = kind == TASK_KK ? kk_options(t, o) : countdown_options(t, o);
+    t->name = kind == TASK_KK ? "kk" : kind == TASK_COUNTDOWN ? "countdown" : "arith";
+    rc = kind == TASK_KK ? kk_options(t, o) : kind == TASK_COUNTDOWN ? countdown_options(t, o) : arith_options(t, o);
     if (!rc)
-        rc = rlpi_template_from_options(&t->tmpl, o, kind == TASK_KK ? "logic-rl" : "tinyzero");
+        rc = rlpi_template_from_options(&t->tmpl, o,
+                                        kind == TASK_KK ? "logic-rl" : kind == TASK_COUNTDOWN ? "tinyzero" : "none");
     if (!rc && !(t->label = strdup(t->name)))
         rc = rlpi_error_set(RLP_E_NOMEM, "rlp_task_create: out of memory");
     json_decref(o);
@@ -455,6 +512,17 @@ static int generate_item(const rlp_task *t, uint64_t index, set_entry *e, json_t
         fail |= json_object_set_new(meta, "solution_text_format", json_string(e->reference ? e->reference : ""));
         fail |= json_object_set_new(meta, "statements", json_string(statements ? statements : ""));
         free(statements);
+    } else if (t->kind == TASK_ARITH) {
+        const rlpi_arith_problem *pb = &t->arith.items[index];
+        char q[64], ref[32];
+        rlpi_arith_render(pb, q, sizeof q);
+        snprintf(ref, sizeof ref, "%lld", (long long)rlpi_arith_answer(pb));
+        e->question = strdup(q);
+        e->reference = strdup(ref);
+        fail |= json_object_set_new(meta, "answer_type", json_string("number"));
+        fail |= json_object_set_new(meta, "op", json_string(rlpi_arith_op_name(pb->op)));
+        fail |= json_object_set_new(meta, "a", json_integer(pb->a));
+        fail |= json_object_set_new(meta, "b", json_integer(pb->b));
     } else {
         rlpi_cd_problem pb;
         if ((rc = rlpi_cd_generate(&pb, &t->cd, t->seed, index)))

@@ -396,6 +396,7 @@ FUNCTIONS = [
     # RL step
     ("rlp_rl_options_init", c_int, [P(RLOptions), c_uint32]),
     ("rlp_policy_train_rl", c_int, [_h, _h, _h, P(RLOptions), P(RLStats)]),
+    ("rlp_rl_advantages", c_int, [P(c_float), c_size_t, _h, P(RLOptions)]),
     # tasks
     ("rlp_task_create", c_int, [_out_h, _cs, _cs]),
     ("rlp_task_open_jsonl", c_int, [_out_h, _cs, _cs]),

@@ -7,7 +7,7 @@ from ctypes import byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
-from ._util import CArray, Record, from_c, json_text, struct_record, text, to_bytes
+from ._util import CArray, Record, from_c, json_text, options, struct_record, text, to_bytes
 
 F = _ffi.F
 
@@ -167,6 +167,21 @@ class Batch(Handle):
     def set_invalid(self, index, reason):
         with self._use() as p:
             check(F.rlp_batch_set_invalid(p, int(index), to_bytes(reason, "reason")), "rlp_batch_set_invalid")
+
+    def advantages(self, **kw):
+        """The advantage each trajectory gets from the RL step's estimator
+        (rlp_rl_advantages()): a list of floats, NaN where the step would
+        drop the trajectory. Keywords are rlp_rl_options fields (advantage,
+        adv_eps, adv_batch_norm, gamma, ...), as for Policy.train_rl()."""
+        for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
+            if k in kw:
+                kw[k] = int(kw[k])
+        opts = options(_ffi.RLOptions, "rlp_rl_options_init", kw, [], what="advantages")
+        n = len(self)
+        out = (c_float * max(n, 1))()
+        with self._use() as p:
+            check(F.rlp_rl_advantages(out, n, p, byref(opts)), "rlp_rl_advantages")
+        return [float(out[i]) for i in range(n)]
 
     def logprob_mismatch(self, policy):
         """Recomputes the completions' logprobs with @p policy and compares

@@ -213,3 +213,38 @@ def test_remote_engine_failures_come_back_as_trajectories(tok512):
     eng.close()
     with pytest.raises(rlpost.InvalidArgumentError):
         rlpost.RolloutEngine.remote([])
+
+
+def test_advantages_match_the_estimators():
+    """rlp_rl_advantages against the formulas (docs/algorithms.md): GRPO
+    (r − mean)/(std + ε) with the unbiased std, Dr.GRPO r − mean, RLOO
+    r − mean of the others; invalid and empty trajectories get NaN, and a
+    group whose rewards are all equal gets exactly 0."""
+    b = rlpost.Batch()
+    rewards = [1.0, 0.0, 0.0, 1.0, 2.0, 2.0]
+    for i, r in enumerate(rewards):
+        b.append(group_id=i // 3, sample_index=i % 3, prompt_tokens=[1, 2], completion_tokens=[3, 4, 5],
+                 logprobs=[-1.0, -1.0, -1.0], reward=r)
+    b.append(group_id=2, sample_index=0, prompt_tokens=[1], completion_tokens=[3], logprobs=[-1.0], reward=5.0)
+    b.set_invalid(6, "refused")
+    b.append(group_id=2, sample_index=1, prompt_tokens=[1], completion_tokens=[], logprobs=[], reward=5.0)
+    g = [1.0, 0.0, 0.0]
+    m = sum(g) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in g) / 2)
+    grpo = b.advantages(advantage=rlpost.Advantage.GRPO)
+    for i in range(3):
+        assert grpo[i] == pytest.approx((g[i] - m) / (sd + 1e-6), rel=1e-5)
+    dr = b.advantages(advantage=rlpost.Advantage.DR_GRPO)
+    assert dr[:3] == pytest.approx([x - m for x in g], rel=1e-6)
+    rloo = b.advantages(advantage=rlpost.Advantage.RLOO)
+    assert rloo[0] == pytest.approx(1.0 - 0.0, rel=1e-6) and rloo[1] == pytest.approx(0.0 - 0.5, rel=1e-6)
+    # group 1 = [1, 2, 2]: not all equal; group of equal rewards → exactly 0
+    e = rlpost.Batch()
+    for i in range(2):
+        e.append(group_id=0, sample_index=i, prompt_tokens=[1], completion_tokens=[2], logprobs=[-1.0], reward=3.0)
+    assert e.advantages() == [0.0, 0.0]
+    assert math.isnan(grpo[6]) and math.isnan(grpo[7])
+    unscored = rlpost.Batch()
+    unscored.append(group_id=0, prompt_tokens=[1], completion_tokens=[2], logprobs=[-1.0])
+    with pytest.raises(rlpost.Error):
+        unscored.advantages()
