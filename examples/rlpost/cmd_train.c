@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "json_out.h"
 #include "rlpost.h"
+#include "eval_stats.h"
 #include "train.h"
 #include "train_config.h"
 
@@ -257,6 +258,16 @@ static int check_config(run *r)
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0, "≥ 0");
+    RANGE("eval.samples", cfg_int(c, "eval.samples") >= 0 && cfg_int(c, "eval.samples") <= 64, "in [0, 64]");
+    RANGE("eval.greedy", cfg_bool(c, "eval.greedy") || cfg_int(c, "eval.samples") > 0,
+          "true when eval.samples is 0 (an evaluation needs greedy or sampled completions)");
+    RANGE("samples.per_step", cfg_int(c, "samples.per_step") >= 0 && cfg_int(c, "samples.per_step") <= 1024,
+          "in [0, 1024]");
+    if (cfg_get(cfg_get(c, "task.options"), "split") && !strcmp(cfg_str(c, "task.name"), "arith")) {
+        fmt(r->err, ERR_CAP, "task.options.split: rlpost train chooses the arith split itself (\"train\" to "
+                             "train on, \"eval\" to evaluate on)");
+        return -1;
+    }
     RANGE("eval.seed", !cfg_get(c, "eval.seed") || json_is_null(cfg_get(c, "eval.seed")) || cfg_int(c, "eval.seed") >= 0,
           "≥ 0");
     RANGE("checkpoint.interval", cfg_int(c, "checkpoint.interval") >= 0, "≥ 0");
@@ -306,13 +317,17 @@ static int make_task(run *r, int eval, rlp_task **out)
         seed = cfg_get(c, "eval.seed") && !json_is_null(cfg_get(c, "eval.seed")) ? cfg_int(c, "eval.seed")
                                                                                   : seed + 1;
     json_object_set_new(opts, "seed", json_integer(seed));
+    /* the generated arithmetic task: training and held-out problems are
+     * the two sides of a fixed partition, disjoint for any seeds */
+    if (!strcmp(name, "arith"))
+        json_object_set_new(opts, "split", json_string(eval ? "eval" : "train"));
     if (!strcmp(name, "gsm8k") && !json_object_get(opts, "task"))
         json_object_set_new(opts, "task", json_string("gsm8k"));
     char *text = json_dumps(opts, JSON_COMPACT);
     json_decref(opts);
     int rc;
     char pbuf[PATH_MAX];
-    if (!strcmp(name, "kk") || !strcmp(name, "countdown")) {
+    if (!strcmp(name, "kk") || !strcmp(name, "countdown") || !strcmp(name, "arith")) {
         rc = rlp_task_create(out, name, text);
         if (rc)
             fmt(r->err, ERR_CAP, "task.options: %s", rlp_error_last());
@@ -329,7 +344,7 @@ static int make_task(run *r, int eval, rlp_task **out)
             fmt(r->err, ERR_CAP, "%s: %s", rc == RLP_E_INVALID_ARG ? "task.options" : key, rlp_error_last());
         }
     } else {
-        fmt(r->err, ERR_CAP, "task.name: unknown task \"%s\" (one of: kk countdown gsm8k jsonl)", name);
+        fmt(r->err, ERR_CAP, "task.name: unknown task \"%s\" (one of: arith kk countdown gsm8k jsonl)", name);
         rc = RLP_E_INVALID_ARG;
     }
     free(text);
@@ -468,6 +483,21 @@ static int make_reward(run *r)
         r->reward = fns[0];
         return RLP_OK;
     }
+    /* each term once more, alone: samples.jsonl shows every term's score */
+    fmt(names, sizeof names, "%s", cfg_str(c, "reward.name"));
+    opts = json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT);
+    for (char *save = NULL, *t = strtok_r(names, "+", &save); t && !rc && r->n_terms < n;
+         t = strtok_r(NULL, "+", &save)) {
+        double w;
+        if (!(rc = reward_weight(r, t, &w)) && !(rc = make_one_reward(r, t, opts, &r->terms[r->n_terms])))
+            fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s", t);
+    }
+    free(opts);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            rlp_reward_fn_free(fns[i]);
+        return rc;
+    }
     if ((rc = rlp_reward_fn_combine(&r->reward, fns, weighted ? weights : NULL, n)) != RLP_OK) {
         fmt(r->err, ERR_CAP, "reward.name: %s", rlp_error_last());
         for (size_t i = 0; i < n; i++)
@@ -509,15 +539,38 @@ static int make_metric_scorers(run *r)
         thr = json_number_value(t);
     r->acc_threshold = thr;
     if (acc) {
-        char *opts = !cfg_str(c, "eval.accuracy_reward") && !strcmp(acc, cfg_str(c, "reward.name"))
-                         ? json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT)
-                         : NULL;
+        /* configured like the training reward's term of the same name, if it has one */
+        char terms[256];
+        int is_term = 0;
+        fmt(terms, sizeof terms, "%s", cfg_str(c, "reward.name"));
+        for (char *save = NULL, *t = strtok_r(terms, "+", &save); t && !is_term; t = strtok_r(NULL, "+", &save)) {
+            const char *star = strchr(t, '*');
+            is_term = !strcmp(star ? star + 1 : t, acc);
+        }
+        char *opts = is_term && !cfg_str(c, "reward.library") ? json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT)
+                                                            : NULL;
         int rc = rlp_reward_fn_create_builtin(&r->acc_fn, acc, opts);
         free(opts);
         if (rc) {
             fmt(r->err, ERR_CAP, "eval.accuracy_reward: %s", rlp_error_last());
             return -1;
         }
+        /* answer_parse_rate: the same verifier, scoring 1 for any answer it
+         * can read (right or wrong) and 0 when it finds none */
+        static const struct {
+            const char *name, *opts;
+        } parse[] = {
+            {"gsm8k", "{\"correct\": 1, \"wrong\": 1, \"missing\": 0}"},
+            {"boxed_math", "{\"correct\": 1, \"wrong\": 1, \"missing\": 0}"},
+            {"countdown", "{\"correct\": 1, \"format_score\": 1, \"missing\": 0}"},
+            {"kk_answer", "{\"answer_correct\": 1, \"answer_wrong\": 1, \"answer_unparsable\": 0, "
+                          "\"count_mismatch\": 0}"},
+        };
+        for (size_t i = 0; i < sizeof parse / sizeof parse[0]; i++)
+            if (!strcmp(acc, parse[i].name) && rlp_reward_fn_create_builtin(&r->parse_fn, acc, parse[i].opts)) {
+                fmt(r->err, ERR_CAP, "eval.accuracy_reward: %s", rlp_error_last());
+                return -1;
+            }
     }
     return 0;
 }
@@ -766,9 +819,43 @@ typedef struct scores {
     double mean, std, min, max;
     double format_rate, format_mean; /* NaN without a format scorer */
     double accuracy;                 /* NaN without an accuracy scorer */
+    double parse_rate;               /* answer_parse_rate; NaN without a parse scorer */
     size_t completion_tokens;
     size_t truncated;
 } scores;
+
+/* Per-sample scores of one scored batch (each NULL or n floats, NaN where
+ * the sample is invalid): what samples.jsonl shows. */
+typedef struct detail {
+    float *format, *acc, *parse, *reward;
+    float **terms; /* n_terms arrays */
+} detail;
+
+static void detail_free(detail *d, size_t n_terms)
+{
+    free(d->format);
+    free(d->acc);
+    free(d->parse);
+    free(d->reward);
+    for (size_t i = 0; d->terms && i < n_terms; i++)
+        free(d->terms[i]);
+    free(d->terms);
+    memset(d, 0, sizeof *d);
+}
+
+/* The rewards now in the batch into a new array (NaN where invalid). */
+static float *keep_rewards(const rlp_batch *batch)
+{
+    size_t n;
+    rlp_batch_size(&n, batch);
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; v && i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&t, batch, i);
+        v[i] = t.valid ? t.reward : NAN;
+    }
+    return v;
+}
 
 /* Runs fn over the batch and returns (fraction ≥ thr, mean) over valid samples. */
 static int score_with(rlp_reward_fn *fn, rlp_batch *batch, double thr, double *frac, double *mean)
@@ -829,9 +916,10 @@ static int scores_reduce(run *r, scores *sc)
 {
     double n = (double)sc->n, v = (double)sc->n_valid;
     double sum = v > 0 ? sc->mean * v : 0, sq = v > 1 ? sc->std * sc->std * (v - 1) + sum * sc->mean : sum * sc->mean;
-    int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy);
+    int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy), has_parse = !isnan(sc->parse_rate);
     double a[] = {n, v, sum, sq, has_fmt ? sc->format_rate * n : 0, has_fmt && !isnan(sc->format_mean) ? sc->format_mean * n : 0,
-                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated};
+                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated,
+                  has_parse ? sc->parse_rate * n : 0};
     double range[2] = {v > 0 ? sc->min : INFINITY, v > 0 ? -sc->max : INFINITY}; /* min, −max: one call */
     if (rlp_comm_all_reduce(r->comm, a, sizeof a / sizeof *a, RLP_REDUCE_SUM) ||
         rlp_comm_all_reduce(r->comm, range, 2, RLP_REDUCE_MIN))
@@ -853,26 +941,43 @@ static int scores_reduce(run *r, scores *sc)
     }
     if (has_acc)
         sc->accuracy = a[0] > 0 ? a[6] / a[0] : NAN;
+    if (has_parse)
+        sc->parse_rate = a[0] > 0 ? a[9] / a[0] : NAN;
     return 0;
 }
 
-/* Format and accuracy first, the training reward last: what stays in the
- * batch is the reward the step trains on. */
-static int score(run *r, rlp_batch *batch, scores *sc)
+/* Format, accuracy and answer parsing first, the training reward last:
+ * what stays in the batch is the reward the step trains on. With det, the
+ * per-sample scores are kept too (and each term of a combined reward, when
+ * terms is set). */
+static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int terms)
 {
     memset(sc, 0, sizeof *sc);
-    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
+    sc->format_rate = sc->format_mean = sc->accuracy = sc->parse_rate = NAN;
     double unused;
-    int rc;
-    if (r->format_fn && (rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)))
-        return rc;
-    if (r->acc_fn && (rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)))
-        return rc;
+    int rc = RLP_OK;
+    if (r->format_fn && !(rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)) && det)
+        det->format = keep_rewards(batch);
+    if (!rc && r->acc_fn && !(rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)) && det)
+        det->acc = keep_rewards(batch);
+    if (!rc && r->parse_fn && !(rc = score_with(r->parse_fn, batch, 0.5, &sc->parse_rate, &unused)) && det)
+        det->parse = keep_rewards(batch);
+    if (!rc && det && terms && r->n_terms && (det->terms = calloc(r->n_terms, sizeof *det->terms)))
+        for (size_t i = 0; !rc && i < r->n_terms; i++)
+            if (!(rc = score_with(r->terms[i], batch, 0, &unused, &unused)))
+                det->terms[i] = keep_rewards(batch);
     rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
-    if ((rc = rlp_reward_fn_score(r->reward, batch, &st)))
-        return rc;
-    reward_summary(batch, sc);
-    return RLP_OK;
+    if (!rc && !(rc = rlp_reward_fn_score(r->reward, batch, &st))) {
+        reward_summary(batch, sc);
+        if (det)
+            det->reward = keep_rewards(batch);
+    }
+    return rc;
+}
+
+static int score(run *r, rlp_batch *batch, scores *sc)
+{
+    return score_detail(r, batch, sc, NULL, 0);
 }
 
 /* The metrics of a batch the rollout side has scored already (async):
@@ -881,9 +986,9 @@ static int score(run *r, rlp_batch *batch, scores *sc)
 static int score_scored(run *r, const rlp_batch *batch, scores *sc)
 {
     memset(sc, 0, sizeof *sc);
-    sc->format_rate = sc->format_mean = sc->accuracy = NAN;
+    sc->format_rate = sc->format_mean = sc->accuracy = sc->parse_rate = NAN;
     int rc = RLP_OK;
-    if (r->format_fn || r->acc_fn) {
+    if (r->format_fn || r->acc_fn || r->parse_fn) {
         size_t n;
         rlp_batch_size(&n, batch);
         rlp_batch *copy;
@@ -899,6 +1004,8 @@ static int score_scored(run *r, const rlp_batch *batch, scores *sc)
             rc = score_with(r->format_fn, copy, 0.5, &sc->format_rate, &sc->format_mean);
         if (!rc && r->acc_fn)
             rc = score_with(r->acc_fn, copy, r->acc_threshold, &sc->accuracy, &unused);
+        if (!rc && r->parse_fn)
+            rc = score_with(r->parse_fn, copy, 0.5, &sc->parse_rate, &unused);
         rlp_batch_free(copy);
     }
     if (!rc)
@@ -1118,9 +1225,164 @@ static void append_jsonl(const char *out, const char *file, json_t *rec)
 /* Evaluation                                                               */
 /* ------------------------------------------------------------------------ */
 
-/* Greedy (or sampled, one per prompt) completions on the first eval.n
- * prompts of the held-out task; the same prompts every time. */
-static json_t *evaluate(run *r, long long step)
+/* Appends every record of arr to OUT/file, one line each, with one fsync. */
+static void append_jsonl_all(const char *out, const char *file, json_t *arr)
+{
+    char path[PATH_MAX];
+    fmt(path, sizeof path, "%s/%s", out, file);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    size_t i;
+    json_t *rec;
+    json_array_foreach(arr, i, rec)
+    {
+        json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        fputc('\n', f);
+    }
+    fflush(f);
+    fsync(fileno(f));
+    fclose(f);
+}
+
+static json_t *jflag(const float *v, size_t i, double thr)
+{
+    return v && !isnan(v[i]) ? json_boolean(v[i] >= thr) : json_null();
+}
+
+/* samples.jsonl: trajectory i of a scored batch with the prompt, the whole
+ * completion, the reference, the training reward and each of its terms,
+ * format, correctness, whether an answer was found, and the advantage. */
+static json_t *sample_record(const run *r, const rlp_batch *batch, size_t i, const detail *d, const float *adv)
+{
+    rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+    rlp_batch_get(&t, batch, i);
+    json_t *rec = json_object(), *meta = t.metadata_json ? json_loads(t.metadata_json, 0, NULL) : NULL;
+    json_t *ref = json_object_get(meta, "reference");
+    json_object_set_new(rec, "prompt", json_string(t.prompt_text ? t.prompt_text : ""));
+    json_object_set_new(rec, "completion", json_string(t.completion_text ? t.completion_text : ""));
+    json_object_set_new(rec, "reference", ref ? json_incref(ref) : json_null());
+    json_object_set_new(rec, "reward", d->reward ? jnum(d->reward[i]) : json_null());
+    if (d->terms) {
+        json_t *terms = json_object();
+        for (size_t k = 0; k < r->n_terms; k++)
+            json_object_set_new(terms, r->term_names[k], d->terms[k] ? jnum(d->terms[k][i]) : json_null());
+        json_object_set_new(rec, "reward_terms", terms);
+    }
+    json_object_set_new(rec, "format", jflag(d->format, i, 0.5));
+    json_object_set_new(rec, "correct", jflag(d->acc, i, r->acc_threshold));
+    json_object_set_new(rec, "answer_parsed", jflag(d->parse, i, 0.5));
+    if (adv)
+        json_object_set_new(rec, "advantage", jnum(adv[i]));
+    json_object_set_new(rec, "completion_tokens", json_integer((json_int_t)t.n_completion_tokens));
+    json_object_set_new(rec, "truncated", json_boolean(t.finish_reason == RLP_FINISH_LENGTH));
+    if (!t.valid)
+        json_object_set_new(rec, "invalid", json_string(t.error ? t.error : "invalid"));
+    json_decref(meta);
+    return rec;
+}
+
+/* One decoding mode of an evaluation (greedy, or k samples per prompt at
+ * the training temperature) over the same n prompts: its figures with 95 %
+ * intervals go into rec under `prefix`, its per-prompt accuracies into
+ * rec[prefix "correct"], every completion into samples. 0, or -1 with err. */
+static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, uint32_t k, long long step,
+                     json_t *rec, json_t *samples, char *err)
+{
+    rlp_sampling_options s = r->sampling;
+    s.n = k;
+    if (greedy)
+        s.temperature = 0;
+    s.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (UINT64_C(1) << 62) + (greedy ? 0 : 1));
+    rlp_batch *batch = NULL;
+    scores sc;
+    detail d = {0};
+    int rc = generate(r, r->engine, r->pull && !r->remote, 0, set, &s, &batch, err);
+    if (!rc && (rc = score_detail(r, batch, &sc, &d, 1)) != RLP_OK)
+        fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
+    size_t total = 0;
+    if (!rc)
+        rlp_batch_size(&total, batch);
+    if (!rc && total != n * k) {
+        fmt(err, ERR_CAP, "%zu completions for %zu prompts × %u", total, n, k);
+        rc = RLP_E_INTERNAL;
+    }
+    double *per = rc ? NULL : calloc(n ? n : 1, sizeof *per);
+    size_t hits = 0, fmt_hits = 0, parse_hits = 0;
+    const char *mode = greedy ? "greedy" : "sampled";
+    for (size_t i = 0; per && i < total; i++) {
+        /* completions come prompt-major: k samples of prompt 0, then of prompt 1, … */
+        int ok = d.acc && !isnan(d.acc[i]) && d.acc[i] >= r->acc_threshold;
+        per[i / k] += ok ? 1.0 / k : 0.0;
+        hits += ok;
+        fmt_hits += d.format && !isnan(d.format[i]) && d.format[i] >= 0.5;
+        parse_hits += d.parse && !isnan(d.parse[i]) && d.parse[i] >= 0.5;
+        json_t *x = sample_record(r, batch, i, &d, NULL);
+        json_object_set_new(x, "kind", json_string("eval"));
+        json_object_set_new(x, "step", json_integer(step));
+        json_object_set_new(x, "mode", json_string(mode));
+        json_object_set_new(x, "prompt_index", json_integer((json_int_t)(i / k)));
+        json_object_set_new(x, "sample", json_integer((json_int_t)(i % k)));
+        json_array_append_new(samples, x);
+    }
+    if (per) {
+        char key[64];
+        double lo, hi;
+        json_t *arr = json_array();
+        for (size_t p = 0; p < n; p++)
+            json_array_append_new(arr, json_real(per[p]));
+        fmt(key, sizeof key, "%s_accuracy", mode);
+        json_object_set_new(rec, key, r->acc_fn ? json_real((double)hits / (double)total) : json_null());
+        /* greedy: one Bernoulli trial per prompt (Wilson); sampled: the k
+         * samples of a prompt are correlated, so prompts are resampled */
+        if (greedy)
+            eval_wilson(hits, total, EVAL_Z95, &lo, &hi);
+        else
+            eval_bootstrap_mean(per, n, EVAL_BOOTSTRAP, (uint64_t)step * 2 + 1, &lo, &hi);
+        fmt(key, sizeof key, "%s_accuracy_ci", mode);
+        json_object_set_new(rec, key, r->acc_fn ? json_pack("[f, f]", lo, hi) : json_null());
+        fmt(key, sizeof key, "%s_format_rate", mode);
+        json_object_set_new(rec, key, r->format_fn ? json_real((double)fmt_hits / (double)total) : json_null());
+        eval_wilson(fmt_hits, total, EVAL_Z95, &lo, &hi);
+        fmt(key, sizeof key, "%s_format_rate_ci", mode);
+        json_object_set_new(rec, key, r->format_fn ? json_pack("[f, f]", lo, hi) : json_null());
+        fmt(key, sizeof key, "%s_answer_parse_rate", mode);
+        json_object_set_new(rec, key, r->parse_fn ? json_real((double)parse_hits / (double)total) : json_null());
+        fmt(key, sizeof key, "%s_reward_mean", mode);
+        json_object_set_new(rec, key, jnum(sc.mean));
+        fmt(key, sizeof key, "%s_mean_completion_tokens", mode);
+        json_object_set_new(rec, key, json_real((double)sc.completion_tokens / (double)(total ? total : 1)));
+        fmt(key, sizeof key, "%s_truncated", mode);
+        json_object_set_new(rec, key, json_integer((json_int_t)sc.truncated));
+        fmt(key, sizeof key, "%s_correct", mode);
+        json_object_set_new(rec, key, arr);
+        if (!greedy)
+            json_object_set_new(rec, "sampled_k", json_integer(k));
+        /* the fields of earlier versions: the first mode evaluated */
+        if (!json_object_get(rec, "accuracy")) {
+            json_object_set_new(rec, "accuracy", jnum(sc.accuracy));
+            json_object_set_new(rec, "format_rate", jnum(sc.format_rate));
+            json_object_set_new(rec, "format_reward_mean", jnum(sc.format_mean));
+            json_object_set_new(rec, "answer_parse_rate", jnum(sc.parse_rate));
+            json_object_set_new(rec, "reward_mean", jnum(sc.mean));
+            json_object_set_new(rec, "mean_completion_tokens",
+                                json_real((double)sc.completion_tokens / (double)(total ? total : 1)));
+        }
+    } else if (!rc) {
+        fmt(err, ERR_CAP, "out of memory");
+        rc = RLP_E_NOMEM;
+    }
+    free(per);
+    detail_free(&d, r->n_terms);
+    rlp_batch_free(batch);
+    return rc ? -1 : 0;
+}
+
+/* Greedy and/or sampled completions (eval.greedy, eval.samples) on the first
+ * eval.n prompts of the held-out task; the same prompts every time, so two
+ * evaluations compare prompt by prompt. Every completion goes to
+ * samples.jsonl when out is set. */
+static json_t *evaluate(run *r, long long step, const char *out, json_t **keep)
 {
     long long n = cfg_int(r->cfg, "eval.n");
     if (n <= 0)
@@ -1131,42 +1393,147 @@ static json_t *evaluate(run *r, long long step)
         fprintf(stderr, "rlpost eval: %s\n", r->err);
         return NULL;
     }
+    uint64_t size = 0;
+    rlp_task_size(&size, task);
+    if (size > 0 && (uint64_t)n > size)
+        n = (long long)size; /* a finite held-out set: each prompt once */
     rlp_prompt_set *set = NULL;
-    rlp_batch *batch = NULL;
-    scores sc;
-    rlp_sampling_options s = r->sampling;
-    s.n = 1;
-    if (cfg_bool(r->cfg, "eval.greedy"))
-        s.temperature = 0;
-    s.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), UINT64_C(1) << 62);
-    char err[ERR_CAP];
+    char err[ERR_CAP] = "";
     int rc = rlp_task_next_batch(&set, task, (size_t)n, r->tok);
     if (rc)
         fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-    if (!rc)
-        rc = generate(r, r->engine, r->pull && !r->remote, 0, set, &s, &batch, err);
-    if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
-        fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-    rlp_prompt_set_free(set);
     rlp_task_free(task);
-    rlp_batch_free(batch);
-    if (rc) {
-        fprintf(stderr, "rlpost eval: %s\n", err);
-        return NULL;
-    }
-    json_t *rec = json_object();
+    json_t *rec = json_object(), *samples = json_array();
     json_object_set_new(rec, "step", json_integer(step));
     json_object_set_new(rec, "n", json_integer(n));
     json_object_set_new(rec, "greedy", json_boolean(cfg_bool(r->cfg, "eval.greedy")));
-    json_object_set_new(rec, "accuracy", jnum(sc.accuracy));
-    json_object_set_new(rec, "format_rate", jnum(sc.format_rate));
-    json_object_set_new(rec, "format_reward_mean", jnum(sc.format_mean));
-    json_object_set_new(rec, "reward_mean", jnum(sc.mean));
-    json_object_set_new(rec, "mean_completion_tokens", json_real((double)sc.completion_tokens / (double)sc.n));
+    const char *task_name = cfg_str(r->cfg, "task.name");
+    int held_out = strcmp(task_name, "jsonl") || cfg_str(r->cfg, "eval.path");
+    json_object_set_new(rec, "held_out", json_boolean(held_out));
+    if (!rc && cfg_bool(r->cfg, "eval.greedy"))
+        rc = eval_pass(r, set, (size_t)n, 1, 1, step, rec, samples, err);
+    if (!rc && cfg_int(r->cfg, "eval.samples") > 0)
+        rc = eval_pass(r, set, (size_t)n, 0, (uint32_t)cfg_int(r->cfg, "eval.samples"), step, rec, samples, err);
+    rlp_prompt_set_free(set);
+    if (rc) {
+        fprintf(stderr, "rlpost eval: %s\n", err);
+        json_decref(rec);
+        json_decref(samples);
+        return NULL;
+    }
     json_object_set_new(rec, "seconds", json_real(now_s() - t0));
-    fprintf(stderr, "eval  step %lld | accuracy %.3f | format %.3f | reward %.3f | %.1f s\n", step, sc.accuracy,
-            sc.format_rate, sc.mean, now_s() - t0);
+    if (out)
+        append_jsonl_all(out, "samples.jsonl", samples);
+    if (keep)
+        *keep = json_incref(samples);
+    json_t *g = json_object_get(rec, "greedy_accuracy"), *sm = json_object_get(rec, "sampled_accuracy");
+    json_t *gc = json_object_get(rec, "greedy_accuracy_ci"), *smc = json_object_get(rec, "sampled_accuracy_ci");
+    char gtxt[96] = "", stxt[96] = "";
+    if (json_is_number(g))
+        fmt(gtxt, sizeof gtxt, " | greedy acc %.3f [%.3f, %.3f]", json_number_value(g),
+            json_number_value(json_array_get(gc, 0)), json_number_value(json_array_get(gc, 1)));
+    if (json_is_number(sm))
+        fmt(stxt, sizeof stxt, " | sampled acc %.3f [%.3f, %.3f] (k=%lld)", json_number_value(sm),
+            json_number_value(json_array_get(smc, 0)), json_number_value(json_array_get(smc, 1)),
+            cfg_int(r->cfg, "eval.samples"));
+    json_t *fr = json_object_get(rec, "format_rate"), *pr = json_object_get(rec, "answer_parse_rate");
+    fprintf(stderr, "eval  step %lld | %lld prompts%s%s | %.1f s\n", step, n, gtxt, stxt, now_s() - t0);
+    if (json_is_number(fr))
+        fprintf(stderr, "      format rate %.3f\n", json_number_value(fr));
+    if (json_is_number(pr))
+        fprintf(stderr, "      answer parse rate %.3f\n", json_number_value(pr));
+    if (!held_out)
+        fprintf(stderr, "      warning: eval.path is null, so these prompts come from the training file: "
+                        "not held out\n");
+    if (cfg_str(r->cfg, "eval.path") && !strcmp(task_name, "jsonl") && cfg_str(r->cfg, "task.path") &&
+        !strcmp(cfg_str(r->cfg, "eval.path"), cfg_str(r->cfg, "task.path")))
+        fprintf(stderr, "      warning: eval.path is task.path: not held out\n");
+    json_decref(samples);
     return rec;
+}
+
+/* The change from the first evaluation to the last, prompt by prompt, with
+ * paired bootstrap 95 % intervals: {"greedy": {"first", "last", "delta",
+ * "delta_ci"}, "sampled": {…}}, or NULL. */
+static json_t *eval_change(const json_t *first, const json_t *last)
+{
+    if (!first || !last)
+        return NULL;
+    json_t *out = json_object();
+    static const char *const modes[2] = {"greedy", "sampled"};
+    for (int m = 0; m < 2; m++) {
+        char key[64];
+        fmt(key, sizeof key, "%s_correct", modes[m]);
+        const json_t *a = json_object_get(first, key), *b = json_object_get(last, key);
+        size_t n = json_array_size(a);
+        if (!n || json_array_size(b) != n)
+            continue;
+        double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), lo = NAN, hi = NAN, sa = 0, sb = 0;
+        for (size_t i = 0; x && y && i < n; i++) {
+            sa += x[i] = json_number_value(json_array_get(a, i));
+            sb += y[i] = json_number_value(json_array_get(b, i));
+        }
+        if (x && y)
+            eval_bootstrap_paired(x, y, n, EVAL_BOOTSTRAP, UINT64_C(0x5eed), &lo, &hi);
+        json_object_set_new(out, modes[m], json_pack("{s:f, s:f, s:f, s:[f, f], s:b}", "first", sa / (double)n,
+                                                     "last", sb / (double)n, "delta", (sb - sa) / (double)n,
+                                                     "delta_ci", lo, hi, "ci_excludes_zero", lo > 0 || hi < 0));
+        free(x);
+        free(y);
+    }
+    return out;
+}
+
+/* samples.jsonl: samples.per_step completions of a training step's scored
+ * batch, spread over its groups, each with every reward term and the
+ * advantage the step gives it. The chosen trajectories are scored again on
+ * a copy (the batch keeps its training reward). */
+static void step_samples(run *r, const rlp_batch *batch, long long step)
+{
+    size_t n = 0, want = (size_t)cfg_int(r->cfg, "samples.per_step");
+    rlp_batch_size(&n, batch);
+    if (want == 0 || n == 0)
+        return;
+    want = want < n ? want : n;
+    float *adv = malloc(n * sizeof *adv);
+    rlp_batch *copy = NULL;
+    size_t *pick = malloc(want * sizeof *pick);
+    int rc = adv && pick ? rlp_rl_advantages(adv, n, batch, &r->rl) : RLP_E_NOMEM;
+    if (!rc)
+        rc = rlp_batch_create(&copy);
+    for (size_t j = 0; !rc && j < want; j++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        pick[j] = j * n / want;
+        if (!(rc = rlp_batch_get(&t, batch, pick[j])))
+            rc = rlp_batch_append(copy, &t);
+    }
+    scores sc;
+    detail d = {0};
+    if (!rc)
+        rc = score_detail(r, copy, &sc, &d, 1);
+    if (!rc) {
+        json_t *arr = json_array();
+        for (size_t j = 0; j < want; j++) {
+            json_t *x = sample_record(r, copy, j, &d, NULL);
+            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+            rlp_batch_get(&t, batch, pick[j]);
+            json_object_set_new(x, "kind", json_string("train"));
+            json_object_set_new(x, "step", json_integer(step));
+            json_object_set_new(x, "group_id", json_integer((json_int_t)t.group_id));
+            json_object_set_new(x, "sample", json_integer((json_int_t)t.sample_index));
+            json_object_set_new(x, "advantage", jnum(adv[pick[j]]));
+            json_object_set_new(x, "policy_version", json_integer((json_int_t)t.policy_version));
+            json_array_append_new(arr, x);
+        }
+        append_jsonl_all(r->out, "samples.jsonl", arr);
+        json_decref(arr);
+    } else {
+        fprintf(stderr, "rlpost train: step %lld: samples.jsonl: %s\n", step, rlp_error_last());
+    }
+    detail_free(&d, r->n_terms);
+    rlp_batch_free(copy);
+    free(adv);
+    free(pick);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1307,6 +1674,9 @@ static void teardown(run *r)
     rlp_reward_fn_free(r->reward);
     rlp_reward_fn_free(r->format_fn);
     rlp_reward_fn_free(r->acc_fn);
+    rlp_reward_fn_free(r->parse_fn);
+    for (size_t i = 0; i < r->n_terms; i++)
+        rlp_reward_fn_free(r->terms[i]);
     rlp_comm_free(r->comm); /* peers still waiting for this rank learn that it left */
     rlp_context_free(r->ctx);
     /* the reward library stays loaded: its threads may still run (abandoned calls) */
@@ -1387,10 +1757,25 @@ static const char *plot(const char *out)
         FILE *f = fopen(path, "r");
         while (f && o && fgets(line, sizeof line, f)) {
             json_t *rec = json_loads(line, 0, NULL);
-            json_t *a = json_object_get(rec, k ? "accuracy" : "reward_mean");
-            json_t *b = json_object_get(rec, "format_rate");
-            fprintf(o, "%lld\t%.6g\t%.6g\n", (long long)json_integer_value(json_object_get(rec, "step")),
-                    json_is_number(a) ? json_number_value(a) : NAN, json_is_number(b) ? json_number_value(b) : NAN);
+            /* train: step, reward, format rate, accuracy; eval: step, then
+             * value, low, high of greedy accuracy, sampled accuracy, format rate */
+            static const char *const cols[2][3] = {{"reward_mean", "format_rate", "accuracy"},
+                                                   {"greedy_accuracy", "sampled_accuracy", "format_rate"}};
+            fprintf(o, "%lld", (long long)json_integer_value(json_object_get(rec, "step")));
+            for (int c = 0; c < 3; c++) {
+                json_t *v = json_object_get(rec, cols[k][c]);
+                fprintf(o, "\t%.6g", json_is_number(v) ? json_number_value(v) : NAN);
+                if (k == 1) {
+                    char key[64];
+                    fmt(key, sizeof key, "%s_ci", c == 2 ? "greedy_format_rate" : cols[k][c]);
+                    json_t *ci = json_object_get(rec, key);
+                    for (int e = 0; e < 2; e++) {
+                        json_t *b = json_array_get(ci, (size_t)e);
+                        fprintf(o, "\t%.6g", json_is_number(b) ? json_number_value(b) : NAN);
+                    }
+                }
+            }
+            fputc('\n', o);
             json_decref(rec);
         }
         if (f)
@@ -1404,17 +1789,20 @@ static const char *plot(const char *out)
     if (!gp)
         return NULL;
     fprintf(gp,
-            "set terminal pngcairo size 900,520 noenhanced\n"
+            "set terminal pngcairo size 1000,600 noenhanced\n"
             "set output '%s'\n"
             "set datafile missing 'nan'\n"
             "set key outside bottom center horizontal\n"
             "set xlabel 'step'\nset grid\n"
             "set title 'rlpost train: %s'\n"
-            "plot '%s/plot_train.tsv' using 1:2 with linespoints title 'mean reward', \\\n"
-            "     '%s/plot_train.tsv' using 1:3 with linespoints title 'format rate', \\\n"
-            "     '%s/plot_eval.tsv' using 1:2 with linespoints title 'eval accuracy', \\\n"
-            "     '%s/plot_eval.tsv' using 1:3 with points title 'eval format rate'\n",
-            png, out, out, out, out, out);
+            "set yrange [*:*]\n"
+            "plot '%s/plot_train.tsv' using 1:2 with linespoints title 'train: mean reward', \\\n"
+            "     '%s/plot_train.tsv' using 1:4 with linespoints title 'train: accuracy', \\\n"
+            "     '%s/plot_train.tsv' using 1:3 with linespoints title 'train: format rate', \\\n"
+            "     '%s/plot_eval.tsv' using 1:2:3:4 with yerrorlines lw 2 title 'held-out greedy accuracy (95%% CI)', \\\n"
+            "     '%s/plot_eval.tsv' using 1:5:6:7 with yerrorlines lw 2 title 'held-out sampled accuracy (95%% CI)', \\\n"
+            "     '%s/plot_eval.tsv' using 1:8:9:10 with yerrorlines title 'held-out format rate (greedy)'\n",
+            png, out, out, out, out, out, out, out);
     fclose(gp);
     char cmd[PATH_MAX * 2];
     fmt(cmd, sizeof cmd, "gnuplot '%s' 1>&2", path);
@@ -1627,7 +2015,7 @@ int cmd_train(int argc, char **argv)
     }
 
     json_t *first_eval = NULL, *last_eval = NULL;
-    if (lead && start == 0 && (first_eval = evaluate(r, 0)) != NULL)
+    if (lead && start == 0 && (first_eval = evaluate(r, 0, r->out, NULL)) != NULL)
         append_jsonl(r->out, "eval.jsonl", first_eval);
     char cursor[512] = {0}; /* async: the task cursor after the last step's prompts */
     const char *ck_cursor = r->async ? cursor : NULL;
@@ -1716,6 +2104,8 @@ int cmd_train(int argc, char **argv)
             }
             t2 = now_s();
         }
+        if (!rc && lead)
+            step_samples(r, batch, k);
         rlp_rl_stats rs;
         memset(&rs, 0, sizeof rs);
         if (!rc && (rc = rlp_policy_train_rl(r->policy, batch, r->ref, &r->rl, &rs)) != RLP_OK)
@@ -1765,6 +2155,7 @@ int cmd_train(int argc, char **argv)
         json_object_set_new(m, "format_rate", jnum(sc.format_rate));
         json_object_set_new(m, "format_reward_mean", jnum(sc.format_mean));
         json_object_set_new(m, "accuracy", jnum(sc.accuracy));
+        json_object_set_new(m, "answer_parse_rate", jnum(sc.parse_rate));
         json_object_set_new(m, "completions", json_integer((json_int_t)sc.n));
         json_object_set_new(m, "completion_tokens", json_integer((json_int_t)sc.completion_tokens));
         json_object_set_new(m, "truncated", json_integer((json_int_t)sc.truncated));
@@ -1840,7 +2231,7 @@ int cmd_train(int argc, char **argv)
             break;
         }
         if (lead && k < steps && eval_every > 0 && k % eval_every == 0) {
-            json_t *e = evaluate(r, k);
+            json_t *e = evaluate(r, k, r->out, NULL);
             if (e) {
                 append_jsonl(r->out, "eval.jsonl", e);
                 json_decref(e);
@@ -1868,7 +2259,7 @@ int cmd_train(int argc, char **argv)
         return failed ? 1 : 0;
     }
     if (!failed && !interrupted && step == steps) {
-        if ((last_eval = evaluate(r, step)) != NULL)
+        if ((last_eval = evaluate(r, step, r->out, NULL)) != NULL)
             append_jsonl(r->out, "eval.jsonl", last_eval);
         if (last_ckpt != step && checkpoint(r, step, ck_cursor))
             failed = 1;
@@ -1903,6 +2294,23 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "format_reward_last3", jnum(mean_of(lf, last_n)));
     json_object_set_new(sum, "format_rate_first3", jnum(mean_of(fq, first_n)));
     json_object_set_new(sum, "format_rate_last3", jnum(mean_of(lq, last_n)));
+    if (!first_eval && start > 0) {
+        /* resumed: the run's first evaluation is in its eval.jsonl */
+        char path[PATH_MAX], line[1 << 16];
+        fmt(path, sizeof path, "%s/eval.jsonl", r->out);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(line, sizeof line, f))
+            first_eval = json_loads(line, 0, NULL);
+        if (f)
+            fclose(f);
+    }
+    json_t *change = eval_change(first_eval, last_eval);
+    json_object_set_new(sum, "heldout_change", change ? change : json_null());
+    static const char *const bulky[] = {"greedy_correct", "sampled_correct"}; /* in eval.jsonl */
+    for (size_t i = 0; i < 2; i++) {
+        json_object_del(first_eval, bulky[i]);
+        json_object_del(last_eval, bulky[i]);
+    }
     json_object_set_new(sum, "eval_first", first_eval ? first_eval : json_null());
     json_object_set_new(sum, "eval_last", last_eval ? last_eval : json_null());
     json_object_set_new(sum, "plot", png ? json_string(png) : json_null());
@@ -1968,11 +2376,29 @@ int cmd_eval(int argc, char **argv)
     if (json_is_integer(json_object_get(state, "step")))
         step = (long long)json_integer_value(json_object_get(state, "step"));
     json_decref(state);
-    json_t *rec = evaluate(r, step);
+    json_t *samples = NULL;
+    json_t *rec = evaluate(r, step, NULL, &samples);
     if (!rec) {
         teardown(r);
         return 1;
     }
+    /* a few completions of each mode, as they were written */
+    long long shown[2] = {0, 0};
+    size_t i;
+    json_t *x;
+    json_array_foreach(samples, i, x)
+    {
+        int sampled = !strcmp(json_string_value(json_object_get(x, "mode")), "sampled");
+        if (shown[sampled]++ >= 3)
+            continue;
+        const json_t *ok = json_object_get(x, "correct"), *ref = json_object_get(x, "reference");
+        fprintf(stderr, "--- %s, prompt %lld%s: %s (reference %s)\n", sampled ? "sampled" : "greedy",
+                (long long)json_integer_value(json_object_get(x, "prompt_index")),
+                json_is_string(ref) ? "" : "", json_is_true(ok) ? "correct" : json_is_false(ok) ? "wrong" : "unscored",
+                json_is_string(ref) ? json_string_value(ref) : "none");
+        fprintf(stderr, "%s\n", json_string_value(json_object_get(x, "completion")));
+    }
+    json_decref(samples);
     json_object_set_new(rec, "model", json_string(ckpt_arg ? ckpt : cfg_str(r->cfg, "model")));
     json_dumpf(rec, stdout, JSON_COMPACT | JSON_REAL_PRECISION(6));
     fputc('\n', stdout);

@@ -30,6 +30,10 @@ typedef struct run {
     const rlp_tokenizer *tok;    /* what the task renders with: the policy's, or NULL with ext_tok */
     rlp_task *task;              /* async: the rollout thread's while it runs */
     rlp_reward_fn *reward, *format_fn, *acc_fn;
+    rlp_reward_fn *parse_fn;     /* 1 when the accuracy verifier finds an answer of the task's type, else 0 */
+    rlp_reward_fn *terms[8];     /* a combined reward's terms, scored alone for samples.jsonl (n_terms > 1) */
+    char term_names[8][64];
+    size_t n_terms;
     double acc_threshold;
     void *reward_lib;
     rlp_sampling_options sampling;

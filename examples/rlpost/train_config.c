@@ -35,9 +35,10 @@ static const char defaults_json[] =
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
     "\"rollout\": {\"max_seq_len\": 0, \"urls\": []},"
-    "\"eval\": {\"interval\": 0, \"n\": 16, \"greedy\": true, \"seed\": null, \"path\": null,"
+    "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
     "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"},"
+    "\"samples\": {\"per_step\": 4},"
     "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
     "}";
 
