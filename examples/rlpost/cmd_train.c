@@ -28,9 +28,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 typedef struct named {
     const char *name;
@@ -1741,6 +1745,28 @@ static int have_program(const char *name)
 }
 
 /* training.png from metrics.jsonl and eval.jsonl, through gnuplot. */
+/* Runs `prog arg` (PATH lookup) in folder dir with its stdout on our
+ * stderr, from an argument vector, and waits: its exit status, or -1. */
+static int run_in(const char *dir, const char *prog, const char *arg)
+{
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa))
+        return -1;
+    char *argv[] = {(char *)prog, (char *)arg, NULL};
+    pid_t pid;
+    int rc = posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO) ||
+                     posix_spawn_file_actions_addchdir_np(&fa, dir) ||
+                     posix_spawnp(&pid, prog, &fa, NULL, argv, environ)
+                 ? -1
+                 : 0;
+    posix_spawn_file_actions_destroy(&fa);
+    int st;
+    while (!rc && waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return rc ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static const char *plot(const char *out)
 {
     static char png[PATH_MAX];
@@ -1784,37 +1810,45 @@ static const char *plot(const char *out)
             fclose(o);
     }
     fmt(png, sizeof png, "%s/training.png", out);
-    fmt(path, sizeof path, "%s/plot.gp", out);
-    FILE *gp = fopen(path, "w");
-    if (!gp)
-        return NULL;
-    fprintf(gp,
-            "set terminal pngcairo size 1000,600 noenhanced\n"
-            "set output '%s'\n"
-            "set datafile missing 'nan'\n"
-            "set key outside bottom center horizontal\n"
-            "set xlabel 'step'\nset grid\n"
-            "set title 'rlpost train: %s'\n"
-            "set yrange [*:*]\n"
-            "plot '%s/plot_train.tsv' using 1:2 with linespoints title 'train: mean reward', \\\n"
-            "     '%s/plot_train.tsv' using 1:4 with linespoints title 'train: accuracy', \\\n"
-            "     '%s/plot_train.tsv' using 1:3 with linespoints title 'train: format rate', \\\n"
-            "     '%s/plot_eval.tsv' using 1:2:3:4 with yerrorlines lw 2 title 'held-out greedy accuracy (95%% CI)', \\\n"
-            "     '%s/plot_eval.tsv' using 1:5:6:7 with yerrorlines lw 2 title 'held-out sampled accuracy (95%% CI)', \\\n"
-            "     '%s/plot_eval.tsv' using 1:8:9:10 with yerrorlines title 'held-out format rate (greedy)'\n",
-            png, out, out, out, out, out, out, out);
-    fclose(gp);
-    char cmd[PATH_MAX * 2];
-    fmt(cmd, sizeof cmd, "gnuplot '%s' 1>&2", path);
-    if (system(cmd) != 0) {
-        /* pngcairo missing in some builds: the plain png terminal */
-        fmt(cmd, sizeof cmd, "sed -i 's/pngcairo/png/' '%s' && gnuplot '%s' 1>&2", path, path);
-        if (system(cmd) != 0) {
-            fprintf(stderr, "no plot: gnuplot failed\n");
+    /* The script names only files in the run folder, by relative names, and
+     * gnuplot runs there from an argument vector: no path or other
+     * configuration value reaches a shell or gnuplot's own command
+     * language (gnuplot has `system`). The title shows the folder's name
+     * with anything but [A-Za-z0-9._/+-] replaced. */
+    char title[128];
+    size_t tl = 0;
+    for (const char *c = out; *c && tl + 1 < sizeof title; c++)
+        title[tl++] = strchr("._/+-", *c) || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                              (*c >= '0' && *c <= '9')
+                          ? *c
+                          : '_';
+    title[tl] = '\0';
+    static const char *const terminals[2] = {"pngcairo", "png"}; /* pngcairo is missing in some builds */
+    for (int t = 0; t < 2; t++) {
+        fmt(path, sizeof path, "%s/plot.gp", out);
+        FILE *gp = fopen(path, "w");
+        if (!gp)
             return NULL;
-        }
+        fprintf(gp,
+                "set terminal %s size 1000,600 noenhanced\n"
+                "set output 'training.png'\n"
+                "set datafile missing 'nan'\n"
+                "set key outside bottom center horizontal\n"
+                "set xlabel 'step'\nset grid\n"
+                "set title 'rlpost train: %s'\n"
+                "plot 'plot_train.tsv' using 1:2 with linespoints title 'train: mean reward', \\\n"
+                "     'plot_train.tsv' using 1:4 with linespoints title 'train: accuracy', \\\n"
+                "     'plot_train.tsv' using 1:3 with linespoints title 'train: format rate', \\\n"
+                "     'plot_eval.tsv' using 1:2:3:4 with yerrorlines lw 2 title 'held-out greedy accuracy (95%% CI)', \\\n"
+                "     'plot_eval.tsv' using 1:5:6:7 with yerrorlines lw 2 title 'held-out sampled accuracy (95%% CI)', \\\n"
+                "     'plot_eval.tsv' using 1:8:9:10 with yerrorlines title 'held-out format rate (greedy)'\n",
+                terminals[t], title);
+        fclose(gp);
+        if (run_in(out, "gnuplot", "plot.gp") == 0)
+            return png;
     }
-    return png;
+    fprintf(stderr, "no plot: gnuplot failed\n");
+    return NULL;
 }
 
 static double mean_of(const double *v, size_t n)

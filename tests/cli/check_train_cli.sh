@@ -191,4 +191,18 @@ rc=$?
 [ $rc -eq 0 ] || { cat "$out/int.err"; fail "SIGINT: exit $rc"; }
 grep -q '"interrupted":true' "$out/sum4.json" || fail "SIGINT: no interrupted summary"
 [ -f "$out/int/checkpoints/latest" ] || fail "SIGINT: no checkpoint"
+
+# --- no configuration value reaches a shell or gnuplot's command language
+# (issue 18 item 1): an output folder whose name quotes its way out of a
+# shell string and out of a gnuplot string still gets its plot, and nothing
+# it names runs
+if command -v gnuplot >/dev/null 2>&1; then
+  evil="$out/x'\$(touch $out/pwned1)'; system('touch $out/pwned2'); '"
+  mkdir -p "$out/cwd" && (cd "$out/cwd" && "$rlpost" train "$cfg" --set "model=\"$model\"" --set steps=1 \
+    --set eval.n=0 --set "output=$evil" >"$out/evil.json" 2>"$out/evil.err") || { cat "$out/evil.err"; fail "quoted output"; }
+  for f in "$out/pwned1" "$out/pwned2" "$out/cwd/pwned1" "$out/cwd/pwned2"; do
+    [ ! -e "$f" ] || fail "a command in the output path ran ($f)"
+  done
+  [ -s "$evil/training.png" ] || { cat "$out/evil.err"; fail "no plot in the quoted output folder"; }
+fi
 echo "ok"
