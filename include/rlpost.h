@@ -1440,7 +1440,18 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  *   never "I am a knave" nor "I am not a knight"; of all 2^n knight/knave
  *   assignments exactly one is consistent. Keys: "people" (2–8; fixes the
  *   count) or "min_people"/"max_people" (default 3 and 7, Logic-RL's
- *   training range; the count is drawn per problem), "width" (most claims
+ *   training range; the count is drawn per problem), or a people-count
+ *   curriculum (Logic-RL trains on 3, then 4, … then 7 people):
+ *   "curriculum_start" and "curriculum_end" (2–8, start ≤ end) and
+ *   "curriculum_prompts" (≥ 1), all three together and never with
+ *   "people"/"min_people"/"max_people". Problem p of the stream (0-based,
+ *   counted over all epochs: epoch × "size" + position, or the position of
+ *   an endless stream) has start + ⌊(end − start + 1) · p /
+ *   curriculum_prompts⌋ people, at most end: end − start + 1 equal stages
+ *   over the first curriculum_prompts problems, then the end count. The
+ *   count is a pure function of (seed, position), so a restored cursor
+ *   continues the same curriculum; with "size" the problem at index i has
+ *   the count of the stage it is drawn in. "width" (most claims
  *   joined by one and/or, 2–4, default 2). (No depth-1 option: with bare
  *   claims only, the complement of a solution is always a solution too, so
  *   no puzzle is unique.) Default
@@ -1448,7 +1459,8 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  *   the reference is its `solution_text_format`, "(1) NAME is a knight\n(2)
  *   NAME is a knave…". Metadata: "reference", "task": "kk", "names",
  *   "solution" (booleans, true = knight), "solution_text_format",
- *   "statements" (the benchmark's tuple form), "index", "epoch".
+ *   "statements" (the benchmark's tuple form), "answer_type": "kk" (what
+ *   the format reward's "answer": "auto" reads), "index", "epoch".
  *
  *   "countdown" — TinyZero's Countdown: numbers and a target reachable with
  *   + − × ÷ and parentheses using every number exactly once. Built from a
@@ -1460,7 +1472,7 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  *   result is a positive integer, the game's rule). Default template
  *   "tinyzero". The reference is one solution, e.g. "(44 + 19) + 35".
  *   Metadata: "reference", "task": "countdown", "numbers", "target",
- *   "index", "epoch".
+ *   "answer_type": "equation", "index", "epoch".
  *
  *   Every prompt's metadata also carries "assistant_prefix" when the
  *   template has one (the format reward counts a tag the prompt opened).
@@ -1859,6 +1871,30 @@ RLP_API int rlp_reward_fn_create_batch_callback(rlp_reward_fn **out, rlp_reward_
  *   (rlp_task prompts carry it), else "<think>" when the prompt text ends
  *   with `<think>` (Logic-RL's prompt opens the assistant turn with it),
  *   else "".
+ *   Beyond kk.py, the content of the `<answer>` block must also parse as
+ *   an answer, so that a placeholder copied from a prompt (`<answer> answer
+ *   </answer>`) earns no format bonus; the reason then says why (e.g.
+ *   `format: <answer> content "answer" is not a number`). Option "answer":
+ *   - "auto" (default): the metadata's "answer_type" when present (one of
+ *     the names below; rlp_task sets "kk" for K&K and "equation" for
+ *     Countdown; any other value makes the sample invalid), else "number"
+ *     when the reference is a number (trimmed; a GSM8K answer ending
+ *     `#### N` counts), else "nonempty";
+ *   - "any": the tags only, kk.py's rule exactly;
+ *   - "nonempty": some text that is not a placeholder: after trimming
+ *     spaces and punctuation, not empty and not (ASCII case-insensitive)
+ *     "answer", "your answer", "the answer", "final answer", "answer
+ *     here", "your answer here", "insert answer", "placeholder", "todo",
+ *     "tbd", "xxx" or the like; "..." and "…" are placeholders too;
+ *   - "number": the trimmed content is a number as the "gsm8k" reference
+ *     is read (decimal with optional thousands commas, a/b, `\frac{a}{b}`,
+ *     a sign), optionally followed by one '.', or `\boxed{N}` (inside
+ *     optional `$`) and nothing else — "42 apples" or "x = 42" is not;
+ *   - "kk": every person of the metadata's "names" array is stated as
+ *     `NAME is a knight|knave` (kk_answer's parser; roles need not be
+ *     right); without "names", at least one `WORD is a knight|knave`;
+ *   - "equation": the content is an expression of Countdown's grammar
+ *     (below; numbers need not be the problem's).
  *   Scores "format_correct" 1, "format_wrong" −1.
  * - "kk_answer" — Logic-RL's Knights-and-Knaves answer reward (kk.py,
  *   parse_model_answer / compute_score): the reference is lines
@@ -1873,7 +1909,12 @@ RLP_API int rlp_reward_fn_create_batch_callback(rlp_reward_fn **out, rlp_reward_
  *   unparsable), and "answer_unparsable" whenever the format check fails
  *   ("require_format", default true).
  * - "logic_rl" — Logic-RL's total: format + answer, one of 3, −0.5, −1, −3
- *   with the defaults. Takes the options of both.
+ *   with the defaults. Takes the options of both. kk_answer and logic_rl
+ *   use the format check above, "answer" included: with "auto" on K&K
+ *   prompts a real answer (every name stated) scores as in kk.py, while a
+ *   placeholder or an answer that leaves a person out fails the format
+ *   (−1 − 2 = −3 instead of kk.py's 1 − 2 = −1); "answer": "any" gives
+ *   kk.py's scores exactly.
  * - "gsm8k" — GSM8K (Cobbe et al. 2021): the completion's final number is
  *   the one after the last `#### `, else in the last `\boxed{}`, else (when
  *   "fallback_last_number", default true) the last number in the text;

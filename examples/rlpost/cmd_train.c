@@ -320,6 +320,23 @@ static int make_task(run *r, int eval, rlp_task **out)
     if (eval)
         seed = cfg_get(c, "eval.seed") && !json_is_null(cfg_get(c, "eval.seed")) ? cfg_int(c, "eval.seed")
                                                                                   : seed + 1;
+    json_t *over = eval ? cfg_get(c, "eval.task_options") : NULL;
+    if (json_is_object(over)) {
+        /* the held-out task's own options over the training task's: a K&K
+         * curriculum's stages give way to a fixed people count there */
+        static const char *const people[] = {"people", "min_people", "max_people"};
+        for (size_t i = 0; i < 3; i++)
+            if (json_object_get(over, people[i])) {
+                json_object_del(opts, "curriculum_start");
+                json_object_del(opts, "curriculum_end");
+                json_object_del(opts, "curriculum_prompts");
+                json_object_del(opts, "people");
+                json_object_del(opts, "min_people");
+                json_object_del(opts, "max_people");
+                break;
+            }
+        json_object_update(opts, over);
+    }
     json_object_set_new(opts, "seed", json_integer(seed));
     /* the generated arithmetic task: training and held-out problems are
      * the two sides of a fixed partition, disjoint for any seeds */

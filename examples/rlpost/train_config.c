@@ -36,6 +36,7 @@ static const char defaults_json[] =
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
     "\"rollout\": {\"max_seq_len\": 0, \"urls\": []},"
     "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
+    "  \"task_options\": {},"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
     "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"},"
     "\"samples\": {\"per_step\": 4},"
@@ -54,7 +55,7 @@ static const struct {
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */
-static const char *const free_objects[] = {"task.options", "reward.options"};
+static const char *const free_objects[] = {"task.options", "reward.options", "eval.task_options"};
 
 json_t *train_config_defaults(void)
 {

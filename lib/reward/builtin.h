@@ -6,6 +6,7 @@
 #define RLPI_REWARD_BUILTIN_H
 
 #include "reward/scorer.h"
+#include "reward/text.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -57,18 +58,49 @@ int rlpi_builtin_countdown(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_exact_match(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_regex_match(rlpi_scorer **out, rlpi_opts *o);
 
+/* What the content of the <answer> block must parse as for the format to
+ * pass ("answer" option; see logic_rl_format in rlpost.h). */
+enum {
+    RLPI_ANSWER_AUTO = 0,     /* from the metadata's "answer_type", else the reference */
+    RLPI_ANSWER_ANY = 1,      /* tags only (Logic-RL's kk.py) */
+    RLPI_ANSWER_NONEMPTY = 2, /* some text that is not a placeholder such as "answer" */
+    RLPI_ANSWER_NUMBER = 3,
+    RLPI_ANSWER_KK = 4,       /* "NAME is a knight|knave" for every person */
+    RLPI_ANSWER_EQUATION = 5  /* Countdown's grammar */
+};
+
 /* Logic-RL's format check, shared by logic_rl_format, kk_answer and
  * logic_rl (logic_rl_format.c). */
 typedef struct rlpi_format_cfg {
     char *prefix;      /* assistant_prefix, or NULL = "<think>" when the prompt ends with it */
     double correct, wrong;
+    int answer;        /* RLPI_ANSWER_* */
 } rlpi_format_cfg;
 
 int rlpi_format_read(rlpi_opts *o, rlpi_format_cfg *cfg);
 void rlpi_format_free(rlpi_format_cfg *cfg);
-/* 1 when the assistant's text passes; else 0 with why (cap bytes) set.
- * -1 when out of memory. */
+
+/* Results of rlpi_format_check. */
+enum {
+    RLPI_FORMAT_OK = 1,
+    RLPI_FORMAT_FAILED = 0,   /* why says which rule */
+    RLPI_FORMAT_NOMEM = -1,
+    RLPI_FORMAT_INVALID = -2  /* the metadata is unusable (e.g. an unknown "answer_type"): why says so */
+};
+/* Checks the tags and then the <answer> content against cfg->answer. */
 int rlpi_format_check(const rlpi_format_cfg *cfg, const rlp_reward_request *req, char *why, size_t cap);
+
+/* Shared parsers, so that the format check and the answer scores read
+ * answers one way. */
+/* The role (1 knight, 2 knave, 0 none) that a (m) states for the person
+ * `name` (len bytes) as kk.py's \bNAME\b\s+is\s+a\s+\b(knight|knave)\b,
+ * ASCII case-insensitive (kk_answer.c). */
+int rlpi_kk_stated_role(const char *a, size_t m, const char *name, size_t len);
+/* 1 when a (m) holds any "WORD is a knight|knave" claim (kk_answer.c). */
+int rlpi_kk_any_claim(const char *a, size_t m);
+/* 1 when all of s (n) is a well-formed Countdown equation: integers,
+ * + - * /, parentheses (countdown.c). */
+int rlpi_countdown_well_formed(const char *s, size_t n);
 
 /* Logic-RL's K&K answer score, shared by kk_answer and logic_rl
  * (kk_answer.c). */
@@ -82,5 +114,10 @@ int rlpi_kk_read(rlpi_opts *o, rlpi_kk_cfg *cfg);
  * reference, why says so) or -1 (out of memory). */
 int rlpi_kk_score(const rlpi_kk_cfg *cfg, const rlp_reward_request *req, int format_ok, double *score, char *why,
                   size_t cap);
+
+/* The reference as a number: a number (after trimming and light LaTeX
+ * normalisation), or a whole GSM8K answer with a "#### N" line (gsm8k.c).
+ * 1 (out set), 0 (not a number), -1 (out of memory). */
+int rlpi_gsm8k_reference_number(const char *ref, rlpi_num *out);
 
 #endif

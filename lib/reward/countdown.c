@@ -185,6 +185,26 @@ static frac expr(parser *ps)
     }
 }
 
+/* Parses all of s (n) as an equation of the grammar into *ps (zeroed
+ * here); 1 when it is well formed, with *v its value (meaningless when
+ * ps->bad), else 0. */
+static int parse_equation(parser *ps, const char *s, size_t n, frac *v)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->s = s;
+    ps->n = n;
+    *v = expr(ps);
+    skip(ps);
+    return !ps->error && ps->i == ps->n;
+}
+
+int rlpi_countdown_well_formed(const char *s, size_t n)
+{
+    parser ps;
+    frac v;
+    return parse_equation(&ps, s, n, &v);
+}
+
 static int cmp64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -243,12 +263,8 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
             continue;
         }
         parser ps;
-        memset(&ps, 0, sizeof ps);
-        ps.s = req[i].completion_text + b;
-        ps.n = e - b;
-        frac v = expr(&ps);
-        skip(&ps);
-        if (ps.error || ps.i != ps.n) {
+        frac v;
+        if (!parse_equation(&ps, req[i].completion_text + b, e - b, &v)) {
             r->score = cfg->missing;
             rlpi_reason(r, "answer is not an equation of integers, + - * / and parentheses");
             continue;

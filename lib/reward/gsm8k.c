@@ -82,8 +82,7 @@ static int final_number(const gsm8k_cfg *cfg, const char *s, size_t n, rlpi_num 
     return rlpi_num_last_in_text(s, n, out);
 }
 
-/* The reference: a number, or a whole GSM8K answer ending "#### N". */
-static int reference_number(const char *ref, rlpi_num *out)
+int rlpi_gsm8k_reference_number(const char *ref, rlpi_num *out)
 {
     size_t n = strlen(ref);
     int r = after_hashes(ref, n, out);
@@ -114,7 +113,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
             continue;
         }
         rlpi_num ref, got;
-        int rr = reference_number(req[i].reference, &ref);
+        int rr = rlpi_gsm8k_reference_number(req[i].reference, &ref);
         if (rr <= 0) {
             if (rr < 0)
                 return RLP_E_NOMEM;

@@ -101,34 +101,55 @@ static int parse_reference(const char *s, size_t n, person *people)
     return count;
 }
 
-/* The role stated for `p` in the answer as kk.py's
- * re.search(rf'\b{name}\b\s+is\s+a\s+\b(knight|knave)\b', answer, re.I), or 0. */
-static int stated_role(const char *a, size_t m, const person *p)
+/* The role word that a claim whose name ends at a[r] states: kk.py's
+ * \s+is\s+a\s+\b(knight|knave)\b after the name, or 0. */
+static int claim_tail(const char *a, size_t m, size_t r)
 {
-    for (size_t i = 0; i + p->len <= m; i++) {
-        if (rlpi_lower((unsigned char)a[i]) != rlpi_lower((unsigned char)p->name[0]) ||
-            !rlpi_word_boundary(a, m, i) || !rlpi_ci_eq(a + i, p->name, p->len) ||
-            !rlpi_word_boundary(a, m, i + p->len))
-            continue;
-        size_t r = i + p->len, s0 = r;
-        while (r < m && rlpi_is_space((unsigned char)a[r]))
-            r++;
-        if (r == s0 || m - r < 2 || !rlpi_ci_eq(a + r, "is", 2))
-            continue;
-        r += 2;
-        s0 = r;
-        while (r < m && rlpi_is_space((unsigned char)a[r]))
-            r++;
-        if (r == s0 || r >= m || rlpi_lower((unsigned char)a[r]) != 'a')
-            continue;
+    size_t s0 = r;
+    while (r < m && rlpi_is_space((unsigned char)a[r]))
         r++;
-        s0 = r;
-        while (r < m && rlpi_is_space((unsigned char)a[r]))
-            r++;
-        size_t len;
-        int role = r > s0 ? role_at(a, m, r, &len) : 0;
+    if (r == s0 || m - r < 2 || !rlpi_ci_eq(a + r, "is", 2))
+        return 0;
+    r += 2;
+    s0 = r;
+    while (r < m && rlpi_is_space((unsigned char)a[r]))
+        r++;
+    if (r == s0 || r >= m || rlpi_lower((unsigned char)a[r]) != 'a')
+        return 0;
+    r++;
+    s0 = r;
+    while (r < m && rlpi_is_space((unsigned char)a[r]))
+        r++;
+    size_t len;
+    return r > s0 ? role_at(a, m, r, &len) : 0;
+}
+
+int rlpi_kk_stated_role(const char *a, size_t m, const char *name, size_t len)
+{
+    if (len == 0)
+        return 0;
+    for (size_t i = 0; i + len <= m; i++) {
+        if (rlpi_lower((unsigned char)a[i]) != rlpi_lower((unsigned char)name[0]) ||
+            !rlpi_word_boundary(a, m, i) || !rlpi_ci_eq(a + i, name, len) || !rlpi_word_boundary(a, m, i + len))
+            continue;
+        int role = claim_tail(a, m, i + len);
         if (role)
             return role;
+    }
+    return 0;
+}
+
+int rlpi_kk_any_claim(const char *a, size_t m)
+{
+    for (size_t i = 0; i < m; i++) {
+        if (!rlpi_is_alpha((unsigned char)a[i]) || !rlpi_word_boundary(a, m, i))
+            continue;
+        size_t q = i;
+        while (q < m && rlpi_is_alpha((unsigned char)a[q]))
+            q++;
+        if (rlpi_word_boundary(a, m, q) && claim_tail(a, m, q))
+            return 1;
+        i = q;
     }
     return 0;
 }
@@ -212,7 +233,7 @@ int rlpi_kk_score(const rlpi_kk_cfg *cfg, const rlp_reward_request *req, int for
     int correct = 1;
     for (int k = 0; k < n_people; k++) {
         said = truth[k];
-        said.role = stated_role(a + b, e - b, &truth[k]);
+        said.role = rlpi_kk_stated_role(a + b, e - b, truth[k].name, truth[k].len);
         if (!said.role) {
             *score = cfg->unparsable;
             snprintf(why, cap, "no \"%.*s is a knight|knave\" in the answer", (int)(said.len < 40 ? said.len : 40),
@@ -247,11 +268,17 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
     const kk_impl *k = impl;
     for (size_t i = 0; i < n; i++) {
         char fwhy[RLP_REWARD_REASON_MAX], awhy[RLP_REWARD_REASON_MAX];
-        int format_ok = rlpi_format_check(&k->format, &req[i], fwhy, sizeof fwhy);
-        if (format_ok < 0) {
+        int fc = rlpi_format_check(&k->format, &req[i], fwhy, sizeof fwhy);
+        if (fc == RLPI_FORMAT_NOMEM) {
             rlpi_reason(&res[i], "out of memory");
             return RLP_E_NOMEM;
         }
+        if (fc == RLPI_FORMAT_INVALID) {
+            res[i].valid = 0;
+            rlpi_reason(&res[i], "%s", fwhy);
+            continue;
+        }
+        int format_ok = fc == RLPI_FORMAT_OK;
         double answer = 0.0;
         if (!rlpi_kk_score(&k->kk, &req[i], format_ok, &answer, awhy, sizeof awhy)) {
             res[i].valid = 0;
@@ -260,7 +287,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
         }
         if (k->total) {
             res[i].score = (format_ok ? k->format.correct : k->format.wrong) + answer;
-            rlpi_reason(&res[i], "%.60s; answer: %.60s", fwhy, awhy);
+            rlpi_reason(&res[i], "%.76s; answer: %.40s", fwhy, awhy);
         } else {
             res[i].score = answer;
             rlpi_reason(&res[i], "%s", awhy);

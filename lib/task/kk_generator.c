@@ -186,6 +186,24 @@ static void sample_statement(rlpi_kk_statement *s, rlpi_rng *r, int speaker, int
     }
 }
 
+int rlpi_kk_curriculum_people(const rlpi_kk_curriculum *c, uint64_t p)
+{
+    if (p >= c->prompts)
+        return c->end;
+    /* floor(stages · p / prompts) by repeated addition: p < prompts ≤ 2^63,
+     * so rem + p never overflows and no product is formed */
+    uint64_t rem = 0;
+    int stage = 0;
+    for (int k = c->start; k <= c->end; k++) {
+        rem += p;
+        if (rem >= c->prompts) {
+            rem -= c->prompts;
+            stage++;
+        }
+    }
+    return c->start + stage < c->end ? c->start + stage : c->end;
+}
+
 int rlpi_kk_generate(rlpi_kk_puzzle *out, const rlpi_kk_params *p, uint64_t seed, uint64_t index)
 {
     int rc = rlpi_kk_params_check(p);

@@ -53,6 +53,20 @@ typedef struct rlpi_kk_puzzle {
     uint32_t tries;                           /* puzzles sampled to find this one */
 } rlpi_kk_puzzle;
 
+/* A people-count curriculum (Logic-RL trains on 3 then 4 … then 7 people,
+ * Xie et al. 2025, arXiv:2502.14768): the count rises from start to end in
+ * end − start + 1 equal stages over the first `prompts` problems of the
+ * stream and stays at end after them. prompts == 0: no curriculum. */
+typedef struct rlpi_kk_curriculum {
+    int start, end;   /* 2 ≤ start ≤ end ≤ 8 */
+    uint64_t prompts; /* ≤ 2^63 */
+} rlpi_kk_curriculum;
+
+/* People for problem p of the stream (0-based, counted over all epochs):
+ * start + floor((end − start + 1) · p / prompts), at most end. A pure
+ * function of p, so a resumed stream continues the same curriculum. */
+int rlpi_kk_curriculum_people(const rlpi_kk_curriculum *c, uint64_t p);
+
 /* Checks params; RLP_E_INVALID_ARG naming the bad field. */
 int rlpi_kk_params_check(const rlpi_kk_params *p);
 

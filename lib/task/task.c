@@ -34,6 +34,7 @@ struct rlp_task {
     rlpi_order order;
     rlpi_cursor cursor;
     rlpi_kk_params kk;
+    rlpi_kk_curriculum kk_curriculum; /* prompts == 0: none */
     rlpi_cd_params cd;
     rlpi_arith_set arith; /* the split's problems (arith) */
     rlpi_dataset *data;
@@ -147,28 +148,51 @@ static int common_options(rlp_task *t, const json_t *o)
 
 static int kk_options(rlp_task *t, const json_t *o)
 {
-    static const char *const keys[] = {"seed", "size", "shuffle", "people", "min_people",
-                                       "max_people", "width"};
+    static const char *const keys[] = {"seed", "size", "shuffle", "people", "min_people", "max_people", "width",
+                                       "curriculum_start", "curriculum_end", "curriculum_prompts"};
     int rc = check_keys(o, "kk", keys, sizeof keys / sizeof keys[0]);
-    int64_t people = 0, lo = 3, hi = 7, width = 2, size = 0;
+    int64_t people = 0, lo = 3, hi = 7, width = 2, size = 0, c_start = 0, c_end = 0, c_prompts = 0;
     if (rc || (rc = int_opt(o, "people", RLPI_KK_MIN_PEOPLE, RLPI_KK_MAX_PEOPLE, &people)) ||
         (rc = int_opt(o, "min_people", RLPI_KK_MIN_PEOPLE, RLPI_KK_MAX_PEOPLE, &lo)) ||
         (rc = int_opt(o, "max_people", RLPI_KK_MIN_PEOPLE, RLPI_KK_MAX_PEOPLE, &hi)) ||
         (rc = int_opt(o, "width", 2, RLPI_KK_MAX_WIDTH, &width)) ||
-        (rc = int_opt(o, "size", 0, UINT32_MAX, &size)))
+        (rc = int_opt(o, "size", 0, UINT32_MAX, &size)) ||
+        (rc = int_opt(o, "curriculum_start", RLPI_KK_MIN_PEOPLE, RLPI_KK_MAX_PEOPLE, &c_start)) ||
+        (rc = int_opt(o, "curriculum_end", RLPI_KK_MIN_PEOPLE, RLPI_KK_MAX_PEOPLE, &c_end)) ||
+        (rc = int_opt(o, "curriculum_prompts", 1, INT64_MAX, &c_prompts)))
         return rc;
     if (people && (json_object_get(o, "min_people") || json_object_get(o, "max_people")))
         return rlpi_error_set(RLP_E_INVALID_ARG,
                               "kk options: give \"people\" or \"min_people\"/\"max_people\", not both");
     if (people)
         lo = hi = people;
+    int curriculum = c_start || c_end || c_prompts;
+    if (curriculum) {
+        if (!c_start || !c_end || !c_prompts)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "kk options: a curriculum needs all of \"curriculum_start\", "
+                                                     "\"curriculum_end\" and \"curriculum_prompts\"");
+        if (json_object_get(o, "people") || json_object_get(o, "min_people") || json_object_get(o, "max_people"))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "kk options: the curriculum sets the people count; drop "
+                                                     "\"people\", \"min_people\" and \"max_people\"");
+        if (c_end < c_start)
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "kk options: \"curriculum_end\" (%lld) is below \"curriculum_start\" (%lld)",
+                                  (long long)c_end, (long long)c_start);
+        lo = c_start;
+        hi = c_end;
+        t->kk_curriculum = (rlpi_kk_curriculum){(int)c_start, (int)c_end, (uint64_t)c_prompts};
+    }
     t->kk = (rlpi_kk_params){(int)lo, (int)hi, (int)width};
     if ((rc = rlpi_kk_params_check(&t->kk)))
         return rlpi_error_wrap("kk options");
     t->size = (uint64_t)size;
-    char buf[128];
-    snprintf(buf, sizeof buf, "kk v1 people %d-%d width %d", t->kk.min_people, t->kk.max_people,
-             t->kk.width);
+    char buf[160];
+    if (curriculum) /* the cursor of one curriculum must not restore into another */
+        snprintf(buf, sizeof buf, "kk v1 curriculum %d-%d over %lld width %d", t->kk.min_people, t->kk.max_people,
+                 (long long)c_prompts, t->kk.width);
+    else
+        snprintf(buf, sizeof buf, "kk v1 people %d-%d width %d", t->kk.min_people, t->kk.max_people,
+                 t->kk.width);
     t->fingerprint = fnv_str(UINT64_C(0xcbf29ce484222325), buf);
     return common_options(t, o);
 }
@@ -489,14 +513,24 @@ static char *dump_compact(json_t *j)
     return s;
 }
 
-/* Problem `index` of a generator: question, reference, metadata object. */
-static int generate_item(const rlp_task *t, uint64_t index, set_entry *e, json_t *meta)
+/* Problem `index` of a generator, drawn at cursor c: question, reference,
+ * metadata object. */
+static int generate_item(const rlp_task *t, rlpi_cursor c, uint64_t index, set_entry *e, json_t *meta)
 {
     int rc;
     int fail = 0;
     if (t->kind == TASK_KK) {
+        rlpi_kk_params kp = t->kk;
+        if (t->kk_curriculum.prompts) {
+            /* the stream position over all epochs (saturating): a pure
+             * function of the cursor, so resume continues the curriculum */
+            uint64_t p = c.position;
+            if (t->size)
+                p = c.epoch > (UINT64_MAX - c.position) / t->size ? UINT64_MAX : c.epoch * t->size + c.position;
+            kp.min_people = kp.max_people = rlpi_kk_curriculum_people(&t->kk_curriculum, p);
+        }
         rlpi_kk_puzzle pz;
-        if ((rc = rlpi_kk_generate(&pz, &t->kk, t->seed, index)))
+        if ((rc = rlpi_kk_generate(&pz, &kp, t->seed, index)))
             return rc;
         e->question = rlpi_kk_render_quiz(&pz);
         e->reference = rlpi_kk_render_solution(&pz);
@@ -511,6 +545,7 @@ static int generate_item(const rlp_task *t, uint64_t index, set_entry *e, json_t
         fail |= json_object_set_new(meta, "solution", sol);
         fail |= json_object_set_new(meta, "solution_text_format", json_string(e->reference ? e->reference : ""));
         fail |= json_object_set_new(meta, "statements", json_string(statements ? statements : ""));
+        fail |= json_object_set_new(meta, "answer_type", json_string("kk")); /* for the format reward */
         free(statements);
     } else if (t->kind == TASK_ARITH) {
         const rlpi_arith_problem *pb = &t->arith.items[index];
@@ -544,6 +579,7 @@ static int generate_item(const rlp_task *t, uint64_t index, set_entry *e, json_t
         e->reference = strdup(pb.solution);
         fail |= json_object_set_new(meta, "numbers", nums);
         fail |= json_object_set_new(meta, "target", json_integer(pb.target));
+        fail |= json_object_set_new(meta, "answer_type", json_string("equation")); /* for the format reward */
     }
     if (fail || !e->question || !e->reference)
         return rlpi_error_set(RLP_E_NOMEM, "task: out of memory");
@@ -575,7 +611,7 @@ static int make_entry(const rlp_task *t, rlpi_cursor c, uint64_t index, const rl
         fail |= json_object_set_new(meta, "task", json_string(t->label));
     int rc = fail ? rlpi_error_set(RLP_E_NOMEM, "task: out of memory")
          : t->kind == TASK_JSONL ? dataset_item(t, index, e, meta)
-                                 : generate_item(t, index, e, meta);
+                                 : generate_item(t, c, index, e, meta);
     if (rc) {
         json_decref(meta);
         return rc;

@@ -31,7 +31,7 @@ static void make_completion(char *buf, size_t i, int *answer)
     int a = (int)(i % 97) + 3, b = (int)(i % 13) + 2;
     *answer = a * b + 7;
     char tail[128];
-    int nt = snprintf(tail, sizeof tail, "</think>\n<answer>So the answer is \\boxed{%d}.</answer>\n#### %d", *answer,
+    int nt = snprintf(tail, sizeof tail, "</think>\n<answer>\\boxed{%d}</answer>\n#### %d", *answer,
                       *answer);
     size_t n = (size_t)snprintf(buf, COMPLETION_BYTES, "<think>");
     while (n + 64 < COMPLETION_BYTES - (size_t)nt)

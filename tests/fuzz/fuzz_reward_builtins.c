@@ -19,8 +19,9 @@ static const struct {
     {"logic_rl_format", NULL, "<think>a</think><answer>b</answer>", NULL, NULL},
     {"kk_answer", "{\"require_format\": false}", "<answer>Zoey is a knight, Oliver is a knave</answer>",
      "(1) Zoey is a knight\n(2) Oliver is a knave", NULL},
+    /* K&K metadata: the format check parses the answer for every name */
     {"logic_rl", NULL, "<think>x</think><answer>Zoey is a knight, Oliver is a knave</answer>",
-     "(1) Zoey is a knight\n(2) Oliver is a knave", NULL},
+     "(1) Zoey is a knight\n(2) Oliver is a knave", "{\"answer_type\": \"kk\", \"names\": [\"Zoey\", \"Oliver\"]}"},
     {"gsm8k", NULL, "#### 18", "18", NULL},
     {"boxed_math", NULL, "\\boxed{\\frac{1}{3}}", "\\frac{1}{3}", NULL},
     {"countdown", NULL, "<answer>3*5+7</answer>", NULL, "{\"numbers\": [3, 5, 7], \"target\": 22}"},

@@ -313,7 +313,12 @@ static void check_rl(int advantage, int split, double tol)
 static void test_rl_grpo(void **state)
 {
     (void)state;
-    check_rl(RLP_ADV_GRPO, 2, 1e-6);
+    /* the ranks' gradients are summed in another order than one process's,
+     * and Adam's g/(|g| + ε) turns last-bit differences of near-zero
+     * gradient elements into steps of up to lr: measured 2.6e-7 on one Xeon,
+     * 2.0e-6 on another (OpenBLAS SkylakeX kernels); the loss, grad norm and
+     * advantage statistics below are held to 1e-5 relative. */
+    check_rl(RLP_ADV_GRPO, 2, 1e-5);
 }
 
 static void test_rl_reinforce_pp_global_normalisation(void **state)
@@ -322,8 +327,9 @@ static void test_rl_reinforce_pp_global_normalisation(void **state)
     /* the batch mean and std are summed per rank, then over ranks (another
      * order than one process), and Adam's first step g/(|g| + ε) turns the
      * last-bit differences of gradient elements near ε = 1e-8 into visible
-     * ones: measured 3.1e-6 */
-    check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-5);
+     * ones: measured 3.1e-6 on one Xeon, 1.4e-5 on another (OpenBLAS
+     * SkylakeX kernels) */
+    check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-4);
 }
 
 static void test_rl_rank_without_trajectories(void **state)

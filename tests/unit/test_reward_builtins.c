@@ -110,7 +110,10 @@ static char *big(const char *head, char fill, const char *tail, size_t *len)
 /* ---- Logic-RL: format, K&K answer, total ------------------------------------------ */
 
 /* One completion scored three ways: logic_rl_format (fmt), kk_answer
- * (ans), logic_rl (fmt + ans). */
+ * (ans), logic_rl (fmt + ans). fmt is kk.py's tags-only rule ("answer":
+ * "any"). The default rule also needs an <answer> content that is no
+ * placeholder (the reference is no number and there is no metadata, so
+ * "auto" means "nonempty"): the rows in auto_fails fail it. */
 typedef struct kk_row {
     const char *label;
     const char *prompt;
@@ -160,6 +163,8 @@ static const kk_row kk_rows[] = {
      -2},
     {"empty completion", NULL, "", R2, -1, -2},
     {"empty answer", NULL, T("x", "  \n "), R2, 1, -2},
+    {"placeholder answer", NULL, T("x", " answer "), R2, 1, -2},
+    {"placeholder from Logic-RL's prompt", NULL, T("x", " answer here "), R2, 1, -2},
     {"three mentions for two people", NULL, T("x", OK2 " -- two knights? no"), R2, 1, -2},
     {"one mention for two people", NULL, T("x", "Zoey is a knight"), R2, 1, -2},
     {"name not stated, count right", NULL, T("x", "Zoey is a knight and the other is a knave"), R2, 1, -2},
@@ -175,28 +180,150 @@ static const kk_row kk_rows[] = {
     {"reference lines without numbers", NULL, T("x", OK2), "Zoey is a knight\nOliver is a knave", 1, 2},
 };
 
+static const char *const auto_fails[] = {"empty answer", "placeholder answer", "placeholder from Logic-RL's prompt"};
+
+static int fails_auto(const char *label)
+{
+    for (size_t i = 0; i < sizeof auto_fails / sizeof auto_fails[0]; i++)
+        if (!strcmp(label, auto_fails[i]))
+            return 1;
+    return 0;
+}
+
 static void test_logic_rl_tables(void **state)
 {
     (void)state;
     size_t n = sizeof kk_rows / sizeof kk_rows[0];
     assert_true(n >= MIN_ROWS);
     int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        const kk_row *k = &kk_rows[i];
-        row f = {k->label, NULL, k->prompt, k->completion, k->reference, NULL, k->fmt};
-        row a = f, t = f;
-        a.expect = k->ans;
-        t.expect = k->fmt + k->ans;
-        size_t len = strlen(k->completion);
-        rlp_reward_result r1 = score_with("logic_rl_format", NULL, k->prompt, k->completion, len, k->reference, NULL);
-        rlp_reward_result r2 = score_with("kk_answer", NULL, k->prompt, k->completion, len, k->reference, NULL);
-        rlp_reward_result r3 = score_with("logic_rl", NULL, k->prompt, k->completion, len, k->reference, NULL);
-        bad += !check("logic_rl_format", &f, &r1) + !check("kk_answer", &a, &r2) + !check("logic_rl", &t, &r3);
-        /* Logic-RL's totals are only these four */
-        double tot = k->fmt + k->ans;
-        assert_true(tot == 3.0 || tot == -0.5 || tot == -1.0 || tot == -3.0);
+    /* pass 0: the default ("answer": "auto"); pass 1: kk.py's rule exactly */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *opts = pass ? "{\"answer\": \"any\"}" : NULL;
+        for (size_t i = 0; i < n; i++) {
+            const kk_row *k = &kk_rows[i];
+            double fmt = pass == 0 && fails_auto(k->label) ? -1 : k->fmt;
+            /* a failed format makes the answer unparsable (require_format) */
+            double ans = fmt < 0 ? -2 : k->ans;
+            row f = {k->label, opts, k->prompt, k->completion, k->reference, NULL, fmt};
+            row a = f, t = f;
+            a.expect = ans;
+            t.expect = fmt + ans;
+            size_t len = strlen(k->completion);
+            rlp_reward_result r1 =
+                score_with("logic_rl_format", opts, k->prompt, k->completion, len, k->reference, NULL);
+            rlp_reward_result r2 = score_with("kk_answer", opts, k->prompt, k->completion, len, k->reference, NULL);
+            rlp_reward_result r3 = score_with("logic_rl", opts, k->prompt, k->completion, len, k->reference, NULL);
+            bad += !check("logic_rl_format", &f, &r1) + !check("kk_answer", &a, &r2) + !check("logic_rl", &t, &r3);
+            /* Logic-RL's totals are only these four */
+            double tot = fmt + ans;
+            assert_true(tot == 3.0 || tot == -0.5 || tot == -1.0 || tot == -3.0);
+        }
     }
     assert_int_equal(bad, 0);
+}
+
+/* ---- the <answer> content the format needs ("answer") ----------------------------------- */
+
+#define KK_META "{\"answer_type\": \"kk\", \"names\": [\"Zoey\", \"Oliver\"]}"
+#define CD_META "{\"answer_type\": \"equation\", \"numbers\": [44, 19, 35], \"target\": 98}"
+
+/* logic_rl_format on T("x", content): 1 when the content parses as the
+ * answer type that the options, metadata or reference give, else -1. */
+static const row answer_rows[] = {
+    /* auto: a numeric reference asks for a number */
+    {"number", NULL, NULL, T("x", "42"), "42", NULL, 1},
+    {"number, spaces", NULL, NULL, T("x", "\n 42 \n"), "42", NULL, 1},
+    {"wrong number still has the format", NULL, NULL, T("x", "41"), "42", NULL, 1},
+    {"number, trailing period", NULL, NULL, T("x", "42."), "42", NULL, 1},
+    {"negative decimal", NULL, NULL, T("x", "-3.5"), "-3.5", NULL, 1},
+    {"thousands", NULL, NULL, T("x", "1,000"), "1000", NULL, 1},
+    {"fraction", NULL, NULL, T("x", "3/4"), "0.75", NULL, 1},
+    {"\\frac", NULL, NULL, T("x", "\\frac{3}{4}"), "0.75", NULL, 1},
+    {"\\boxed{N}", NULL, NULL, T("x", "\\boxed{42}"), "42", NULL, 1},
+    {"$\\boxed{N}$.", NULL, NULL, T("x", "$\\boxed{42}$."), "42", NULL, 1},
+    {"GSM8K reference", NULL, NULL, T("x", "18"), "9 * 2 = 18\n#### 18", NULL, 1},
+    {"reference from metadata", NULL, NULL, T("x", "18"), NULL, "{\"reference\": 18}", 1},
+    {"placeholder 'answer'", NULL, NULL, T("x", " answer "), "42", NULL, -1},
+    {"placeholder 'Answer'", NULL, NULL, T("x", "Answer"), "42", NULL, -1},
+    {"placeholder 'your answer'", NULL, NULL, T("x", "your answer"), "42", NULL, -1},
+    {"placeholder 'answer here'", NULL, NULL, T("x", "answer here"), "42", NULL, -1},
+    {"placeholder '...'", NULL, NULL, T("x", "..."), "42", NULL, -1},
+    {"empty", NULL, NULL, T("x", ""), "42", NULL, -1},
+    {"sentence around the number", NULL, NULL, T("x", "The answer is 42"), "42", NULL, -1},
+    {"number with a unit", NULL, NULL, T("x", "42 apples"), "42", NULL, -1},
+    {"x = N", NULL, NULL, T("x", "x = 42"), "42", NULL, -1},
+    {"words", NULL, NULL, T("x", "forty-two"), "42", NULL, -1},
+    {"box with text after", NULL, NULL, T("x", "\\boxed{42} apples"), "42", NULL, -1},
+    {"box of no number", NULL, NULL, T("x", "\\boxed{answer}"), "42", NULL, -1},
+    {"two periods", NULL, NULL, T("x", "42.."), "42", NULL, -1},
+    /* auto: the metadata's answer_type wins */
+    {"answer_type number without reference", NULL, NULL, T("x", "7"), NULL, "{\"answer_type\": \"number\"}", 1},
+    {"answer_type number, placeholder", NULL, NULL, T("x", "answer"), NULL, "{\"answer_type\": \"number\"}", -1},
+    {"kk", NULL, NULL, T("x", OK2), NULL, KK_META, 1},
+    {"kk, wrong roles still have the format", NULL, NULL, T("x", "Zoey is a knave, Oliver is a knight"), NULL,
+     KK_META, 1},
+    {"kk, placeholder", NULL, NULL, T("x", " answer "), NULL, KK_META, -1},
+    {"kk, Logic-RL's example", NULL, NULL, T("x", "(1) Zoey is a knight\n(2) ... "), NULL, KK_META, -1},
+    {"kk, one person missing", NULL, NULL, T("x", "Zoey is a knight"), NULL, KK_META, -1},
+    {"kk, roles without names", NULL, NULL, T("x", "knight, knave"), NULL, KK_META, -1},
+    {"kk without names: one claim", NULL, NULL, T("x", "(1) Ann is a knave"), NULL, "{\"answer_type\": \"kk\"}", 1},
+    {"kk without names: placeholder", NULL, NULL, T("x", "answer here"), NULL, "{\"answer_type\": \"kk\"}", -1},
+    {"equation", NULL, NULL, T("x", "(44 + 19) + 35"), NULL, CD_META, 1},
+    {"equation, wrong value still has the format", NULL, NULL, T("x", "44 - 19 + 35"), NULL, CD_META, 1},
+    {"equation, placeholder", NULL, NULL, T("x", "answer"), NULL, CD_META, -1},
+    {"equation with '= target'", NULL, NULL, T("x", "44 + 19 + 35 = 98"), NULL, CD_META, -1},
+    {"equation, TinyZero's example", NULL, NULL, T("x", " (1 + 2) / 3 "), NULL, CD_META, 1},
+    {"unknown answer_type", NULL, NULL, T("x", "42"), NULL, "{\"answer_type\": \"colour\"}", INVALID},
+    {"answer_type auto is no type", NULL, NULL, T("x", "42"), NULL, "{\"answer_type\": \"auto\"}", INVALID},
+    /* auto: a reference that is no number asks for some non-placeholder text */
+    {"free text", NULL, NULL, T("x", "Paris"), "Paris", NULL, 1},
+    {"free text, placeholder", NULL, NULL, T("x", "final answer"), "Paris", NULL, -1},
+    {"free text, placeholder in brackets", NULL, NULL, T("x", "[Your Answer]"), "Paris", NULL, -1},
+    {"free text, ellipsis", NULL, NULL, T("x", " \xe2\x80\xa6 "), "Paris", NULL, -1},
+    {"no reference, no metadata", NULL, NULL, T("x", "anything real"), NULL, NULL, 1},
+    {"no reference, placeholder", NULL, NULL, T("x", "answer"), NULL, NULL, -1},
+    /* explicit options win over the metadata */
+    {"any: placeholder passes", "{\"answer\": \"any\"}", NULL, T("x", "answer"), "42", KK_META, 1},
+    {"any: empty passes", "{\"answer\": \"any\"}", NULL, T("x", ""), "42", NULL, 1},
+    {"nonempty over kk metadata", "{\"answer\": \"nonempty\"}", NULL, T("x", "blah"), NULL, KK_META, 1},
+    {"nonempty, placeholder", "{\"answer\": \"nonempty\"}", NULL, T("x", "answer"), NULL, KK_META, -1},
+    {"number over a text reference", "{\"answer\": \"number\"}", NULL, T("x", "Paris"), "Paris", NULL, -1},
+    {"equation option", "{\"answer\": \"equation\"}", NULL, T("x", "3 * (4 + 5)"), NULL, NULL, 1},
+    {"kk option, no names", "{\"answer\": \"kk\"}", NULL, T("x", "Bob is a knight"), NULL, NULL, 1},
+    {"tags still come first", "{\"answer\": \"number\"}", NULL, "<answer>42</answer>", NULL, NULL, -1},
+};
+
+static void test_format_answer_content(void **state)
+{
+    (void)state;
+    assert_true(sizeof answer_rows / sizeof answer_rows[0] >= MIN_ROWS);
+    run_table("logic_rl_format", answer_rows, sizeof answer_rows / sizeof answer_rows[0]);
+    /* the reason names the content and the type */
+    rlp_reward_result r = score_with("logic_rl_format", NULL, NULL, T("x", " answer "), strlen(T("x", " answer ")),
+                                     "42", NULL);
+    assert_non_null(strstr(r.reason, "format: <answer> content \"answer\" is not a number"));
+    r = score_with("logic_rl_format", NULL, NULL, T("x", "answer"), strlen(T("x", "answer")), NULL, KK_META);
+    assert_non_null(strstr(r.reason, "no \"Zoey is a knight|knave\""));
+    /* logic_rl on K&K metadata: a real answer keeps kk.py's totals, a
+     * placeholder loses the format bonus (-1 - 2 instead of 1 - 2) */
+    const char *meta = "{\"answer_type\": \"kk\", \"names\": [\"Zoey\", \"Oliver\"], "
+                       "\"reference\": \"(1) Zoey is a knight\\n(2) Oliver is a knave\"}";
+    r = score_with("logic_rl", NULL, NULL, T("x", OK2), strlen(T("x", OK2)), NULL, meta);
+    assert_true(r.valid && r.score == 3.0);
+    r = score_with("logic_rl", NULL, NULL, T("x", "Zoey is a knave, Oliver is a knight"),
+                   strlen(T("x", "Zoey is a knave, Oliver is a knight")), NULL, meta);
+    assert_true(r.valid && r.score == -0.5);
+    r = score_with("logic_rl", NULL, NULL, T("x", "answer"), strlen(T("x", "answer")), NULL, meta);
+    assert_true(r.valid && r.score == -3.0);
+    r = score_with("logic_rl", "{\"answer\": \"any\"}", NULL, T("x", "answer"), strlen(T("x", "answer")), NULL,
+                   meta);
+    assert_true(r.valid && r.score == -1.0);
+    /* a bad option value is refused by name */
+    rlp_reward_fn *fn = NULL;
+    assert_int_equal(rlp_reward_fn_create_builtin(&fn, "logic_rl_format", "{\"answer\": \"numeric\"}"),
+                     RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "numeric"));
+    assert_int_equal(rlp_reward_fn_create_builtin(&fn, "logic_rl", "{\"answer\": 3}"), RLP_E_INVALID_ARG);
 }
 
 static void test_logic_rl_big_and_options(void **state)
@@ -687,6 +814,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logic_rl_tables),  cmocka_unit_test(test_logic_rl_big_and_options),
+        cmocka_unit_test(test_format_answer_content),
         cmocka_unit_test(test_gsm8k_table),      cmocka_unit_test(test_boxed_math_table),
         cmocka_unit_test(test_countdown_table),  cmocka_unit_test(test_exact_match_table),
         cmocka_unit_test(test_regex_match_table), cmocka_unit_test(test_create_errors),

@@ -108,9 +108,14 @@ static void test_micro_batching_same_update(void **state)
         assert_int_equal(rlp_policy_train_rl(a, b, NULL, &o, &s1), RLP_OK);
         o.micro_batch_tokens = 20; /* one or two sequences per forward */
         assert_int_equal(rlp_policy_train_rl(c, b, NULL, &o, &s2), RLP_OK);
+        print_message("agg %d: grad norm %.9g vs %.9g, loss %.9g vs %.9g\n", aggs[k], s1.grad_norm, s2.grad_norm,
+                      s1.loss, s2.loss);
         assert_true(fabs(s1.grad_norm - s2.grad_norm) <= 1e-6 * s1.grad_norm + 1e-9);
-        /* the loss at ratio 1 is −mean(Â) ≈ 0: compare absolutely */
-        assert_true(fabs(s1.loss - s2.loss) <= 1e-6);
+        /* the loss at ratio 1 is −mean(Â) ≈ 0: compare absolutely, at the
+         * rounding of a sum of a sequence's 12 token terms (seq-mean-token-sum:
+         * measured 2.1e-6 with OpenBLAS's SkylakeX kernels, 6.8e-7 with
+         * Haswell's). A wrong normaliser shows in the grad norm above. */
+        assert_true(fabs(s1.loss - s2.loss) <= 1e-5);
     }
     /* the two policies are still the same, to rounding: after 4 AdamW
      * updates, Adam's per-parameter normalisation turns last-bit

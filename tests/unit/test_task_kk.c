@@ -441,6 +441,169 @@ static void width_and_bad_options(void **state)
     rlp_task_free(t);
 }
 
+/* ---- the people-count curriculum ------------------------------------------ */
+
+/* People of prompt i of a set (the length of its metadata's "names"),
+ * after checking the puzzle like any other. */
+static int people_of(const rlp_prompt_set *set, size_t i)
+{
+    rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+    assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
+    json_t *m = json_loads(it.metadata_json, 0, NULL);
+    assert_non_null(m);
+    int n = (int)json_array_size(json_object_get(m, "names"));
+    json_decref(m);
+    kk_stats stats;
+    memset(&stats, 0, sizeof stats);
+    check_item(&it, n, &stats);
+    return n;
+}
+
+/* The stages, computed here: 3→7 over 50 prompts is five stages of ten. */
+static void curriculum_stages(void **state)
+{
+    (void)state;
+    rlp_task *t;
+    assert_int_equal(rlp_task_create(&t, "kk", "{\"seed\": 4, \"curriculum_start\": 3, \"curriculum_end\": 7, "
+                                               "\"curriculum_prompts\": 50}"),
+                     RLP_OK);
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 70, NULL), RLP_OK);
+    int per_count[9] = {0};
+    for (size_t p = 0; p < 70; p++) {
+        int n = people_of(set, p);
+        assert_int_equal(n, p < 50 ? 3 + (int)(p / 10) : 7);
+        per_count[n]++;
+    }
+    assert_int_equal(per_count[3], 10);
+    assert_int_equal(per_count[4], 10);
+    assert_int_equal(per_count[5], 10);
+    assert_int_equal(per_count[6], 10);
+    assert_int_equal(per_count[7], 30); /* the end count, from prompt 40 on */
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+
+    /* uneven stages: 2→4 over 7 prompts gives 2 + floor(3p/7) */
+    assert_int_equal(rlp_task_create(&t, "kk", "{\"curriculum_start\": 2, \"curriculum_end\": 4, "
+                                               "\"curriculum_prompts\": 7}"),
+                     RLP_OK);
+    assert_int_equal(rlp_task_next_batch(&set, t, 9, NULL), RLP_OK);
+    const int want[9] = {2, 2, 2, 3, 3, 4, 4, 4, 4};
+    for (size_t p = 0; p < 9; p++)
+        assert_int_equal(people_of(set, p), want[p]);
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+
+    /* the formula itself, at the edges (no overflow near 2^63) */
+    rlpi_kk_curriculum c = {3, 7, 3};
+    assert_int_equal(rlpi_kk_curriculum_people(&c, 0), 3);
+    assert_int_equal(rlpi_kk_curriculum_people(&c, 1), 4); /* floor(5/3) */
+    assert_int_equal(rlpi_kk_curriculum_people(&c, 2), 6); /* floor(10/3) */
+    assert_int_equal(rlpi_kk_curriculum_people(&c, 3), 7);
+    assert_int_equal(rlpi_kk_curriculum_people(&c, UINT64_MAX), 7);
+    rlpi_kk_curriculum big = {3, 7, UINT64_C(1) << 63};
+    assert_int_equal(rlpi_kk_curriculum_people(&big, (UINT64_C(1) << 63) - 1), 7);
+    assert_int_equal(rlpi_kk_curriculum_people(&big, UINT64_C(1) << 62), 5); /* floor(5/2) = 2 stages up */
+    /* the first stage ends exactly at ceil(2^63 / 5) */
+    assert_int_equal(rlpi_kk_curriculum_people(&big, (UINT64_C(1) << 63) / 5), 3);
+    assert_int_equal(rlpi_kk_curriculum_people(&big, (UINT64_C(1) << 63) / 5 + 1), 4);
+    rlpi_kk_curriculum one = {5, 5, 10};
+    assert_int_equal(rlpi_kk_curriculum_people(&one, 0), 5);
+    assert_int_equal(rlpi_kk_curriculum_people(&one, 9), 5);
+}
+
+/* A run stopped mid-curriculum and resumed from its saved cursor serves
+ * the prompts of one uninterrupted run, in an endless stream and in a
+ * finite set served over epochs (where the stage follows the position
+ * over all epochs). */
+static void curriculum_resume(void **state)
+{
+    (void)state;
+    const char *opts[] = {
+        "{\"seed\": 9, \"curriculum_start\": 3, \"curriculum_end\": 6, \"curriculum_prompts\": 40}",
+        "{\"seed\": 9, \"size\": 12, \"curriculum_start\": 3, \"curriculum_end\": 6, \"curriculum_prompts\": 40}",
+    };
+    for (int k = 0; k < 2; k++) {
+        rlp_task *whole, *first, *second;
+        assert_int_equal(rlp_task_create(&whole, "kk", opts[k]), RLP_OK);
+        assert_int_equal(rlp_task_create(&first, "kk", opts[k]), RLP_OK);
+        assert_int_equal(rlp_task_create(&second, "kk", opts[k]), RLP_OK);
+        char *all = batch_text(whole, 48);
+        char *a = batch_text(first, 17); /* stops in the second stage */
+        char cur[512];
+        size_t len;
+        assert_int_equal(rlp_task_cursor_save(first, cur, sizeof cur, &len), RLP_OK);
+        assert_int_equal(rlp_task_cursor_restore(second, cur, len), RLP_OK);
+        char *b = batch_text(second, 31);
+        char *joined = malloc(strlen(a) + strlen(b) + 1);
+        strcpy(joined, a);
+        strcat(joined, b);
+        assert_string_equal(joined, all);
+        free(all), free(a), free(b), free(joined);
+        rlp_task_free(whole), rlp_task_free(first), rlp_task_free(second);
+    }
+    /* in the finite set, the third epoch (positions 24..35) is stage 2 and 3 */
+    rlp_task *t;
+    assert_int_equal(rlp_task_create(&t, "kk", opts[1]), RLP_OK);
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 48, NULL), RLP_OK);
+    for (size_t p = 0; p < 48; p++)
+        assert_int_equal(people_of(set, p), p < 40 ? 3 + (int)(p / 10) : 6);
+    rlp_prompt_set_free(set);
+    /* a cursor of another curriculum, or of no curriculum, is refused */
+    char cur[512];
+    size_t len;
+    assert_int_equal(rlp_task_cursor_save(t, cur, sizeof cur, &len), RLP_OK);
+    rlp_task *other;
+    assert_int_equal(rlp_task_create(&other, "kk", "{\"seed\": 9, \"size\": 12, \"curriculum_start\": 3, "
+                                                   "\"curriculum_end\": 6, \"curriculum_prompts\": 80}"),
+                     RLP_OK);
+    assert_int_equal(rlp_task_cursor_restore(other, cur, len), RLP_E_INVALID_ARG);
+    rlp_task_free(other);
+    assert_int_equal(rlp_task_create(&other, "kk", "{\"seed\": 9, \"size\": 12, \"min_people\": 3, "
+                                                   "\"max_people\": 6}"),
+                     RLP_OK);
+    assert_int_equal(rlp_task_cursor_restore(other, cur, len), RLP_E_INVALID_ARG);
+    rlp_task_free(other);
+    rlp_task_free(t);
+}
+
+static void curriculum_bad_options(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": 10, \"people\": 3}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": 10, \"min_people\": 3}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": 10, \"max_people\": 7}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7}",
+        "{\"curriculum_prompts\": 10}",
+        "{\"curriculum_start\": 3, \"curriculum_prompts\": 10}",
+        "{\"curriculum_start\": 7, \"curriculum_end\": 3, \"curriculum_prompts\": 10}",
+        "{\"curriculum_start\": 1, \"curriculum_end\": 3, \"curriculum_prompts\": 10}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 9, \"curriculum_prompts\": 10}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": 0}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": -5}",
+        "{\"curriculum_start\": 3, \"curriculum_end\": 7, \"curriculum_prompts\": 1.5}",
+        "{\"curriculum_start\": \"3\", \"curriculum_end\": 7, \"curriculum_prompts\": 10}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rlp_task *t = NULL;
+        if (rlp_task_create(&t, "kk", bad[i]) != RLP_E_INVALID_ARG)
+            fail_msg("accepted %s", bad[i]);
+        assert_null(t);
+    }
+    rlp_task *t = NULL;
+    assert_int_equal(rlp_task_create(&t, "kk", bad[0]), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "people"));
+    assert_int_equal(rlp_task_create(&t, "kk", bad[6]), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "curriculum_end"));
+    /* one stage is allowed */
+    assert_int_equal(rlp_task_create(&t, "kk", "{\"curriculum_start\": 4, \"curriculum_end\": 4, "
+                                               "\"curriculum_prompts\": 1}"),
+                     RLP_OK);
+    rlp_task_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +611,9 @@ int main(void)
         cmocka_unit_test(deterministic_by_seed),
         cmocka_unit_test(names_and_phrasings_vary),
         cmocka_unit_test(width_and_bad_options),
+        cmocka_unit_test(curriculum_stages),
+        cmocka_unit_test(curriculum_resume),
+        cmocka_unit_test(curriculum_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
