@@ -11,6 +11,9 @@
  * signal: 0.25 for each of <think>, </think>, <answer>, </answer> found once
  * and after the previous one, 0 for a tag written twice (the strict Logic-RL
  * format, all four exactly once and in order, is reported as format_rate).
+ * The system prompt names the tags but shows no example to copy: a model
+ * taught to copy "<answer> answer </answer>" from a prompt earns the format
+ * and says nothing (rlpost train's format rewards refuse such answers).
  * One JSON line per step on stdout: mean reward, format rate, loss,
  * statistics and timings. This is the shape of `rlpost train` without the
  * configuration file. */
@@ -69,9 +72,8 @@ static const char *questions[] = {
 #define N_QUESTIONS (sizeof questions / sizeof questions[0])
 
 static const char *system_prompt =
-    "You are a helpful assistant. First think about the question inside <think> </think> tags, then give "
-    "the final answer inside <answer> </answer> tags, like this: <think> reasoning </think> <answer> answer "
-    "</answer>.";
+    "You are a helpful assistant. First reason about the question between <think> and </think>, then write "
+    "the final answer, a number only, between <answer> and </answer>.";
 
 int main(int argc, char **argv)
 {

@@ -2261,18 +2261,21 @@ int cmd_train(int argc, char **argv)
                 "| %.1f s/step%s | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss,
                 isfinite(tps) ? tps : 0.0, rs.staleness_max, t4 - t0, idle, eta);
 
+        /* Read the flag once: with several ranks every rank must act on the
+         * reduced value, not on a signal that lands after the reduction
+         * (that rank alone would stop, and its peers would wait for it). */
+        int stop = stop_requested != 0;
         if (r->comm) {
             /* a rank interrupted during the step stops them all here, together */
-            double f = stop_requested != 0;
+            double f = stop;
             if (rlp_comm_all_reduce(r->comm, &f, 1, RLP_REDUCE_MAX)) {
                 fprintf(stderr, "rlpost train: step %lld: distributed: %s\n", k, rlp_error_last());
                 failed = 1;
                 break;
             }
-            if (f > 0)
-                stop_requested = 1;
+            stop = f > 0;
         }
-        if (stop_requested) {
+        if (stop) {
             if (lead)
                 fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
             interrupted = 1;
