@@ -1399,6 +1399,46 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
     return rc ? -1 : 0;
 }
 
+/* How many of the held-out prompts' questions are among the questions of
+ * the training prompts this run draws (steps × prompts_per_step from the
+ * training task, from step 1; the first 200,000 of a longer run): 0 for a
+ * held-out set that deserves the name. Counted once, on a copy of the
+ * training task. */
+#define OVERLAP_MAX_PROMPTS 200000
+static void count_overlap(run *r, const rlp_prompt_set *held)
+{
+    r->overlap = r->overlap_checked = 0;
+    long long total = cfg_int(r->cfg, "steps") * cfg_int(r->cfg, "prompts_per_step");
+    total = total < OVERLAP_MAX_PROMPTS ? total : OVERLAP_MAX_PROMPTS;
+    rlp_task *t;
+    if (total <= 0 || make_task(r, 0, &t))
+        return;
+    json_t *seen = json_object(); /* questions as keys: a hash set */
+    for (long long done = 0; done < total;) {
+        size_t k = (size_t)(total - done < 4096 ? total - done : 4096), m = 0;
+        rlp_prompt_set *set = NULL;
+        if (rlp_task_next_batch(&set, t, k, NULL) || rlp_prompt_set_size(&m, set))
+            break;
+        for (size_t i = 0; i < m; i++) {
+            rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+            if (!rlp_prompt_set_item(&it, set, i) && it.question)
+                json_object_set_new(seen, it.question, json_true());
+        }
+        rlp_prompt_set_free(set);
+        done += (long long)k;
+        r->overlap_checked = done;
+    }
+    size_t n = 0;
+    rlp_prompt_set_size(&n, held);
+    for (size_t i = 0; i < n; i++) {
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        if (!rlp_prompt_set_item(&it, held, i) && it.question && json_object_get(seen, it.question))
+            r->overlap++;
+    }
+    json_decref(seen);
+    rlp_task_free(t);
+}
+
 /* Greedy and/or sampled completions (eval.greedy, eval.samples) on the first
  * eval.n prompts of the held-out task; the same prompts every time, so two
  * evaluations compare prompt by prompt. Every completion goes to
@@ -1429,8 +1469,12 @@ static json_t *evaluate(run *r, long long step, const char *out, json_t **keep)
     json_object_set_new(rec, "n", json_integer(n));
     json_object_set_new(rec, "greedy", json_boolean(cfg_bool(r->cfg, "eval.greedy")));
     const char *task_name = cfg_str(r->cfg, "task.name");
-    int held_out = strcmp(task_name, "jsonl") || cfg_str(r->cfg, "eval.path");
+    if (!rc && r->overlap < 0)
+        count_overlap(r, set);
+    int held_out = (strcmp(task_name, "jsonl") || cfg_str(r->cfg, "eval.path")) && r->overlap == 0;
     json_object_set_new(rec, "held_out", json_boolean(held_out));
+    json_object_set_new(rec, "train_overlap", json_integer(r->overlap));
+    json_object_set_new(rec, "train_prompts_checked", json_integer(r->overlap_checked));
     if (!rc && cfg_bool(r->cfg, "eval.greedy"))
         rc = eval_pass(r, set, (size_t)n, 1, 1, step, rec, samples, err);
     if (!rc && cfg_int(r->cfg, "eval.samples") > 0)
@@ -1463,12 +1507,12 @@ static json_t *evaluate(run *r, long long step, const char *out, json_t **keep)
         fprintf(stderr, "      format rate %.3f\n", json_number_value(fr));
     if (json_is_number(pr))
         fprintf(stderr, "      answer parse rate %.3f\n", json_number_value(pr));
-    if (!held_out)
+    if (!strcmp(task_name, "jsonl") && !cfg_str(r->cfg, "eval.path"))
         fprintf(stderr, "      warning: eval.path is null, so these prompts come from the training file: "
                         "not held out\n");
-    if (cfg_str(r->cfg, "eval.path") && !strcmp(task_name, "jsonl") && cfg_str(r->cfg, "task.path") &&
-        !strcmp(cfg_str(r->cfg, "eval.path"), cfg_str(r->cfg, "task.path")))
-        fprintf(stderr, "      warning: eval.path is task.path: not held out\n");
+    if (r->overlap > 0)
+        fprintf(stderr, "      warning: %lld of the %lld held-out questions are among the %lld training prompts of "
+                        "this run: not held out\n", r->overlap, n, r->overlap_checked);
     json_decref(samples);
     return rec;
 }
@@ -1897,7 +1941,7 @@ static void fmt_eta(double s, char *buf, size_t cap)
 int cmd_train(int argc, char **argv)
 {
     double t_start = now_s();
-    run rr = {0}, *r = &rr;
+    run rr = {.overlap = -1}, *r = &rr;
     const char *resume;
     int rc = parse_args(argc, argv, "train", "--resume", r, &resume);
     if (rc)
@@ -2398,7 +2442,7 @@ int cmd_train(int argc, char **argv)
 
 int cmd_eval(int argc, char **argv)
 {
-    run rr = {0}, *r = &rr;
+    run rr = {.overlap = -1}, *r = &rr;
     const char *ckpt_arg;
     int rc = parse_args(argc, argv, "eval", "--checkpoint", r, &ckpt_arg);
     if (rc)

@@ -34,6 +34,7 @@ typedef struct run {
     rlp_reward_fn *terms[8];     /* a combined reward's terms, scored alone for samples.jsonl (n_terms > 1) */
     char term_names[8][64];
     size_t n_terms;
+    long long overlap, overlap_checked; /* held-out prompts among the run's training prompts; -1 = not counted yet */
     double acc_threshold;
     void *reward_lib;
     rlp_sampling_options sampling;

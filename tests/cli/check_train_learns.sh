@@ -12,7 +12,9 @@
 #   - the same run with lr 0 (a zeroed update) leaves every evaluation
 #     exactly as it was, so it fails the margin too;
 #   - samples.jsonl holds 4 training completions per step (prompt,
-#     completion, reward, advantage) and every evaluation completion.
+#     completion, reward, advantage) and every evaluation completion;
+#   - no held-out question is among the run's training prompts, and an
+#     evaluation on the training file is flagged as not held out.
 # Usage: check_train_learns.sh RLPOST
 set -u
 rlpost=$1
@@ -76,5 +78,17 @@ acc = sum(r["correct"] for r in last) / len(last)
 assert abs(acc - up["sampled"]["last"]) < 1e-9, (acc, up["sampled"]["last"])
 e = [json.loads(l) for l in open(d + "/up/eval.jsonl")]
 assert e[0]["held_out"] and len(e[0]["sampled_correct"]) == 8 and len(e[0]["sampled_accuracy_ci"]) == 2
+assert e[0]["train_overlap"] == 0 and e[0]["train_prompts_checked"] == 30 * 8, e[0]
 PY
+
+# an evaluation on the training prompts is flagged: not held out, with the count
+L --set "output=\"$out/same\"" --set steps=2 --set "eval.path=\"$out/train.jsonl\"" >"$out/same.json" \
+  2>"$out/same.err" || { cat "$out/same.err"; fail "eval on the training file"; }
+grep -q "warning: 8 of the 8 held-out questions are among the 16 training prompts" "$out/same.err" ||
+  { cat "$out/same.err"; fail "no overlap warning"; }
+python3 -c "
+import json, sys
+e = json.loads(open(sys.argv[1]).readline())
+assert e['held_out'] is False and e['train_overlap'] == 8, e
+" "$out/same/eval.jsonl" || fail "overlap not recorded"
 echo "ok: held-out accuracy rises, and a flipped sign or a zeroed update is caught"
