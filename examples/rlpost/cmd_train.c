@@ -1896,6 +1896,7 @@ static const char *plot(const char *out)
                 "set datafile missing 'nan'\n"
                 "set key outside bottom center horizontal\n"
                 "set xlabel 'step'\nset grid\n"
+                "set offsets 0.5, 0.5, 0.02, 0.02\n" /* interval bars at the first and last step stay whole */
                 "set title 'rlpost train: %s'\n"
                 "plot 'plot_train.tsv' using 1:2 with linespoints title 'train: mean reward', \\\n"
                 "     'plot_train.tsv' using 1:4 with linespoints title 'train: accuracy', \\\n"
