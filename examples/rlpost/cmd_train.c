@@ -108,7 +108,7 @@ static int check_config(run *r)
     json_t *c = r->cfg;
     RANGE("threads", cfg_int(c, "threads") >= 0 && cfg_int(c, "threads") <= 1024, "in [0, 1024]");
     RANGE("seed", cfg_int(c, "seed") >= 0, "≥ 0");
-    RANGE("steps", cfg_int(c, "steps") >= 1, "≥ 1");
+    RANGE("steps", cfg_int(c, "steps") >= 1 && cfg_int(c, "steps") <= 10000000, "in [1, 10000000]");
     RANGE("group_size", cfg_int(c, "group_size") >= 1 && cfg_int(c, "group_size") <= 4096, "in [1, 4096]");
     RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= 1 && cfg_int(c, "prompts_per_step") <= 4096,
           "in [1, 4096]");
@@ -161,13 +161,17 @@ static int check_config(run *r)
     rl->entropy_coef = (float)cfg_num(c, "algorithm.entropy_coef");
     rl->agg_norm_constant = (float)cfg_num(c, "algorithm.agg_norm_constant");
     RANGE("algorithm.clip_low", rl->clip_low >= 0 && rl->clip_low < 1, "in [0, 1)");
-    RANGE("algorithm.clip_high", rl->clip_high >= 0, "≥ 0");
+    RANGE("algorithm.clip_high", rl->clip_high >= 0 && rl->clip_high <= 100, "in [0, 100]");
     RANGE("algorithm.kl_coef", rl->kl_coef >= 0, "≥ 0");
+    RANGE("algorithm.agg_norm_constant", rl->agg_norm_constant >= 0 && isfinite(rl->agg_norm_constant),
+          "≥ 0 (0: the step's longest sequence)");
     RANGE("algorithm.gamma", rl->gamma >= 0 && rl->gamma <= 1, "in [0, 1]");
     RANGE("algorithm.overlong_max", cfg_int(c, "algorithm.overlong_max") >= 0, "≥ 0");
     RANGE("algorithm.overlong_cache", cfg_int(c, "algorithm.overlong_cache") >= 0, "≥ 0");
-    RANGE("algorithm.ppo_epochs", cfg_int(c, "algorithm.ppo_epochs") >= 1, "≥ 1");
-    RANGE("algorithm.mini_batches", cfg_int(c, "algorithm.mini_batches") >= 1, "≥ 1");
+    RANGE("algorithm.ppo_epochs", cfg_int(c, "algorithm.ppo_epochs") >= 1 && cfg_int(c, "algorithm.ppo_epochs") <= 1000,
+          "in [1, 1000]");
+    RANGE("algorithm.mini_batches",
+          cfg_int(c, "algorithm.mini_batches") >= 1 && cfg_int(c, "algorithm.mini_batches") <= 4096, "in [1, 4096]");
     RANGE("algorithm.micro_batch_tokens", cfg_int(c, "algorithm.micro_batch_tokens") >= 0, "≥ 0");
     rl->overlong_max = (uint32_t)cfg_int(c, "algorithm.overlong_max");
     rl->overlong_cache = (uint32_t)cfg_int(c, "algorithm.overlong_cache");
@@ -261,7 +265,7 @@ static int check_config(run *r)
     }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
-    RANGE("eval.n", cfg_int(c, "eval.n") >= 0, "≥ 0");
+    RANGE("eval.n", cfg_int(c, "eval.n") >= 0 && cfg_int(c, "eval.n") <= 100000, "in [0, 100000]");
     RANGE("eval.samples", cfg_int(c, "eval.samples") >= 0 && cfg_int(c, "eval.samples") <= 64, "in [0, 64]");
     RANGE("eval.greedy", cfg_bool(c, "eval.greedy") || cfg_int(c, "eval.samples") > 0,
           "true when eval.samples is 0 (an evaluation needs greedy or sampled completions)");
@@ -2111,8 +2115,13 @@ int cmd_train(int argc, char **argv)
     }
 
     json_t *first_eval = NULL, *last_eval = NULL;
-    if (lead && start == 0 && (first_eval = evaluate(r, 0, r->out, NULL)) != NULL)
-        append_jsonl(r->out, "eval.jsonl", first_eval);
+    int eval_failed = 0;
+    if (lead && start == 0 && cfg_int(r->cfg, "eval.n") > 0) {
+        if ((first_eval = evaluate(r, 0, r->out, NULL)) != NULL)
+            append_jsonl(r->out, "eval.jsonl", first_eval);
+        else
+            eval_failed = 1;
+    }
     char cursor[512] = {0}; /* async: the task cursor after the last step's prompts */
     const char *ck_cursor = r->async ? cursor : NULL;
     size_t clen;
@@ -2127,6 +2136,15 @@ int cmd_train(int argc, char **argv)
     size_t n_hist = (size_t)steps + 1;
     double *hist_reward = calloc(n_hist, sizeof(double)), *hist_format = calloc(n_hist, sizeof(double));
     double *hist_fmt_rate = calloc(n_hist, sizeof(double));
+    if (!hist_reward || !hist_format || !hist_fmt_rate) {
+        fprintf(stderr, "rlpost train: out of memory for %lld steps of history\n", steps);
+        free(hist_reward);
+        free(hist_format);
+        free(hist_fmt_rate);
+        json_decref(first_eval);
+        teardown(r);
+        return 1;
+    }
     for (size_t i = 0; i < n_hist; i++)
         hist_reward[i] = hist_format[i] = hist_fmt_rate[i] = NAN;
     long long eval_every = cfg_int(r->cfg, "eval.interval"), ckpt_every = cfg_int(r->cfg, "checkpoint.interval");
@@ -2334,6 +2352,8 @@ int cmd_train(int argc, char **argv)
             if (e) {
                 append_jsonl(r->out, "eval.jsonl", e);
                 json_decref(e);
+            } else {
+                eval_failed = 1;
             }
         }
         if (k < steps && ckpt_every > 0 && k % ckpt_every == 0) {
@@ -2357,9 +2377,12 @@ int cmd_train(int argc, char **argv)
         teardown(r);
         return failed ? 1 : 0;
     }
+    /* a run resumed after its last step has had its final evaluation */
     if (!failed && !interrupted && step == steps) {
-        if ((last_eval = evaluate(r, step, r->out, NULL)) != NULL)
+        if (start < steps && (last_eval = evaluate(r, step, r->out, NULL)) != NULL)
             append_jsonl(r->out, "eval.jsonl", last_eval);
+        else if (start < steps && cfg_int(r->cfg, "eval.n") > 0)
+            eval_failed = 1; /* asked for and not done: the run does not end well */
         if (last_ckpt != step && checkpoint(r, step, ck_cursor))
             failed = 1;
     }
@@ -2428,6 +2451,10 @@ int cmd_train(int argc, char **argv)
     teardown(r);
     if (failed)
         return 1;
+    if (eval_failed) {
+        fprintf(stderr, "rlpost train: an evaluation asked for (eval.n > 0) did not happen; see above\n");
+        return 1;
+    }
     if (interrupted)
         return 0;
     if (step < steps) {

@@ -119,12 +119,25 @@ bad "rollout.urls[0]: http://127.0.0.1:1 does not answer" --set 'sync.mode="asyn
 bad "reward.library" --set 'reward.library="/nonexistent/reward.so"'
 bad "reward.name: 'x' is not a weight" --set 'reward.name="x*regex_match"'
 bad "does not export rlpost_reward_create" --set 'reward.library="libm.so.6"'
+# numbers past any sensible run are refused before anything is written (issue 18 items 2 and 8)
+bad "steps: must be in [1, 10000000]" --set steps=1000000000000
+bad "steps: must be in [1, 10000000]" --set steps=9223372036854775807
+bad "eval.n: must be in [0, 100000]" --set eval.n=1000000000
+bad "algorithm.ppo_epochs" --set algorithm.ppo_epochs=1000000000
+bad "algorithm.clip_high" --set algorithm.clip_high=1e308
+bad "algorithm.agg_norm_constant" --set algorithm.agg_norm_constant=-1
+bad "eval.samples" --set eval.samples=65
 mkdir -p "$out/ro" && chmod 555 "$out/ro"
 if [ "$(id -u)" != 0 ]; then
   bad "output" --set "output=\"$out/ro/run\""
 fi
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"/proc/rlpost/run\"" >/dev/null 2>"$out/err"
 [ $? -eq 2 ] && grep -q "output" "$out/err" || { cat "$out/err"; fail "unwritable output"; }
+
+# --- resuming a finished run adds no second final evaluation (issue 18 item 10)
+n_eval=$(wc -l <"$out/runA/eval.jsonl")
+T --set "output=\"$out/runA\"" --resume "$out/runA" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "resume of a finished run"; }
+[ "$(wc -l <"$out/runA/eval.jsonl")" -eq "$n_eval" ] || fail "resume of a finished run appended an evaluation"
 
 # --- resume at the epoch boundary (8 prompts, 4 per step): steps 3-4 equal the uninterrupted run's
 T --set "output=\"$out/full\"" --set steps=4 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "4-step run"; }
