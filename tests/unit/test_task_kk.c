@@ -256,7 +256,7 @@ static void check_item(const rlp_task_item *it, int n_people, kk_stats *stats)
         render(content, sizeof content, st[i], names);
         if (!quiz_has(it->question, content))
             fail_msg("statement \"%s\" not in quiz: %s", content, it->question);
-        char self[64];
+        char self[300]; /* a name (< 256 bytes) and the claim */
         snprintf(self, sizeof self, "%s is a knave", names[i]);
         /* the speaker's own statement never calls the speaker a knave */
         if (strstr(content, self))
