@@ -278,9 +278,12 @@ def test_http_verifier():
             st = rf.score(b)
             assert st.valid == 2 and st.invalid == 2
             assert b[0].reward == len("<answer>42</answer>") and b[1].error == "judge: odd"
-            body, auth = _Judge.bodies[0]
+            # the two batches are sent concurrently: find the one that holds sample 0
+            assert len(_Judge.bodies) == 2
+            body, auth = next(x for x in _Judge.bodies if x[0]["samples"][0]["completion_tokens"][0] == 10)
             assert auth == "Bearer sekrit" and body["version"] == 1 and len(body["samples"]) == 2
             assert body["samples"][0]["completion_tokens"] == [10, 20, 30]
+            assert body["samples"][1]["completion_tokens"] == [11, 20, 30]
             _Judge.fail = True
             b = scored_batch()
             st = rf.score(b)
