@@ -1232,26 +1232,9 @@ static void truncate_jsonl(const char *path, long long step)
     free(keep);
 }
 
-static void append_jsonl(const char *out, const char *file, json_t *rec)
-{
-    char path[PATH_MAX];
-    fmt(path, sizeof path, "%s/%s", out, file);
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return;
-    json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    fputc('\n', f);
-    fflush(f);
-    fsync(fileno(f));
-    fclose(f);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Evaluation                                                               */
-/* ------------------------------------------------------------------------ */
-
-/* Appends every record of arr to OUT/file, one line each, with one fsync. */
-static void append_jsonl_all(const char *out, const char *file, json_t *arr)
+/* Appends every record of arr to OUT/file, one line each (reals with
+ * `digits` significant digits), with one fsync. */
+static void append_jsonl_all(const char *out, const char *file, json_t *arr, int digits)
 {
     char path[PATH_MAX];
     fmt(path, sizeof path, "%s/%s", out, file);
@@ -1262,13 +1245,24 @@ static void append_jsonl_all(const char *out, const char *file, json_t *arr)
     json_t *rec;
     json_array_foreach(arr, i, rec)
     {
-        json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(digits));
         fputc('\n', f);
     }
     fflush(f);
     fsync(fileno(f));
     fclose(f);
 }
+
+static void append_jsonl(const char *out, const char *file, json_t *rec)
+{
+    json_t *one = json_pack("[O]", rec);
+    append_jsonl_all(out, file, one, 17);
+    json_decref(one);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation                                                               */
+/* ------------------------------------------------------------------------ */
 
 static json_t *jflag(const float *v, size_t i, double thr)
 {
@@ -1492,7 +1486,7 @@ static json_t *evaluate(run *r, long long step, const char *out, json_t **keep)
     }
     json_object_set_new(rec, "seconds", json_real(now_s() - t0));
     if (out)
-        append_jsonl_all(out, "samples.jsonl", samples);
+        append_jsonl_all(out, "samples.jsonl", samples, 9);
     if (keep)
         *keep = json_incref(samples);
     json_t *g = json_object_get(rec, "greedy_accuracy"), *sm = json_object_get(rec, "sampled_accuracy");
@@ -1594,7 +1588,7 @@ static void step_samples(run *r, const rlp_batch *batch, long long step)
             json_object_set_new(x, "policy_version", json_integer((json_int_t)t.policy_version));
             json_array_append_new(arr, x);
         }
-        append_jsonl_all(r->out, "samples.jsonl", arr);
+        append_jsonl_all(r->out, "samples.jsonl", arr, 9);
         json_decref(arr);
     } else {
         fprintf(stderr, "rlpost train: step %lld: samples.jsonl: %s\n", step, rlp_error_last());
