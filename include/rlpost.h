@@ -1407,7 +1407,7 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  * Creates a generator task.
  *
  * @param[out] out  receives the task; free with rlp_task_free()
- * @param name      "kk" or "countdown"
+ * @param name      "kk", "countdown" or "arith"
  * @param options_json  a JSON object, or NULL for the defaults. Unknown keys
  *   are refused (RLP_E_INVALID_ARG), so a misspelt option cannot be ignored.
  *   Keys of every task:
@@ -1473,6 +1473,22 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  *   "tinyzero". The reference is one solution, e.g. "(44 + 19) + 35".
  *   Metadata: "reference", "task": "countdown", "numbers", "target",
  *   "answer_type": "equation", "index", "epoch".
+ *
+ *   "arith" — arithmetic questions "What is a + b?", "What is a - b?"
+ *   (a ≥ b) and "What is a times b?", reference the exact result (a
+ *   decimal integer). Keys: "ops" (array of "+", "-", "*"; default
+ *   ["+", "*"]), "max_add" (+ and − operands 1…max_add, default 30, ≤ 1000),
+ *   "max_mul" (× operands 2…max_mul, default 12, ≤ 1000), "holdout" (2–100,
+ *   default 4) and "split" ("train", "eval" or "all", default "all"). One
+ *   operand pair in `holdout`, chosen by a fixed hash of the operation and
+ *   the *unordered* pair (never by the seed), forms the "eval" split and
+ *   the rest the "train" split, so the two are disjoint for any seeds and a
+ *   commuted question never crosses over. A split is a finite set served
+ *   once per epoch ("size" is refused: the split fixes it), in an order
+ *   that depends on "seed" and "shuffle". No template by default (the
+ *   question alone, through the chat template when "chat"). Metadata:
+ *   "reference", "task": "arith", "answer_type": "number", "op" ("+", "-",
+ *   "times"), "a", "b", "index", "epoch".
  *
  *   Every prompt's metadata also carries "assistant_prefix" when the
  *   template has one (the format reward counts a tag the prompt opened).
