@@ -239,10 +239,15 @@ def test_advantages_match_the_estimators():
     rloo = b.advantages(advantage=rlpost.Advantage.RLOO)
     assert rloo[0] == pytest.approx(1.0 - 0.0, rel=1e-6) and rloo[1] == pytest.approx(0.0 - 0.5, rel=1e-6)
     # group 1 = [1, 2, 2]: not all equal; group of equal rewards → exactly 0
-    e = rlpost.Batch()
-    for i in range(2):
-        e.append(group_id=0, sample_index=i, prompt_tokens=[1], completion_tokens=[2], logprobs=[-1.0], reward=3.0)
-    assert e.advantages() == [0.0, 0.0]
+    # public-bugs case #8: equal non-dyadic rewards (0.1 is not exact in
+    # binary) must give exactly 0, for every estimator
+    for value in (0.1, 0.2, 0.7):
+        e = rlpost.Batch()
+        for i in range(8):
+            e.append(group_id=0, sample_index=i, prompt_tokens=[1], completion_tokens=[2], logprobs=[-1.0],
+                     reward=value)
+        for adv in (rlpost.Advantage.GRPO, rlpost.Advantage.DR_GRPO, rlpost.Advantage.RLOO):
+            assert e.advantages(advantage=adv) == [0.0] * 8, (value, adv)
     assert math.isnan(grpo[6]) and math.isnan(grpo[7])
     unscored = rlpost.Batch()
     unscored.append(group_id=0, prompt_tokens=[1], completion_tokens=[2], logprobs=[-1.0])
