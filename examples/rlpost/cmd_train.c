@@ -1374,7 +1374,7 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
         fmt(key, sizeof key, "%s_truncated", mode);
         json_object_set_new(rec, key, json_integer((json_int_t)sc.truncated));
         fmt(key, sizeof key, "%s_correct", mode);
-        json_object_set_new(rec, key, arr);
+        json_object_set_new(rec, key, r->acc_fn ? arr : (json_decref(arr), json_null())); /* no verifier: no change to report */
         if (!greedy)
             json_object_set_new(rec, "sampled_k", json_integer(k));
         /* the fields of earlier versions: the first mode evaluated */
