@@ -496,6 +496,15 @@ static int make_reward(run *r)
             free(opts);
             return rc ? rc : RLP_E_INVALID_ARG;
         }
+        /* the term once more, alone: samples.jsonl shows every term's score
+         * (kept in r, freed by teardown) */
+        if ((rc = make_one_reward(r, t, opts, &r->terms[r->n_terms])) != RLP_OK) {
+            for (size_t i = 0; i <= n; i++)
+                rlp_reward_fn_free(fns[i]);
+            free(opts);
+            return rc;
+        }
+        fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s", t);
         weighted |= weights[n] != 1.0;
         n++;
     }
@@ -506,22 +515,10 @@ static int make_reward(run *r)
     }
     if (n == 1 && !weighted) {
         r->reward = fns[0];
+        rlp_reward_fn_free(r->terms[0]); /* the reward is its only term */
+        r->terms[0] = NULL;
+        r->n_terms = 0;
         return RLP_OK;
-    }
-    /* each term once more, alone: samples.jsonl shows every term's score */
-    fmt(names, sizeof names, "%s", cfg_str(c, "reward.name"));
-    opts = json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT);
-    for (char *save = NULL, *t = strtok_r(names, "+", &save); t && !rc && r->n_terms < n;
-         t = strtok_r(NULL, "+", &save)) {
-        double w;
-        if (!(rc = reward_weight(r, t, &w)) && !(rc = make_one_reward(r, t, opts, &r->terms[r->n_terms])))
-            fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s", t);
-    }
-    free(opts);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            rlp_reward_fn_free(fns[i]);
-        return rc;
     }
     if ((rc = rlp_reward_fn_combine(&r->reward, fns, weighted ? weights : NULL, n)) != RLP_OK) {
         fmt(r->err, ERR_CAP, "reward.name: %s", rlp_error_last());
