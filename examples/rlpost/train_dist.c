@@ -8,11 +8,15 @@
 #include "train.h"
 #include "train_config.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +83,27 @@ int train_dist_resolve(run *r)
     return world > 1 ? 1 : 0;
 }
 
+/* Removes the rendezvous files this user's earlier launchers left in
+ * `dir` when they were killed outright (rlpost-train-<pid>.rendezvous of
+ * a pid that has exited); a live launcher's file is kept. */
+static void sweep_rendezvous_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        long pid = 0;
+        int end = 0;
+        struct stat st;
+        if (sscanf(e->d_name, "rlpost-train-%ld.rendezvous%n", &pid, &end) != 1 || e->d_name[end] || pid <= 0 ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 int train_dist_launch(run *r, int *exit_code)
 {
     long world = r->world;
@@ -88,8 +113,10 @@ int train_dist_launch(run *r, int *exit_code)
     const char *tmp = getenv("TMPDIR");
     if (cfg_rdv)
         fmt(rdv, sizeof rdv, "%s", cfg_rdv);
-    else
+    else {
+        sweep_rendezvous_files(tmp && *tmp ? tmp : "/tmp");
         fmt(rdv, sizeof rdv, "%s/rlpost-train-%ld.rendezvous", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+    }
     char ws[16];
     fmt(ws, sizeof ws, "%ld", world);
     fflush(stdout);

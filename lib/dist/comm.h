@@ -106,6 +106,10 @@ int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, dou
 double rlpi_comm_now(void);
 
 int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous);
+/* Unlinks the shared-memory objects of this user whose creating process
+ * has exited (leaked by a rank 0 killed during its rendezvous); returns
+ * how many. Rank 0 runs it before it creates its object. */
+size_t rlpi_comm_shm_sweep(void);
 int rlpi_comm_nccl_create(rlp_comm *c, const char *rendezvous);
 /* Whether the NCCL transport can be used on this context (CUDA + libnccl). */
 bool rlpi_comm_nccl_usable(rlp_context *ctx);

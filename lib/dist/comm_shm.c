@@ -22,7 +22,10 @@
 #include "dist/comm.h"
 
 #include "core/error.h"
+#include "core/log.h"
+#include "backend/context.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -405,6 +408,54 @@ static int join(shm_comm *s)
     return RLP_OK;
 }
 
+/* Is the object /dev/shm/NAME one this user's dead rank 0 left behind?
+ * Names are "rlpost-u<uid>-p<pid>-<nonce>" (and the older
+ * "rlpost-<pid>-<nonce>"): rank 0 unlinks its object once every rank has
+ * mapped it, so one that outlives its creator is a leak from a rank 0
+ * killed during the rendezvous. The uid in the name, checked against the
+ * object's owner as well, keeps the sweep off other users' objects (it
+ * could not unlink them anyway, but must not even try to judge them); a
+ * live pid, or one reused by another process, keeps the object — erring
+ * towards a leak rather than pulling memory from under a running group. */
+static bool shm_leaked(int dir_fd, const char *name)
+{
+    unsigned uid = 0;
+    long pid = 0;
+    int end = 0;
+    char nonce[17];
+    if (sscanf(name, "rlpost-u%u-p%ld-%16[0-9a-f]%n", &uid, &pid, nonce, &end) == 3 && name[end] == 0 &&
+        strlen(nonce) == 16) {
+        if (uid != (unsigned)geteuid())
+            return false;
+    }
+    else if (!(sscanf(name, "rlpost-%ld-%16[0-9a-f]%n", &pid, nonce, &end) == 2 && name[end] == 0 &&
+               strlen(nonce) == 16))
+        return false;
+    struct stat st;
+    if (pid <= 0 || fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+        return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+size_t rlpi_comm_shm_sweep(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0; /* no POSIX shm filesystem to look at: nothing is swept */
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!shm_leaked(dirfd(d), e->d_name))
+            continue;
+        char name[NAME_MAX + 2];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
 int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
 {
     if (c->world > MAX_WORLD)
@@ -440,7 +491,14 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
         uint64_t nonce = 0;
         if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
             nonce = (uint64_t)(rlpi_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)s;
-        snprintf(info.shm_name, sizeof info.shm_name, "/rlpost-%ld-%016llx", info.pid, (unsigned long long)nonce);
+        /* what earlier groups of this user leaked (a rank 0 killed in
+         * its rendezvous) goes first: 16 MiB and more each */
+        size_t swept = rlpi_comm_shm_sweep();
+        if (swept)
+            rlpi_log(&c->ctx->log, RLP_LOG_WARN, "process group: removed %zu shared-memory object%s left by exited "
+                     "processes", swept, swept == 1 ? "" : "s");
+        snprintf(info.shm_name, sizeof info.shm_name, "/rlpost-u%u-p%ld-%016llx", (unsigned)geteuid(), info.pid,
+                 (unsigned long long)nonce);
         unlink(rendezvous); /* a stale file of an earlier run must not be joined */
         fd = shm_open(info.shm_name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0)

@@ -8,6 +8,7 @@
 #   RLPOST_WORLD_SIZE, RLPOST_RENDEZVOUS) train exactly the same;
 # - a checkpoint at step 2, then --resume: step 3 equals the uninterrupted
 #   run's;
+# - rendezvous files of killed launchers are swept from TMPDIR;
 # - a rank killed with -9: the launcher stops the other and exits non-zero
 #   at once (not after the group's timeout);
 # - Ctrl-C to the whole process group, or to one rank: all stop at the same
@@ -26,7 +27,17 @@ emu=${2:-}
 DP="distributed.world_size=2"
 
 T --set "output=\"$out/a\"" --set "$DP" --set steps=3 >"$out/a.json" 2>"$out/err" || { cat "$out/err"; fail "2 ranks"; }
-T --set "output=\"$out/b\"" --set "$DP" --set steps=3 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 ranks again"; }
+# the second run's launcher sweeps the rendezvous file a killed launcher
+# left in TMPDIR (its pid has exited), and keeps a live one's
+mkdir -p "$out/tmpd"
+sh -c 'exit 0' & deadpid=$!
+wait "$deadpid"
+: >"$out/tmpd/rlpost-train-$deadpid.rendezvous"
+: >"$out/tmpd/rlpost-train-$$.rendezvous"
+TMPDIR="$out/tmpd" T --set "output=\"$out/b\"" --set "$DP" --set steps=3 >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "2 ranks again"; }
+[ -e "$out/tmpd/rlpost-train-$deadpid.rendezvous" ] && fail "a dead launcher's rendezvous file was left"
+[ -e "$out/tmpd/rlpost-train-$$.rendezvous" ] || fail "a live launcher's rendezvous file was removed"
 T --set "output=\"$out/one\"" --set steps=1 >/dev/null 2>"$out/err1" || { cat "$out/err1"; fail "1 rank"; }
 [ "$(grep -c '^step ' "$out/err")" -eq 3 ] || { cat "$out/err"; fail "progress lines: one per step (rank 0's)"; }
 

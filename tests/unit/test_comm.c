@@ -14,7 +14,13 @@
 #include "dist/comm.h"
 #include "rank_runner.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -409,6 +415,61 @@ static int short_rank(int rank, int world, const char *dir, void *arg)
     return 0;
 }
 
+/* How many objects in /dev/shm start with `prefix`. */
+static int shm_count(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Rank 0 killed during its rendezvous (rank 1 never comes) leaves its
+ * 16 MiB shared-memory object behind; the next group's rank 0 sweeps it.
+ * Objects of a live process, or named for another user, are left alone. */
+static void test_leaked_shm_swept(void **state)
+{
+    (void)state;
+    if (access("/dev/shm", W_OK))
+        skip();
+    char dir[256], prefix[96], live[128], other[128];
+    rank_tmpdir(dir, sizeof dir);
+    pid_t victim = fork();
+    if (victim == 0) {
+        rlp_context *ctx = make_ctx();
+        rlp_comm *comm = NULL;
+        join(ctx, 0, 2, dir, 60000, &comm); /* waits for a rank 1 that never comes */
+        _exit(1);
+    }
+    snprintf(prefix, sizeof prefix, "rlpost-u%u-p%ld-", (unsigned)geteuid(), (long)victim);
+    for (int i = 0; i < 500 && shm_count(prefix) == 0; i++)
+        usleep(10000);
+    assert_int_equal(shm_count(prefix), 1);
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+    assert_int_equal(shm_count(prefix), 1); /* the leak */
+
+    /* a live process's object, and a dead process's named for another user */
+    snprintf(live, sizeof live, "/rlpost-u%u-p%ld-00000000000000aa", (unsigned)geteuid(), (long)getpid());
+    snprintf(other, sizeof other, "/rlpost-u%u-p%ld-00000000000000bb", (unsigned)geteuid() + 1, (long)victim);
+    int fd1 = shm_open(live, O_CREAT | O_RDWR, 0600), fd2 = shm_open(other, O_CREAT | O_RDWR, 0600);
+    assert_true(fd1 >= 0 && fd2 >= 0);
+    close(fd1);
+    close(fd2);
+
+    assert_int_equal(run_ranks(2, short_rank, dir, NULL), 0);
+    assert_int_equal(shm_count(prefix), 0);
+    assert_int_equal(shm_unlink(live), 0);  /* still there */
+    assert_int_equal(shm_unlink(other), 0); /* still there */
+    char rdv[512];
+    snprintf(rdv, sizeof rdv, "%s/rendezvous.json", dir);
+    unlink(rdv);
+    rmdir(dir);
+}
+
 static void test_short_lived_groups(void **state)
 {
     (void)state;
@@ -487,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_stale_and_malformed_rendezvous),
         cmocka_unit_test(test_environment),
         cmocka_unit_test(test_short_lived_groups),
+        cmocka_unit_test(test_leaked_shm_swept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
