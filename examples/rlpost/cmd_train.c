@@ -1201,32 +1201,46 @@ static int find_checkpoint(const char *dir, char *out, size_t cap)
 }
 
 /* Keeps the records of a JSONL file whose "step" is ≤ step (a resumed run
- * rewrites what came after its checkpoint). */
-static void truncate_jsonl(const char *path, long long step)
+ * rewrites what came after its checkpoint); a line that does not parse (the
+ * torn last line of a killed run) goes too. Lines of any length (getline:
+ * a samples.jsonl record holds whole completions). -1 when the file could
+ * not be rewritten (it is then left as it was). */
+static int truncate_jsonl(const char *path, long long step)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return;
-    size_t cap = 1 << 16, len = 0;
-    char *keep = malloc(cap), line[1 << 15];
-    keep[0] = 0;
-    while (fgets(line, sizeof line, f)) {
+        return errno == ENOENT ? 0 : -1;
+    size_t cap = 1 << 16, len = 0, lcap = 0;
+    char *keep = malloc(cap), *line = NULL;
+    int bad = !keep;
+    if (keep)
+        keep[0] = 0;
+    for (ssize_t l; !bad && (l = getline(&line, &lcap, f)) > 0;) {
         json_t *rec = json_loads(line, 0, NULL);
-        long long s = rec ? (long long)json_integer_value(json_object_get(rec, "step")) : LLONG_MAX;
+        json_t *js = json_object_get(rec, "step");
+        long long s = json_is_integer(js) ? (long long)json_integer_value(js) : LLONG_MAX;
         json_decref(rec);
         if (s > step)
             continue;
-        size_t l = strlen(line);
-        if (len + l + 1 > cap) {
-            cap = 2 * (len + l + 1);
-            keep = realloc(keep, cap);
+        if (len + (size_t)l + 1 > cap) {
+            size_t ncap = 2 * (len + (size_t)l + 1);
+            char *nk = realloc(keep, ncap);
+            if (!nk) {
+                bad = 1;
+                break;
+            }
+            keep = nk;
+            cap = ncap;
         }
-        memcpy(keep + len, line, l + 1);
-        len += l;
+        memcpy(keep + len, line, (size_t)l + 1);
+        len += (size_t)l;
     }
+    free(line);
     fclose(f);
-    write_atomic(path, keep);
+    if (!bad)
+        bad = write_atomic(path, keep) != 0;
     free(keep);
+    return bad ? -1 : 0;
 }
 
 /* Appends every record of arr to OUT/file, one line each (reals with
@@ -1960,13 +1974,42 @@ int cmd_train(int argc, char **argv)
     /* --- everything that can be refused, before anything is written --- */
     char ckpt[PATH_MAX] = {0};
     json_t *state = NULL;
-    if (resume) {
-        if (find_checkpoint(resume, ckpt, sizeof ckpt)) {
-            fprintf(stderr, "rlpost train: --resume %s: no checkpoint there (state.json or checkpoints/latest)\n",
-                    resume);
+    int restart = 0; /* --resume of a run that stopped before its first checkpoint */
+    if (resume && find_checkpoint(resume, ckpt, sizeof ckpt)) {
+        /* No checkpoint. If DIR is this configuration's output folder and
+         * holds a run (it died before its first checkpoint), that run
+         * starts again from step 0 over its own files; anything else has
+         * nothing to resume. */
+        char a[PATH_MAX], b[PATH_MAX], path[PATH_MAX];
+        fmt(path, sizeof path, "%s/config.json", resume);
+        json_t *prev = lead ? json_load_file(path, 0, NULL) : NULL;
+        int same = realpath(resume, a) && realpath(r->out, b) && !strcmp(a, b);
+        if (lead && (!same || !prev)) {
+            fprintf(stderr, "rlpost train: --resume %s: no checkpoint there (state.json or checkpoints/latest)%s\n",
+                    resume, !same ? "; a run that stopped before its first checkpoint is started again by resuming "
+                                    "its output folder (the configuration's \"output\")" : "");
+            json_decref(prev);
             json_decref(r->cfg);
             return EXIT_USAGE;
         }
+        static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
+                                           "algorithm", "reward"};
+        for (size_t i = 0; prev && i < sizeof must_match / sizeof must_match[0]; i++)
+            if (!json_equal(json_object_get(prev, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
+                fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from that run's configuration (its "
+                        "config.json)\n", resume, must_match[i]);
+                json_decref(prev);
+                json_decref(r->cfg);
+                return EXIT_USAGE;
+            }
+        json_decref(prev);
+        if (lead)
+            fprintf(stderr, "rlpost train: --resume %s: the run stopped before its first checkpoint; starting it "
+                    "again from step 0 (its metrics, evaluations and samples are written anew)\n", resume);
+        restart = 1;
+        resume = NULL;
+    }
+    if (resume) {
         char path[PATH_MAX];
         fmt(path, sizeof path, "%s/state.json", ckpt);
         json_error_t je;
@@ -2001,7 +2044,7 @@ int cmd_train(int argc, char **argv)
         }
         char path[PATH_MAX];
         fmt(path, sizeof path, "%s/metrics.jsonl", r->out);
-        if (!resume && !access(path, F_OK)) {
+        if (!resume && !restart && !access(path, F_OK)) {
             fprintf(stderr, "rlpost train: output: '%s' already holds a run; resume it with --resume %s or choose "
                     "another folder\n", r->out, r->out);
             json_decref(state);
@@ -2088,14 +2131,17 @@ int cmd_train(int argc, char **argv)
             return EXIT_USAGE;
         }
         fmt(path, sizeof path, "%s/metrics.jsonl", r->out);
-        if (resume) {
-            truncate_jsonl(path, start);
-            fmt(path, sizeof path, "%s/eval.jsonl", r->out);
-            truncate_jsonl(path, start);
-        } else {
-            fclose(fopen(path, "w"));
-            fmt(path, sizeof path, "%s/eval.jsonl", r->out);
-            fclose(fopen(path, "w"));
+        /* a resumed run keeps what its checkpoint's steps wrote; a new (or
+         * restarted) one starts its files empty */
+        static const char *files[] = {"metrics.jsonl", "eval.jsonl", "samples.jsonl"};
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+            fmt(path, sizeof path, "%s/%s", r->out, files[i]);
+            FILE *f = NULL;
+            if (resume ? truncate_jsonl(path, start) : (f = fopen(path, "w")) == NULL || fclose(f)) {
+                fprintf(stderr, "rlpost train: output: cannot write '%s': %s\n", path, strerror(errno));
+                teardown(r);
+                return EXIT_USAGE;
+            }
         }
     }
     signal(SIGINT, on_sigint);

@@ -190,6 +190,38 @@ T --set "output=\"$out/k9\"" --set steps=$((k + 2)) --set checkpoint.interval=2 
   >"$out/sum3.json" 2>"$out/err" || { cat "$out/err"; fail "resume after kill -9"; }
 grep -q "\"steps_completed\":$((k + 2))" "$out/sum3.json" || { cat "$out/sum3.json"; fail "kill -9 resume"; }
 
+# --- a run killed before its first checkpoint (issue 18 item 4): --resume of
+# its output folder starts it again from step 0 over its own files; a plain
+# re-run is refused with the way out, as is a resume whose configuration
+# differs or that names another folder
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/k0\"" --set steps=400 --set eval.n=0 --set checkpoint.interval=0 \
+  >/dev/null 2>"$out/k0.err" &
+pid=$!
+i=0
+while ! grep -q "^step 2/" "$out/k0.err" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+[ -e "$out/k0/checkpoints/latest" ] && fail "kill -9 before a checkpoint: there is one"
+T --set "output=\"$out/k0\"" --set steps=3 --set eval.n=0 --set checkpoint.interval=0 >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q "already holds a run; resume it with --resume" "$out/err" || { cat "$out/err"; fail "re-run refused"; }
+T --set "output=\"$out/k0\"" --set steps=3 --set eval.n=0 --set checkpoint.interval=0 --set seed=99 --resume "$out/k0" >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q '"seed" differs' "$out/err" || { cat "$out/err"; fail "restart with another seed refused"; }
+T --set "output=\"$out/k0b\"" --set steps=3 --set eval.n=0 --set checkpoint.interval=0 --resume "$out/k0" >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q "resuming its output folder" "$out/err" || { cat "$out/err"; fail "restart into another folder"; }
+T --set "output=\"$out/k0\"" --set steps=3 --set eval.n=0 --set checkpoint.interval=0 --resume "$out/k0" >"$out/sum5.json" 2>"$out/err" ||
+  { cat "$out/err"; fail "resume of a run killed before its first checkpoint"; }
+grep -q "starting it again from step 0" "$out/err" || { cat "$out/err"; fail "restart message"; }
+python3 - "$out" <<'PY' || fail "restarted run's files"
+import json, sys
+d = sys.argv[1] + "/k0/"
+steps = [json.loads(l)["step"] for l in open(d + "metrics.jsonl")]
+assert steps == [1, 2, 3], steps
+assert json.load(open(sys.argv[1] + "/sum5.json"))["steps_completed"] == 3
+# the killed run's samples are gone: each step's records once
+ss = [json.loads(l)["step"] for l in open(d + "samples.jsonl")]
+assert sorted(set(ss)) == [1, 2, 3] and all(ss.count(k) == ss.count(1) for k in (2, 3)), ss
+PY
+
 # --- Ctrl-C: finish the step, checkpoint, exit 0
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set steps=100000 --set eval.n=0 \
   >"$out/sum4.json" 2>"$out/int.err" &
