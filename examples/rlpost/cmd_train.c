@@ -18,6 +18,7 @@
 #include "train_config.h"
 
 #include <dlfcn.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -279,6 +280,10 @@ static int check_config(run *r)
     RANGE("eval.seed", !cfg_get(c, "eval.seed") || json_is_null(cfg_get(c, "eval.seed")) || cfg_int(c, "eval.seed") >= 0,
           "≥ 0");
     RANGE("checkpoint.interval", cfg_int(c, "checkpoint.interval") >= 0, "≥ 0");
+    RANGE("checkpoint.minutes", cfg_num(c, "checkpoint.minutes") >= 0 && cfg_num(c, "checkpoint.minutes") <= 10080,
+          "in [0, 10080] (0: no timed checkpoints)");
+    RANGE("checkpoint.keep", cfg_int(c, "checkpoint.keep") >= 0 && cfg_int(c, "checkpoint.keep") <= 100000,
+          "in [0, 100000] (0: keep every checkpoint)");
     if (lookup(dtypes, cfg_str(c, "checkpoint.dtype"), "checkpoint.dtype", &r->dtype, r->err))
         return -1;
 
@@ -1099,6 +1104,53 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
+/* After step_K is written and named latest: removes what a crash left
+ * half-written (.tmp-step_*) and all but the newest `keep` checkpoints up
+ * to K (keep 0: all are kept). Checkpoints of later steps than K (an older
+ * checkpoint was resumed) are not this run's to judge and stay. */
+static void prune_checkpoints(const char *dir, long long step, long long keep)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    long long *older = NULL;
+    size_t n = 0, cap = 0;
+    char path[PATH_MAX];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        long long k = -1;
+        int end = 0;
+        if (!strncmp(e->d_name, ".tmp-step_", 10)) {
+            fmt(path, sizeof path, "%s/%s", dir, e->d_name);
+            rm_tree(path);
+        }
+        else if (sscanf(e->d_name, "step_%lld%n", &k, &end) == 1 && !e->d_name[end] && k < step && k >= 0) {
+            if (n == cap) {
+                size_t nc = cap ? 2 * cap : 16;
+                long long *no = realloc(older, nc * sizeof *no);
+                if (!no)
+                    break; /* nothing is removed that should be kept */
+                older = no;
+                cap = nc;
+            }
+            older[n++] = k;
+        }
+    }
+    closedir(d);
+    /* newest first; the newest keep − 1 older ones stay beside step_K */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && older[j - 1] < older[j]; j--) {
+            long long t = older[j];
+            older[j] = older[j - 1];
+            older[j - 1] = t;
+        }
+    for (size_t i = 0; keep > 0 && i < n; i++)
+        if ((long long)i >= keep - 1) {
+            fmt(path, sizeof path, "%s/step_%lld", dir, older[i]);
+            rm_tree(path);
+        }
+    free(older);
+}
+
 /* OUTPUT/checkpoints/step_K/: weights, optimizer.safetensors, state.json,
  * written as .tmp-step_K and renamed; then "latest" names it. @p cursor:
  * the task cursor after the prompts of step K (async: the rollout thread
@@ -1168,6 +1220,7 @@ static int checkpoint(run *r, long long step, const char *cursor_json)
         fprintf(stderr, "rlpost train: cannot write '%s': %s\n", path, strerror(errno));
         return -1;
     }
+    prune_checkpoints(dir, step, cfg_int(r->cfg, "checkpoint.keep"));
     fprintf(stderr, "checkpoint %s\n", fin);
     return 0;
 }
@@ -2185,6 +2238,9 @@ int cmd_train(int argc, char **argv)
     for (size_t i = 0; i < n_hist; i++)
         hist_reward[i] = hist_format[i] = hist_fmt_rate[i] = NAN;
     long long eval_every = cfg_int(r->cfg, "eval.interval"), ckpt_every = cfg_int(r->cfg, "checkpoint.interval");
+    /* a checkpoint at least every checkpoint.minutes of training (rank 0's
+     * clock: only rank 0 writes them), so a crash costs minutes, not the run */
+    double ckpt_period_s = 60.0 * cfg_num(r->cfg, "checkpoint.minutes"), last_ckpt_s = now_s();
     size_t per_step = (size_t)cfg_int(r->cfg, "prompts_per_step");
     double loop_start = now_s(), stale_max = 0;
     long long step = start, last_ckpt = -1;
@@ -2393,12 +2449,14 @@ int cmd_train(int argc, char **argv)
                 eval_failed = 1;
             }
         }
-        if (k < steps && ckpt_every > 0 && k % ckpt_every == 0) {
+        if (k < steps && ((ckpt_every > 0 && k % ckpt_every == 0) ||
+                          (lead && ckpt_period_s > 0 && now_s() - last_ckpt_s >= ckpt_period_s))) {
             if (lead && checkpoint(r, k, ck_cursor)) {
                 failed = 1;
                 break;
             }
             last_ckpt = k;
+            last_ckpt_s = now_s();
         }
     }
     /* the rollout side stops here (a generate call in flight is aborted),

@@ -38,7 +38,7 @@ static const char defaults_json[] =
     "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"task_options\": {},"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
-    "\"checkpoint\": {\"interval\": 0, \"dtype\": \"f32\"},"
+    "\"checkpoint\": {\"interval\": 0, \"minutes\": 10.0, \"keep\": 2, \"dtype\": \"f32\"},"
     "\"samples\": {\"per_step\": 4},"
     "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
     "}";

@@ -222,6 +222,23 @@ ss = [json.loads(l)["step"] for l in open(d + "samples.jsonl")]
 assert sorted(set(ss)) == [1, 2, 3] and all(ss.count(k) == ss.count(1) for k in (2, 3)), ss
 PY
 
+# --- periodic checkpoints (issue 18 item 11): by steps, keeping the newest
+# checkpoint.keep (a crash's half-written .tmp-step_* goes too); by minutes
+# (here 6 ms: one after every step); ranges checked before anything is written
+mkdir -p "$out/ck/checkpoints/.tmp-step_9"
+T --set "output=\"$out/ck\"" --set steps=4 --set eval.n=0 --set checkpoint.interval=1 --set checkpoint.keep=2 \
+  >/dev/null 2>"$out/err" || { cat "$out/err"; fail "checkpoint.keep"; }
+[ "$(cd "$out/ck/checkpoints" && ls -A | tr '\n' ' ')" = "latest step_3 step_4 " ] ||
+  { ls -A "$out/ck/checkpoints"; fail "checkpoint.keep=2 left other checkpoints"; }
+T --set "output=\"$out/cm\"" --set steps=3 --set eval.n=0 --set checkpoint.interval=0 --set checkpoint.minutes=0.0001 \
+  --set checkpoint.keep=0 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "checkpoint.minutes"; }
+[ "$(cd "$out/cm/checkpoints" && ls -A | tr '\n' ' ')" = "latest step_1 step_2 step_3 " ] ||
+  { ls -A "$out/cm/checkpoints"; fail "timed checkpoints"; }
+for bad in checkpoint.minutes=-1 checkpoint.keep=-1 checkpoint.minutes=1e9; do
+  T --set "output=\"$out/cbad\"" --set "$bad" >/dev/null 2>"$out/err"
+  [ $? -eq 2 ] && [ ! -e "$out/cbad" ] || { cat "$out/err"; fail "$bad accepted or wrote the folder"; }
+done
+
 # --- Ctrl-C: finish the step, checkpoint, exit 0
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/int\"" --set steps=100000 --set eval.n=0 \
   >"$out/sum4.json" 2>"$out/int.err" &
