@@ -199,13 +199,21 @@ int rlpi_gguf_model_config(const rlpi_gguf *g, rlpi_model_config *cfg)
         (rc = llama3_from_rope_freqs(g, rf, &c)))
         return rc;
 
+    /* BOS and EOS as the tokenizer reads them (gguf_tokenizer.c): absent is
+     * none; present and outside the vocabulary is a broken file */
     uint32_t id;
     c.bos_id = c.eos_id = -1;
-    if (!rlpi_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) && id <= INT32_MAX)
-        c.bos_id = (int32_t)id;
-    if (!rlpi_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) && id <= INT32_MAX)
-        c.eos_id = (int32_t)id;
-    rlp_error_clear();
+    static const char *const id_keys[2] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+    for (int i = 0; i < 2; i++) {
+        if (!rlpi_gguf_find(g, id_keys[i]))
+            continue;
+        if ((rc = rlpi_gguf_get_u32(g, id_keys[i], &id)))
+            return rc;
+        if (c.vocab_size > 0 && (uint64_t)id >= (uint64_t)c.vocab_size)
+            return rlpi_error_set(RLP_E_FORMAT, "%s: '%s' = %lu is not a token of the %lld-token vocabulary",
+                                  g->source, id_keys[i], (unsigned long)id, (long long)c.vocab_size);
+        *(i ? &c.eos_id : &c.bos_id) = (int32_t)id;
+    }
     c.tie_embeddings = rlpi_gguf_find_tensor(g, "output.weight") == NULL;
     c.attention_bias = rlpi_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     if ((rc = rlpi_model_config_validate(&c, g->source)))

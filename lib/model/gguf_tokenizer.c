@@ -8,10 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t opt_id(const rlpi_gguf *g, const char *key)
+/* A special token id from the metadata: -1 when the key is absent; a key
+ * that is present must hold a u32 (the type llama.cpp writes) that names a
+ * token of the vocabulary (n_vocab), for BOS as for EOS, UNK and padding —
+ * a file whose id is out of range is refused with the key and value rather
+ * than losing that token silently. */
+static int opt_id(const rlpi_gguf *g, const char *key, uint64_t n_vocab, int32_t *id)
 {
     uint32_t v;
-    return rlpi_gguf_find(g, key) && rlpi_gguf_get_u32(g, key, &v) == RLP_OK && v <= INT32_MAX ? (int32_t)v : -1;
+    *id = -1;
+    if (!rlpi_gguf_find(g, key))
+        return RLP_OK;
+    if (rlpi_gguf_get_u32(g, key, &v) != RLP_OK)
+        return rlpi_error_wrap("'%s'", key);
+    if ((uint64_t)v >= n_vocab)
+        return rlpi_error_set(RLP_E_FORMAT, "'%s' = %lu is not a token of the %llu-token vocabulary", key,
+                              (unsigned long)v, (unsigned long long)n_vocab);
+    *id = (int32_t)v;
+    return RLP_OK;
 }
 
 static bool opt_bool(const rlpi_gguf *g, const char *key, bool dflt)
@@ -112,10 +126,11 @@ int rlpi_tokenizer_from_gguf(rlpi_tokenizer **out, const rlpi_gguf *g)
         spec.merges = merge_ptrs;
         spec.merge_lens = merge_lens;
         spec.merge_src = spec.model == RLPI_TOK_SPM && n_merges == 0 ? RLPI_MERGES_FROM_SCORES : RLPI_MERGES_FROM_LIST;
-        spec.bos_id = opt_id(g, "tokenizer.ggml.bos_token_id");
-        spec.eos_id = opt_id(g, "tokenizer.ggml.eos_token_id");
-        spec.unk_id = opt_id(g, "tokenizer.ggml.unknown_token_id");
-        spec.pad_id = opt_id(g, "tokenizer.ggml.padding_token_id");
+        if ((rc = opt_id(g, "tokenizer.ggml.bos_token_id", n_tokens, &spec.bos_id)) ||
+            (rc = opt_id(g, "tokenizer.ggml.eos_token_id", n_tokens, &spec.eos_id)) ||
+            (rc = opt_id(g, "tokenizer.ggml.unknown_token_id", n_tokens, &spec.unk_id)) ||
+            (rc = opt_id(g, "tokenizer.ggml.padding_token_id", n_tokens, &spec.pad_id)))
+            goto done;
         spec.add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token", spec.model == RLPI_TOK_SPM);
         spec.byte_fallback = spec.model == RLPI_TOK_SPM;
         spec.spm_no_dummy_prefix = !opt_bool(g, "tokenizer.ggml.add_space_prefix", true);
@@ -124,6 +139,7 @@ int rlpi_tokenizer_from_gguf(rlpi_tokenizer **out, const rlpi_gguf *g)
         spec.chat_template = tmpl;
         rc = rlpi_tokenizer_build(out, &spec);
     }
+done:
     free(tokens);
     free(merges);
     free(scores);

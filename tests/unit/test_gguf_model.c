@@ -409,6 +409,61 @@ static void case4_file_fails_model_load(void **state)
     gb_free(&b);
 }
 
+/* ---- special token ids out of range (issue 18 item 9) -------------------- */
+
+/* The tiny tied fixture with one u32 special-token id rewritten: the model
+ * loader and the tokenizer refuse it by key and value, for BOS as for EOS,
+ * whether the id is past the vocabulary or past INT32_MAX (once silently
+ * dropped). */
+static void special_ids_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    char src[1024];
+    FILE *f = fopen(source_path(src, sizeof src, "tests/reference/fixtures/tiny_tied.gguf"), "rb");
+    assert_non_null(f);
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof buf);
+    static const char *const keys[2] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+    static const uint32_t values[2] = {1000, 0xFFFFFFFFu};
+    for (int k = 0; k < 2; k++)
+        for (int v = 0; v < 2; v++) {
+            unsigned char *copy = malloc(n);
+            memcpy(copy, buf, n);
+            size_t klen = strlen(keys[k]), at = 0;
+            for (size_t i = 0; i + klen + 8 <= n && !at; i++)
+                if (!memcmp(copy + i, keys[k], klen))
+                    at = i + klen;
+            assert_true(at > 0);
+            uint32_t type;
+            memcpy(&type, copy + at, 4);
+            assert_int_equal(type, 4); /* GGUF u32 */
+            memcpy(copy + at + 4, &values[v], 4);
+            char path[] = "/tmp/rlpost_ids_XXXXXX";
+            int fd = mkstemp(path);
+            assert_true(fd >= 0);
+            assert_int_equal(write(fd, copy, n), (ssize_t)n);
+            close(fd);
+            free(copy);
+            char want[128];
+            snprintf(want, sizeof want, "'%s' = %lu is not a token", keys[k], (unsigned long)values[v]);
+            rlpi_model_config c;
+            rlpi_weights w;
+            rlpi_weights_init(&w);
+            assert_int_equal(rlpi_gguf_model_load(path, &c, &w, NULL, NULL), RLP_E_FORMAT);
+            if (!strstr(rlp_error_last(), want))
+                fail_msg("model: %s", rlp_error_last());
+            rlpi_weights_free(&w);
+            rlp_tokenizer *tok = NULL;
+            assert_int_equal(rlp_tokenizer_load(&tok, path), RLP_E_FORMAT);
+            if (!strstr(rlp_error_last(), want))
+                fail_msg("tokenizer: %s", rlp_error_last());
+            assert_null(tok);
+            unlink(path);
+        }
+}
+
 /* ---- the real model ------------------------------------------------------ */
 
 static long status_kib(const char *field)
@@ -558,6 +613,7 @@ int main(void)
         cmocka_unit_test(bad_models_are_refused_by_name),
         cmocka_unit_test(llama3_rope_scaling_is_recovered),
         cmocka_unit_test(case4_file_fails_model_load),
+        cmocka_unit_test(special_ids_out_of_range_are_refused),
         cmocka_unit_test(smollm2_matches_gguf_py),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
