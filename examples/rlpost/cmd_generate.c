@@ -82,7 +82,7 @@ static int print_result(const char *model, const rlp_batch *batch, const rlp_pro
                         const char *const *texts, size_t n_prompts, const rlp_sampling_options *so,
                         uint64_t version, const rlp_rollout_stats *st, double wall)
 {
-    size_t count = 0;
+    size_t count = 0, non_finite = 0;
     if (rlp_batch_size(&count, batch) != RLP_OK)
         return -1;
     printf("{\"model\": ");
@@ -114,15 +114,19 @@ static int print_result(const char *model, const rlp_batch *batch, const rlp_pro
         printf(", \"tokens\": ");
         print_ids(t.completion_tokens, t.n_completion_tokens);
         printf(", \"logprobs\": [");
-        for (size_t k = 0; k < t.n_completion_tokens; k++)
-            printf("%s%.9g", k ? ", " : "", (double)t.logprobs[k]);
+        for (size_t k = 0; k < t.n_completion_tokens; k++) {
+            printf("%s", k ? ", " : "");
+            json_print_number(stdout, "%.9g", (double)t.logprobs[k], &non_finite);
+        }
         const char *fr = finish_reason_name(t.finish_reason);
         printf("], \"finish_reason\": \"%s\", \"stop_index\": %d, \"policy_version\": %llu}",
                fr ? fr : "none", t.stop_index, (unsigned long long)t.policy_version);
     }
-    printf("\n], \"stats\": ");
+    printf("\n], \"non_finite_values\": %zu, \"stats\": ", non_finite);
     print_stats(st, wall);
     printf("}\n");
+    if (non_finite)
+        fprintf(stderr, "rlpost generate: %zu logprobs are NaN or infinite (printed as null)\n", non_finite);
     return 0;
 }
 

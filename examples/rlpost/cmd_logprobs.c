@@ -93,6 +93,7 @@ int cmd_logprobs(int argc, char **argv)
         fprintf(stderr, "rlpost logprobs: %s\n", rlp_error_last());
     else {
         double sum = 0;
+        size_t non_finite = 0;
         printf("{\"model\": ");
         json_print_string(stdout, model);
         printf(", \"temperature\": %g, \"tokens\": [", (double)temperature);
@@ -107,12 +108,26 @@ int cmd_logprobs(int argc, char **argv)
             if (i == 0)
                 printf(", \"logprob\": null, \"entropy\": null}");
             else {
-                printf(", \"logprob\": %.6f, \"entropy\": %.6f}", (double)lp[i - 1], (double)ent[i - 1]);
+                printf(", \"logprob\": ");
+                json_print_number(stdout, "%.6f", (double)lp[i - 1], &non_finite);
+                printf(", \"entropy\": ");
+                json_print_number(stdout, "%.6f", (double)ent[i - 1], &non_finite);
+                printf("}");
                 sum += lp[i - 1];
             }
         }
-        printf("], \"sum_logprob\": %.6f, \"mean_logprob\": %.6f}\n", sum, got ? sum / (double)got : 0.0);
+        printf("], \"sum_logprob\": ");
+        json_print_number(stdout, "%.6f", sum, &non_finite);
+        printf(", \"mean_logprob\": ");
+        json_print_number(stdout, "%.6f", got ? sum / (double)got : 0.0, &non_finite);
+        /* the flag: a consumer sees at once that the nulls are not "no value" */
+        printf(", \"non_finite_values\": %zu}\n", non_finite);
         status = 0;
+        if (non_finite) {
+            fprintf(stderr, "rlpost logprobs: %zu values are NaN or infinite (printed as null): the model's "
+                    "weights or the temperature give non-finite logits\n", non_finite);
+            status = 1;
+        }
     }
     free(lp);
     free(ent);

@@ -4,6 +4,7 @@
 
 #include "rlpost.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* The OpenAI/vLLM name of an rlp_finish_reason ("stop", "length", "abort",
@@ -33,6 +34,20 @@ static inline void json_print_string(FILE *f, const char *s)
             fputc(c, f);
     }
     fputc('"', f);
+}
+
+/* Writes x with the printf format fmt (one double conversion), or null
+ * when x is NaN or infinite: JSON has neither, and a bare `nan` would make
+ * the whole document unreadable. Counts the nulls in *non_finite so the
+ * document can say it holds some (the caller's "non_finite_values"). */
+static inline void json_print_number(FILE *f, const char *fmt, double x, size_t *non_finite)
+{
+    if (isfinite(x)) {
+        fprintf(f, fmt, x);
+        return;
+    }
+    fputs("null", f);
+    (*non_finite)++;
 }
 
 #endif
