@@ -75,6 +75,13 @@ int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path, const 
     int rc = rlpi_model_load_weights(path, &cfg, &w, rlpi_backend_cpu_pool(ctx->backend));
     if (rc)
         return rlpi_error_wrap("%s", __func__);
+    /* one NaN or Inf weight makes every logit NaN: refused here, by tensor
+     * and element, rather than as NaN rewards and losses later (a scan of
+     * a fraction of the load's time) */
+    if ((rc = rlpi_weights_check_finite(&w, path)) != RLP_OK) {
+        rlpi_weights_free(&w);
+        return rlpi_error_wrap("%s", __func__);
+    }
     rlp_policy *p;
     rc = rlpi_policy_create(&p, ctx, &cfg, &w, opts);
     rlpi_weights_free(&w);
