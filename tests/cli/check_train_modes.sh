@@ -114,7 +114,7 @@ rc=$?
 [ $rc -eq 0 ] || { cat "$out/int.err"; fail "async SIGINT: exit $rc"; }
 grep -q '"interrupted":true' "$out/int.json" || fail "async SIGINT: no interrupted summary"
 n=$(wc -l <"$out/int/metrics.jsonl")
-T --set "output=\"$out/int\"" --set "$ASYNC" --set sync.staleness=1 --set steps=$((n + 3)) --set eval.n=0 \
+T --set "output=\"$out/int\"" --set "$ASYNC" --set sync.staleness=1 --set steps=$((n + 3)) --set eval.n=0 --set checkpoint.keep=0 \
   --resume "$out/int" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "resume after SIGINT"; }
 python3 - "$out" "$n" <<'PY' || exit 1
 import json, sys
