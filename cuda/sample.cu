@@ -1,5 +1,5 @@
 // Token sampling on the GPU (rlpi_op_sample_rows): one block per draw runs
-// lib/rollout/sampler.c's algorithm on one row of logits, so that a draw
+// lib/backend/sampler.c's algorithm on one row of logits, so that a draw
 // picks the token the CPU sampler picks for the same u. The linear passes
 // over the vocabulary (scan, weights and their sums, the top-k histogram,
 // the gathers of candidates, the inverse CDF in id order) are spread over

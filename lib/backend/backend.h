@@ -64,10 +64,10 @@ typedef struct rlpi_adamw_step {
     float grad_scale;
 } rlpi_adamw_step;
 
-/* How one row of logits is sampled (rlpi_op_sample_rows; the rollout
- * sampler, lib/rollout/sampler.h, takes the same struct). Defined here, not
+/* How one row of logits is sampled (rlpi_op_sample_rows; the host
+ * sampler, lib/backend/sampler.h, takes the same struct). Defined here, not
  * in the sampler's header, because the CUDA module compiles this header
- * and must not depend on the rollout code. */
+ * alone. */
 enum {
     RLPI_LOGPROBS_SAMPLING = 0, /* the truncated, renormalised, tempered distribution the token was drawn from */
     RLPI_LOGPROBS_TEMPERED = 1, /* log_softmax(logits / T) over the whole vocabulary (what a trainer recomputes) */
@@ -273,7 +273,7 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
 
 /**
  * Draws one token from each of n rows of logits, as rlpi_sample()
- * (lib/rollout/sampler.h) does on the host: temperature, then top-k,
+ * (lib/backend/sampler.h) does on the host: temperature, then top-k,
  * top-p and min-p in Hugging Face's warper order, the kept set
  * renormalised, the token found by the inverse CDF at u[i], and its
  * behaviour logprob in params[i].logprobs_mode.

@@ -6,7 +6,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "rollout/sampler.h" /* rlpi_sampler_params_check */
+#include "backend/sampler.h" /* rlpi_sampler_params_check */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* The CPU backend's sample_rows slot: rlpi_sample() (lib/rollout/sampler.c)
+/* The CPU backend's sample_rows slot: rlpi_sample() (lib/backend/sampler.c)
  * on each row, rows spread over the backend's thread pool, with one sampler
  * scratch per pool thread kept for the backend's lifetime. It must not
  * sample differently from rlpi_sample: the host sampler is the reference
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 #include "rlpost.h"
 
 #include <pthread.h>

@@ -7,7 +7,7 @@
 #include "backend/context.h"
 #include "core/error.h"
 #include "model/policy.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "model/policy.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 #include "rollout/stop_matcher.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * row as the baseline a partial selection must beat. Prints the best of
  * five rounds; never asserts a time. Usage: bench_sampler [draws per config]. */
 #include "core/rng.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -50,7 +50,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "gpu_test_check.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "rlpost.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The token sampler (lib/rollout/sampler.c) against a naive reference that
+/* The token sampler (lib/backend/sampler.c) against a naive reference that
  * sorts the whole row in double: behaviour logprobs (public-bugs.md case
  * #5, and its kind over random rows), chi-square fits of the draws for
  * every truncation, greedy ties, masked and invalid logits, argument
@@ -11,7 +11,7 @@
 
 #include "core/rng.h"
 #include "rlpost.h"
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>

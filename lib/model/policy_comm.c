@@ -2,11 +2,12 @@
  * group (the train step and the RL step do their collectives through
  * policy->comm), and rlp_policy_broadcast(). The gradient all-reduce
  * itself sits in the train step (model/policy.c), between the backward
- * and the optimizer, where DDP puts it. */
-#include "dist/comm.h"
+ * and the optimizer, where DDP puts it. The policy uses process groups;
+ * process groups (lib/dist) know nothing of policies. */
+#include "model/policy.h"
 
 #include "core/error.h"
-#include "model/policy.h"
+#include "dist/comm.h"
 
 int rlp_policy_set_comm(rlp_policy *policy, rlp_comm *comm)
 {

@@ -3,8 +3,8 @@
  * arrays, no model and no global state: the engine (local) and the tests
  * call them; randomness comes in as a uniform number so a draw is a pure
  * function of (seed, sequence, step) whatever the batch or thread count. */
-#ifndef RLPI_ROLLOUT_SAMPLER_H
-#define RLPI_ROLLOUT_SAMPLER_H
+#ifndef RLPI_BACKEND_SAMPLER_H
+#define RLPI_BACKEND_SAMPLER_H
 
 #include <stddef.h>
 #include <stdint.h>

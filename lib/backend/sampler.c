@@ -3,7 +3,7 @@
  * logprob of the drawn token, and a counter-based uniform. Host arrays
  * only, no allocation beyond the caller's scratch, no global state; it must
  * not sort the whole vocabulary (up to ~152k entries per token). */
-#include "rollout/sampler.h"
+#include "backend/sampler.h"
 
 #include "core/error.h"
 #include "rlpost.h"
