@@ -369,6 +369,26 @@ static double now_seconds(void)
 
 /* The train step proper; rlp_policy_train_step() adds the data-parallel
  * failure handling around it. */
+/* One optimizer step over the transformer's parameter/gradient buffers,
+ * handed to the optimizer as a view (lib/optim knows nothing of models). */
+static int optimizer_step(rlp_policy *policy, double *grad_norm, float *lr, bool *skipped)
+{
+    size_t n = rlpi_transformer_n_tensors(policy->tf);
+    rlpi_param_span *spans = malloc((n ? n : 1) * sizeof *spans);
+    if (!spans)
+        return rlpi_error_set(RLP_E_NOMEM, "train step: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        spans[i] = (rlpi_param_span){in->offset, in->n_elems, in->no_decay};
+    }
+    rlpi_param_view view = {rlpi_transformer_params(policy->tf), rlpi_transformer_grads(policy->tf),
+                            rlpi_transformer_n_params(policy->tf), spans, n};
+    int rc = view.grads ? rlpi_optimizer_step(&policy->opt, &view, grad_norm, lr, skipped)
+                        : rlpi_error_set(RLP_E_STATE, "train step: frozen model has no gradients");
+    free(spans);
+    return rc;
+}
+
 static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
                       void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
 {
@@ -476,7 +496,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         entropy_sum = sums[1];
     }
     bool skipped = false;
-    if ((rc = rlpi_optimizer_step(&policy->opt, policy->tf, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
+    if ((rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
         return rc;
     if (!skipped)
         policy->version++;

@@ -3,9 +3,9 @@
 #ifndef RLPI_MODEL_POLICY_H
 #define RLPI_MODEL_POLICY_H
 
-#include "algo/optimizer.h"
 #include "backend/context.h"
 #include "model/transformer.h"
+#include "optim/optimizer.h"
 #include "rlpost.h"
 
 #include <stdbool.h>

@@ -1,13 +1,32 @@
 /* AdamW with global-norm clipping, a per-tensor no-decay rule and learning
- * rate schedules, over the transformer's flat parameter/gradient buffers.
- * Knows nothing about losses; the policy's train step drives it. */
-#ifndef RLPI_ALGO_OPTIMIZER_H
-#define RLPI_ALGO_OPTIMIZER_H
+ * rate schedules, over a flat fp32 parameter/gradient view. Knows nothing
+ * about models or losses: the policy's train step hands it the view of its
+ * transformer's buffers and drives it. It sits between the backend and
+ * the model (lib/optim: backend below, model above). */
+#ifndef RLPI_OPTIM_OPTIMIZER_H
+#define RLPI_OPTIM_OPTIMIZER_H
 
 #include "backend/backend.h"
-#include "model/transformer.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+
+/* One tensor of the flat buffers: where it lies (in floats) and whether
+ * weight decay applies to it (norms, biases, embeddings: no). */
+typedef struct rlpi_param_span {
+    size_t offset, n_elems;
+    bool no_decay;
+} rlpi_param_span;
+
+/* What a step updates: n floats of parameters and of their gradients, in
+ * the same layout, cut into n_spans tensors that cover them. Borrowed for
+ * the call. */
+typedef struct rlpi_param_view {
+    rlpi_buffer *params, *grads;
+    size_t n;
+    const rlpi_param_span *spans;
+    size_t n_spans;
+} rlpi_param_view;
 
 typedef enum rlpi_schedule {
     RLPI_SCHEDULE_CONSTANT = 0,
@@ -43,7 +62,7 @@ int rlpi_optimizer_validate(const rlpi_optim_config *cfg);
  * (weight decay 0 for no-decay tensors). A non-finite norm skips the
  * update, leaves the weights untouched and counts it (*skipped = true).
  * Gradients are zeroed afterwards either way. */
-int rlpi_optimizer_step(rlpi_optimizer *opt, rlpi_transformer *tf, double *grad_norm, float *lr_used,
+int rlpi_optimizer_step(rlpi_optimizer *opt, const rlpi_param_view *view, double *grad_norm, float *lr_used,
                         bool *skipped);
 
 void rlpi_optimizer_release(rlpi_optimizer *opt);

@@ -2,7 +2,7 @@
  * (Kingma & Ba 2015), global-norm gradient clipping (Pascanu et al. 2013)
  * and warmup/cosine schedules (Loshchilov & Hutter 2017, SGDR). Runs the
  * update through the backend's adamw kernel, tensor by tensor. */
-#include "algo/optimizer.h"
+#include "optim/optimizer.h"
 
 #include "core/error.h"
 
@@ -45,22 +45,23 @@ int rlpi_optimizer_validate(const rlpi_optim_config *c)
 #undef BAD
 }
 
-int rlpi_optimizer_step(rlpi_optimizer *opt, rlpi_transformer *tf, double *grad_norm, float *lr_used,
+int rlpi_optimizer_step(rlpi_optimizer *opt, const rlpi_param_view *view, double *grad_norm, float *lr_used,
                         bool *skipped)
 {
-    rlpi_buffer *G = rlpi_transformer_grads(tf), *P = rlpi_transformer_params(tf);
+    rlpi_buffer *G = view->grads, *P = view->params;
     rlpi_backend *be = P->owner;
-    size_t n = rlpi_transformer_n_params(tf);
+    size_t n = view->n;
     int rc;
-    double norm;
-    if ((rc = rlpi_transformer_grad_norm(tf, &norm)) != RLP_OK)
+    double ss;
+    if ((rc = rlpi_op_sum_squares(be, &ss, RLPI_REF(G, 0), (int64_t)n)) != RLP_OK)
         return rc;
+    double norm = sqrt(ss);
     *grad_norm = norm;
     *skipped = !isfinite(norm);
     *lr_used = 0.0f;
     if (*skipped) {
         opt->skipped++;
-        return rlpi_transformer_zero_grad(tf);
+        return rlpi_buffer_fill_f32(G, 0, n, 0.0f);
     }
     if (!opt->m) {
         if ((rc = rlpi_buffer_alloc(be, n * 4, &opt->m)) != RLP_OK ||
@@ -83,8 +84,11 @@ int rlpi_optimizer_step(rlpi_optimizer *opt, rlpi_transformer *tf, double *grad_
         .bias_correction2 = (float)(1.0 - pow(c->beta2, (double)t)),
         .grad_scale = clip,
     };
-    for (size_t i = 0; i < rlpi_transformer_n_tensors(tf); i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(tf, i);
+    for (size_t i = 0; i < view->n_spans; i++) {
+        const rlpi_param_span *in = &view->spans[i];
+        if (in->offset > n || in->n_elems > n - in->offset)
+            return rlpi_error_set(RLP_E_INTERNAL, "optimizer: tensor %zu [%zu, +%zu) outside %zu parameters", i,
+                                  in->offset, in->n_elems, n);
         st.weight_decay = in->no_decay ? 0.0f : c->weight_decay;
         if ((rc = rlpi_op_adamw(be, RLPI_REF(P, in->offset), RLPI_REF(G, in->offset), RLPI_REF(opt->m, in->offset),
                                 RLPI_REF(opt->v, in->offset), (int64_t)in->n_elems, &st)) != RLP_OK)
@@ -92,7 +96,7 @@ int rlpi_optimizer_step(rlpi_optimizer *opt, rlpi_transformer *tf, double *grad_
     }
     opt->step = t;
     *lr_used = st.lr;
-    return rlpi_transformer_zero_grad(tf);
+    return rlpi_buffer_fill_f32(G, 0, n, 0.0f);
 }
 
 void rlpi_optimizer_release(rlpi_optimizer *opt)
