@@ -123,7 +123,7 @@ static int compare(const char *path) {
         }
     free(rows);
     if (diffs || bad) {
-        printf("%zu layout difference(s) between include/rlpost.h and %s.\n"
+        printf("%zu layout difference(s) between the header (include/rlpost.h) and %s.\n"
                "An options struct may only grow at the end (docs/ABI.md); if the change is meant, move the\n"
                "baseline on purpose: ninja -C build abi-update\n", diffs, path);
         return 1;
