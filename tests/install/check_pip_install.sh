@@ -17,8 +17,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/clone"
 if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-    # the tracked files as they are in the working tree (a clone of HEAD would miss uncommitted edits)
-    git -C "$src" ls-files -z | (cd "$src" && xargs -0 tar -cf - --no-recursion) | tar -xf - -C "$work/clone"
+    # what a clone would hold once the working tree is committed: tracked and
+    # new files, not the ignored ones (build folders, models/); a clone of
+    # HEAD would miss uncommitted edits
+    git -C "$src" ls-files -z --cached --others --exclude-standard |
+        (cd "$src" && xargs -0 tar -cf - --no-recursion) | tar -xf - -C "$work/clone"
 else
     (cd "$src" && tar -cf - --exclude='./build*' --exclude=./models --exclude=./runs .) | tar -xf - -C "$work/clone"
 fi
