@@ -152,6 +152,10 @@ def _tag():
     return "py3-none-" + plat
 
 
+def _wheel_file():
+    return "Wheel-Version: 1.0\nGenerator: rlpost_build\nRoot-Is-Purelib: false\nTag: %s\n" % _tag()
+
+
 class _Wheel:
     def __init__(self, path):
         self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED)
@@ -181,8 +185,7 @@ def _write_wheel(wheel_directory, files, metadata_directory=None):
     for arcname, data, mode in files:
         w.add(arcname, data, mode)
     w.add(dist_info + "/METADATA", _metadata().encode())
-    w.add(dist_info + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: rlpost_build\nRoot-Is-Purelib: false\n"
-                                 "Tag: %s\n" % _tag()).encode())
+    w.add(dist_info + "/WHEEL", _wheel_file().encode())
     w.add(dist_info + "/top_level.txt", (PACKAGE + "\n").encode())
     w.close(dist_info)
     return name
@@ -210,6 +213,27 @@ def get_requires_for_build_editable(config_settings=None):
 
 def get_requires_for_build_sdist(config_settings=None):
     return []
+
+
+def _prepare_metadata(metadata_directory):
+    # pip asks for the metadata first (to resolve dependencies): answer it
+    # from pyproject.toml, without building the library for it
+    p = _project()
+    dist_info = "%s-%s.dist-info" % (_dist_name(), p["version"])
+    os.makedirs(os.path.join(metadata_directory, dist_info), exist_ok=True)
+    with open(os.path.join(metadata_directory, dist_info, "METADATA"), "w", encoding="utf-8") as f:
+        f.write(_metadata())
+    with open(os.path.join(metadata_directory, dist_info, "WHEEL"), "w", encoding="utf-8") as f:
+        f.write(_wheel_file())
+    return dist_info
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    return _prepare_metadata(metadata_directory)
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    return _prepare_metadata(metadata_directory)
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
