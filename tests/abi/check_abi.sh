@@ -1,6 +1,10 @@
 #!/bin/sh
 # Compares the built librlpost.so against the committed ABI baseline with
-# abidiff (abigail-tools). New functions pass: they are listed, then left
+# abidiff (abigail-tools). The baseline is the public interface only (written
+# by tests/abi/update_baselines.sh): every exported function and the layout
+# of every public struct, so a moved field or a grown struct is a type change
+# here (the test abi_tables_agree checks that no struct is missing from it).
+# New functions pass: they are listed, then left
 # out of the verdict (--no-added-syms). Any change to what existed fails: bit 8 (incompatible, e.g. a
 # removed symbol) and bit 4 (a changed type or signature). Options structs
 # that grew at the end by our versioning rule show up as bit 4 too: that is

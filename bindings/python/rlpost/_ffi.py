@@ -40,9 +40,10 @@ def _loaded_path(name):
 
 
 def load_library():
-    """Loads librlpost: the file named by RLPOST_LIBRARY, else a copy next
-    to this package, else whatever the system loader finds. Returns
-    (CDLL, path). ImportError says what was tried."""
+    """Loads librlpost: the file named by RLPOST_LIBRARY, else the copy next
+    to this package (the one `pip install bindings/python` builds and
+    bundles), else whatever the system loader finds. Returns (CDLL, path).
+    ImportError says what was tried."""
     env = os.environ.get("RLPOST_LIBRARY", "")
     if env:
         # an explicit choice never falls back to another copy silently
@@ -71,9 +72,10 @@ def load_library():
             return lib, _loaded_path(name)
         except OSError as e:
             tried.append("%s through the system loader (%s)" % (name, e))
-    raise ImportError("rlpost: librlpost not found. Set RLPOST_LIBRARY to the path of librlpost.so "
-                      "(e.g. build/lib/librlpost.so after `ninja -C build`), put it next to the "
-                      "package, or install it (`meson install -C build`). Tried: " + "; ".join(tried))
+    raise ImportError("rlpost: librlpost not found. Install the package with `pip install bindings/python` "
+                      "from the repository (it builds and bundles the library), or set RLPOST_LIBRARY to "
+                      "the path of librlpost.so (e.g. build/lib/librlpost.so after `ninja -C build`), or "
+                      "install the library (`meson install -C build`). Tried: " + "; ".join(tried))
 
 
 def check_version(number, abi, path):

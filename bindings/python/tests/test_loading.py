@@ -106,24 +106,39 @@ def test_no_library_anywhere(tmp_path):
     assert r.returncode != 0 and "librlpost not found" in r.stderr and "RLPOST_LIBRARY" in r.stderr
 
 
-def test_pip_install(tmp_path):
+def test_pip_install_bundles_the_library(tmp_path):
+    """The wheel carries librlpost next to the package and loads it without
+    RLPOST_LIBRARY. The bindings folder is copied alone, so the backend is
+    given the library just built (library=...) instead of building one; the
+    meson test pip_install (suite 'install') runs the real `pip install
+    bindings/python` in a fresh venv from a clean copy of the repository."""
     if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
         pytest.skip("pip is not installed")
-    if importlib.util.find_spec("setuptools") is None:  # pip builds with the installed one: no network
-        pytest.skip("setuptools is not installed")
+    if sys.version_info < (3, 11) and importlib.util.find_spec("tomli") is None:
+        pytest.skip("the build backend needs tomli on Python < 3.11 (no network here)")
     src = tmp_path / "src"
-    shutil.copytree(HERE.parent, src, ignore=shutil.ignore_patterns("__pycache__", "tests", "examples"))
+    shutil.copytree(HERE.parent, src, ignore=shutil.ignore_patterns("__pycache__", "tests", "examples", "*.so*"))
     target = tmp_path / "site"
+    env = dict(os.environ, RLPOST_WHEEL_LIBRARY=_real_library())
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
                         "--disable-pip-version-check", "--target", str(target), str(src)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (target / "rlpost" / "_ffi.py").is_file()
-    r = _run("import rlpost, sys; print(rlpost.__file__); print(rlpost.version_string())",
+    bundled = target / "rlpost" / ("librlpost.so.%d" % _ffi.EXPECTED_ABI)
+    assert bundled.is_file()
+    r = _run("import rlpost, sys; print(rlpost.__file__); print(rlpost.library_path); print(rlpost.version_string())",
+             {"PYTHONPATH": str(target), "RLPOST_LIBRARY": None, "LD_LIBRARY_PATH": None}, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.split()
+    assert out[0].startswith(str(target)) and Path(out[0]).parent.name == "rlpost"
+    assert out[1] == str(bundled)
+    assert out[2] == rlpost.version_string()
+    # RLPOST_LIBRARY still wins over the bundled copy
+    r = _run("import rlpost; print(rlpost.library_path)",
              {"PYTHONPATH": str(target), "RLPOST_LIBRARY": _real_library()}, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0].startswith(str(target))
-    assert Path(r.stdout.split()[0]).parent.name == "rlpost"
+    assert r.stdout.strip() == _real_library()
 
 
 def test_public_names():
