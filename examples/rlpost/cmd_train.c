@@ -113,6 +113,16 @@ static int check_config(run *r)
     RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= 1 && cfg_int(c, "prompts_per_step") <= 4096,
           "in [1, 4096]");
     RANGE("output", cfg_str(c, "output") && *cfg_str(c, "output"), "a folder name");
+    RANGE("reward.isolation", !strcmp(cfg_str(c, "reward.isolation"), "thread") ||
+          (!strcmp(cfg_str(c, "reward.isolation"), "process") && cfg_str(c, "reward.library")),
+          "\"thread\" or \"process\" (\"process\" needs reward.library)");
+    RANGE("reward.workers", cfg_int(c, "reward.workers") >= 0 && cfg_int(c, "reward.workers") <= 64, "in [0, 64]");
+    RANGE("reward.timeout_ms", cfg_int(c, "reward.timeout_ms") >= 0 && cfg_int(c, "reward.timeout_ms") <= 86400000,
+          "in [0, 86400000]");
+    RANGE("reward.batch_size", cfg_int(c, "reward.batch_size") >= 1 && cfg_int(c, "reward.batch_size") <= 4096,
+          "in [1, 4096]");
+    RANGE("reward.max_restarts",
+          cfg_int(c, "reward.max_restarts") >= 0 && cfg_int(c, "reward.max_restarts") <= 100000, "in [0, 100000]");
 
     rlp_sampling_options *s = &r->sampling;
     rlp_sampling_options_init(s, RLP_SAMPLING_OPTIONS_VERSION);
@@ -460,6 +470,20 @@ static int make_reward(run *r)
     char *opts = json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT);
     int rc = RLP_OK;
     const char *lib = cfg_str(c, "reward.library");
+    if (lib && !strcmp(cfg_str(c, "reward.isolation"), "process")) {
+        /* the library is loaded by the worker processes only: a crash in
+         * it costs its samples, not the run */
+        rlp_isolation_options io = RLP_ISOLATION_OPTIONS_INIT;
+        io.name = "library";
+        io.n_workers = (uint32_t)cfg_int(c, "reward.workers");
+        io.timeout_ms = (uint32_t)cfg_int(c, "reward.timeout_ms");
+        io.batch_size = (uint32_t)cfg_int(c, "reward.batch_size");
+        io.max_restarts = (uint32_t)cfg_int(c, "reward.max_restarts");
+        if ((rc = rlp_reward_fn_create_isolated(&r->reward, lib, opts, &io)) != RLP_OK)
+            fmt(r->err, ERR_CAP, "reward.library: %s", rlp_error_last());
+        free(opts);
+        return rc;
+    }
     if (lib) {
         r->reward_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         if (!r->reward_lib) {
@@ -990,6 +1014,9 @@ static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int t
                 det->terms[i] = keep_rewards(batch);
     rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
     if (!rc && !(rc = rlp_reward_fn_score(r->reward, batch, &st))) {
+        if (st.crashed)
+            fprintf(stderr, "reward: %llu samples invalid: their reward worker died (see samples.jsonl)\n",
+                    (unsigned long long)st.crashed);
         reward_summary(batch, sc);
         if (det)
             det->reward = keep_rewards(batch);

@@ -7,8 +7,10 @@
  *   "error"   returns 1                "nan"    scores NaN
  *   "ref"     scores the reference as a number
  *   "tokens"  gives per-token scores (the token ids) and scores 2
- * anything else scores its length in bytes. Options: {"pid_file": P}
- * writes the worker's pid to P at creation. Built without sanitizers:
+ * anything else scores its length in bytes. Options (compact JSON, as
+ * `rlpost train` passes them): {"pid_file":P} writes the worker's pid to P
+ * at creation; {"segv_if":S} dereferences NULL on every sample whose
+ * completion contains S (for runs on a real model's text). Built without sanitizers:
  * the crashes must be the signals themselves, not a sanitizer's report. */
 #include <rlpost.h>
 
@@ -33,8 +35,10 @@ __attribute__((noinline)) static int recurse(int depth)
 
 static int score(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
 {
-    (void)payload;
+    const char *segv_if = payload;
     const char *t = req->completion_text;
+    if (segv_if && strstr(t, segv_if))
+        *null_ptr = 1;
     if (!strcmp(t, "segv"))
         *null_ptr = 1;
     if (!strcmp(t, "abort"))
@@ -85,10 +89,17 @@ int rlpost_reward_create(rlp_reward_fn **out, const char *options_json)
             fclose(f);
         }
     }
+    const char *m = options_json ? strstr(options_json, "\"segv_if\":\"") : NULL;
+    char *segv_if = NULL;
+    if (m) {
+        m += strlen("\"segv_if\":\"");
+        segv_if = strndup(m, strcspn(m, "\""));
+    }
     rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
+    ro.payload_free = free;
     ro.name = "crashy";
     ro.n_threads = 1;
     ro.timeout_ms = 60000; /* the parent's deadline is the one under test */
     ro.max_abandoned = 64;
-    return rlp_reward_fn_create_callback(out, score, &ro, NULL);
+    return rlp_reward_fn_create_callback(out, score, &ro, segv_if);
 }
