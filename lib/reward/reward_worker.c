@@ -289,32 +289,30 @@ int main(int argc, char **argv)
     free(payload);
     if (r.bad || proto != RLPI_ISO_PROTOCOL || !lib_s || (opts && !opts_s)) {
         send_ready(fd, RLP_E_FORMAT, "rlpost-reward-worker: bad start message (a worker of another version?)");
+        free(lib_s);
+        free(opts_s);
         return 1;
     }
     char msg[1024];
+    rlp_reward_fn *fn = NULL;
+    int rc = RLP_E_CALLBACK;
     void *h = dlopen(lib_s, RTLD_NOW | RTLD_LOCAL);
+    entry_fn entry = NULL;
     if (!h) {
         const char *e = dlerror();
         snprintf(msg, sizeof msg, "%s", e ? e : lib_s);
-        send_ready(fd, RLP_E_CALLBACK, msg);
-        return 1;
-    }
-    entry_fn entry;
-    *(void **)&entry = dlsym(h, "rlpost_reward_create");
-    if (!entry) {
+    } else if (!(*(void **)&entry = dlsym(h, "rlpost_reward_create"))) {
         snprintf(msg, sizeof msg, "'%s' does not export rlpost_reward_create()", lib_s);
-        send_ready(fd, RLP_E_CALLBACK, msg);
-        return 1;
-    }
-    rlp_reward_fn *fn = NULL;
-    int rc = entry(&fn, opts_s);
-    if (rc != RLP_OK || !fn) {
+    } else if ((rc = entry(&fn, opts_s)) != RLP_OK || !fn) {
         snprintf(msg, sizeof msg, "rlpost_reward_create() of '%s' failed (%d): %s", lib_s, rc, rlp_error_last());
-        send_ready(fd, RLP_E_CALLBACK, msg);
-        return 1;
+        rc = RLP_E_CALLBACK;
     }
     free(lib_s);
     free(opts_s);
+    if (rc != RLP_OK || !fn) {
+        send_ready(fd, rc ? rc : RLP_E_CALLBACK, msg);
+        return 1;
+    }
     if (send_ready(fd, 0, ""))
         return 1;
     rlpi_iso_buf out = {0};

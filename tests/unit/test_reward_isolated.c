@@ -135,6 +135,26 @@ static void test_crashes_cost_only_their_samples(void **state)
     expect_no_children();
 }
 
+/* A caller built against stats version 1 has no room for crashed: the
+ * library must not write it. */
+static void test_stats_version_1_is_not_overrun(void **state)
+{
+    (void)state;
+    rlp_reward_fn *fn = isolated(1, 20000, 20, NULL);
+    const char *texts[] = {"segv", "ok"};
+    rlp_batch *b = batch_of(texts, 2);
+    unsigned char mem[sizeof(rlp_reward_stats)];
+    memset(mem, 0xAB, sizeof mem);
+    rlp_reward_stats *st = (rlp_reward_stats *)(void *)mem;
+    st->version = 1;
+    assert_int_equal(rlp_reward_fn_score(fn, b, st), RLP_OK);
+    assert_int_equal(st->invalid, 1);
+    for (size_t i = offsetof(rlp_reward_stats, crashed); i < sizeof mem; i++)
+        assert_int_equal(mem[i], 0xAB);
+    rlp_batch_free(b);
+    rlp_reward_fn_free(fn);
+}
+
 static void test_hang_is_killed_at_deadline(void **state)
 {
     (void)state;
@@ -331,6 +351,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_isolation_dies),
         cmocka_unit_test(test_crashes_cost_only_their_samples),
+        cmocka_unit_test(test_stats_version_1_is_not_overrun),
         cmocka_unit_test(test_hang_is_killed_at_deadline),
         cmocka_unit_test(test_always_crashing_fails_the_call),
         cmocka_unit_test(test_token_scores_and_reference),
