@@ -323,8 +323,9 @@ int main(int argc, char **argv)
             break;
     }
     free(out.p);
-    /* the socket closed: the handle is being freed */
+    /* the socket closed (the handle is being freed), or a request could not
+     * be served: the parent then reads "exited with status 1" */
     rlp_reward_fn_free(fn);
     /* the library stays loaded: abandoned calls of its handle may still run */
-    return 0;
+    return rc ? 1 : 0;
 }

@@ -6,7 +6,9 @@
  * call once the restart cap is reached; workers die with their parent
  * and none is left a zombie. And the reason for all this: the same
  * library in-process ("thread" isolation) takes the process down.
- *   test_reward_isolated CRASHY_LIBRARY */
+ * A worker that sends malformed answers (fake_reward_worker.py) is
+ * refused field by field.
+ *   test_reward_isolated CRASHY_LIBRARY FAKE_WORKER */
 #include <rlpost.h>
 
 #include <errno.h>
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 static const char *crashy;
+static const char *fake_worker; /* fake_reward_worker.py */
 
 static double now_s(void)
 {
@@ -315,6 +318,43 @@ static void test_worker_dies_with_parent(void **state)
     assert_true(gone);
 }
 
+/* A worker that answers with lies is killed, its samples are invalid,
+ * and nothing it claims is read past what it sent. */
+static void test_malformed_answers_are_refused(void **state)
+{
+    (void)state;
+    static const char *const modes[] = {"count", "huge", "kind", "reason", "tokens"};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        setenv("RLPOST_FAKE_WORKER_MODE", modes[m], 1);
+        rlp_isolation_options o = RLP_ISOLATION_OPTIONS_INIT;
+        o.n_workers = 1;
+        o.worker_path = fake_worker;
+        rlp_reward_fn *fn = NULL;
+        if (rlp_reward_fn_create_isolated(&fn, crashy, NULL, &o) != RLP_OK)
+            fail_msg("%s: %s", modes[m], rlp_error_last());
+        rlp_batch *b = NULL;
+        assert_int_equal(rlp_batch_create(&b), RLP_OK);
+        rlp_trajectory t;
+        memset(&t, 0, sizeof t);
+        t.version = RLP_TRAJECTORY_VERSION;
+        t.completion_text = "no tokens";
+        t.finish_reason = RLP_FINISH_STOP;
+        t.stop_index = -1;
+        t.temperature = 1.0f;
+        assert_int_equal(rlp_batch_append(b, &t), RLP_OK);
+        rlp_reward_stats st;
+        memset(&st, 0, sizeof st);
+        st.version = RLP_REWARD_STATS_VERSION;
+        assert_int_equal(rlp_reward_fn_score(fn, b, &st), RLP_OK);
+        expect_invalid(b, 0, "reward worker sent a malformed answer");
+        assert_int_equal(st.errors, 1);
+        rlp_batch_free(b);
+        rlp_reward_fn_free(fn);
+    }
+    unsetenv("RLPOST_FAKE_WORKER_MODE");
+    expect_no_children();
+}
+
 /* Why isolation exists: in-process, the same crash ends the process. */
 static void test_thread_isolation_dies(void **state)
 {
@@ -343,11 +383,12 @@ static void test_thread_isolation_dies(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s CRASHY_LIBRARY\n", argv[0]);
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s CRASHY_LIBRARY FAKE_WORKER\n", argv[0]);
         return 1;
     }
     crashy = argv[1];
+    fake_worker = argv[2];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_isolation_dies),
         cmocka_unit_test(test_crashes_cost_only_their_samples),
@@ -356,6 +397,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_always_crashing_fails_the_call),
         cmocka_unit_test(test_token_scores_and_reference),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_malformed_answers_are_refused),
         cmocka_unit_test(test_worker_dies_with_parent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
