@@ -1664,8 +1664,10 @@ RLP_API int rlp_prompt_set_item(rlp_task_item *out, const rlp_prompt_set *set, s
  * rlp_reward_fn_score() sets each one's scalar reward, or marks it invalid
  * with a reason, and sets its per-token rewards when the function gives
  * them. Kinds: a C callback (single-sample or batch form), a built-in
- * verifier created by name with JSON options, an HTTP verifier, and a
- * weighted combination of any of these.
+ * verifier created by name with JSON options, an HTTP verifier, a reward
+ * library run in worker processes (rlp_reward_fn_create_isolated(): a
+ * crash costs its samples, not the host), and a weighted combination of
+ * any of these.
  *
  * How a call runs. Every handle owns a pool of worker threads (created at
  * its first score call, sized by rlp_reward_options::n_threads or the
