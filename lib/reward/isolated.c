@@ -271,6 +271,11 @@ static int start_worker(iso *s, wproc *w, char *why, size_t why_len)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, 2, 1); /* the host's stdout may carry its results */
     posix_spawn_file_actions_adddup2(&fa, sv[1], RLPI_ISO_FD);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    /* nor are the host's other descriptors: a pipe end a long-lived
+     * worker kept open would hide an end of file from the host */
+    posix_spawn_file_actions_addclosefrom_np(&fa, RLPI_ISO_FD + 1);
+#endif
     /* the host's signal mask and handlers are not the worker's business:
      * it must die of the signal its library raised */
     sigset_t none, all;

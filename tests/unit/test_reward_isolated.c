@@ -21,6 +21,7 @@
 
 #include <dlfcn.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,23 @@ static void test_malformed_answers_are_refused(void **state)
     expect_no_children();
 }
 
+/* A worker keeps none of the host's descriptors open: the write end of
+ * a pipe the host closes gives its reader an end of file at once. */
+static void test_host_descriptors_are_not_inherited(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0); /* not close-on-exec, as a careless host makes it */
+    rlp_reward_fn *fn = isolated(1, 20000, 20, NULL);
+    close(p[1]);
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    assert_int_equal(poll(&pfd, 1, 2000), 1);
+    char c;
+    assert_int_equal(read(p[0], &c, 1), 0);
+    close(p[0]);
+    rlp_reward_fn_free(fn);
+}
+
 /* Why isolation exists: in-process, the same crash ends the process. */
 static void test_thread_isolation_dies(void **state)
 {
@@ -398,6 +416,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_token_scores_and_reference),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_malformed_answers_are_refused),
+        cmocka_unit_test(test_host_descriptors_are_not_inherited),
         cmocka_unit_test(test_worker_dies_with_parent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
