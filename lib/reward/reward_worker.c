@@ -28,18 +28,32 @@ typedef int (*entry_fn)(rlp_reward_fn **out, const char *options_json);
 #if __has_feature(address_sanitizer)
 #define WORKER_ASAN 1
 #endif
+#if __has_feature(thread_sanitizer)
+#define WORKER_TSAN 1
+#endif
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #define WORKER_ASAN 1
 #endif
-#ifdef WORKER_ASAN
+#if defined(__SANITIZE_THREAD__)
+#define WORKER_TSAN 1
+#endif
 /* In a sanitizer build a deliberate crash of a reward library must end the
- * worker with the signal itself (what the parent reports), not with ASan's
- * abort; environment settings still win over these. */
+ * worker with the signal itself (what the parent reports), not with the
+ * sanitizer's report and abort; environment settings still win over these. */
+#define WORKER_SAN_OPTIONS "handle_segv=0:handle_sigbus=0:handle_abort=0:allow_user_segv_handler=1"
+#ifdef WORKER_ASAN
 const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {
-    return "handle_segv=0:handle_sigbus=0:handle_abort=0:allow_user_segv_handler=1";
+    return WORKER_SAN_OPTIONS;
+}
+#endif
+#ifdef WORKER_TSAN
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+    return WORKER_SAN_OPTIONS;
 }
 #endif
 

@@ -361,6 +361,11 @@ static void test_malformed_answers_are_refused(void **state)
 static void test_host_descriptors_are_not_inherited(void **state)
 {
     (void)state;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer's posix_spawn interceptor drops the close-from file
+     * action (the worker keeps every descriptor): a limit of that build */
+    skip();
+#endif
     int p[2];
     assert_int_equal(pipe(p), 0); /* not close-on-exec, as a careless host makes it */
     rlp_reward_fn *fn = isolated(1, 20000, 20, NULL);
@@ -380,6 +385,9 @@ static void test_thread_isolation_dies(void **state)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
+        /* the test framework's handlers (and a sanitizer's) would turn the
+         * signal into a report: a host without them dies of the signal */
+        signal(SIGSEGV, SIG_DFL);
         void *h = dlopen(crashy, RTLD_NOW | RTLD_LOCAL);
         int (*entry)(rlp_reward_fn **, const char *);
         *(void **)&entry = h ? dlsym(h, "rlpost_reward_create") : NULL;
@@ -393,10 +401,8 @@ static void test_thread_isolation_dies(void **state)
     }
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
-    /* SIGSEGV; a sanitizer build reports it and aborts (or exits 1) instead */
-    assert_false(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 2));
-    if (WIFSIGNALED(status))
-        assert_true(WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGABRT);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGSEGV);
 }
 
 int main(int argc, char **argv)
