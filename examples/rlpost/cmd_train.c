@@ -1627,6 +1627,26 @@ static void step_samples(run *r, const rlp_batch *batch, long long step)
 /* Setup shared by train and eval                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Whether a setting of a checkpoint's configuration equals the run's.
+ * How the reward runs (reward.isolation and its limits) is not what it
+ * computes: it may change on resume, and checkpoints written before those
+ * keys existed lack them. */
+static int same_setting(const char *key, json_t *saved, json_t *now)
+{
+    if (strcmp(key, "reward") || !json_is_object(saved) || !json_is_object(now))
+        return json_equal(saved, now);
+    static const char *const how[] = {"isolation", "workers", "timeout_ms", "batch_size", "max_restarts"};
+    json_t *a = json_deep_copy(saved), *b = json_deep_copy(now);
+    for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
+        json_object_del(a, how[i]);
+        json_object_del(b, how[i]);
+    }
+    int eq = a && b && json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    return eq;
+}
+
 /* Everything that can be refused before anything is written. */
 static int setup(run *r, const char *weights, int need_train)
 {
@@ -2008,7 +2028,7 @@ int cmd_train(int argc, char **argv)
         static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
                                            "algorithm", "reward"};
         for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
-            if (!json_equal(json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
+            if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
                 fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from the checkpoint's configuration\n",
                         resume, must_match[i]);
                 json_decref(state);

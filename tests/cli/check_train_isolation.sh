@@ -6,7 +6,8 @@
 # the others are scored; with "thread" (the default) the same run dies of
 # the signal (exit 139, 134 under ASan); a library that crashes on every
 # sample fails the run (exit 1) at reward.max_restarts instead of spinning;
-# bad isolation keys exit 2 naming the key. Skips (77) without the shared
+# a resume may switch isolation (also from a checkpoint written before
+# these keys); bad isolation keys exit 2 naming the key. Skips (77) without the shared
 # data or python3.
 # Usage: check_train_isolation.sh RLPOST CRASHY_MODULE
 set -u
@@ -38,6 +39,27 @@ assert json.load(open(d + "/sum.json"))["steps_completed"] == 2
 PY
 [ $? -eq 0 ] || fail "process isolation: samples"
 grep -q "samples invalid: their reward worker died" "$out/err" || fail "no crash notice on stderr"
+
+# --- resume: how the reward runs may change (thread ↔ process), and a
+# checkpoint from before the isolation keys existed resumes too
+lib --set "output=\"$out/res\"" --set 'reward.options={"segv_if": "zzzz"}' --set 'reward.isolation="process"' \
+  >/dev/null 2>"$out/err" || { cat "$out/err"; fail "run to resume"; }
+lib --set "output=\"$out/res\"" --set 'reward.options={"segv_if": "zzzz"}' --set steps=3 --resume "$out/res" \
+  >/dev/null 2>"$out/err" || { cat "$out/err"; fail "resume in thread isolation"; }
+python3 - "$out/res/checkpoints/step_2/state.json" <<'PY' || exit 1
+import json, sys
+p = sys.argv[1]
+st = json.load(open(p))
+for k in ("isolation", "workers", "timeout_ms", "batch_size", "max_restarts"):
+    del st["config"]["reward"][k]
+json.dump(st, open(p, "w"))
+PY
+echo step_2 >"$out/res/checkpoints/latest"
+lib --set "output=\"$out/res\"" --set 'reward.options={"segv_if": "zzzz"}' --set steps=3 --resume "$out/res/checkpoints/step_2" \
+  >/dev/null 2>"$out/err" || { cat "$out/err"; fail "resume of a checkpoint without the isolation keys"; }
+lib --set "output=\"$out/res\"" --set 'reward.options={"segv_if": "yyyy"}' --set steps=3 --resume "$out/res/checkpoints/step_2" \
+  >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q '"reward" differs' "$out/err" || { cat "$out/err"; fail "a changed reward.options was resumed"; }
 
 # --- thread isolation: the same library kills the run
 lib --set "output=\"$out/thr\"" --set 'reward.options={"segv_if": "an"}' >/dev/null 2>"$out/err"
