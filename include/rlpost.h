@@ -1669,8 +1669,10 @@ RLP_API int rlp_prompt_set_item(rlp_task_item *out, const rlp_prompt_set *set, s
  * rlp_reward_fn_score() sets each one's scalar reward, or marks it invalid
  * with a reason, and sets its per-token rewards when the function gives
  * them. Kinds: a C callback (single-sample or batch form), a built-in
- * verifier created by name with JSON options, an HTTP verifier, and a
- * weighted combination of any of these.
+ * verifier created by name with JSON options, an HTTP verifier, a reward
+ * library run in worker processes (rlp_reward_fn_create_isolated(): a
+ * crash costs its samples, not the host), and a weighted combination of
+ * any of these.
  *
  * How a call runs. Every handle owns a pool of worker threads (created at
  * its first score call, sized by rlp_reward_options::n_threads or the
@@ -1824,8 +1826,8 @@ typedef struct rlp_reward_options {
  *  unknown version). Thread-safe. */
 RLP_API int rlp_reward_options_init(rlp_reward_options *opts, uint32_t version);
 
-/** Version of rlp_reward_stats understood by this header. */
-#define RLP_REWARD_STATS_VERSION 1
+/** Version of rlp_reward_stats understood by this header (2 added crashed). */
+#define RLP_REWARD_STATS_VERSION 2
 
 /**
  * Counts of one rlp_reward_fn_score() call. Set @ref version to
@@ -1846,6 +1848,9 @@ typedef struct rlp_reward_stats {
     double mean_score;                  /**< mean reward over the valid samples; NaN when there are none */
     double min_score, max_score;        /**< over the valid samples; NaN when there are none */
     double seconds;                     /**< wall time of the call */
+    /* version 2 */
+    uint64_t crashed;                   /**< samples whose reward worker process died while scoring them
+                                             (rlp_reward_fn_create_isolated()) */
 } rlp_reward_stats;
 
 /**
@@ -2070,6 +2075,85 @@ RLP_API int rlp_reward_fn_create_http(rlp_reward_fn **out, const rlp_http_reward
  */
 RLP_API int rlp_reward_fn_combine(rlp_reward_fn **out, rlp_reward_fn *const *fns, const double *weights,
                                   size_t n);
+
+/** Version of rlp_isolation_options understood by this header. */
+#define RLP_ISOLATION_OPTIONS_VERSION 1
+
+/** Options of a process-isolated reward function (rlp_reward_fn_create_isolated()). */
+typedef struct rlp_isolation_options {
+    uint32_t version;                   /**< RLP_ISOLATION_OPTIONS_VERSION */
+    const char *name;                   /**< label used in reasons (copied); NULL = "isolated" */
+    uint32_t n_workers;                 /**< worker processes (1 … 64); 0 = one per online core, at most 8 */
+    uint32_t timeout_ms;                /**< deadline of each request to a worker; 0 = none; default 10000 */
+    uint32_t batch_size;                /**< samples per request (1 … 4096); 0 = 1 */
+    uint32_t max_restarts;              /**< worker restarts allowed within any 60 s; past that the score
+                                             call fails (RLP_E_CALLBACK); default 20 */
+    const char *worker_path;            /**< the rlpost-reward-worker executable (copied); NULL = the
+                                             environment variable RLPOST_REWARD_WORKER, else the one
+                                             installed with librlpost */
+} rlp_isolation_options;
+
+#define RLP_ISOLATION_OPTIONS_INIT { RLP_ISOLATION_OPTIONS_VERSION, NULL, 0, 10000, 0, 20, NULL }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG (NULL,
+ *  unknown version). Thread-safe. */
+RLP_API int rlp_isolation_options_init(rlp_isolation_options *opts, uint32_t version);
+
+/**
+ * Creates a reward function whose scoring runs in worker processes, so
+ * that a reward library that crashes (NULL dereference, abort(), stack
+ * overflow, _exit) or hangs cannot take the host down.
+ *
+ * Each worker is the helper executable `rlpost-reward-worker` (installed
+ * in libexecdir; found through opts->worker_path, the environment
+ * variable RLPOST_REWARD_WORKER, next to the librlpost shared object, or
+ * its install path, in that order), started with posix_spawn(), which is
+ * safe in a multi-threaded host where fork() without exec is not. It
+ * dlopens @p library_path, calls its `int rlpost_reward_create(rlp_reward_fn
+ * **out, const char *options_json)` with @p options_json (the same entry
+ * point `rlpost train` loads from `reward.library`) and scores the
+ * requests it is sent over a socket with the handle it got (its threads
+ * and deadlines as that handle says). The host's samples travel as
+ * copies; every answer is bounds-checked.
+ *
+ * rlp_reward_fn_score() hands requests of opts->batch_size samples to the
+ * workers, one request per worker at a time. When a worker dies (a
+ * signal, or an exit), the samples of its request are marked invalid
+ * with the reason "reward worker killed by SIGSEGV" (the signal's name;
+ * "reward worker exited with status N" for an exit) and counted in
+ * rlp_reward_stats::crashed; a request that overruns opts->timeout_ms has
+ * its worker killed with SIGKILL (which, unlike a thread, really stops it)
+ * and its samples marked invalid ("timed out after N ms (reward worker
+ * killed)", counted in timeouts). Either way the worker is restarted for
+ * the next request, after a backoff that doubles with consecutive deaths
+ * (10 ms up to 1 s); the other samples are scored as usual. Once more than
+ * opts->max_restarts restarts would happen within 60 s, the handle is
+ * broken: that score call and every later one fail with RLP_E_CALLBACK
+ * and a message naming the last death, so a library that always crashes
+ * stops the run instead of spinning.
+ *
+ * Workers start here (each must load the library and report ready within
+ * 60 s), so a library that cannot be loaded fails this call. A worker
+ * exits when its parent process dies (it checks every 200 ms) and is
+ * killed and reaped by rlp_reward_fn_free(). The host must not reap
+ * children it does not know (waitpid(-1, …)) nor set SIGCHLD to SIG_IGN,
+ * or the cause of a death reads "status unavailable". A worker's stdout
+ * goes to the host's stderr (a host's stdout may carry its results).
+ *
+ * @param[out] out        the handle; free with rlp_reward_fn_free()
+ * @param library_path    path of the reward library (as dlopen takes it)
+ * @param options_json    passed to rlpost_reward_create() (copied), or NULL
+ * @param opts            options or NULL (defaults)
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL @p out or @p library_path, an
+ *         option out of range, unknown version); RLP_E_NOT_FOUND (no worker
+ *         executable); RLP_E_CALLBACK (the library could not be loaded or
+ *         its rlpost_reward_create() failed: the worker's message); RLP_E_IO
+ *         (a worker could not be started); RLP_E_TIMEOUT (a worker did not
+ *         report ready in time); RLP_E_NOMEM. Thread-safe. Score calls on
+ *         the handle follow rlp_reward_fn_score() (one at a time).
+ */
+RLP_API int rlp_reward_fn_create_isolated(rlp_reward_fn **out, const char *library_path, const char *options_json,
+                                          const rlp_isolation_options *opts);
 
 /** Process-reward refinements (values fixed). */
 typedef enum rlp_reward_refine_mode {

@@ -114,6 +114,16 @@ static int check_config(run *r)
     RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= 1 && cfg_int(c, "prompts_per_step") <= 4096,
           "in [1, 4096]");
     RANGE("output", cfg_str(c, "output") && *cfg_str(c, "output"), "a folder name");
+    RANGE("reward.isolation", !strcmp(cfg_str(c, "reward.isolation"), "thread") ||
+          (!strcmp(cfg_str(c, "reward.isolation"), "process") && cfg_str(c, "reward.library")),
+          "\"thread\" or \"process\" (\"process\" needs reward.library)");
+    RANGE("reward.workers", cfg_int(c, "reward.workers") >= 0 && cfg_int(c, "reward.workers") <= 64, "in [0, 64]");
+    RANGE("reward.timeout_ms", cfg_int(c, "reward.timeout_ms") >= 0 && cfg_int(c, "reward.timeout_ms") <= 86400000,
+          "in [0, 86400000]");
+    RANGE("reward.batch_size", cfg_int(c, "reward.batch_size") >= 1 && cfg_int(c, "reward.batch_size") <= 4096,
+          "in [1, 4096]");
+    RANGE("reward.max_restarts",
+          cfg_int(c, "reward.max_restarts") >= 0 && cfg_int(c, "reward.max_restarts") <= 100000, "in [0, 100000]");
 
     rlp_sampling_options *s = &r->sampling;
     rlp_sampling_options_init(s, RLP_SAMPLING_OPTIONS_VERSION);
@@ -465,6 +475,20 @@ static int make_reward(run *r)
     char *opts = json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT);
     int rc = RLP_OK;
     const char *lib = cfg_str(c, "reward.library");
+    if (lib && !strcmp(cfg_str(c, "reward.isolation"), "process")) {
+        /* the library is loaded by the worker processes only: a crash in
+         * it costs its samples, not the run */
+        rlp_isolation_options io = RLP_ISOLATION_OPTIONS_INIT;
+        io.name = "library";
+        io.n_workers = (uint32_t)cfg_int(c, "reward.workers");
+        io.timeout_ms = (uint32_t)cfg_int(c, "reward.timeout_ms");
+        io.batch_size = (uint32_t)cfg_int(c, "reward.batch_size");
+        io.max_restarts = (uint32_t)cfg_int(c, "reward.max_restarts");
+        if ((rc = rlp_reward_fn_create_isolated(&r->reward, lib, opts, &io)) != RLP_OK)
+            fmt(r->err, ERR_CAP, "reward.library: %s", rlp_error_last());
+        free(opts);
+        return rc;
+    }
     if (lib) {
         r->reward_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
         if (!r->reward_lib) {
@@ -995,6 +1019,9 @@ static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int t
                 det->terms[i] = keep_rewards(batch);
     rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
     if (!rc && !(rc = rlp_reward_fn_score(r->reward, batch, &st))) {
+        if (st.crashed)
+            fprintf(stderr, "reward: %llu samples invalid: their reward worker died (see samples.jsonl)\n",
+                    (unsigned long long)st.crashed);
         reward_summary(batch, sc);
         if (det)
             det->reward = keep_rewards(batch);
@@ -1667,6 +1694,26 @@ static void step_samples(run *r, const rlp_batch *batch, long long step)
 /* Setup shared by train and eval                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Whether a setting of a checkpoint's configuration equals the run's.
+ * How the reward runs (reward.isolation and its limits) is not what it
+ * computes: it may change on resume, and checkpoints written before those
+ * keys existed lack them. */
+static int same_setting(const char *key, json_t *saved, json_t *now)
+{
+    if (strcmp(key, "reward") || !json_is_object(saved) || !json_is_object(now))
+        return json_equal(saved, now);
+    static const char *const how[] = {"isolation", "workers", "timeout_ms", "batch_size", "max_restarts"};
+    json_t *a = json_deep_copy(saved), *b = json_deep_copy(now);
+    for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
+        json_object_del(a, how[i]);
+        json_object_del(b, how[i]);
+    }
+    int eq = a && b && json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    return eq;
+}
+
 /* Everything that can be refused before anything is written. */
 static int setup(run *r, const char *weights, int need_train)
 {
@@ -2077,7 +2124,7 @@ int cmd_train(int argc, char **argv)
         static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
                                            "algorithm", "reward"};
         for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
-            if (!json_equal(json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
+            if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
                 fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from the checkpoint's configuration\n",
                         resume, must_match[i]);
                 json_decref(state);

@@ -9,6 +9,7 @@
 #include "reward/builtin.h"
 #include "reward/callback.h"
 #include "reward/executor.h"
+#include "reward/isolated.h"
 #include "reward/refine.h"
 #ifdef RLPI_HAVE_CURL
 #include "reward/http_verifier.h"
@@ -16,6 +17,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,53 @@ int rlp_reward_fn_create_builtin(rlp_reward_fn **out, const char *name, const ch
         (*out)->eta = common.refine_eta;
     }
     json_decref(root);
+    return rc;
+}
+
+int rlp_isolation_options_init(rlp_isolation_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version == RLP_ISOLATION_OPTIONS_VERSION, "unknown version");
+    rlp_isolation_options d = RLP_ISOLATION_OPTIONS_INIT;
+    *opts = d;
+    return RLP_OK;
+}
+
+/* Upper bound of n_workers = 0 (one per online core): processes cost more than threads. */
+#define MAX_DEFAULT_WORKERS 8
+#define MAX_WORKERS 64
+#define MAX_ISOLATED_BATCH 4096
+
+int rlp_reward_fn_create_isolated(rlp_reward_fn **out, const char *library_path, const char *options_json,
+                                  const rlp_isolation_options *opts)
+{
+    rlp_isolation_options d = RLP_ISOLATION_OPTIONS_INIT;
+    if (!opts)
+        opts = &d;
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(library_path && *library_path, "library_path is NULL or empty");
+    RLPI_CHECK_ARG(opts->version == RLP_ISOLATION_OPTIONS_VERSION, "opts->version is unknown");
+    if (opts->n_workers > MAX_WORKERS)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: n_workers %u is out of range (0 … %d)", __func__,
+                              opts->n_workers, MAX_WORKERS);
+    if (opts->batch_size > MAX_ISOLATED_BATCH)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: batch_size %u is out of range (0 … %d)", __func__,
+                              opts->batch_size, MAX_ISOLATED_BATCH);
+    if (opts->max_restarts > 100000)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: max_restarts %u is out of range (0 … 100000)", __func__,
+                              opts->max_restarts);
+    rlp_isolation_options o = *opts;
+    o.batch_size = o.batch_size ? o.batch_size : 1;
+    uint32_t n_workers = o.n_workers ? o.n_workers : (uint32_t)resolve_threads(0);
+    if (!o.n_workers && n_workers > MAX_DEFAULT_WORKERS)
+        n_workers = MAX_DEFAULT_WORKERS;
+    rlpi_scorer *sc;
+    int rc = rlpi_isolated_scorer(&sc, library_path, options_json, &o, n_workers);
+    if (rc)
+        return rc;
+    rc = leaf_create(out, sc, opts->name ? opts->name : "isolated", 1, o.timeout_ms, 0);
+    if (rc == RLP_OK)
+        (*out)->n_threads = (int)n_workers; /* one executor thread per worker process */
     return rc;
 }
 
@@ -352,8 +401,12 @@ static int run(rlp_reward_fn *fn, const rlp_reward_request *reqs, size_t n, rlpi
             return rc;
     }
     int rc = rlpi_reward_exec_run(fn->ex, fn->sc, fn->timeout_ms, fn->refine, fn->eta, reqs, n, out, abandoned);
-    if (rc)
+    if (rc == RLP_OK && fn->sc->check)
+        rc = fn->sc->check(fn->sc->impl);
+    if (rc) {
+        clear_outcomes(out, n);
         return rc;
+    }
     for (size_t i = 0; i < n; i++)
         if (!out[i].valid)
             name_reason(fn, &out[i]);
@@ -452,6 +505,7 @@ int rlp_reward_fn_score(rlp_reward_fn *fn, rlp_batch *batch, rlp_reward_stats *s
             st.errors += o->kind == RLPI_RW_ERROR;
             st.timeouts += o->kind == RLPI_RW_TIMEOUT;
             st.nonfinite += o->kind == RLPI_RW_NONFINITE;
+            st.crashed += o->kind == RLPI_RW_CRASH;
         }
     }
     clear_outcomes(out, m);
@@ -466,7 +520,8 @@ int rlp_reward_fn_score(rlp_reward_fn *fn, rlp_batch *batch, rlp_reward_stats *s
         st.min_score = st.valid ? lo : NAN;
         st.max_score = st.valid ? hi : NAN;
         st.seconds = (double)(now_ns() - t0) * 1e-9;
-        *stats = st; /* version 1 is the whole struct */
+        /* only the fields the caller's version has */
+        memcpy(stats, &st, stats->version >= 2 ? sizeof st : offsetof(rlp_reward_stats, crashed));
     }
     return RLP_OK;
 }

@@ -20,7 +20,8 @@ enum {
     RLPI_RW_ERROR = 2,     /* the call returned an error (or an HTTP request failed) */
     RLPI_RW_TIMEOUT = 3,   /* the call overran its deadline (or an HTTP request timed out) */
     RLPI_RW_NONFINITE = 4, /* NaN/Inf score or token score */
-    RLPI_RW_NOWORKER = 5   /* every worker was stuck in an abandoned call */
+    RLPI_RW_NOWORKER = 5,  /* every worker was stuck in an abandoned call */
+    RLPI_RW_CRASH = 6      /* the worker process scoring it died (isolated.c) */
 };
 
 typedef struct rlpi_scorer_ops {
@@ -41,6 +42,10 @@ typedef struct rlpi_scorer {
     int token_scores;      /* may give per-token scores: buffers are provided */
     int bounds_own_time;   /* 1: the scorer enforces its own deadlines (HTTP); no executor deadline */
     int needs_reference;   /* 0: the scorer never reads request->reference (skip reading the metadata) */
+    /* Optional (NULL = always fine): after a run, on the scoring thread,
+     * non-zero (with the error message set) when the scorer cannot go on
+     * and the score call must fail, e.g. its worker processes keep dying. */
+    int (*check)(void *impl);
 } rlpi_scorer;
 
 /* A scorer with one reference; destroy(impl) runs when the last goes.

@@ -256,7 +256,11 @@ RewardStats = _struct("rlp_reward_stats", [
     ("version", c_uint32), ("scored", c_uint64), ("skipped", c_uint64), ("valid", c_uint64),
     ("invalid", c_uint64), ("errors", c_uint64), ("timeouts", c_uint64), ("nonfinite", c_uint64),
     ("abandoned_running", c_uint64), ("mean_score", c_double), ("min_score", c_double),
-    ("max_score", c_double), ("seconds", c_double)])
+    ("max_score", c_double), ("seconds", c_double), ("crashed", c_uint64)], version=2)
+
+IsolationOptions = _struct("rlp_isolation_options", [
+    ("version", c_uint32), ("name", c_char_p), ("n_workers", c_uint32), ("timeout_ms", c_uint32),
+    ("batch_size", c_uint32), ("max_restarts", c_uint32), ("worker_path", c_char_p)])
 
 HttpRewardOptions = _struct("rlp_http_reward_options", [
     ("version", c_uint32), ("url", c_char_p), ("api_key", c_char_p), ("name", c_char_p),
@@ -423,6 +427,8 @@ FUNCTIONS = [
     ("rlp_reward_builtin_name", _cs, [c_size_t]),
     ("rlp_http_reward_options_init", c_int, [P(HttpRewardOptions), c_uint32]),
     ("rlp_reward_fn_create_http", c_int, [_out_h, P(HttpRewardOptions)]),
+    ("rlp_isolation_options_init", c_int, [P(IsolationOptions), c_uint32]),
+    ("rlp_reward_fn_create_isolated", c_int, [_out_h, _cs, _cs, P(IsolationOptions)]),
     ("rlp_reward_fn_combine", c_int, [_out_h, P(c_void_p), P(c_double), c_size_t]),
     ("rlp_reward_refine", c_int, [P(c_float), c_size_t, P(c_uint8), c_int, c_float]),
     ("rlp_reward_fn_set_refine", c_int, [_h, c_int, c_float]),

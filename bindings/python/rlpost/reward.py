@@ -42,6 +42,9 @@ from ._handle import Handle, callback_scope, check
 from ._util import (CArray, Record, from_c, json_text, options, optional_str, struct_record, to_bytes,
                     utf8_truncate)
 
+# isolated() has a parameter named options
+_options_struct = options
+
 F = _ffi.F
 
 
@@ -232,6 +235,7 @@ class RewardFn(Handle):
     RewardFn.batched(fn, batch_size=64, ...)
         fn(requests: list[RewardRequest]) -> list of scores, same order.
     RewardFn.builtin(name, options=None), RewardFn.http(url, ...),
+    RewardFn.isolated(library, options=None, ...) (worker processes),
     RewardFn.combine(fns, weights=None).
     """
 
@@ -302,6 +306,27 @@ class RewardFn(Handle):
         return self
 
     @classmethod
+    def isolated(cls, library, options=None, name=None, worker_path=None, **kw):
+        """A reward library (a shared object exporting rlpost_reward_create,
+        as `reward.library` of `rlpost train`) run in worker processes: a
+        crash or hang marks the samples in flight invalid ("reward worker
+        killed by SIGSEGV") instead of killing Python (rlpost.h,
+        rlp_reward_fn_create_isolated). options as a dict or JSON text.
+        Keywords: n_workers, timeout_ms, batch_size, max_restarts."""
+        keep = []
+        values = dict(kw, name=name, worker_path=worker_path)
+        opts = _options_struct(_ffi.IsolationOptions, "rlp_isolation_options_init", values, keep,
+                              {"name": optional_str("name"), "worker_path": optional_str("worker_path")},
+                              what="RewardFn.isolated")
+        out = c_void_p()
+        check(F.rlp_reward_fn_create_isolated(byref(out), to_bytes(str(library), "library"), json_text(options),
+                                              byref(opts)), "rlp_reward_fn_create_isolated")
+        self = cls.__new__(cls)
+        Handle.__init__(self, out.value)
+        self.callable = None
+        return self
+
+    @classmethod
     def combine(cls, fns, weights=None):
         """The weighted sum of reward functions. On success the combination
         owns the members: their Python objects are closed (further use
@@ -339,7 +364,7 @@ class RewardFn(Handle):
         """Scores every trajectory of a Batch (rewards set, or invalid with
         a reason); returns the call's counts: scored, skipped, valid,
         invalid, errors, timeouts, nonfinite, abandoned_running,
-        mean_score, min_score, max_score, seconds."""
+        mean_score, min_score, max_score, seconds, crashed."""
         st = _ffi.RewardStats()
         st.version = st._version_
         with self._use() as p, batch._use() as b:

@@ -294,3 +294,33 @@ def test_http_verifier():
         srv.server_close()
     with pytest.raises(rlpost.InvalidArgumentError):
         rlpost.RewardFn.http("ftp://example.invalid/")
+
+
+def _crashy_library():
+    """tests/unit/reward_crashy.c as built by meson (RLPOST_BUILD_ROOT)."""
+    import os
+    from pathlib import Path
+    build = os.environ.get("RLPOST_BUILD_ROOT")
+    lib = Path(build) / "tests" / "reward_crashy.so" if build else None
+    if not lib or not lib.exists():
+        pytest.skip("no reward_crashy.so (set RLPOST_BUILD_ROOT to a meson build folder)")
+    return lib
+
+
+def test_isolated_reward_survives_a_crashing_library():
+    lib = _crashy_library()
+    b = rlpost.Batch()
+    for i, text in enumerate(["fine", "segv", "abc"]):
+        b.append(group_id=1, sample_index=i, prompt_tokens=[1], completion_tokens=[7, 8],
+                 logprobs=[-1.0, -1.0], completion_text=text)
+    with rlpost.RewardFn.isolated(lib, name="iso", n_workers=1, timeout_ms=20000) as rf:
+        assert rf.name == "iso"
+        st = rf.score(b)  # in-process, "segv" would end this interpreter
+        assert (st.scored, st.valid, st.invalid, st.crashed) == (3, 2, 1, 1)
+        assert [t.reward for t in (b[0], b[2])] == [4.0, 3.0]
+        assert not b[1].valid and b[1].error.endswith("reward worker killed by SIGSEGV")
+        assert rf.score_one("ref", reference="2.5").score == 2.5
+    with pytest.raises(rlpost.InvalidArgumentError, match="n_workers"):
+        rlpost.RewardFn.isolated(lib, n_workers=1000)
+    with pytest.raises(rlpost.CallbackError, match="nonexistent"):
+        rlpost.RewardFn.isolated("/nonexistent/reward.so")
