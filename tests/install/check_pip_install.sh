@@ -4,7 +4,8 @@
 # fresh virtual environment: the wheel must build librlpost itself and
 # bundle it, and the package must then work with the copy of the
 # repository deleted, from another folder, without RLPOST_LIBRARY — a
-# version call and a built-in reward scored through the library. Then
+# version call, a built-in reward scored through the library, and the
+# same reward from a library in the bundled worker process. Then
 # RLPOST_LIBRARY must still override the bundled copy.
 #   check_pip_install.sh SOURCE_ROOT PYTHON3 [LIBRARY_FOR_THE_OVERRIDE_CHECK]
 # Skips (77) without python3-venv, or without network on a Python that
@@ -39,6 +40,22 @@ if ! (cd "$work" && env -u RLPOST_LIBRARY "$work/venv/bin/pip" install --disable
 fi
 echo "pip install bindings/python: $(( $(date +%s) - start )) s"
 grep -E "Created wheel|Successfully installed" "$work/pip.log"
+# a reward library for RewardFn.isolated (rlpost_reward_create, as
+# `reward.library` of rlpost train): the bundled worker process must find
+# the bundled librlpost beside it
+cat >"$work/reward.c" <<'C'
+/* the two declarations it needs (rlpost.h includes a generated header) */
+typedef struct rlp_reward_fn rlp_reward_fn;
+int rlp_reward_fn_create_builtin(rlp_reward_fn **out, const char *name, const char *options_json);
+int rlpost_reward_create(rlp_reward_fn **out, const char *options_json);
+int rlpost_reward_create(rlp_reward_fn **out, const char *options_json)
+{
+    return rlp_reward_fn_create_builtin(out, "gsm8k", options_json);
+}
+C
+cc_cmd=${CC:-cc}
+$cc_cmd -shared -fPIC -o "$work/reward.so" "$work/reward.c" ||
+    { echo "cannot compile the test's reward library"; exit 1; }
 rm -rf "$work/clone"
 mkdir "$work/elsewhere"
 cd "$work/elsewhere" || exit 1
@@ -55,6 +72,11 @@ with rlpost.RewardFn.builtin("gsm8k") as reward:
     wrong = reward.score_one("#### 41", reference="42")
 print("gsm8k reward:", right, wrong)
 assert right.valid and right.score == 1.0 and wrong.score == 0.0
+# the same reward from a library in a worker process (the bundled worker)
+with rlpost.RewardFn.isolated(os.path.join(os.path.dirname(venv), "reward.so")) as iso:
+    got = iso.score_one("#### 42", reference="42")
+print("isolated gsm8k reward:", got)
+assert got.valid and got.score == 1.0, got
 PY
 if [ -n "$override" ]; then
     got=$(env -u PYTHONPATH RLPOST_LIBRARY="$override" "$work/venv/bin/python" -c \

@@ -44,6 +44,7 @@ except ImportError:  # Python < 3.11: pyproject.toml lists tomli for these
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bindings/python
 PACKAGE = "rlpost"
+WORKER_NAME = "rlpost-reward-worker"  # rlp_reward_fn_create_isolated's worker process
 LIB_NAME = "librlpost.so.0"  # the SONAME; rlpost/_ffi.py tries it first next to the package
 # Only the library: the package needs nothing else, and building tests,
 # examples and the CUDA module would multiply the install time. werror is
@@ -117,6 +118,14 @@ def _build_library(settings, workdir):
     if not os.path.exists(lib):
         raise RuntimeError("rlpost: the meson build produced no %s" % lib)
     return os.path.realpath(lib)
+
+
+def _worker_beside(lib):
+    """The worker process of RewardFn.isolated built beside the library
+    (lib/rlpost-reward-worker, RUNPATH $ORIGIN), or None (a prebuilt
+    library=PATH without one). librlpost looks for it next to itself."""
+    path = os.path.join(os.path.dirname(lib), WORKER_NAME)
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
 def _dist_name():
@@ -242,6 +251,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         with open(lib, "rb") as f:
             data = f.read()
         files = _package_files() + [("%s/%s" % (PACKAGE, LIB_NAME), data, 0o755)]
+        worker = _worker_beside(lib)
+        if worker:
+            with open(worker, "rb") as f:
+                files.append(("%s/%s" % (PACKAGE, WORKER_NAME), f.read(), 0o755))
         return _write_wheel(wheel_directory, files)
 
 
@@ -255,6 +268,12 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
         shutil.copyfile(lib, dest + ".tmp")
         os.chmod(dest + ".tmp", 0o755)
         os.replace(dest + ".tmp", dest)
+        worker = _worker_beside(lib)
+        if worker:
+            wdest = os.path.join(HERE, PACKAGE, WORKER_NAME)
+            shutil.copyfile(worker, wdest + ".tmp")
+            os.chmod(wdest + ".tmp", 0o755)
+            os.replace(wdest + ".tmp", wdest)
     return _write_wheel(wheel_directory, [("__editable__.rlpost.pth", (HERE + "\n").encode(), 0o644)])
 
 
