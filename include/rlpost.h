@@ -1179,7 +1179,12 @@ RLP_API int rlp_rollout_engine_update_weights(rlp_rollout_engine *engine, const 
  * Loads weights saved by rlp_policy_save() (a folder) into a local engine
  * and sets its version to @p version; the SGLang-style
  * `/update_weights_from_disk` of `rlpost serve`. Same threading as
- * rlp_rollout_engine_update_weights().
+ * rlp_rollout_engine_update_weights(). The engine keeps its weights and
+ * version on any failure.
+ * @return RLP_OK; RLP_E_FORMAT (a malformed file, or a weight that is NaN
+ *         or ±Inf: the message names the tensor); RLP_E_NOT_FOUND /
+ *         RLP_E_IO (no readable folder); RLP_E_INVALID_ARG (another
+ *         architecture); RLP_E_STATE (remote or share_weights engine).
  */
 RLP_API int rlp_rollout_engine_load_weights(rlp_rollout_engine *engine, const char *path, uint64_t version);
 

@@ -4,6 +4,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,4 +108,29 @@ const rlpi_tensor *rlpi_weights_find(const rlpi_weights *w, const char *name)
 const float *rlpi_tensor_data(const rlpi_weights *w, const rlpi_tensor *t)
 {
     return t->alias_of >= 0 ? w->tensors[t->alias_of].data : t->data;
+}
+
+int rlpi_weights_check_finite(const rlpi_weights *w, const char *source)
+{
+    for (size_t i = 0; w && i < w->n; i++) {
+        const rlpi_tensor *t = &w->tensors[i];
+        if (t->alias_of >= 0 || !t->data)
+            continue;
+        /* exponent bits all ones = NaN or Inf; integer compares vectorize,
+         * so the scan stays a small fraction of the load */
+        size_t bad = 0, first = 0;
+        for (size_t k = 0; k < t->n_elems; k++) {
+            uint32_t u;
+            memcpy(&u, &t->data[k], sizeof u);
+            bad += (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (!bad)
+            continue;
+        while (first < t->n_elems && isfinite(t->data[first]))
+            first++;
+        return rlpi_error_set(RLP_E_FORMAT, "%s%stensor %s holds %zu non-finite value%s (the first, %s, at element %zu)",
+                              source ? source : "", source ? ": " : "", t->name, bad, bad == 1 ? "" : "s",
+                              isnan(t->data[first]) ? "NaN" : "Inf", first);
+    }
+    return RLP_OK;
 }

@@ -40,5 +40,12 @@ int rlpi_weights_add_alias(rlpi_weights *w, const char *name, const char *target
 const rlpi_tensor *rlpi_weights_find(const rlpi_weights *w, const char *name);
 /* Data of a tensor, following an alias. */
 const float *rlpi_tensor_data(const rlpi_weights *w, const rlpi_tensor *t);
+/* Scans every value for NaN and ±Inf (aliases are skipped: their target is
+ * scanned). RLP_OK when all are finite; otherwise RLP_E_FORMAT with a
+ * message naming `source` (a file or folder, or NULL), the first tensor at
+ * fault, the index of its first bad value and how many of its values are
+ * bad. Weights loaded from outside must pass it before they replace
+ * weights in use: one NaN makes every logprob NaN. */
+int rlpi_weights_check_finite(const rlpi_weights *w, const char *source);
 
 #endif

@@ -348,6 +348,11 @@ int rlp_rollout_engine_load_weights(rlp_rollout_engine *engine, const char *path
     rc = rlpi_model_load_weights(path, &cfg, &w, NULL);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
+    /* before the swap: a NaN in the new weights would fail every request after it */
+    if ((rc = rlpi_weights_check_finite(&w, path)) != RLP_OK) {
+        rlpi_weights_free(&w);
+        return rlpi_error_wrap("%s", __func__);
+    }
     const rlpi_model_config *cur = rlpi_transformer_config(engine->policy->tf);
     if (cfg.n_layers != cur->n_layers || cfg.dim != cur->dim || cfg.vocab_size != cur->vocab_size ||
         cfg.n_heads != cur->n_heads || cfg.n_kv_heads != cur->n_kv_heads || cfg.ffn_dim != cur->ffn_dim) {

@@ -15,6 +15,7 @@
 #include "core/batch.h"
 #include "core/error.h"
 #include "model/policy.h"
+#include "model/safetensors.h"
 #include "rollout/engine.h"
 #include "tiny_model.h"
 
@@ -22,6 +23,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LOGPROB_TOL 1e-4
 
@@ -588,6 +590,66 @@ static void test_batch_api(void **state)
     rlp_batch_free(NULL);
 }
 
+/* Weights holding a NaN or an Inf are refused before the swap (issue 18,
+ * item 7): the engine keeps its weights and version and still generates;
+ * the message names the tensor. The same folder with finite values loads. */
+static void test_load_weights_non_finite(void **state)
+{
+    (void)state;
+    rlp_policy *p = tiny_policy(ctx1, 11, false);
+    rlp_rollout_engine *e = engine(p, 4, RLP_INTERRUPT_RECOMPUTE);
+    char dir[] = "/tmp/rlpost-nonfinite-XXXXXX", st[128];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(rlp_policy_save(p, dir, RLP_DTYPE_F32), RLP_OK);
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    rlp_prompt pr = {.tokens = P0, .n_tokens = 3};
+    rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
+    so.max_new_tokens = 4;
+    so.temperature = 0;
+    const float bad_values[2] = {NAN, -INFINITY};
+    for (int k = 0; k < 2; k++) {
+        rlpi_weights w;
+        rlpi_weights_init(&w);
+        assert_int_equal(rlpi_safetensors_read(st, &w, NULL), RLP_OK);
+        rlpi_tensor *t = NULL;
+        for (size_t i = 0; i < w.n && !t; i++)
+            if (strstr(w.tensors[i].name, "layers.1.mlp.down_proj"))
+                t = &w.tensors[i];
+        assert_non_null(t);
+        float keep = t->data[7];
+        t->data[7] = bad_values[k];
+        rlpi_st_write_opts wo = {.dtype = RLPI_ST_F32};
+        assert_int_equal(rlpi_safetensors_write(st, &w, &wo), RLP_OK);
+        assert_int_equal(rlp_rollout_engine_load_weights(e, dir, 5), RLP_E_FORMAT);
+        assert_non_null(strstr(rlp_error_last(), "layers.1.mlp.down_proj"));
+        assert_non_null(strstr(rlp_error_last(), k == 0 ? "NaN" : "Inf"));
+        assert_non_null(strstr(rlp_error_last(), "element 7"));
+        uint64_t v = 99;
+        assert_int_equal(rlp_rollout_engine_version(&v, e), RLP_OK);
+        assert_int_equal(v, 0);
+        /* still the old weights: greedy tokens equal the policy's argmax */
+        rlp_batch *b = NULL;
+        assert_int_equal(rlp_rollout_generate(&b, e, &pr, 1, &so, NULL, NULL), RLP_OK);
+        rlp_trajectory tr = get(b, 0);
+        assert_true(tr.n_completion_tokens > 0);
+        check_greedy(p, &tr);
+        rlp_batch_free(b);
+        t->data[7] = keep;
+        assert_int_equal(rlpi_safetensors_write(st, &w, &wo), RLP_OK);
+        rlpi_weights_free(&w);
+    }
+    assert_int_equal(rlp_rollout_engine_load_weights(e, dir, 5), RLP_OK);
+    uint64_t v = 0;
+    rlp_rollout_engine_version(&v, e);
+    assert_int_equal(v, 5);
+    unlink(st);
+    snprintf(st, sizeof st, "%s/config.json", dir);
+    unlink(st);
+    rmdir(dir);
+    rlp_rollout_engine_free(e);
+    rlp_policy_free(p);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -621,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_remote_dead_server),
         cmocka_unit_test(test_batch_api),
+        cmocka_unit_test(test_load_weights_non_finite),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
