@@ -30,6 +30,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -252,14 +253,36 @@ static json_int_t jint(const json_t *o, const char *a, const char *b)
 
 /* ---- raw sockets ------------------------------------------------------------ */
 
-static int connect_to(unsigned port)
+static int connect_addr(unsigned port, uint32_t addr)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = addr;
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     return fd;
+}
+
+static int connect_to(unsigned port)
+{
+    return connect_addr(port, htonl(INADDR_LOOPBACK));
+}
+
+/* An IPv4 address of this host outside 127/8 (network order), or 0. */
+static uint32_t other_address(void)
+{
+    struct ifaddrs *ifs = NULL, *i;
+    uint32_t found = 0;
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            uint32_t a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+            if ((ntohl(a) >> 24) != 127)
+                found = a;
+        }
+    freeifaddrs(ifs);
+    return found;
 }
 
 /* Has the server closed it (end of file or reset)? */
@@ -600,6 +623,34 @@ static void test_token_sources(void **state)
     j = get_json(&s, "/health", NULL, NULL, 200);
     json_decref(j);
     stop(&s);
+
+    /* a non-loopback client address may hold 128 connections (loopback
+     * is exempt: see the slowloris test); needs an address besides 127/8 */
+    uint32_t other = other_address();
+    const char *wide[] = {"--token-file", tf, "--host", "0.0.0.0", NULL};
+    if (other) {
+        assert_int_equal(start(&s, wide), -1);
+        int fds[140];
+        for (int i = 0; i < 140; i++)
+            fds[i] = connect_addr(s.port, other);
+        json_int_t refused = 0;
+        for (int k = 0; k < 50 && refused < 12; k++, usleep(50000)) {
+            j = get_json(&s, "/health", NULL, NULL, 200);
+            refused = jint(j, "http", "refused_per_address");
+            json_decref(j);
+        }
+        printf("# 140 connections from one non-loopback address: %lld refused\n", (long long)refused);
+        assert_int_equal(refused, 12);
+        int closed = 0;
+        for (int i = 0; i < 140; i++) {
+            closed += closed_by_peer(fds[i]);
+            close(fds[i]);
+        }
+        assert_int_equal(closed, 12);
+        stop(&s);
+    } else {
+        printf("# no non-loopback IPv4 address: per-address limit not checked\n");
+    }
 
     /* --token on the command line still works, with a warning */
     const char *cli[] = {"--token", "cli-token-1234", NULL};
