@@ -37,15 +37,15 @@ int cmd_serve(int argc, char **argv)
 
 #include "serve.h"
 
-#include <microhttpd.h>
+#include <errno.h>
 #include <limits.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
-#include <errno.h>
-#include <stdbool.h>
 #include <time.h>
 #include <unistd.h>
 
