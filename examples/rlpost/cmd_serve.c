@@ -38,10 +38,12 @@ int cmd_serve(int argc, char **argv)
 #include "serve.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -111,6 +113,22 @@ static bool is_loopback(const struct sockaddr *sa)
         return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
     }
     return false;
+}
+
+/* SIGINT/SIGTERM: a process-wide handler that writes the signal to a
+ * pipe the main thread reads. Not sigwait() alone: threads that a library
+ * started before main() (OpenBLAS's pool) do not block the signals, and
+ * one that reached such a thread before the main thread sat in sigwait()
+ * killed the server ("signal 15") instead of shutting it down. */
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    int e = errno;
+    char c = (char)sig;
+    if (write(stop_pipe[1], &c, 1) < 0) { /* full: a signal is already waiting */
+    }
+    errno = e;
 }
 
 static int parse_mode(const char *s, int32_t *out)
@@ -214,12 +232,20 @@ int cmd_serve(int argc, char **argv)
     }
     json_decref(name_check);
 
-    /* every thread started from here on inherits the mask: only the main
-     * thread takes SIGINT/SIGTERM, in sigwait() */
+    /* every thread started from here on inherits the mask, so that only
+     * the main thread (and threads older than main()) run the handler */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "rlpost serve: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -339,8 +365,13 @@ int cmd_serve(int argc, char **argv)
     fprintf(stderr, "rlpost serve: %s on %s (max_batch %u, max_seq_len %u)\n", name, url, ro.max_batch,
             ro.max_seq_len);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    char sig = 0;
+    for (;;) {
+        struct pollfd pf = {.fd = stop_pipe[0], .events = POLLIN};
+        if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &sig, 1) == 1)
+            break;
+    }
     fprintf(stderr, "rlpost serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     status = 0;
 done:

@@ -130,17 +130,6 @@ static int start(server *s, const char *const *args)
     return -1;
 }
 
-static void stop(server *s)
-{
-    if (s->pid > 0) {
-        kill(s->pid, SIGTERM);
-        int st = 0;
-        waitpid(s->pid, &st, 0);
-        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    s->pid = -1;
-}
-
 static char *slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -151,6 +140,23 @@ static char *slurp(const char *path)
     buf[n] = '\0';
     fclose(f);
     return buf;
+}
+
+static void stop(server *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        int st = 0;
+        waitpid(s->pid, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            char *log = slurp(s->log);
+            fprintf(stderr, "# server %s %d; its stderr:\n%s\n", WIFEXITED(st) ? "exit status" : "signal",
+                    WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), log ? log : "");
+            free(log);
+        }
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    s->pid = -1;
 }
 
 /* ---- HTTP over libcurl ---------------------------------------------------- */
