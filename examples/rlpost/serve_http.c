@@ -13,7 +13,6 @@
  * non-loopback addresses have a per-address connection limit. */
 #include "serve.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
