@@ -2479,7 +2479,10 @@ typedef struct rlp_sync_options {
     int32_t dtype;                 /**< FILE/HTTP: rlp_dtype of the saved weights; default RLP_DTYPE_F32 */
     const char *const *urls;       /**< HTTP: (n_urls) server base URLs, e.g. "http://127.0.0.1:8000"; copied */
     size_t n_urls;
-    const char *api_key;           /**< HTTP: bearer token, or NULL; copied */
+    const char *api_key;           /**< HTTP: bearer token, or NULL: the first line of
+                                        DIR/.rlpost-serve-token if that file exists (the token
+                                        `rlpost serve --weights-dir DIR` demands for weight
+                                        updates), read at each publish; copied */
     uint32_t timeout_ms;           /**< HTTP: per request (a server loads the weights before answering);
                                         0 = 120000 */
     uint32_t max_retries;          /**< HTTP: retries on connection errors, timeouts, 408, 429 and 5xx; default 3 */

@@ -1,7 +1,8 @@
-/* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T]
+/* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH]
  *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
  *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
- *   [--served-model-name NAME] [--weights-dir DIR]`:
+ *   [--served-model-name NAME] [--weights-dir DIR] [--max-pending n]
+ *   [--header-timeout-ms ms]`:
  * an OpenAI-compatible rollout server on the local engine (see serve.h for
  * its parts). Prints one JSON line {"listening": URL, ...} on stdout once
  * it accepts connections; SIGINT/SIGTERM shut it down cleanly (requests in
@@ -9,7 +10,12 @@
  * With --weights-dir DIR (a folder a trainer publishes to through the FILE
  * or HTTP transport) the server loads DIR's latest published version
  * before it listens, so a worker (re)started mid-run joins at the current
- * version instead of serving the initial weights. */
+ * version instead of serving the initial weights.
+ * Trust: a token (--token-file, RLPOST_SERVE_TOKEN) guards every endpoint
+ * but /health; without one the server binds loopback only, and weight
+ * updates still need the token generated in DIR/.rlpost-serve-token
+ * (0600), which the trainer publishing to DIR reads. Weight updates load
+ * only folders below DIR (none without --weights-dir). */
 #include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
@@ -31,9 +37,15 @@ int cmd_serve(int argc, char **argv)
 
 #include "serve.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -42,11 +54,17 @@ int cmd_serve(int argc, char **argv)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token T] [--max-batch b]\n"
+            "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH] [--max-batch b]\n"
             "         [--max-seq-len n] [--max-body-bytes n] [--threads t] [--batch-wait-ms ms]\n"
             "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
-            "         [--weights-dir DIR]   load DIR's latest published version before serving\n"
-            "  the token may also come from the environment: RLPOST_SERVE_TOKEN\n");
+            "         [--weights-dir DIR]   load DIR's latest published version before serving; weight\n"
+            "                               updates load only folders below DIR\n"
+            "         [--max-pending n]     generation requests at once (default 256); beyond: 503\n"
+            "         [--header-timeout-ms ms]  time for a request's headers (default 10000)\n"
+            "  --token-file PATH: the bearer token of every endpoint but /health (first line of PATH);\n"
+            "  or the environment: RLPOST_SERVE_TOKEN. Without a token the server binds loopback only\n"
+            "  and weight updates need the token it keeps in DIR/" SERVE_TOKEN_FILE " (mode 0600).\n"
+            "  --token T still works but is deprecated: `ps` shows it to every local user.\n");
 }
 
 /* The last path component (a trailing '/' ignored), as the model's name. */
@@ -85,6 +103,34 @@ static int load_published(rlp_rollout_engine *engine, const char *dir)
     return rc;
 }
 
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 */
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+/* SIGINT/SIGTERM: a process-wide handler that writes the signal to a
+ * pipe the main thread reads. Not sigwait() alone: threads that a library
+ * started before main() (OpenBLAS's pool) do not block the signals, and
+ * one that reached such a thread before the main thread sat in sigwait()
+ * killed the server ("signal 15") instead of shutting it down. */
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    int e = errno;
+    char c = (char)sig;
+    if (write(stop_pipe[1], &c, 1) < 0) { /* full: a signal is already waiting */
+    }
+    errno = e;
+}
+
 static int parse_mode(const char *s, int32_t *out)
 {
     if (!strcmp(s, "sampling"))
@@ -101,7 +147,9 @@ static int parse_mode(const char *s, int32_t *out)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL, *weights_dir = NULL;
+    const char *token_file = NULL;
     long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
+    long long max_pending = 256, header_ms = 10000;
     int32_t mode = RLP_LOGPROBS_SAMPLING;
     int bad = 0;
     for (int i = 2; i < argc && !bad; i++) {
@@ -119,6 +167,14 @@ int cmd_serve(int argc, char **argv)
             bad = cli_int(val, 0, 65535, &port);
         } else if (!strcmp(a, "--token")) {
             token = val;
+            fprintf(stderr, "rlpost serve: warning: --token puts the token where `ps` shows it to every local "
+                            "user; use --token-file PATH or RLPOST_SERVE_TOKEN (--token is deprecated)\n");
+        } else if (!strcmp(a, "--token-file")) {
+            token_file = val;
+        } else if (!strcmp(a, "--max-pending")) {
+            bad = cli_int(val, 1, 65536, &max_pending);
+        } else if (!strcmp(a, "--header-timeout-ms")) {
+            bad = cli_int(val, 100, 600000, &header_ms);
         } else if (!strcmp(a, "--max-batch")) {
             bad = cli_int(val, 1, 4096, &max_batch);
         } else if (!strcmp(a, "--max-seq-len")) {
@@ -143,11 +199,24 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "rlpost serve: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
         i++;
     }
+    char token_buf[SERVE_TOKEN_MAX + 1], terr[4400];
+    if (!bad && token && token_file) {
+        fprintf(stderr, "rlpost serve: give --token-file or --token, not both\n");
+        bad = 1;
+    } else if (!bad && token_file) {
+        if (serve_token_read(token_file, token_buf, sizeof token_buf, terr, sizeof terr) != 0) {
+            fprintf(stderr, "rlpost serve: --token-file %s\n", terr);
+            bad = 1;
+        }
+        token = token_buf;
+    }
     if (!token && getenv("RLPOST_SERVE_TOKEN") && *getenv("RLPOST_SERVE_TOKEN"))
         token = getenv("RLPOST_SERVE_TOKEN");
-    if (bad || !model || (token && !*token)) {
-        if (token && !*token)
-            fprintf(stderr, "rlpost serve: --token must not be empty\n");
+    if (!bad && token && !serve_token_ok(token)) {
+        fprintf(stderr, "rlpost serve: the token must be 1 to %d visible ASCII characters\n", SERVE_TOKEN_MAX);
+        bad = 1;
+    }
+    if (bad || !model) {
         usage();
         return EXIT_USAGE;
     }
@@ -163,12 +232,20 @@ int cmd_serve(int argc, char **argv)
     }
     json_decref(name_check);
 
-    /* every thread started from here on inherits the mask: only the main
-     * thread takes SIGINT/SIGTERM, in sigwait() */
+    /* every thread started from here on inherits the mask, so that only
+     * the main thread (and threads older than main()) run the handler */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "rlpost serve: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -181,11 +258,20 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "rlpost serve: --host %s: %s\n", host, gai_strerror(gai));
         return EXIT_USAGE;
     }
+    if (!token && !is_loopback(ai->ai_addr)) {
+        /* without a token anyone who reaches the port could generate, and
+         * this address is reachable from other hosts */
+        fprintf(stderr, "rlpost serve: --host %s is not a loopback address: give a token (--token-file PATH or "
+                        "RLPOST_SERVE_TOKEN)\n", host);
+        freeaddrinfo(ai);
+        return EXIT_USAGE;
+    }
 
     int status = 1;
     rlp_context *ctx = NULL;
     rlp_policy *policy = NULL;
-    struct MHD_Daemon *d = NULL;
+    serve_http *d = NULL;
+    char root[PATH_MAX], token_path[PATH_MAX + 64] = "", update_token[SERVE_TOKEN_MAX + 1];
     serve_server srv;
     memset(&srv, 0, sizeof srv);
     pthread_mutex_init(&srv.mu, NULL);
@@ -221,10 +307,26 @@ int cmd_serve(int argc, char **argv)
     policy = NULL;
     if (weights_dir && load_published(srv.engine, weights_dir) != RLP_OK)
         goto done;
+    if (weights_dir && !realpath(weights_dir, root)) { /* (load_published made it) */
+        fprintf(stderr, "rlpost serve: --weights-dir %s: %s\n", weights_dir, strerror(errno));
+        goto done;
+    }
+    if (weights_dir && !token) {
+        if (serve_token_dir(root, update_token, sizeof update_token, token_path, sizeof token_path, terr,
+                            sizeof terr) != 0) {
+            fprintf(stderr, "rlpost serve: %s\n", terr);
+            goto done;
+        }
+        fprintf(stderr, "rlpost serve: weight updates need the bearer token in %s (mode 0600; the trainer "
+                        "publishing to %s reads it)\n", token_path, weights_dir);
+    }
     srv.tok = rlp_rollout_engine_tokenizer(srv.engine);
     if (!srv.tok)
         fprintf(stderr, "rlpost serve: %s has no tokenizer: only token-id prompts will work\n", model);
     srv.cfg = (serve_config){.model_name = name, .token = token, .max_body_bytes = (size_t)body,
+                             .update_token = token ? token : weights_dir ? update_token : NULL,
+                             .weights_root = weights_dir ? root : NULL, .max_pending = (size_t)max_pending,
+                             .header_timeout_ms = (uint32_t)header_ms,
                              .max_seq_len = ro.max_seq_len, .vocab_size = mi.vocab_size, .logprobs_mode = mode,
                              .batch_wait_ms = (uint32_t)wait_ms};
     srv.seed_base = (uint64_t)time(NULL) * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)getpid();
@@ -251,15 +353,25 @@ int cmd_serve(int argc, char **argv)
     printf(", \"model\": ");
     json_print_string(stdout, name);
     printf(", \"weight_version\": %llu, \"max_batch\": %u, \"max_seq_len\": %u, \"max_body_bytes\": %zu, "
-           "\"auth\": %s}\n",
+           "\"auth\": %s, \"weight_updates\": %s, \"token_file\": ",
            (unsigned long long)version, ro.max_batch, ro.max_seq_len, srv.cfg.max_body_bytes,
-           token ? "true" : "false");
+           token ? "true" : "false", weights_dir ? "true" : "false");
+    if (token_path[0])
+        json_print_string(stdout, token_path);
+    else
+        printf("null");
+    printf("}\n");
     fflush(stdout);
     fprintf(stderr, "rlpost serve: %s on %s (max_batch %u, max_seq_len %u)\n", name, url, ro.max_batch,
             ro.max_seq_len);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    char sig = 0;
+    for (;;) {
+        struct pollfd pf = {.fd = stop_pipe[0], .events = POLLIN};
+        if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &sig, 1) == 1)
+            break;
+    }
     fprintf(stderr, "rlpost serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     status = 0;
 done:

@@ -19,7 +19,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "MODEL TEXT: token ids as a JSON array"},
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
     {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
-    {"serve", cmd_serve, "MODEL [--port p] [--token T]: OpenAI-compatible rollout server"},
+    {"serve", cmd_serve, "MODEL [--port p] [--token-file PATH] [--weights-dir DIR]: OpenAI-compatible rollout server"},
     {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
     {"train", cmd_train, "CONFIG.json [--set key=value]... [--resume DIR]: RL post-training (the main job)"},

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -29,9 +30,22 @@
 #define SERVE_MAX_MESSAGES 1024    /* chat messages */
 #define SERVE_MAX_LOGPROBS 20      /* as vLLM: top alternatives asked (only the chosen one is returned) */
 
+/* Tokens: at most this many characters; generated ones are this many
+ * random bytes in hex, in this file of the weights folder. */
+#define SERVE_TOKEN_MAX 256
+#define SERVE_TOKEN_BYTES 32
+#define SERVE_TOKEN_FILE ".rlpost-serve-token"
+
 typedef struct serve_config {
     const char *model_name;        /* "model" of responses and /v1/models */
-    const char *token;             /* bearer token, or NULL: no auth */
+    const char *token;             /* bearer token of every endpoint but /health, or NULL: open */
+    const char *update_token;      /* bearer token of /update_weights_from_disk (never NULL when
+                                      weights_root is set): token, or the generated one */
+    const char *weights_root;      /* realpath of --weights-dir: weight updates load only folders
+                                      below it; NULL: weight updates are refused (403) */
+    size_t max_pending;            /* generation requests admitted at once; beyond: 503 */
+    uint32_t header_timeout_ms;    /* a request's headers must be in this long after the connection
+                                      opened or the previous answer ended (not reset by each byte) */
     size_t max_body_bytes;         /* request body limit (413 beyond) */
     uint32_t max_seq_len;          /* engine KV capacity per sequence (prompt + completion) */
     int32_t vocab_size;            /* model vocabulary: token ids are checked against it */
@@ -60,6 +74,13 @@ typedef struct serve_server {
     uint64_t seed_base;
 
     pthread_mutex_t update_mu;     /* one weight update at a time */
+
+    /* counters of the HTTP guard (atomic) */
+    size_t n_admitted;             /* generation requests admitted and not yet answered */
+    uint64_t n_busy;               /* requests answered 503 for overload */
+    uint64_t n_timed_out;          /* connections closed for headers or a body too slow */
+    uint64_t n_refused_ip;         /* connections refused over the per-address limit */
+    size_t n_conns;                /* open connections */
 } serve_server;
 
 enum { JOB_COMPLETION = 0, JOB_CHAT = 1 };
@@ -148,12 +169,25 @@ void serve_job_unref(serve_job *job);
 
 /* ---- serve_http.c ---- */
 
-struct MHD_Daemon;
-/* Starts libmicrohttpd on addr (thread per connection). NULL with a
- * message on stderr. */
-struct MHD_Daemon *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6);
+typedef struct serve_http serve_http;
+/* Starts libmicrohttpd on addr (thread per connection) and the guard
+ * thread that closes connections past their header/body deadline. NULL
+ * with a message on stderr. */
+serve_http *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6);
 /* The port the daemon is bound to (after --port 0). */
-unsigned serve_http_port(struct MHD_Daemon *d);
-void serve_http_stop(struct MHD_Daemon *d);
+unsigned serve_http_port(serve_http *h);
+/* Stops the guard, then the daemon (joins every connection thread). NULL is a no-op. */
+void serve_http_stop(serve_http *h);
+
+/* ---- serve_token.c ---- */
+
+/* 1..SERVE_TOKEN_MAX visible ASCII characters (it travels in a header). */
+bool serve_token_ok(const char *t);
+/* The token in a file (its first line). -1 with a message in err. */
+int serve_token_read(const char *path, char *out, size_t n, char *err, size_t errlen);
+/* The weight-update token of DIR: DIR/SERVE_TOKEN_FILE, created (0600,
+ * random) if absent, refused if another user could have written it.
+ * Its path goes to `path`. -1 with a message in err. */
+int serve_token_dir(const char *dir, char *out, size_t n, char *path, size_t pn, char *err, size_t errlen);
 
 #endif

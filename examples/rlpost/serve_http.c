@@ -4,22 +4,48 @@
  * JSON error bodies, blocking hand-off to the scheduler and SSE responses.
  * Every error is decided when the headers arrive but answered after the
  * body is drained, so a client still sending never sees a reset instead of
- * its status (except for a declared body far beyond the limit). */
+ * its status (except for a declared body far beyond the limit).
+ * The guard: a request's headers must arrive within a deadline that each
+ * byte does not extend, and its body within one derived from its size (a
+ * thread closes late connections: slowloris); past --max-pending requests
+ * or 3/4 of the connection limit, generation requests get 503 with
+ * Retry-After, so that /health and weight updates keep their room;
+ * non-loopback addresses have a per-address connection limit. */
 #include "serve.h"
 
+#include <limits.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
-/* Open connections (each a thread) and their idle timeout. */
-#define MAX_CONNECTIONS 256
+/* Open connections at most (each a thread; lowered to fit RLIMIT_NOFILE).
+ * Far above what generation admits, so that a burst is answered with 503
+ * instead of libmicrohttpd's accept-and-close at the limit. */
+#define MAX_CONNECTIONS 1024
+/* Connections from one non-loopback address at most (loopback is exempt:
+ * the trainer and local workers all come from 127.0.0.1). */
+#define MAX_PER_ADDRESS 128
+/* Idle timeout while a response is being sent (libmicrohttpd's, reset by
+ * each byte; the guard's deadlines cover the request). */
 #define IDLE_TIMEOUT_S 120
+/* The slowest body upload accepted: its deadline is the header timeout
+ * plus its size at this rate. */
+#define MIN_BODY_BYTES_PER_S 65536u
+/* How often the guard looks at the deadlines. */
+#define GUARD_TICK_MS 50
+/* Stack of a connection thread: request parsing and weight loading need
+ * far less; 1024 threads of the default 8 MiB would reserve 8 GiB. */
+#define CONN_STACK_BYTES (1u << 20)
 /* A declared Content-Length this far past the limit is refused at once
  * (and the connection closed) instead of being read and thrown away. */
 #define DRAIN_SLACK_BYTES (16u << 20)
@@ -47,7 +73,168 @@ typedef struct conn_ctx {
     char *body;           /* (len) bytes, NUL-terminated */
     size_t len, cap;
     bool too_large;
+    bool admitted;        /* counted in srv->n_admitted */
 } conn_ctx;
+
+/* What the guard knows of one connection (its socket context). */
+enum { PH_HEADERS = 0, PH_BODY = 1, PH_HANDLING = 2 };
+typedef struct guard_conn {
+    struct guard_conn *prev, *next;
+    int fd;
+    struct sockaddr_storage addr;
+    bool loopback;
+    int phase;
+    bool closed;          /* shut down by the guard */
+    uint64_t deadline_ns; /* of PH_HEADERS and PH_BODY (CLOCK_MONOTONIC) */
+} guard_conn;
+
+struct serve_http {
+    serve_server *srv;
+    struct MHD_Daemon *d;
+    unsigned limit;       /* connection limit */
+    pthread_mutex_t mu;   /* the list, phases, deadlines */
+    pthread_cond_t cv;
+    guard_conn *head;
+    bool stop, started;
+    pthread_t thread;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool addr_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+static bool same_host(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+    if (a->sa_family != b->ss_family)
+        return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return false;
+}
+
+/* libmicrohttpd's accept policy: the per-address limit. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addrlen;
+    serve_http *h = cls;
+    if (!addr || addr_loopback(addr))
+        return MHD_YES;
+    unsigned n = 0;
+    pthread_mutex_lock(&h->mu);
+    for (guard_conn *g = h->head; g && n < MAX_PER_ADDRESS; g = g->next)
+        n += same_host(addr, &g->addr);
+    pthread_mutex_unlock(&h->mu);
+    if (n < MAX_PER_ADDRESS)
+        return MHD_YES;
+    __atomic_add_fetch(&h->srv->n_refused_ip, 1, __ATOMIC_RELAXED);
+    return MHD_NO;
+}
+
+/* Connections come and go: the guard's list. Called before the socket is
+ * closed, so the guard never shuts down a reused descriptor. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    serve_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        guard_conn *g = calloc(1, sizeof *g);
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (!g || !fd) { /* untracked: only libmicrohttpd's idle timeout applies */
+            free(g);
+            *socket_context = NULL;
+            return;
+        }
+        g->fd = (int)fd->connect_fd;
+        if (ad && ad->client_addr) {
+            const struct sockaddr *sa = ad->client_addr;
+            size_t n = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+            memcpy(&g->addr, sa, n);
+            g->loopback = addr_loopback(sa);
+        }
+        g->phase = PH_HEADERS;
+        g->deadline_ns = now_ns() + (uint64_t)h->srv->cfg.header_timeout_ms * 1000000u;
+        pthread_mutex_lock(&h->mu);
+        g->next = h->head;
+        if (h->head)
+            h->head->prev = g;
+        h->head = g;
+        pthread_mutex_unlock(&h->mu);
+        __atomic_add_fetch(&h->srv->n_conns, 1, __ATOMIC_RELAXED);
+        *socket_context = g;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        guard_conn *g = *socket_context;
+        pthread_mutex_lock(&h->mu);
+        if (g->prev)
+            g->prev->next = g->next;
+        else
+            h->head = g->next;
+        if (g->next)
+            g->next->prev = g->prev;
+        pthread_mutex_unlock(&h->mu);
+        __atomic_sub_fetch(&h->srv->n_conns, 1, __ATOMIC_RELAXED);
+        free(g);
+        *socket_context = NULL;
+    }
+}
+
+/* Moves a connection to another phase; `ms` from now is the deadline of
+ * PH_HEADERS and PH_BODY. */
+static void set_phase(serve_http *h, struct MHD_Connection *c, int phase, uint64_t ms)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    guard_conn *g = ci ? ci->socket_context : NULL;
+    if (!g)
+        return;
+    pthread_mutex_lock(&h->mu);
+    g->phase = phase;
+    g->deadline_ns = now_ns() + ms * 1000000u;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Closes connections whose headers or body are late. shutdown() (not
+ * close(): the descriptor stays libmicrohttpd's) wakes the connection's
+ * thread with end-of-file, and libmicrohttpd closes it. */
+static void *guard_main(void *arg)
+{
+    serve_http *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        uint64_t t = now_ns();
+        for (guard_conn *g = h->head; g; g = g->next) {
+            if (g->phase == PH_HANDLING || g->closed || t < g->deadline_ns)
+                continue;
+            shutdown(g->fd, SHUT_RDWR);
+            g->closed = true;
+            __atomic_add_fetch(&h->srv->n_timed_out, 1, __ATOMIC_RELAXED);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += GUARD_TICK_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -77,6 +264,8 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -91,16 +280,16 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     return send_json(c, status, e, allow);
 }
 
-/* "Bearer T" against the token, in time independent of where they differ. */
-static bool authorized(const serve_server *srv, struct MHD_Connection *c)
+/* "Bearer T" against the token (NULL: open), in time independent of where
+ * they differ. */
+static bool authorized(const char *want, struct MHD_Connection *c)
 {
-    if (!srv->cfg.token)
+    if (!want)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return false;
     h += 7;
-    const char *want = srv->cfg.token;
     size_t hl = strlen(h), wl = strlen(want);
     unsigned char diff = hl != wl;
     for (size_t i = 0; i < wl; i++)
@@ -114,8 +303,19 @@ static void decide(serve_server *srv, struct MHD_Connection *c, const char *url,
     size_t i, n = sizeof routes / sizeof routes[0];
     for (i = 0; i < n && strcmp(url, routes[i].path) != 0; i++)
         ;
-    /* /health stays open for load balancers; nothing else says anything without the token */
-    if (!(i < n && routes[i].route == R_HEALTH) && !authorized(srv, c)) {
+    /* /health stays open for load balancers; nothing else says anything
+     * without the token; weight updates always need one (the generated one
+     * when the server has none) */
+    int route = i < n ? routes[i].route : R_NONE;
+    const char *want = route == R_UPDATE ? srv->cfg.update_token : route == R_HEALTH ? NULL : srv->cfg.token;
+    if (route == R_UPDATE && !srv->cfg.weights_root) {
+        ctx->err_status = MHD_HTTP_FORBIDDEN;
+        ctx->err_type = "permission_error";
+        snprintf(ctx->err_msg, sizeof ctx->err_msg,
+                 "weight updates are off: start the server with --weights-dir DIR to load folders below DIR");
+        return;
+    }
+    if (!authorized(want, c)) {
         ctx->err_status = MHD_HTTP_UNAUTHORIZED;
         ctx->err_type = "authentication_error";
         snprintf(ctx->err_msg, sizeof ctx->err_msg, "missing or wrong bearer token (Authorization: Bearer ...)");
@@ -252,6 +452,19 @@ static enum MHD_Result update_failed(struct MHD_Connection *c, const char *msg)
     return send_json(c, MHD_HTTP_BAD_REQUEST, e, NULL);
 }
 
+/* The real path of `p` if it is below `root`, else false: a path that does
+ * not exist and one outside get the same answer, so that the endpoint
+ * tells nothing about files elsewhere. */
+static bool below_root(const char *root, const char *p, char *real)
+{
+    size_t n = strlen(root);
+    if (!realpath(p, real))
+        return false;
+    if (n == 1 && root[0] == '/')
+        return real[1] != '\0';
+    return !strncmp(real, root, n) && real[n] == '/' && real[n + 1] != '\0';
+}
+
 /* "version" (or SGLang's "weight_version", which it sends as a string of
  * digits); absent: keep *version. */
 static int update_version(const json_t *o, uint64_t *version)
@@ -298,6 +511,10 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
         return update_failed(c, "'model_path' must be a non-empty string: the folder rlp_policy_save() wrote");
     if (vrc)
         return update_failed(c, "'version' must be a non-negative integer");
+    char real[PATH_MAX];
+    if (!below_root(srv->cfg.weights_root, p, real))
+        return update_failed(c, "'model_path' is not a folder below the server's --weights-dir");
+    snprintf(p, sizeof p, "%s", real);
     pthread_mutex_lock(&srv->update_mu);
     int rc = rlp_rollout_engine_load_weights(srv->engine, p, version);
     char msg[1024];
@@ -329,6 +546,16 @@ static enum MHD_Result handle_health(serve_server *srv, struct MHD_Connection *c
                           "generate_calls", (json_int_t)srv->n_calls, "max_requests_per_call",
                           (json_int_t)srv->max_jobs_per_call);
     pthread_mutex_unlock(&srv->mu);
+    json_t *g = json_pack("{s:I, s:I, s:I, s:I, s:I}", "connections",
+                          (json_int_t)__atomic_load_n(&srv->n_conns, __ATOMIC_RELAXED), "admitted",
+                          (json_int_t)__atomic_load_n(&srv->n_admitted, __ATOMIC_RELAXED), "busy_rejected",
+                          (json_int_t)__atomic_load_n(&srv->n_busy, __ATOMIC_RELAXED), "timed_out",
+                          (json_int_t)__atomic_load_n(&srv->n_timed_out, __ATOMIC_RELAXED), "refused_per_address",
+                          (json_int_t)__atomic_load_n(&srv->n_refused_ip, __ATOMIC_RELAXED));
+    if (j && g)
+        json_object_set_new(j, "http", g);
+    else
+        json_decref(g);
     json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "prompts", (json_int_t)st.prompts,
                           "completions", (json_int_t)st.completions, "prefill_tokens", (json_int_t)st.prefill_tokens,
                           "decode_tokens", (json_int_t)st.decode_tokens, "decode_steps", (json_int_t)st.decode_steps,
@@ -357,7 +584,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   void **con_cls)
 {
     (void)version;
-    serve_server *srv = cls;
+    serve_http *h = cls;
+    serve_server *srv = h->srv;
     conn_ctx *ctx = *con_cls;
     if (!ctx) { /* headers are in; the body (if any) follows */
         if (!(ctx = calloc(1, sizeof *ctx)))
@@ -366,6 +594,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         decide(srv, c, url, method, ctx);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        /* the body's deadline: its declared size (else the limit) at the slowest rate accepted */
+        unsigned long long body_bytes = cl ? declared : srv->cfg.max_body_bytes;
+        if (body_bytes > srv->cfg.max_body_bytes + (unsigned long long)DRAIN_SLACK_BYTES)
+            body_bytes = srv->cfg.max_body_bytes + (unsigned long long)DRAIN_SLACK_BYTES;
+        set_phase(h, c, PH_BODY, srv->cfg.header_timeout_ms + body_bytes * 1000u / MIN_BODY_BYTES_PER_S);
+        if (!ctx->err_status && (ctx->route == R_COMPLETIONS || ctx->route == R_CHAT)) {
+            /* admission: beyond --max-pending requests, or with the connections
+             * close to the limit, a generation request is told to come back;
+             * /health and weight updates are never turned away here */
+            size_t adm = __atomic_add_fetch(&srv->n_admitted, 1, __ATOMIC_SEQ_CST);
+            size_t conns = __atomic_load_n(&srv->n_conns, __ATOMIC_RELAXED);
+            if (adm > srv->cfg.max_pending || conns > h->limit / 4 * 3) {
+                __atomic_sub_fetch(&srv->n_admitted, 1, __ATOMIC_SEQ_CST);
+                __atomic_add_fetch(&srv->n_busy, 1, __ATOMIC_RELAXED);
+                ctx->err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+                ctx->err_type = "server_error";
+                snprintf(ctx->err_msg, sizeof ctx->err_msg,
+                         "the server is busy (%zu generation requests pending, %zu connections): retry later",
+                         adm - 1, conns);
+            } else {
+                ctx->admitted = true;
+            }
+        }
         if (declared > srv->cfg.max_body_bytes && declared - srv->cfg.max_body_bytes > DRAIN_SLACK_BYTES) {
             char msg[160];
             snprintf(msg, sizeof msg, "the request body (%llu bytes) is larger than the limit of %zu bytes", declared,
@@ -379,6 +630,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return ok ? MHD_YES : MHD_NO;
     }
+    set_phase(h, c, PH_HANDLING, 0); /* the whole request is in: no deadline while it is served */
     if (ctx->err_status)
         return send_error(c, ctx->err_status, ctx->err_type, ctx->err_msg, ctx->allow);
     if (ctx->too_large) {
@@ -399,37 +651,92 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    (void)toe;
+    serve_http *h = cls;
     conn_ctx *ctx = *con_cls;
     if (ctx) {
+        if (ctx->admitted)
+            __atomic_sub_fetch(&h->srv->n_admitted, 1, __ATOMIC_SEQ_CST);
         free(ctx->body);
         free(ctx);
     }
     *con_cls = NULL;
+    /* a kept-alive connection: the next request's headers are due from now */
+    set_phase(h, c, PH_HEADERS, h->srv->cfg.header_timeout_ms);
 }
 
-struct MHD_Daemon *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6)
+/* The connection limit: MAX_CONNECTIONS, or less when the descriptor
+ * limit (raised to its hard limit first) leaves less room: a connection
+ * refused by accept() for want of descriptors is a reset. */
+static unsigned connection_limit(void)
 {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 256;
+    if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < MAX_CONNECTIONS + 256) {
+        rlim_t want = rl.rlim_max < MAX_CONNECTIONS + 256 ? rl.rlim_max : MAX_CONNECTIONS + 256;
+        struct rlimit nr = {want, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &nr) == 0)
+            rl.rlim_cur = want;
+    }
+    /* the model, the engine's threads, stdio and libcurl keep some */
+    rlim_t room = rl.rlim_cur > 128 ? rl.rlim_cur - 128 : 16;
+    return room < MAX_CONNECTIONS ? (unsigned)room : MAX_CONNECTIONS;
+}
+
+serve_http *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6)
+{
+    serve_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->srv = srv;
+    h->limit = connection_limit();
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
         flags |= MHD_USE_POLL;
     if (ipv6)
         flags |= MHD_USE_IPv6;
     /* the logger first, so that the other options' complaints go through it */
-    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_SOCK_ADDR, sockaddr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+    h->d = MHD_start_daemon(flags, 0, on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_SOCK_ADDR, sockaddr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_CONNECTION_LIMIT, h->limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_THREAD_STACK_SIZE,
+                            (size_t)CONN_STACK_BYTES, MHD_OPTION_END);
+    if (h->d && pthread_create(&h->thread, NULL, guard_main, h) == 0)
+        h->started = true;
+    if (!h->started) {
+        serve_http_stop(h);
+        return NULL;
+    }
+    return h;
 }
 
-unsigned serve_http_port(struct MHD_Daemon *d)
+unsigned serve_http_port(serve_http *h)
 {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     return di ? di->port : 0;
 }
 
-void serve_http_stop(struct MHD_Daemon *d)
+void serve_http_stop(serve_http *h)
 {
-    if (d)
-        MHD_stop_daemon(d);
+    if (!h)
+        return;
+    if (h->started) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = true;
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->thread, NULL);
+    }
+    if (h->d)
+        MHD_stop_daemon(h->d); /* its NOTIFY_CLOSED calls empty the list */
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
 }

@@ -4,7 +4,6 @@
 #include "core/checked.h"
 #include "core/error.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,9 +115,11 @@ int rlpi_weights_check_finite(const rlpi_weights *w, const char *source)
         const rlpi_tensor *t = &w->tensors[i];
         if (t->alias_of >= 0 || !t->data)
             continue;
-        /* exponent bits all ones = NaN or Inf; integer compares vectorize,
-         * so the scan stays a small fraction of the load */
-        size_t bad = 0, first = 0;
+        /* exponent bits all ones = NaN or Inf: integer compares vectorize
+         * (the scan stays a small fraction of the load) and hold under
+         * -ffast-math, where isfinite() may be folded to true */
+        size_t bad = 0, first = SIZE_MAX;
+        uint32_t first_bits = 0;
         for (size_t k = 0; k < t->n_elems; k++) {
             uint32_t u;
             memcpy(&u, &t->data[k], sizeof u);
@@ -126,11 +127,15 @@ int rlpi_weights_check_finite(const rlpi_weights *w, const char *source)
         }
         if (!bad)
             continue;
-        while (first < t->n_elems && isfinite(t->data[first]))
-            first++;
-        return rlpi_error_set(RLP_E_FORMAT, "%s%stensor %s holds %zu non-finite value%s (the first, %s, at element %zu)",
+        for (size_t k = 0; k < t->n_elems && first == SIZE_MAX; k++) {
+            memcpy(&first_bits, &t->data[k], sizeof first_bits);
+            if ((first_bits & 0x7f800000u) == 0x7f800000u)
+                first = k;
+        }
+        return rlpi_error_set(RLP_E_FORMAT,
+                              "%s%stensor %s holds %zu non-finite value%s (the first, %s, at element %zu)",
                               source ? source : "", source ? ": " : "", t->name, bad, bad == 1 ? "" : "s",
-                              isnan(t->data[first]) ? "NaN" : "Inf", first);
+                              (first_bits & 0x007fffffu) ? "NaN" : "Inf", first);
     }
     return RLP_OK;
 }

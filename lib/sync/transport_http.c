@@ -3,8 +3,10 @@
  * POST {base}/update_weights_from_disk {"model_path", "version",
  * "weight_version"}. All servers are asked at once (libcurl multi), each
  * with its own timeout and bounded retries with backoff; one failing server
- * never stops the others, and every failure is named in the error. Built
- * only with libcurl. */
+ * never stops the others, and every failure is named in the error. Without
+ * an api_key it sends the token that `rlpost serve --weights-dir DIR`
+ * keeps in DIR/.rlpost-serve-token (servers demand one for weight
+ * updates). Built only with libcurl. */
 #include "sync/sync.h"
 
 #include "core/error.h"
@@ -12,12 +14,14 @@
 #include "rollout/remote_client.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define RESPONSE_LIMIT 65536
 #define FIRST_BACKOFF_MS 200u
@@ -58,6 +62,25 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
     memcpy(x->resp + x->resp_len, p, len);
     x->resp_len += len;
     return len;
+}
+
+/* The token `rlpost serve` generated for weight updates to folders below
+ * `dir` (the first line of DIR/.rlpost-serve-token), read at each update
+ * since a worker may start after the trainer. False when there is none. */
+static bool dir_token(const char *dir, char *out, size_t n)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.rlpost-serve-token", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    ssize_t k = read(fd, out, n - 1);
+    close(fd);
+    if (k <= 0)
+        return false;
+    out[k] = '\0';
+    out[strcspn(out, "\r\n \t")] = '\0';
+    return out[0] != '\0';
 }
 
 /* "http://h:p", "http://h:p/" or "http://h:p/v1" -> ".../update_weights_from_disk" */
@@ -174,9 +197,11 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         json_decref(j);
         headers = curl_slist_append(NULL, "Content-Type: application/json");
         headers = headers ? curl_slist_append(headers, "Expect:") : NULL;
-        if (headers && s->api_key) {
+        char tok[300];
+        const char *key = s->api_key ? s->api_key : dir_token(s->dir, tok, sizeof tok) ? tok : NULL;
+        if (headers && key) {
             char auth[1024];
-            snprintf(auth, sizeof auth, "Authorization: Bearer %s", s->api_key);
+            snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
             headers = curl_slist_append(headers, auth);
         }
         multi = curl_multi_init();

@@ -13,7 +13,8 @@
  *   - HTTP errors: 401 without/with a wrong bearer token, 400 for
  *     malformed JSON, wrong types and out-of-range values, 413 over the
  *     body limit, 404, 405; the server keeps serving after each;
- *   - /update_weights_from_disk: a bad path is a 400 and changes nothing;
+ *   - /update_weights_from_disk: a bad path is a 400 and changes nothing
+ *     (the server runs with --token-file and --weights-dir);
  *     a folder from rlp_policy_save() bumps the version that responses
  *     carry; an update during a streamed generation lands mid-stream;
  *   - SIGTERM ends the server with exit status 0.
@@ -60,6 +61,8 @@ static const char *rlpost_bin;
 static char model[4096];
 static char base_url[128];
 static pid_t server_pid = -1;
+static char weights_dir[] = "/tmp/rlpost-serve-weights-XXXXXX"; /* --weights-dir: updates load below it */
+static char token_file[sizeof weights_dir + 16];
 static rlp_context *ctx;
 static rlp_policy *policy;
 static const rlp_tokenizer *tok;
@@ -225,8 +228,18 @@ static int start_server(void)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    char *argv[] = {(char *)rlpost_bin, "serve", model, "--port", "0", "--token", TOKEN, "--max-batch", "8",
-                    "--max-seq-len", "256", "--max-body-bytes", "65536", "--threads", "2", NULL};
+    if (!mkdtemp(weights_dir))
+        return -1;
+    snprintf(token_file, sizeof token_file, "%s/token", weights_dir);
+    FILE *tf = fopen(token_file, "w");
+    if (!tf)
+        return -1;
+    fputs(TOKEN "\n", tf);
+    fclose(tf);
+    chmod(token_file, 0600);
+    char *argv[] = {(char *)rlpost_bin, "serve", model, "--port", "0", "--token-file", token_file,
+                    "--weights-dir", weights_dir, "--max-batch", "8", "--max-seq-len", "256",
+                    "--max-body-bytes", "65536", "--threads", "2", NULL};
     int rc = posix_spawn(&server_pid, rlpost_bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
@@ -288,6 +301,8 @@ static int teardown(void **state)
     }
     rlp_policy_free(policy);
     rlp_context_free(ctx);
+    unlink(token_file);
+    rmdir(weights_dir);
     return 0;
 }
 
@@ -714,8 +729,9 @@ static void test_weight_updates(void **state)
     assert_int_equal(jint(j, "weight_version"), 0);
     json_decref(j);
 
-    /* a folder rlp_policy_save() wrote */
-    char dir[] = "/tmp/rlpost-serve-test-XXXXXX";
+    /* a folder rlp_policy_save() wrote, below --weights-dir */
+    char dir[sizeof weights_dir + 16];
+    snprintf(dir, sizeof dir, "%s/v-XXXXXX", weights_dir);
     assert_non_null(mkdtemp(dir));
     assert_int_equal(rlp_policy_save(policy, dir, RLP_DTYPE_BF16), RLP_OK);
     char body[512];
