@@ -40,7 +40,12 @@ rc=$?
 grep -E '^#[0-9]+[[:space:]]+(DONE|INITED)' "$work/log" | tail -n 1
 grep -E '^stat::(number_of_executed_units|peak_rss_mb|new_units_added)' "$work/log"
 
-found=$(ls "$work/artifacts" 2>/dev/null | grep -v '^slow-unit-' || true)
+# reproducers (crash-, leak-, timeout-, oom-); slow-unit- files are not failures
+found=
+for a in "$work"/artifacts/*; do
+    [ -f "$a" ] || continue
+    case ${a##*/} in slow-unit-*) ;; *) found="$found $a" ;; esac
+done
 if [ $rc -eq 0 ] && [ -z "$found" ]; then
     echo "$name: no crash ($(ls "$work/new" | wc -l) new inputs in $work/new)"
     exit 0
@@ -49,12 +54,12 @@ fi
 echo "$name: FAILED (exit $rc); the end of the fuzzer's log ($work/log):"
 tail -n 60 "$work/log"
 [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "$name: the run did not end by itself within $((secs + per_input + 120))s"
-for a in $found; do
-    path=$work/artifacts/$a
+for path in $found; do
     size=$(wc -c < "$path")
     echo "---- reproducer: $path ($size bytes)"
     echo "replay:    $bin $path"
-    echo "           (or without libFuzzer: the fuzz_seeds_${name#fuzz_} test binary with the file)"
+    echo "           (without libFuzzer, in any build: ninja -C BUILD tests/fuzz_seeds_${name#fuzz_} &&"
+    echo "            BUILD/tests/fuzz_seeds_${name#fuzz_} $path)"
     echo "regression seed: cp $path $corpus/"
     if [ "$size" -le 4096 ]; then
         echo "base64 (decode with base64 -d > input):"
