@@ -443,9 +443,15 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
     L.spec.eos_id = eos ? find_any(tokens, n_vocab, one) : find_any(tokens, n_vocab, eos_names);
     one[0] = pad;
     L.spec.pad_id = pad ? find_any(tokens, n_vocab, one) : -1;
-    const char *munk = json_string_value(json_object_get(model, "unk_token"));
+    /* "unk_token": null is Hugging Face's "no unknown token": a token that
+     * merely happens to be named <unk> must not take unknown text (the
+     * GGUF tokenizer without tokenizer.ggml.unknown_token_id refuses it, and
+     * its tokenizer.json conversion writes null); only a file without the
+     * key gets the well-known name */
+    json_t *munk_v = json_object_get(model, "unk_token");
+    const char *munk = json_string_value(munk_v);
     one[0] = unk ? unk : munk;
-    L.spec.unk_id = one[0] ? find_any(tokens, n_vocab, one) : find_any(tokens, n_vocab, unk_names);
+    L.spec.unk_id = one[0] ? find_any(tokens, n_vocab, one) : munk_v ? -1 : find_any(tokens, n_vocab, unk_names);
     int32_t pp_bos = post_processor_bos(json_object_get(root, "post_processor"), tokens, n_vocab);
     if (pp_bos >= 0 && !bos)
         L.spec.bos_id = pp_bos;

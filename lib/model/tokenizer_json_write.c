@@ -90,12 +90,20 @@ int rlpi_tokenizer_json_from_gguf(const rlpi_gguf *g, const char *dir)
             rc = rlpi_error_set(RLP_E_FORMAT, "%s: token %llu is not a string", g->source, (unsigned long long)i);
             break;
         }
-        json_object_set_new(vocab, t, json_integer((json_int_t)i));
+        /* A text listed twice keeps its first id in the vocabulary, as in
+         * the tokenizer built from the same metadata (rlpi_tokenizer_build);
+         * a JSON object would keep the last, and the two loads would encode
+         * differently. */
+        if (!json_object_get(vocab, t))
+            json_object_set_new(vocab, t, json_integer((json_int_t)i));
         int type = types ? types[i] : 1;
-        if (type == 3 || type == 4) /* control / user-defined: added tokens */
+        /* control, unknown (both matched only with special parsing) and
+         * user-defined tokens are added tokens, duplicates included, as the
+         * GGUF tokenizer matches them before the vocabulary */
+        if ((type == 2 || type == 3 || type == 4) && t[0])
             json_array_append_new(added, json_pack("{s:I, s:s, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)i,
                                                    "content", t, "single_word", 0, "lstrip", 0, "rstrip", 0,
-                                                   "normalized", 0, "special", type == 3));
+                                                   "normalized", 0, "special", type != 4));
         free(t);
     }
     for (uint64_t i = 0; !rc && i < n_merge; i++) {

@@ -77,8 +77,12 @@ int rlpi_order_item(rlpi_order *o, rlpi_cursor c, uint64_t *item)
 
 int rlpi_cursor_advance(rlpi_cursor *c, uint64_t size)
 {
+    /* Counters stop at INT64_MAX, not UINT64_MAX: the saved form is JSON,
+     * whose integers jansson (and so rlpi_cursor_load) reads only up to
+     * 2^63 - 1; a larger one would be saved as text that cannot be
+     * restored. */
     if (size == 0) {
-        if (c->position == UINT64_MAX)
+        if (c->position >= (uint64_t)INT64_MAX)
             return rlpi_error_set(RLP_E_OVERFLOW, "task: the stream position overflowed");
         c->position++;
         return RLP_OK;
@@ -87,7 +91,7 @@ int rlpi_cursor_advance(rlpi_cursor *c, uint64_t size)
         c->position++;
         return RLP_OK;
     }
-    if (c->epoch == UINT64_MAX)
+    if (c->epoch >= (uint64_t)INT64_MAX)
         return rlpi_error_set(RLP_E_OVERFLOW, "task: the epoch counter overflowed");
     c->epoch++;
     c->position = 0;

@@ -34,7 +34,8 @@ void rlpi_order_free(rlpi_order *o);
 int rlpi_order_item(rlpi_order *o, rlpi_cursor c, uint64_t *item);
 
 /* One step: the next position, rolling over into the next epoch at the
- * end. The only place the cursor moves forward. RLP_E_OVERFLOW past 2^64. */
+ * end. The only place the cursor moves forward. RLP_E_OVERFLOW past
+ * 2^63 - 1, the largest counter the saved (JSON) form can hold. */
 int rlpi_cursor_advance(rlpi_cursor *c, uint64_t size);
 
 /* Identity of what a cursor indexes: restore refuses a cursor of another

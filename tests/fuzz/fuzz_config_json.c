@@ -1,6 +1,6 @@
 /* libFuzzer target: rlpi_hf_config_parse on arbitrary text; an accepted
  * config must render and re-parse to the same struct. Built by
- * tests/fuzz/run-model-fuzzers.sh. */
+ * tests/fuzz/run-fuzzers.sh. */
 #include "model/hf_config.h"
 
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* libFuzzer target: rlpi_llama2c_parse on arbitrary bytes must return a
  * status without reading outside the buffer. Built by
- * tests/fuzz/run-model-fuzzers.sh. */
+ * tests/fuzz/run-fuzzers.sh. */
 #include "model/llama2c.h"
 
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* libFuzzer target: rlpi_safetensors_parse on arbitrary bytes must return
  * a status (never crash, leak or read outside the buffer), and anything it
  * accepts must survive write -> read unchanged. Built by
- * tests/fuzz/run-model-fuzzers.sh. */
+ * tests/fuzz/run-fuzzers.sh. */
 #include "model/safetensors.h"
 
 #include <stdint.h>
