@@ -103,18 +103,6 @@ static int load_published(rlp_rollout_engine *engine, const char *dir)
     return rc;
 }
 
-/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 */
-static bool is_loopback(const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-    }
-    return false;
-}
-
 /* SIGINT/SIGTERM: a process-wide handler that writes the signal to a
  * pipe the main thread reads. Not sigwait() alone: threads that a library
  * started before main() (OpenBLAS's pool) do not block the signals, and
@@ -258,7 +246,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "rlpost serve: --host %s: %s\n", host, gai_strerror(gai));
         return EXIT_USAGE;
     }
-    if (!token && !is_loopback(ai->ai_addr)) {
+    if (!token && !serve_addr_loopback(ai->ai_addr)) {
         /* without a token anyone who reaches the port could generate, and
          * this address is reachable from other hosts */
         fprintf(stderr, "rlpost serve: --host %s is not a loopback address: give a token (--token-file PATH or "

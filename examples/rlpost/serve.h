@@ -178,6 +178,10 @@ serve_http *serve_http_start(serve_server *srv, const void *sockaddr, int ipv6);
 unsigned serve_http_port(serve_http *h);
 /* Stops the guard, then the daemon (joins every connection thread). NULL is a no-op. */
 void serve_http_stop(serve_http *h);
+struct sockaddr;
+/* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: the peers exempt from the
+ * per-address limit, and the binds that may go without a token. */
+bool serve_addr_loopback(const struct sockaddr *sa);
 
 /* ---- serve_token.c ---- */
 

@@ -106,7 +106,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static bool addr_loopback(const struct sockaddr *sa)
+bool serve_addr_loopback(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
@@ -134,7 +134,7 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
 {
     (void)addrlen;
     serve_http *h = cls;
-    if (!addr || addr_loopback(addr))
+    if (!addr || serve_addr_loopback(addr))
         return MHD_YES;
     unsigned n = 0;
     pthread_mutex_lock(&h->mu);
@@ -167,7 +167,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             const struct sockaddr *sa = ad->client_addr;
             size_t n = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
             memcpy(&g->addr, sa, n);
-            g->loopback = addr_loopback(sa);
+            g->loopback = serve_addr_loopback(sa);
         }
         g->phase = PH_HEADERS;
         g->deadline_ns = now_ns() + (uint64_t)h->srv->cfg.header_timeout_ms * 1000000u;
