@@ -5,6 +5,7 @@
  * micro-batching, backward, clipping and AdamW). The loss callback maps a
  * micro-batch back to the step's per-token arrays. */
 #include "algo/rl_math.h"
+#include "core/clock.h"
 #include "core/batch.h"
 #include "core/error.h"
 #include "dist/comm.h"
@@ -49,12 +50,6 @@ static int rl_loss(rlp_loss_context *lc, void *payload)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Advantages of a data-parallel step: the estimator per group (groups
  * never span ranks), then the whole-batch normalisation over all ranks'
@@ -99,7 +94,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     bool need_ref = o.kl_estimator != 0 && o.kl_coef > 0;
     if (need_ref && !ref)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: a KL coefficient needs a reference policy", __func__);
-    double t0 = now_s();
+    double t0 = rlpi_now_s();
     rlp_rl_stats S = {.version = 1};
     uint64_t v0 = policy->version;
     rlp_comm *comm = policy->comm; /* data parallel: every rank runs the same collectives below */
@@ -335,7 +330,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         S.reward_mean = rep_seqs ? S.reward_mean / (double)rep_seqs : 0;
         S.staleness_mean = rep_seqs ? S.staleness_mean / (double)rep_seqs : 0;
         S.policy_version = policy->version;
-        S.seconds = now_s() - t0;
+        S.seconds = rlpi_now_s() - t0;
         if (stats)
             *stats = S;
     }

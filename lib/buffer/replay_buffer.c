@@ -9,6 +9,7 @@
  * engines (buffer depends on core alone). */
 #include "buffer/spill.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -79,16 +80,6 @@ static int seq_push(seq_list *l, uint64_t v)
     return RLP_OK;
 }
 
-static void deadline_after(struct timespec *ts, uint32_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
 
 /* Waits on cv; false once the deadline (if any) has passed. */
 static bool wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline)
@@ -498,7 +489,7 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
     struct timespec deadline;
     bool timed = buf->opts.push_timeout_ms != RLP_WAIT_FOREVER;
     if (timed)
-        deadline_after(&deadline, buf->opts.push_timeout_ms);
+        rlpi_deadline_after(&deadline, buf->opts.push_timeout_ms);
     pthread_mutex_lock(&buf->mu);
     for (;;) {
         if (buf->closed) {
@@ -599,7 +590,7 @@ int rlp_replay_buffer_pull(rlp_batch **out, rlp_replay_buffer *buf, size_t n_gro
     struct timespec deadline;
     bool timed = timeout_ms != RLP_WAIT_FOREVER;
     if (timed && timeout_ms)
-        deadline_after(&deadline, timeout_ms);
+        rlpi_deadline_after(&deadline, timeout_ms);
 
     pthread_mutex_lock(&buf->mu);
     for (;;) {

@@ -8,6 +8,7 @@
 #define RLPI_DIST_COMM_H
 
 #include "backend/backend.h"
+#include "core/clock.h"
 #include "rlpost.h"
 
 #include <pthread.h>
@@ -102,8 +103,6 @@ int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32
  * with kill(pid, 0)), or the deadline (monotonic seconds) passes. */
 int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, double deadline,
                          rlpi_rendezvous_info *info);
-
-double rlpi_comm_now(void);
 
 int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous);
 /* Unlinks the shared-memory objects of this user whose creating process

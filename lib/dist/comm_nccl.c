@@ -81,7 +81,7 @@ int rlpi_comm_nccl_create(rlp_comm *c, const char *rendezvous)
     const rlpi_cuda_nccl_api *api = rlpi_backend_cuda_nccl();
     if (!api)
         return rlpi_error_wrap("process group: the NCCL transport is not available");
-    double deadline = rlpi_comm_now() + c->timeout_ms / 1e3;
+    double deadline = rlpi_now_s() + c->timeout_ms / 1e3;
     rlpi_rendezvous_info info = {.world = c->world, .transport = RLP_COMM_NCCL, .pid = (long)getpid()};
     int rc;
     if (c->rank == 0) {

@@ -147,13 +147,13 @@ static int barrier(shm_comm *s, const char *what)
         wake_all(&h->barrier_gen);
         return RLP_OK;
     }
-    double timeout = s->c->timeout_ms / 1e3, deadline = rlpi_comm_now() + timeout, next_check = 0;
+    double timeout = s->c->timeout_ms / 1e3, deadline = rlpi_now_s() + timeout, next_check = 0;
     while (atomic_load(&h->barrier_gen) == gen) {
         /* a peer may complete this barrier and then leave between our two
          * loads: the barrier counts as passed when its generation moved */
         if (atomic_load(&h->closed))
             return atomic_load(&h->barrier_gen) != gen ? RLP_OK : closed_error(s);
-        double t = rlpi_comm_now();
+        double t = rlpi_now_s();
         if (t >= next_check) {
             /* a rank killed outright never leaves: look for it (one machine,
              * so its pid says), once a second, instead of waiting out the timeout */
@@ -171,7 +171,7 @@ static int barrier(shm_comm *s, const char *what)
                 }
             }
         }
-        double left = deadline - rlpi_comm_now();
+        double left = deadline - rlpi_now_s();
         if (left <= 0) {
             char why[160];
             snprintf(why, sizeof why, "timed out after %.0f s waiting for the other ranks in %s", timeout, what);
@@ -386,7 +386,7 @@ static int wait_joined(shm_comm *s, double deadline)
             return RLP_OK;
         if (atomic_load(&s->h->closed)) /* all may have joined before the one that closed left */
             return atomic_load(&s->h->joined) >= (uint32_t)s->world ? RLP_OK : closed_error(s);
-        double left = deadline - rlpi_comm_now();
+        double left = deadline - rlpi_now_s();
         if (left <= 0)
             return rlpi_error_set(RLP_E_TIMEOUT,
                                   "process group: rank %d: only %u of %d ranks joined within %.0f s "
@@ -468,7 +468,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
     s->rank = c->rank;
     s->world = c->world;
     s->map_bytes = regions_of(c->world).total;
-    double deadline = rlpi_comm_now() + c->timeout_ms / 1e3;
+    double deadline = rlpi_now_s() + c->timeout_ms / 1e3;
     rlpi_rendezvous_info info = {.world = c->world, .transport = RLP_COMM_SHM, .pid = (long)getpid()};
     int rc = RLP_OK, fd = -1;
     if (c->world == 1) {
@@ -490,7 +490,7 @@ int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous)
     if (c->rank == 0) {
         uint64_t nonce = 0;
         if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
-            nonce = (uint64_t)(rlpi_comm_now() * 1e9) ^ (uint64_t)(uintptr_t)s;
+            nonce = (uint64_t)(rlpi_now_s() * 1e9) ^ (uint64_t)(uintptr_t)s;
         /* what earlier groups of this user leaked (a rank 0 killed in
          * its rendezvous) goes first: 16 MiB and more each */
         size_t swept = rlpi_comm_shm_sweep();

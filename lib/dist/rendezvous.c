@@ -20,12 +20,6 @@
 
 #define RENDEZVOUS_MAX_BYTES 4096
 
-double rlpi_comm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int hexval(char c)
 {
@@ -152,7 +146,7 @@ int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, dou
             return RLP_OK;
         if (rc != RLP_E_AGAIN && rc != RLP_E_FORMAT)
             return rc;
-        if (rlpi_comm_now() >= deadline) {
+        if (rlpi_now_s() >= deadline) {
             char why[512];
             snprintf(why, sizeof why, "%s", rlp_error_last());
             return rlpi_error_set(RLP_E_TIMEOUT, "%s (gave up waiting for rank 0)", why);

@@ -5,6 +5,7 @@
  * the tokenizer keys beyond the vocabulary size. */
 #include "model/gguf_model.h"
 
+#include "core/clock.h"
 #include "core/checked.h"
 #include "core/error.h"
 #include "model/quant.h"
@@ -15,12 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- config ------------------------------------------------------------- */
 
@@ -439,12 +434,12 @@ int rlpi_gguf_model_load(const char *path, rlpi_model_config *cfg, rlpi_weights 
                          rlpi_gguf_load_stats *stats)
 {
     RLPI_CHECK_ARG(path && cfg && w, "NULL argument");
-    double t0 = now_s();
+    double t0 = rlpi_now_s();
     rlpi_gguf *g;
     int rc = rlpi_gguf_open(&g, path);
     if (rc)
         return rc;
-    double t1 = now_s();
+    double t1 = rlpi_now_s();
     rlpi_model_config c;
     rlpi_weights tmp;
     rlpi_weights_init(&tmp);
@@ -458,7 +453,7 @@ int rlpi_gguf_model_load(const char *path, rlpi_model_config *cfg, rlpi_weights 
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->open_s = t1 - t0;
-        stats->dequant_s = now_s() - t1;
+        stats->dequant_s = rlpi_now_s() - t1;
         stats->n_tensors = g->n_tensors;
         stats->file_bytes = g->size;
         for (size_t i = 0; i < tmp.n; i++)

@@ -6,6 +6,7 @@
 
 #include "dist/comm.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -360,12 +361,6 @@ int rlp_loss_nll(rlp_loss_context *ctx, void *payload)
     return RLP_OK;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The train step proper; rlp_policy_train_step() adds the data-parallel
  * failure handling around it. */
@@ -420,7 +415,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     if (step_tokens == 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: no sequence has a scored (completion) token", __func__);
 
-    double t0 = now_seconds();
+    double t0 = rlpi_now_s();
     rlp_train_stats st = {.version = 1, .n_seqs = step_seqs, .n_tokens = step_tokens};
     double entropy_sum = 0;
     if ((rc = rlpi_transformer_zero_grad(policy->tf)) != RLP_OK)
@@ -505,7 +500,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     st.skipped = skipped;
     st.policy_version = policy->version;
     st.mean_entropy = entropy_sum / (double)step_tokens;
-    st.seconds = now_seconds() - t0;
+    st.seconds = rlpi_now_s() - t0;
     if (stats)
         *stats = st;
     return RLP_OK;

@@ -7,6 +7,7 @@
  * on the scoring thread: it could not be timed out. */
 #include "reward/executor.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "reward/metadata.h"
 #include "reward/refine.h"
@@ -25,12 +26,6 @@ enum { ST_PENDING = 0, ST_COPYING, ST_RUNNING, ST_DONE, ST_TIMEDOUT, ST_NOWORKER
 /* Longest sleep of the supervisor when no call has a deadline. */
 #define IDLE_WAIT_NS 1000000000ull
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void rlpi_outcome_clear(rlpi_outcome *o)
 {
@@ -388,7 +383,7 @@ static int run_job(wslot *w, job *j)
             size_t b, e;
             call_range(j, c, &b, &e);
             int copied = copy_call(j, c, b, e) == 0; /* bounded: not under the deadline */
-            atomic_store(&w->start_ns, now_ns());
+            atomic_store(&w->start_ns, rlpi_now_ns());
             atomic_store(&w->call, (int64_t)c);
             atomic_store(&j->state[c], ST_RUNNING);
             if (copied) {
@@ -665,7 +660,7 @@ int rlpi_reward_exec_run(rlpi_reward_exec *ex, rlpi_scorer *sc, uint32_t timeout
 
     pthread_mutex_lock(&j->mu);
     while (atomic_load(&j->n_done) < j->n_calls) {
-        uint64_t next = supervise(ex, j, timeout_ns, now_ns());
+        uint64_t next = supervise(ex, j, timeout_ns, rlpi_now_ns());
         if (ex->n_slots == 0) {
             fail_unclaimed(j);
             if (atomic_load(&j->n_done) >= j->n_calls)

@@ -10,6 +10,7 @@
 
 #include "reward/http_protocol.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/http.h"
 
@@ -41,12 +42,6 @@
 /* ---- libcurl's global state -------------------------------------------------- */
 
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 typedef struct http_impl {
     char *url;
@@ -150,7 +145,7 @@ static int attempt_done(http_impl *h, xfer *x, CURLcode rc, rlp_reward_result *r
     }
     int retry = rc != CURLE_OK ? rlpi_curl_retryable(rc) : rlpi_http_retryable(code);
     if (retry && x->attempts <= h->max_retries) {
-        x->ready_ns = now_ns() + backoff_ns(h, x->attempts);
+        x->ready_ns = rlpi_now_ns() + backoff_ns(h, x->attempts);
         x->state = X_WAITING;
         return 1;
     }
@@ -188,7 +183,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
     }
     size_t next = 0, n_retry = 0, done = 0, running = 0;
     while (done < nx) {
-        uint64_t now = now_ns();
+        uint64_t now = rlpi_now_ns();
         for (size_t q = 0; q < n_retry && running < h->max_in_flight;) {
             xfer *x = &xs[retry_q[q]];
             if (x->ready_ns > now) {
@@ -237,7 +232,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
         }
         long wait_ms = POLL_MS;
         if (mc == CURLM_OK && done < nx && running < h->max_in_flight && n_retry) {
-            now = now_ns();
+            now = rlpi_now_ns();
             for (size_t q = 0; q < n_retry; q++) {
                 uint64_t t = xs[retry_q[q]].ready_ns;
                 long ms = t <= now ? 0 : (long)((t - now + 999999u) / 1000000u);
@@ -312,7 +307,7 @@ int rlpi_http_scorer(rlpi_scorer **out, const rlp_http_reward_options *o)
     uint64_t maxr = o->max_response_bytes ? o->max_response_bytes : DEFAULT_MAX_RESPONSE;
     h->max_response = maxr > (uint64_t)INT64_MAX / 2 ? (size_t)INT64_MAX / 2 : (size_t)maxr;
     h->send_tokens = o->send_tokens != 0;
-    h->rng = (now_ns() ^ (uint64_t)(uintptr_t)h) | 1;
+    h->rng = (rlpi_now_ns() ^ (uint64_t)(uintptr_t)h) | 1;
     int ok = (h->url = strdup(o->url)) != NULL;
     const char *fixed[] = {"Content-Type: application/json", "Accept: application/json", "Expect:"};
     for (size_t i = 0; ok && i < sizeof fixed / sizeof *fixed; i++) {

@@ -8,6 +8,7 @@
  * threaded host) nor trust a byte the worker sends. */
 #include "reward/isolated.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "reward/isolation_proto.h"
 
@@ -58,12 +59,6 @@ typedef struct iso {
     char broken_msg[384];
 } iso;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ms(uint64_t ms)
 {
@@ -152,7 +147,7 @@ static int reap(pid_t pid, uint32_t grace_ms, int *status)
 {
     if (grace_ms == 0)
         kill(pid, SIGKILL);
-    uint64_t until = now_ns() + (uint64_t)grace_ms * 1000000u;
+    uint64_t until = rlpi_now_ns() + (uint64_t)grace_ms * 1000000u;
     for (;;) {
         pid_t r = waitpid(pid, status, grace_ms ? WNOHANG : 0);
         if (r == pid)
@@ -161,7 +156,7 @@ static int reap(pid_t pid, uint32_t grace_ms, int *status)
             continue;
         if (r < 0)
             return 0; /* ECHILD */
-        if (now_ns() >= until) {
+        if (rlpi_now_ns() >= until) {
             kill(pid, SIGKILL);
             grace_ms = 0;
             continue;
@@ -212,7 +207,7 @@ static int recv_frame(int fd, uint64_t deadline_ns, uint64_t max_len, uint32_t *
         }
         int wait_ms = -1;
         if (deadline_ns) {
-            uint64_t now = now_ns();
+            uint64_t now = rlpi_now_ns();
             if (now >= deadline_ns) {
                 free(p);
                 return 1;
@@ -314,7 +309,7 @@ static int start_worker(iso *s, wproc *w, char *why, size_t why_len)
     unsigned char *payload = NULL;
     uint64_t len = 0;
     int rc = rlpi_iso_send_all(w->fd, b->p, b->len) ? -1
-             : recv_frame(w->fd, now_ns() + (uint64_t)START_TIMEOUT_MS * 1000000u, 65536, &type, &payload, &len);
+             : recv_frame(w->fd, rlpi_now_ns() + (uint64_t)START_TIMEOUT_MS * 1000000u, 65536, &type, &payload, &len);
     if (rc == 0 && type != RLPI_ISO_READY)
         rc = -2;
     if (rc) {
@@ -351,7 +346,7 @@ static void note_death(iso *s, const char *how)
 {
     pthread_mutex_lock(&s->mu);
     s->deaths_in_row++;
-    s->last_death_ns = now_ns();
+    s->last_death_ns = rlpi_now_ns();
     snprintf(s->last_death, sizeof s->last_death, "%s", how);
     pthread_mutex_unlock(&s->mu);
 }
@@ -361,7 +356,7 @@ static void note_death(iso *s, const char *how)
 static int restart(iso *s, wproc *w, char *why, size_t why_len)
 {
     pthread_mutex_lock(&s->mu);
-    uint64_t now = now_ns();
+    uint64_t now = rlpi_now_ns();
     size_t recent = 0, cap = (size_t)s->max_restarts + 1;
     for (size_t i = 0; i < s->n_restart; i++)
         recent += now - s->restart_ns[i] < RESTART_WINDOW_NS;
@@ -482,7 +477,7 @@ static int exchange(iso *s, wproc *w, rlp_reward_result *res, const rlp_reward_r
     uint64_t max = 4;
     for (size_t i = 0; i < n; i++)
         max += 4 + 4 + 8 + 8 + RLP_REWARD_REASON_MAX + 8 + (uint64_t)req[i].n_completion_tokens * sizeof(float);
-    uint64_t deadline = s->timeout_ms ? now_ns() + (uint64_t)s->timeout_ms * 1000000u : 0;
+    uint64_t deadline = s->timeout_ms ? rlpi_now_ns() + (uint64_t)s->timeout_ms * 1000000u : 0;
     uint32_t type = 0;
     unsigned char *payload = NULL;
     uint64_t len = 0;

@@ -4,6 +4,7 @@
  * requests, runs, and writes rewards back only when nothing failed as a
  * whole, so an error return leaves the batch as it was. Must not run
  * scorers itself: executor.c does. */
+#include "core/clock.h"
 #include "core/batch.h"
 #include "core/error.h"
 #include "reward/builtin.h"
@@ -43,12 +44,6 @@ struct rlp_reward_fn {
     size_t n_members;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int resolve_threads(uint32_t n)
 {
@@ -437,7 +432,7 @@ int rlp_reward_fn_score(rlp_reward_fn *fn, rlp_batch *batch, rlp_reward_stats *s
     RLPI_CHECK_ARG(fn, "fn is NULL");
     RLPI_CHECK_ARG(batch, "batch is NULL");
     RLPI_CHECK_ARG(!stats || stats->version >= 1, "stats->version must be set to RLP_REWARD_STATS_VERSION");
-    uint64_t t0 = now_ns();
+    uint64_t t0 = rlpi_now_ns();
     size_t n = batch->n, m = 0;
     rlp_reward_request *reqs = malloc((n ? n : 1) * sizeof *reqs);
     size_t *idx = malloc((n ? n : 1) * sizeof *idx);
@@ -519,7 +514,7 @@ int rlp_reward_fn_score(rlp_reward_fn *fn, rlp_batch *batch, rlp_reward_stats *s
         st.mean_score = st.valid ? sum / (double)st.valid : NAN;
         st.min_score = st.valid ? lo : NAN;
         st.max_score = st.valid ? hi : NAN;
-        st.seconds = (double)(now_ns() - t0) * 1e-9;
+        st.seconds = (double)(rlpi_now_ns() - t0) * 1e-9;
         /* only the fields the caller's version has */
         memcpy(stats, &st, stats->version >= 2 ? sizeof st : offsetof(rlp_reward_stats, crashed));
     }

@@ -11,6 +11,7 @@
  * token with the uniform number (seed, stream(g, j), k). */
 #include "rollout/engine.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "model/policy.h"
 #include "backend/sampler.h"
@@ -59,12 +60,6 @@ typedef struct gen_ctx {
     size_t delta_cap;
 } gen_ctx;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int32_t ctx_token(const seq_state *q, int64_t i)
 {
@@ -308,7 +303,7 @@ static int run(gen_ctx *g)
         uint64_t epoch, version;
         current_weights(e, &epoch, &version);
         uint64_t interrupts = 0, prefill_tokens = 0, decode_tokens = 0, prompts_prefilled = 0;
-        double t0 = now_s();
+        double t0 = rlpi_now_s();
 
         if (__atomic_load_n(&e->abort_requested, __ATOMIC_SEQ_CST)) {
             for (size_t i = 0; !rc && i < g->N; i++)
@@ -394,7 +389,7 @@ static int run(gen_ctx *g)
         q_start[n_seq] = n_tok;
         if (!rc && n_seq > 0)
             rc = rlpi_transformer_extend(tf, e->kv, n_seq, q_start, slot, past, tokens, NULL);
-        double t1 = now_s();
+        double t1 = rlpi_now_s();
         /* one draw per sequence whose context is now fully cached (a
          * prefill chunk yields no token), all on the backend at once */
         int64_t n_draw = 0;
@@ -419,7 +414,7 @@ static int run(gen_ctx *g)
             rc = accept_token(g, &g->seqs[member[i]], d_tok[i], d_lp[i], version, capacity, free_slots, &n_free);
             decode_tokens++;
         }
-        double t2 = now_s();
+        double t2 = rlpi_now_s();
         pthread_mutex_lock(&e->mu);
         e->in_step = false;
         e->stats.interrupts += interrupts;

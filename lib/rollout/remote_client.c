@@ -6,6 +6,7 @@
  * failure end the others. */
 #include "rollout/remote_client.h"
 
+#include "core/clock.h"
 #include "core/http.h"
 
 #include "core/error.h"
@@ -69,12 +70,6 @@ typedef struct xfer {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static char *dup_str(const char *s)
 {
@@ -176,7 +171,7 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
     c->backoff_ms = cfg->backoff_ms ? cfg->backoff_ms : DEFAULT_BACKOFF_MS;
     c->max_response_bytes = cfg->max_response_bytes ? cfg->max_response_bytes : DEFAULT_MAX_RESPONSE;
     c->max_in_flight = cfg->max_in_flight ? cfg->max_in_flight : DEFAULT_MAX_IN_FLIGHT;
-    c->rng = (now_ns() ^ (uint64_t)(uintptr_t)c) | 1;
+    c->rng = (rlpi_now_ns() ^ (uint64_t)(uintptr_t)c) | 1;
 
     int ok = (c->urls = calloc(cfg->n_urls, sizeof *c->urls)) != NULL;
     for (size_t i = 0; ok && i < cfg->n_urls; i++)
@@ -422,7 +417,7 @@ static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_
         retry = rlpi_http_retryable(code);
     if (retry && att <= c->max_retries) {
         x->url = (x->url + 1) % c->n_urls; /* the next server may be up */
-        x->ready_ns = now_ns() + backoff_ns(c, att);
+        x->ready_ns = rlpi_now_ns() + backoff_ns(c, att);
         x->state = X_WAITING;
         return 1;
     }
@@ -497,7 +492,7 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
     c->next_url = (c->next_url + n) % c->n_urls;
 
     while (n_done < n) {
-        uint64_t now = now_ns();
+        uint64_t now = rlpi_now_ns();
         /* retries whose backoff is over go first, then untried requests */
         for (size_t q = 0; q < n_retry && running < c->max_in_flight;) {
             xfer *x = &xs[retry_q[q]];
@@ -575,7 +570,7 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
          * backoff ends (when a slot is free for it) */
         long wait_ms = POLL_MS;
         if (running < c->max_in_flight && n_retry) {
-            now = now_ns();
+            now = rlpi_now_ns();
             for (size_t q = 0; q < n_retry; q++) {
                 uint64_t t = xs[retry_q[q]].ready_ns;
                 long ms = t <= now ? 0 : (long)((t - now + 999999u) / 1000000u);

@@ -6,6 +6,7 @@
  * slow publish never stalls admissions. Must not generate or train. */
 #include "sync/sync.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "model/policy.h"
@@ -23,23 +24,7 @@
 /* How often a gate waiting on another process's publishes re-reads the manifest. */
 #define MANIFEST_POLL_MS 100u
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static void deadline_after(struct timespec *ts, uint32_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
 
 static bool before(const struct timespec *a, const struct timespec *b)
 {
@@ -234,7 +219,7 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
     int rc = rlp_policy_version(&v, policy);
     if (rc)
         return rc;
-    double t0 = now_s();
+    double t0 = rlpi_now_s();
     pthread_mutex_lock(&sync->publish_mu);
     pthread_mutex_lock(&sync->mu);
     /* a collective publish is never skipped: each pairs with one pull per rank */
@@ -296,7 +281,7 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
         advance_version(sync, v);
         sync->st.publishes++;
         sync->st.bytes_published += bytes;
-        sync->st.publish_seconds += now_s() - t0;
+        sync->st.publish_seconds += rlpi_now_s() - t0;
         if (snap)
             snapshot_unref(old);
         pthread_mutex_unlock(&sync->mu);
@@ -362,7 +347,7 @@ static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
         rlpi_dp_fail(s->opts.comm, "synchronizer (pull on the publishing rank)", rc); /* release the peers */
         return rc;
     }
-    double t0 = now_s();
+    double t0 = rlpi_now_s();
     pthread_mutex_lock(&s->publish_mu); /* one broadcast at a time, and recv is created once */
     int rc = RLP_OK;
     if (!s->recv)
@@ -383,7 +368,7 @@ static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
         advance_version(s, v);
         s->st.weight_loads++;
         s->st.bytes_published += n * 4;
-        s->st.pull_seconds += now_s() - t0;
+        s->st.pull_seconds += rlpi_now_s() - t0;
         pthread_mutex_unlock(&s->mu);
     }
     return rc;
@@ -394,7 +379,7 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
     RLPI_CHECK_ARG(sync, "sync is NULL");
     RLPI_CHECK_ARG(engine || sync->opts.transport == RLP_TRANSPORT_HTTP,
                    "engine is NULL (allowed with the HTTP transport only)");
-    double t0 = now_s();
+    double t0 = rlpi_now_s();
     pthread_mutex_lock(&sync->mu);
     sync->st.pulls++;
     pthread_mutex_unlock(&sync->mu);
@@ -444,7 +429,7 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
     if (loaded) {
         pthread_mutex_lock(&sync->mu);
         sync->st.weight_loads++;
-        sync->st.pull_seconds += now_s() - t0;
+        sync->st.pull_seconds += rlpi_now_s() - t0;
         pthread_mutex_unlock(&sync->mu);
     }
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
@@ -465,7 +450,7 @@ int rlp_synchronizer_acquire(rlp_synchronizer *sync, uint32_t timeout_ms)
     bool poll_manifest = sync->opts.transport != RLP_TRANSPORT_IN_PROCESS;
     struct timespec deadline;
     if (timeout_ms != RLP_WAIT_FOREVER)
-        deadline_after(&deadline, timeout_ms);
+        rlpi_deadline_after(&deadline, timeout_ms);
     pthread_mutex_lock(&sync->mu);
     bool counted = false;
     int rc = RLP_OK;
@@ -495,7 +480,7 @@ int rlp_synchronizer_acquire(rlp_synchronizer *sync, uint32_t timeout_ms)
         struct timespec wake;
         bool timed = timeout_ms != RLP_WAIT_FOREVER;
         if (poll_manifest && !sync->published) {
-            deadline_after(&wake, MANIFEST_POLL_MS);
+            rlpi_deadline_after(&wake, MANIFEST_POLL_MS);
             if (timed && before(&deadline, &wake))
                 wake = deadline;
             timed = true;

@@ -9,6 +9,7 @@
  * updates). Built only with libcurl. */
 #include "sync/sync.h"
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/http.h"
 #include "rollout/remote_client.h"
@@ -44,12 +45,6 @@ typedef struct post {
     char errbuf[CURL_ERROR_SIZE];
 } post;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
 {
@@ -158,7 +153,7 @@ static void finish(post *x, CURLcode res, uint32_t max_retries)
         uint64_t backoff = (uint64_t)FIRST_BACKOFF_MS << (x->attempts - 1 < 10 ? x->attempts - 1 : 10);
         if (backoff > MAX_BACKOFF_MS)
             backoff = MAX_BACKOFF_MS;
-        x->ready_ns = now_ns() + backoff * 1000000u;
+        x->ready_ns = rlpi_now_ns() + backoff * 1000000u;
         x->state = P_WAITING;
     } else {
         x->state = P_DONE;
@@ -214,7 +209,7 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
 
     size_t done = 0;
     while (rc == RLP_OK && done < n) {
-        uint64_t t = now_ns(), next = UINT64_MAX;
+        uint64_t t = rlpi_now_ns(), next = UINT64_MAX;
         for (size_t i = 0; i < n; i++) {
             if (posts[i].state != P_WAITING)
                 continue;
@@ -247,7 +242,7 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         if (done < n) {
             int wait_ms = 100;
             if (!running && next != UINT64_MAX) {
-                uint64_t now = now_ns();
+                uint64_t now = rlpi_now_ns();
                 wait_ms = next > now ? (int)((next - now) / 1000000u) + 1 : 0;
                 if (wait_ms > 100)
                     wait_ms = 100;
