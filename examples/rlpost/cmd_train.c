@@ -873,6 +873,7 @@ typedef struct scores {
     double parse_rate;               /* answer_parse_rate; NaN without a parse scorer */
     size_t completion_tokens;
     size_t truncated;
+    uint64_t reward_failed[4];       /* the training reward's errors, timeouts, non-finite scores, crashed workers */
 } scores;
 
 /* Per-sample scores of one scored batch (each NULL or n floats, NaN where
@@ -970,7 +971,8 @@ static int scores_reduce(run *r, scores *sc)
     int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy), has_parse = !isnan(sc->parse_rate);
     double a[] = {n, v, sum, sq, has_fmt ? sc->format_rate * n : 0, has_fmt && !isnan(sc->format_mean) ? sc->format_mean * n : 0,
                   has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated,
-                  has_parse ? sc->parse_rate * n : 0};
+                  has_parse ? sc->parse_rate * n : 0, (double)sc->reward_failed[0], (double)sc->reward_failed[1],
+                  (double)sc->reward_failed[2], (double)sc->reward_failed[3]};
     double range[2] = {v > 0 ? sc->min : INFINITY, v > 0 ? -sc->max : INFINITY}; /* min, −max: one call */
     if (rlp_comm_all_reduce(r->comm, a, sizeof a / sizeof *a, RLP_REDUCE_SUM) ||
         rlp_comm_all_reduce(r->comm, range, 2, RLP_REDUCE_MIN))
@@ -979,6 +981,8 @@ static int scores_reduce(run *r, scores *sc)
     sc->n_valid = (size_t)a[1];
     sc->completion_tokens = (size_t)a[7];
     sc->truncated = (size_t)a[8];
+    for (int k = 0; k < 4; k++)
+        sc->reward_failed[k] = (uint64_t)a[10 + k];
     if (sc->n_valid) {
         sc->mean = a[2] / a[1];
         sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (a[3] - a[2] * sc->mean) / (a[1] - 1))) : 0;
@@ -1023,6 +1027,10 @@ static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int t
             fprintf(stderr, "reward: %llu samples invalid: their reward worker died (see samples.jsonl)\n",
                     (unsigned long long)st.crashed);
         reward_summary(batch, sc);
+        sc->reward_failed[0] = st.errors;
+        sc->reward_failed[1] = st.timeouts;
+        sc->reward_failed[2] = st.nonfinite;
+        sc->reward_failed[3] = st.crashed;
         if (det)
             det->reward = keep_rewards(batch);
     }
@@ -2330,7 +2338,9 @@ int cmd_train(int argc, char **argv)
             epoch = in.epoch;
             seed = in.seed;
             t1 = now_s();
-            if ((rc = score_scored(r, batch, &sc)) != RLP_OK)
+            if ((rc = score_scored(r, batch, &sc)) == RLP_OK)
+                memcpy(sc.reward_failed, in.reward_failed, sizeof sc.reward_failed);
+            else
                 fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
             t2 = now_s();
         } else {
@@ -2406,6 +2416,12 @@ int cmd_train(int argc, char **argv)
         json_object_set_new(m, "reward_min", jnum(sc.min));
         json_object_set_new(m, "reward_max", jnum(sc.max));
         json_object_set_new(m, "reward_valid", json_integer((json_int_t)sc.n_valid));
+        /* why samples were invalid (the reward handle's counters; async: the
+         * rollout side's since the previous step) */
+        json_object_set_new(m, "reward_errors", json_integer((json_int_t)sc.reward_failed[0]));
+        json_object_set_new(m, "reward_timeouts", json_integer((json_int_t)sc.reward_failed[1]));
+        json_object_set_new(m, "reward_nonfinite", json_integer((json_int_t)sc.reward_failed[2]));
+        json_object_set_new(m, "reward_crashed", json_integer((json_int_t)sc.reward_failed[3]));
         json_object_set_new(m, "format_rate", jnum(sc.format_rate));
         json_object_set_new(m, "format_reward_mean", jnum(sc.format_mean));
         json_object_set_new(m, "accuracy", jnum(sc.accuracy));

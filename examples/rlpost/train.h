@@ -148,6 +148,7 @@ typedef struct train_step_input {
     double reward_seconds;      /* reward time, */
     double rollout_idle;        /* time blocked at the staleness gate or a full buffer, */
     uint64_t rollout_tokens;    /* and completion tokens generated */
+    uint64_t reward_failed[4];  /* and the reward's failures: errors, timeouts, non-finite, crashed workers */
     uint64_t buffer_dropped;    /* groups dropped as stale since the previous step */
     uint64_t buffer_dropped_total, buffer_size;
 } train_step_input;

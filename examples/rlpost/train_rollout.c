@@ -65,6 +65,7 @@ struct train_rollout {
     uint64_t tokens;
     double seen_gen_s, seen_reward_s, seen_idle_s; /* what the last step record already counted */
     uint64_t seen_tokens, seen_dropped;
+    uint64_t reward_failed[4], seen_reward_failed[4]; /* errors, timeouts, non-finite, crashed (reward stats) */
     unsigned pull_warnings;
 };
 
@@ -345,6 +346,10 @@ static void *rollout_main(void *arg)
                 thread_fail(ro, "reward", rlp_error_last());
             pthread_mutex_lock(&ro->mu);
             ro->reward_s += now_s() - t;
+            ro->reward_failed[0] += st.errors;
+            ro->reward_failed[1] += st.timeouts;
+            ro->reward_failed[2] += st.nonfinite;
+            ro->reward_failed[3] += st.crashed;
             pthread_mutex_unlock(&ro->mu);
         }
         /* stopping: the generate call may have been aborted; nothing
@@ -649,6 +654,10 @@ int train_rollout_next(train_rollout *ro, volatile sig_atomic_t *stop, train_ste
     ro->seen_reward_s = ro->reward_s;
     ro->seen_idle_s = ro->idle_s;
     ro->seen_tokens = ro->tokens;
+    for (int k = 0; k < 4; k++) {
+        in->reward_failed[k] = ro->reward_failed[k] - ro->seen_reward_failed[k];
+        ro->seen_reward_failed[k] = ro->reward_failed[k];
+    }
     pthread_mutex_unlock(&ro->mu);
     rlp_buffer_stats bs = {.version = 1};
     rlp_replay_buffer_stats(&bs, ro->buf);

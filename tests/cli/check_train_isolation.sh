@@ -35,6 +35,10 @@ for r in s:
     else:
         assert "invalid" not in r and r["reward"] is not None, r
 assert 0 < crashed < 32, crashed  # both kinds occur, or the check proves nothing
+# the metrics count them per step: reward_crashed, and reward_valid the rest
+assert sum(r["reward_crashed"] for r in m) == crashed, (crashed, [r["reward_crashed"] for r in m])
+assert all(r["reward_crashed"] + r["reward_valid"] == 16 for r in m), m
+assert all(r["reward_errors"] == r["reward_timeouts"] == r["reward_nonfinite"] == 0 for r in m), m
 assert json.load(open(d + "/sum.json"))["steps_completed"] == 2
 PY
 [ $? -eq 0 ] || fail "process isolation: samples"
