@@ -533,7 +533,16 @@ static int make_reward(run *r)
             free(opts);
             return rc;
         }
-        fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s", t);
+        /* a name that came before (gsm8k+gsm8k) gets "#2", "#3": one key
+         * per term in samples.jsonl's reward_terms */
+        size_t same = 1;
+        for (size_t k = 0; k < r->n_terms; k++)
+            same += strncmp(r->term_names[k], t, strlen(t)) == 0 &&
+                    (r->term_names[k][strlen(t)] == 0 || r->term_names[k][strlen(t)] == '#');
+        if (same > 1)
+            fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s#%zu", t, same);
+        else
+            fmt(r->term_names[r->n_terms++], sizeof r->term_names[0], "%s", t);
         weighted |= weights[n] != 1.0;
         n++;
     }

@@ -254,6 +254,15 @@ rc=$?
 grep -q '"interrupted":true' "$out/sum4.json" || fail "SIGINT: no interrupted summary"
 [ -f "$out/int/checkpoints/latest" ] || fail "SIGINT: no checkpoint"
 
+# --- the same built-in twice in a combined reward: one reward_terms key per term
+T --set "output=\"$out/twice\"" --set steps=1 --set eval.n=0 --set samples.per_step=1 \
+  --set 'reward.name="regex_match+2*regex_match"' >/dev/null 2>"$out/err" || { cat "$out/err"; fail "regex_match twice"; }
+python3 - "$out/twice/samples.jsonl" <<'PY' || fail "reward_terms of a repeated built-in"
+import json, sys
+rec = json.loads(open(sys.argv[1]).readline())
+assert sorted(rec["reward_terms"]) == ["regex_match", "regex_match#2"], rec["reward_terms"]
+PY
+
 # --- no configuration value reaches a shell or gnuplot's command language
 # (issue 18 item 1): an output folder whose name quotes its way out of a
 # shell string and out of a gnuplot string still gets its plot, and nothing
