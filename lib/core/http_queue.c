@@ -80,9 +80,15 @@ static int start(rlpi_http_queue *q, rlpi_http_req *r)
         if (timeout <= 0 || left < timeout)
             timeout = left;
     }
-    rlpi_http_post post = {.url = r->urls[r->url], .body = r->body, .body_len = r->body_len,
-                           .headers = r->headers, .on_data = on_data, .data = r, .errbuf = r->errbuf,
-                           .timeout_ms = timeout, .connect_timeout_ms = r->connect_timeout_ms,
+    rlpi_http_post post = {.url = r->urls[r->url],
+                           .body = r->body,
+                           .body_len = r->body_len,
+                           .headers = r->headers,
+                           .on_data = on_data,
+                           .data = r,
+                           .errbuf = r->errbuf,
+                           .timeout_ms = timeout,
+                           .connect_timeout_ms = r->connect_timeout_ms,
                            .max_response = r->max_declared ? r->max_declared : r->response_limit};
     if (rlpi_curl_post_setopts(e, &post) || curl_multi_add_handle(q->multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);

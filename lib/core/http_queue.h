@@ -25,27 +25,27 @@ enum {
 
 typedef struct rlpi_http_req {
     /* in, set by the caller (the strings and lists are borrowed) */
-    const char *const *urls;  /* (n_urls) endpoints; a retry moves to the next one */
+    const char *const *urls; /* (n_urls) endpoints; a retry moves to the next one */
     size_t n_urls;
-    size_t url;               /* in: URL of the first attempt; out: that of the last */
+    size_t url; /* in: URL of the first attempt; out: that of the last */
     const char *body;
     size_t body_len;
     struct curl_slist *headers;
     long timeout_ms, connect_timeout_ms; /* per attempt */
-    size_t response_limit;    /* bytes kept of a response; more ends it with resp.overflow */
-    size_t max_declared;      /* refuse a declared Content-Length above it; 0 = response_limit */
-    uint32_t max_retries;     /* attempts after the first */
-    uint64_t deadline_ns;     /* rlpi_now_ns() clock; no attempt starts or waits past it; 0 = none */
-    void *user;               /* the caller's; untouched */
+    size_t response_limit;               /* bytes kept of a response; more ends it with resp.overflow */
+    size_t max_declared;                 /* refuse a declared Content-Length above it; 0 = response_limit */
+    uint32_t max_retries;                /* attempts after the first */
+    uint64_t deadline_ns;                /* rlpi_now_ns() clock; no attempt starts or waits past it; 0 = none */
+    void *user;                          /* the caller's; untouched */
 
     /* out */
-    int outcome;              /* RLPI_HQ_* */
-    uint32_t attempts;        /* attempts started */
-    CURLcode curl_rc;         /* of the last attempt */
-    long http_code;           /* of the last attempt (0: no response) */
-    long last_http_code;      /* the last non-zero code of any attempt */
-    curl_off_t declared;      /* Content-Length of the last response, -1 if none */
-    rlpi_http_response resp;  /* the last attempt's body; freed by rlpi_http_req_release */
+    int outcome;                  /* RLPI_HQ_* */
+    uint32_t attempts;            /* attempts started */
+    CURLcode curl_rc;             /* of the last attempt */
+    long http_code;               /* of the last attempt (0: no response) */
+    long last_http_code;          /* the last non-zero code of any attempt */
+    curl_off_t declared;          /* Content-Length of the last response, -1 if none */
+    rlpi_http_response resp;      /* the last attempt's body; freed by rlpi_http_req_release */
     char errbuf[CURL_ERROR_SIZE]; /* curl's text for the last attempt */
 
     /* the queue's */
@@ -55,13 +55,13 @@ typedef struct rlpi_http_req {
 } rlpi_http_req;
 
 typedef struct rlpi_http_queue_opts {
-    uint32_t max_in_flight;   /* 0 = no limit */
-    long max_connects;        /* CURLMOPT_MAXCONNECTS; 0 = curl's default */
-    uint32_t backoff_ms;      /* wait before the 2nd attempt; doubles each retry */
-    uint32_t max_backoff_ms;  /* cap of the doubling */
-    int jitter;               /* wait a random time in [w/2, w], so failures do not come back together */
-    int retry_any_curl_error; /* retry every transport error, not only rlpi_curl_retryable ones */
-    long poll_ms;             /* longest sleep in one curl_multi_poll (abort latency) */
+    uint32_t max_in_flight;      /* 0 = no limit */
+    long max_connects;           /* CURLMOPT_MAXCONNECTS; 0 = curl's default */
+    uint32_t backoff_ms;         /* wait before the 2nd attempt; doubles each retry */
+    uint32_t max_backoff_ms;     /* cap of the doubling */
+    int jitter;                  /* wait a random time in [w/2, w], so failures do not come back together */
+    int retry_any_curl_error;    /* retry every transport error, not only rlpi_curl_retryable ones */
+    long poll_ms;                /* longest sleep in one curl_multi_poll (abort latency) */
     int (*abort)(void *payload); /* non-zero: stop now; checked between polls */
     void *payload;
 } rlpi_http_queue_opts;
