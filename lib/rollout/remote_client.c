@@ -415,7 +415,9 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
             finish(res, RLP_E_NOMEM,
                    x->attempts ? fmt_alloc("POST %s: cannot start a transfer", c->urls[x->url])
                                : fmt_alloc("request %zu: cannot start a transfer (out of memory)", i));
-        } else {
+        } else if (x->outcome == RLPI_HQ_PENDING) { /* the queue had no memory to run */
+            finish(res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory", c->urls[x->url]));
+        } else { /* the multi handle broke */
             finish(res, RLP_E_NETWORK, fmt_alloc("POST %s: %s", c->urls[x->url], x->errbuf));
         }
         rlpi_http_req_release(x);
@@ -424,6 +426,6 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
     free(xs);
     free(req_of);
     if (rc != RLP_OK)
-        rc = rlpi_error_set(RLP_E_NETWORK, "remote client: %s", broken);
+        rc = rlpi_error_set(rc, "remote client: %s", broken);
     return rc;
 }
