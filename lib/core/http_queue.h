@@ -36,7 +36,6 @@ typedef struct rlpi_http_req {
     size_t max_declared;                 /* refuse a declared Content-Length above it; 0 = response_limit */
     uint32_t max_retries;                /* attempts after the first */
     uint64_t deadline_ns;                /* rlpi_now_ns() clock; no attempt starts or waits past it; 0 = none */
-    void *user;                          /* the caller's; untouched */
 
     /* out */
     int outcome;                  /* RLPI_HQ_* */
