@@ -2,8 +2,8 @@
  * rollout client, the HTTP reward verifier, the HTTP weight transport):
  * one process-wide curl_global_init, the options every POST gets (no
  * signals, no redirects, http/https only, timeouts, a response-size cap)
- * and one retry policy. Built only with libcurl. Transfers, bodies and
- * parsing stay with each client. */
+ * and one retry policy. Built only with libcurl. The transfer loop is
+ * core/http_queue.h; bodies and parsing stay with each client. */
 #ifndef RLPI_CORE_HTTP_H
 #define RLPI_CORE_HTTP_H
 

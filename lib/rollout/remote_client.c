@@ -1,30 +1,24 @@
-/* /v1/completions requests over libcurl's multi interface: every request of
- * a call in flight at once (up to max_in_flight) on the calling thread, each
- * with its own timeouts, retries, size limit and error. Builds request
- * bodies and drives transfers; parsing the answer is remote_parse.c's job.
- * Must not block on one request while others could progress, nor let one
- * failure end the others. */
+/* /v1/completions requests through the shared HTTP queue (core/http_queue):
+ * every request of a call in flight at once (up to max_in_flight) on the
+ * calling thread, each with its own timeouts, retries to the next URL, size
+ * limit and error. Builds request bodies and turns each transfer's end into
+ * a result; parsing the answer is remote_parse.c's job. */
 #include "rollout/remote_client.h"
 
 #include "core/clock.h"
 #include "core/http.h"
+#include "core/http_queue.h"
 
 #include "core/error.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
-
-#if LIBCURL_VERSION_NUM < 0x074200
-#error "remote_client.c needs libcurl >= 7.66 (curl_multi_poll)"
-#endif
 
 #define DEFAULT_TIMEOUT_MS 600000u
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000u
@@ -47,26 +41,8 @@ struct rlpi_remote_client {
     struct curl_slist *headers; /* content type, bearer token, no Expect: 100-continue */
     uint32_t timeout_ms, connect_timeout_ms, max_retries, backoff_ms, max_in_flight;
     size_t max_response_bytes;
-    uint64_t rng; /* xorshift state for backoff jitter */
-    CURLM *multi; /* kept across calls: its connection cache reuses sockets */
+    rlpi_http_queue *queue; /* kept across calls: its connection cache reuses sockets */
 };
-
-enum { X_WAITING = 0, X_RUNNING = 1, X_DONE = 2 };
-
-/* One request's transfer state across its attempts. */
-typedef struct xfer {
-    size_t req;     /* index into reqs / results */
-    int state;      /* X_* */
-    char *body;     /* request JSON, built at the first attempt, freed when done */
-    size_t body_len;
-    size_t url;     /* URL of the current (or next) attempt */
-    uint64_t ready_ns; /* earliest start of the next attempt */
-    CURL *easy;     /* while running */
-    rlpi_http_response rb;  /* the response received so far */
-    char errbuf[CURL_ERROR_SIZE];
-} xfer;
-
-/* ---- libcurl global state ---------------------------------------------- */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -171,7 +147,6 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
     c->backoff_ms = cfg->backoff_ms ? cfg->backoff_ms : DEFAULT_BACKOFF_MS;
     c->max_response_bytes = cfg->max_response_bytes ? cfg->max_response_bytes : DEFAULT_MAX_RESPONSE;
     c->max_in_flight = cfg->max_in_flight ? cfg->max_in_flight : DEFAULT_MAX_IN_FLIGHT;
-    c->rng = (rlpi_now_ns() ^ (uint64_t)(uintptr_t)c) | 1;
 
     int ok = (c->urls = calloc(cfg->n_urls, sizeof *c->urls)) != NULL;
     for (size_t i = 0; ok && i < cfg->n_urls; i++)
@@ -194,10 +169,12 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
         if (h)
             c->headers = h;
     }
+    /* keep a connection per transfer for reuse by the next call */
+    rlpi_http_queue_opts qo = {.max_in_flight = c->max_in_flight, .max_connects = (long)c->max_in_flight,
+                               .backoff_ms = c->backoff_ms, .max_backoff_ms = MAX_BACKOFF_MS, .jitter = 1,
+                               .poll_ms = POLL_MS};
     if (ok)
-        ok = (c->multi = curl_multi_init()) != NULL;
-    if (ok) /* keep a connection per transfer for reuse by the next call */
-        curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)c->max_in_flight);
+        ok = rlpi_http_queue_create(&c->queue, &qo) == RLP_OK;
     if (!ok) {
         rlpi_remote_client_free(c);
         return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
@@ -210,8 +187,7 @@ void rlpi_remote_client_free(rlpi_remote_client *c)
 {
     if (!c)
         return;
-    if (c->multi)
-        curl_multi_cleanup(c->multi);
+    rlpi_http_queue_free(c->queue);
     curl_slist_free_all(c->headers);
     for (size_t i = 0; c->urls && i < c->n_urls; i++)
         free(c->urls[i]);
@@ -309,41 +285,12 @@ static char *build_body(const rlpi_remote_client *c, const rlpi_remote_request *
 
 /* ---- transfers ---------------------------------------------------------- */
 
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
-{
-    xfer *x = ud;
-    return rlpi_http_response_append(&x->rb, p, size * nmemb); /* size is always 1 */
-}
-
-/* Starts the next attempt of x; RLP_OK or the code that ends the request. */
-static int start(rlpi_remote_client *c, xfer *x)
-{
-    CURL *e = curl_easy_init();
-    if (!e)
-        return RLP_E_NOMEM;
-    rlpi_http_response_reset(&x->rb, c->max_response_bytes);
-    x->errbuf[0] = '\0';
-    rlpi_http_post post = {.url = c->urls[x->url], .body = x->body, .body_len = x->body_len,
-                           .headers = c->headers, .on_data = on_data, .data = x, .errbuf = x->errbuf,
-                           .timeout_ms = (long)c->timeout_ms, .connect_timeout_ms = (long)c->connect_timeout_ms,
-                           .max_response = c->max_response_bytes};
-    int bad = rlpi_curl_post_setopts(e, &post);
-    if (bad || curl_multi_add_handle(c->multi, e) != CURLM_OK) {
-        curl_easy_cleanup(e);
-        return RLP_E_NOMEM;
-    }
-    x->easy = e;
-    x->state = X_RUNNING;
-    return RLP_OK;
-}
-
-
 /* First bytes of a body, one printable line. */
-static void quote_body(const xfer *x, char *dst, size_t cap)
+static void quote_body(const rlpi_http_response *rb, char *dst, size_t cap)
 {
-    size_t n = x->rb.len < cap - 1 ? x->rb.len : cap - 1;
+    size_t n = rb->len < cap - 1 ? rb->len : cap - 1;
     for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)x->rb.data[i];
+        unsigned char ch = (unsigned char)rb->data[i];
         dst[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : '?';
     }
     dst[n] = '\0';
@@ -351,118 +298,56 @@ static void quote_body(const xfer *x, char *dst, size_t cap)
         snprintf(dst, cap, "(empty body)");
 }
 
-static uint64_t backoff_ns(rlpi_remote_client *c, uint32_t attempts)
-{
-    uint64_t ms = c->backoff_ms;
-    for (uint32_t i = 1; i < attempts && ms < MAX_BACKOFF_MS; i++)
-        ms *= 2;
-    if (ms > MAX_BACKOFF_MS)
-        ms = MAX_BACKOFF_MS;
-    /* jitter in [ms/2, ms]: requests that failed together do not all
-     * come back at the same instant */
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    ms = ms / 2 + c->rng % (ms / 2 + 1);
-    return ms * 1000000u;
-}
-
-/* Ends request x with `status` and `msg` (taken); returns 0 (not queued). */
-static int finish(xfer *x, rlpi_remote_result *res, int status, char *msg)
+/* Sets `res` to `status` and `msg` (taken); returns 0. */
+static int finish(rlpi_remote_result *res, int status, char *msg)
 {
     res->status = status;
     free(res->error);
     res->error = msg;
     if (status != RLP_OK && !msg)
         res->status = RLP_E_NOMEM; /* could not even say why */
-    x->state = X_DONE;
-    free(x->body);
-    x->body = NULL;
-    rlpi_http_response_free(&x->rb);
     return 0;
 }
 
-/* An attempt ended: done, failed for good, or queued for a retry. Returns 1
- * when it is queued. */
-static int attempt_done(rlpi_remote_client *c, xfer *x, CURLcode rc, uint32_t n_expected,
-                        rlpi_remote_result *res)
+/* The result of a request whose last attempt ran (RLPI_HQ_DONE). */
+static int request_done(const rlpi_remote_client *c, const rlpi_http_req *x, uint32_t n_expected,
+                         rlpi_remote_result *res)
 {
-    long code = 0;
-    curl_off_t declared = -1;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &declared);
-    curl_multi_remove_handle(c->multi, x->easy);
-    curl_easy_cleanup(x->easy);
-    x->easy = NULL;
-    if (code)
-        res->http_code = code;
     const char *url = c->urls[x->url];
-    uint32_t att = res->attempts;
+    long code = x->http_code;
+    CURLcode rc = x->curl_rc;
+    uint32_t att = x->attempts;
     const char *s = att == 1 ? "" : "s";
 
-    if (x->rb.nomem)
-        return finish(x, res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory for the response", url));
-    if (x->rb.overflow || rc == CURLE_FILESIZE_EXCEEDED)
-        return finish(x, res, RLP_E_OVERFLOW,
+    if (x->resp.nomem)
+        return finish(res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory for the response", url));
+    if (x->resp.overflow || rc == CURLE_FILESIZE_EXCEEDED)
+        return finish(res, RLP_E_OVERFLOW,
                       fmt_alloc("POST %s: HTTP %ld: response larger than the limit of %zu bytes "
                                 "(max_response_bytes)",
                                 url, code, c->max_response_bytes));
-
-    int retry;
-    if (rc != CURLE_OK)
-        retry = rlpi_curl_retryable(rc);
-    else if (code >= 200 && code < 300)
-        retry = 0;
-    else
-        retry = rlpi_http_retryable(code);
-    if (retry && att <= c->max_retries) {
-        x->url = (x->url + 1) % c->n_urls; /* the next server may be up */
-        x->ready_ns = rlpi_now_ns() + backoff_ns(c, att);
-        x->state = X_WAITING;
-        return 1;
-    }
-
     if (rc == CURLE_PARTIAL_FILE)
-        return finish(x, res, RLP_E_FORMAT,
+        return finish(res, RLP_E_FORMAT,
                       fmt_alloc("POST %s: HTTP %ld after %u attempt%s: body truncated, connection "
                                 "closed after %zu of %lld bytes",
-                                url, code, att, s, x->rb.len, (long long)declared));
+                                url, code, att, s, x->resp.len, (long long)x->declared));
     if (rc != CURLE_OK) {
         const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
         int st = rc == CURLE_OPERATION_TIMEDOUT ? RLP_E_TIMEOUT : RLP_E_NETWORK;
         if (code)
-            return finish(x, res, st,
-                          fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, why));
-        return finish(x, res, st, fmt_alloc("POST %s: %s after %u attempt%s", url, why, att, s));
+            return finish(res, st, fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, why));
+        return finish(res, st, fmt_alloc("POST %s: %s after %u attempt%s", url, why, att, s));
     }
     if (code < 200 || code >= 300) {
         char quote[BODY_QUOTE + 1];
-        quote_body(x, quote, sizeof quote);
-        return finish(x, res, RLP_E_NETWORK,
+        quote_body(&x->resp, quote, sizeof quote);
+        return finish(res, RLP_E_NETWORK,
                       fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, quote));
     }
-    int st = rlpi_remote_parse_completion(x->rb.data, x->rb.len, n_expected, res);
-    return finish(x, res, st,
-                  st ? fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s,
-                                 rlp_error_last())
+    int st = rlpi_remote_parse_completion(x->resp.data, x->resp.len, n_expected, res);
+    return finish(res, st,
+                  st ? fmt_alloc("POST %s: HTTP %ld after %u attempt%s: %s", url, code, att, s, rlp_error_last())
                      : NULL);
-}
-
-/* Fails every unfinished request with `why` (the multi handle broke). */
-static void fail_all(rlpi_remote_client *c, xfer *xs, size_t n, rlpi_remote_result *results,
-                     const char *why)
-{
-    for (size_t i = 0; i < n; i++) {
-        xfer *x = &xs[i];
-        if (x->state == X_DONE)
-            continue;
-        if (x->easy) {
-            curl_multi_remove_handle(c->multi, x->easy);
-            curl_easy_cleanup(x->easy);
-            x->easy = NULL;
-        }
-        finish(x, &results[i], RLP_E_NETWORK, fmt_alloc("POST %s: %s", c->urls[x->url], why));
-    }
 }
 
 int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request *reqs, size_t n,
@@ -476,116 +361,71 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
     }
     if (n == 0)
         return RLP_OK;
-    xfer *xs = calloc(n, sizeof *xs);
-    size_t *retry_q = calloc(n, sizeof *retry_q); /* waiting retries, unordered */
-    if (!xs || !retry_q) {
+    rlpi_http_req *xs = calloc(n, sizeof *xs);
+    size_t *req_of = calloc(n, sizeof *req_of); /* xs[k] is request req_of[k] */
+    if (!xs || !req_of) {
         free(xs);
-        free(retry_q);
+        free(req_of);
         return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory for %zu requests", n);
     }
-    size_t n_retry = 0, next_fresh = 0, n_done = 0, running = 0;
-    int rc = RLP_OK;
+    size_t nx = 0;
     for (size_t i = 0; i < n; i++) {
-        xs[i].req = i;
-        xs[i].url = (c->next_url + i) % c->n_urls;
+        size_t url = (c->next_url + i) % c->n_urls;
+        const char *problem = request_problem(&reqs[i]);
+        if (problem) {
+            finish(&results[i], RLP_E_INVALID_ARG, fmt_alloc("request %zu: %s", i, problem));
+            continue;
+        }
+        rlpi_http_req *x = &xs[nx];
+        char *body = build_body(c, &reqs[i], &x->body_len);
+        if (!body) {
+            finish(&results[i], RLP_E_INVALID_ARG,
+                   fmt_alloc("request %zu: cannot encode as JSON (a stop string that is not UTF-8?), or "
+                             "out of memory",
+                             i));
+            continue;
+        }
+        x->body = body;
+        x->urls = (const char *const *)c->urls;
+        x->n_urls = c->n_urls;
+        x->url = url;
+        x->headers = c->headers;
+        x->timeout_ms = (long)c->timeout_ms;
+        x->connect_timeout_ms = (long)c->connect_timeout_ms;
+        x->response_limit = c->max_response_bytes;
+        x->max_retries = c->max_retries;
+        req_of[nx++] = i;
     }
     c->next_url = (c->next_url + n) % c->n_urls;
 
-    while (n_done < n) {
-        uint64_t now = rlpi_now_ns();
-        /* retries whose backoff is over go first, then untried requests */
-        for (size_t q = 0; q < n_retry && running < c->max_in_flight;) {
-            xfer *x = &xs[retry_q[q]];
-            if (x->ready_ns > now) {
-                q++;
-                continue;
-            }
-            retry_q[q] = retry_q[--n_retry];
-            results[x->req].attempts++;
-            int st = start(c, x);
-            if (st) {
-                finish(x, &results[x->req], st, fmt_alloc("POST %s: cannot start a transfer", c->urls[x->url]));
-                n_done++;
-            } else {
-                running++;
-            }
+    int rc = rlpi_http_queue_run(c->queue, xs, nx);
+    char broken[256] = "";
+    if (rc != RLP_OK)
+        snprintf(broken, sizeof broken, "%s", rlp_error_last());
+    for (size_t k = 0; k < nx; k++) {
+        rlpi_http_req *x = &xs[k];
+        size_t i = req_of[k];
+        rlpi_remote_result *res = &results[i];
+        res->attempts = x->attempts;
+        res->http_code = x->last_http_code;
+        if (x->outcome == RLPI_HQ_DONE) {
+            request_done(c, x, reqs[i].n, res);
+        } else if (x->outcome == RLPI_HQ_NOSTART) {
+            res->attempts++; /* the one that could not start counts */
+            finish(res, RLP_E_NOMEM,
+                   x->attempts ? fmt_alloc("POST %s: cannot start a transfer", c->urls[x->url])
+                               : fmt_alloc("request %zu: cannot start a transfer (out of memory)", i));
+        } else if (x->outcome == RLPI_HQ_PENDING) { /* the queue had no memory to run */
+            finish(res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory", c->urls[x->url]));
+        } else { /* the multi handle broke */
+            finish(res, RLP_E_NETWORK, fmt_alloc("POST %s: %s", c->urls[x->url], x->errbuf));
         }
-        while (next_fresh < n && running < c->max_in_flight) {
-            xfer *x = &xs[next_fresh++];
-            rlpi_remote_result *res = &results[x->req];
-            const char *problem = request_problem(&reqs[x->req]);
-            if (problem) {
-                finish(x, res, RLP_E_INVALID_ARG, fmt_alloc("request %zu: %s", x->req, problem));
-                n_done++;
-                continue;
-            }
-            x->body = build_body(c, &reqs[x->req], &x->body_len);
-            int st = x->body ? RLP_OK : RLP_E_INVALID_ARG;
-            if (st == RLP_OK) {
-                res->attempts++;
-                st = start(c, x);
-            }
-            if (st) {
-                finish(x, res, st,
-                       fmt_alloc(st == RLP_E_INVALID_ARG
-                                     ? "request %zu: cannot encode as JSON (a stop string that is "
-                                       "not UTF-8?), or out of memory"
-                                     : "request %zu: cannot start a transfer (out of memory)",
-                                 x->req));
-                n_done++;
-            } else {
-                running++;
-            }
-        }
-        if (n_done == n)
-            break;
-
-        int still;
-        CURLMcode mc = curl_multi_perform(c->multi, &still);
-        if (mc != CURLM_OK) {
-            fail_all(c, xs, n, results, curl_multi_strerror(mc));
-            rc = rlpi_error_set(RLP_E_NETWORK, "remote client: curl_multi_perform: %s",
-                                curl_multi_strerror(mc));
-            break;
-        }
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(c->multi, &left))) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            char *priv = NULL;
-            CURLcode res_rc = m->data.result; /* m is invalid once its handle is removed */
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
-            xfer *x = (xfer *)(void *)priv;
-            running--;
-            if (attempt_done(c, x, res_rc, reqs[x->req].n, &results[x->req]))
-                retry_q[n_retry++] = x->req;
-            else
-                n_done++;
-        }
-        if (n_done == n)
-            break;
-
-        /* sleep until a socket is ready, a curl timer fires, or the first
-         * backoff ends (when a slot is free for it) */
-        long wait_ms = POLL_MS;
-        if (running < c->max_in_flight && n_retry) {
-            now = rlpi_now_ns();
-            for (size_t q = 0; q < n_retry; q++) {
-                uint64_t t = xs[retry_q[q]].ready_ns;
-                long ms = t <= now ? 0 : (long)((t - now + 999999u) / 1000000u);
-                if (ms < wait_ms)
-                    wait_ms = ms;
-            }
-        }
-        if (wait_ms > 0 && (mc = curl_multi_poll(c->multi, NULL, 0, (int)wait_ms, NULL)) != CURLM_OK) {
-            fail_all(c, xs, n, results, curl_multi_strerror(mc));
-            rc = rlpi_error_set(RLP_E_NETWORK, "remote client: curl_multi_poll: %s",
-                                curl_multi_strerror(mc));
-            break;
-        }
+        rlpi_http_req_release(x);
+        free((char *)x->body);
     }
     free(xs);
-    free(retry_q);
+    free(req_of);
+    if (rc != RLP_OK)
+        rc = rlpi_error_set(rc, "remote client: %s", broken);
     return rc;
 }
