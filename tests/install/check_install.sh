@@ -19,6 +19,18 @@ flags="--define-variable=prefix=$root"
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Werror -o "$stage/c_shared" "$src/consumer.c" $(pkg-config $flags --cflags --libs rlpost)
 LD_LIBRARY_PATH=$libdir "$stage/c_shared"
+# every header of include/rlpost/ is installed and compiles alone from the
+# installed include folder as <rlpost/NAME.h>
+n=0
+for h in "$src"/../../include/rlpost/*.h; do
+    name=$(basename "$h")
+    printf '#include <rlpost/%s>\nint main(void) { return 0; }\n' "$name" > "$stage/one.c"
+    # shellcheck disable=SC2046
+    $cc -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only "$stage/one.c" $(pkg-config $flags --cflags rlpost) ||
+        { echo "installed <rlpost/$name> does not compile alone"; exit 1; }
+    n=$((n + 1))
+done
+[ "$n" -gt 0 ] || { echo "no include/rlpost/*.h beside $src"; exit 1; }
 # static archive, its dependencies linked dynamically (as a host would)
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Werror -o "$stage/c_static" "$src/consumer.c" $(pkg-config $flags --cflags rlpost) \
@@ -29,4 +41,4 @@ cmake -S "$src" -B "$stage/cmake-build" -DCMAKE_PREFIX_PATH="$root" >/dev/null
 cmake --build "$stage/cmake-build" >/dev/null
 LD_LIBRARY_PATH=$libdir "$stage/cmake-build/consumer_shared"
 "$stage/cmake-build/consumer_static"
-echo "pkg-config (shared, static) and CMake (shared, static) consumers built and ran"
+echo "pkg-config (shared, static) and CMake (shared, static) consumers built and ran; $n headers of rlpost/ compile alone"

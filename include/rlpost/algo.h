@@ -1,0 +1,167 @@
+/**
+ * @file rlpost/algo.h
+ * @brief librlpost: RL algorithms: advantages, policy losses, KL, aggregation, the RL step.
+ *
+ * Part of the public API that rlpost.h includes as a whole (its comment
+ * states the conventions every function follows); this header may also be
+ * included alone.
+ */
+#ifndef RLPOST_ALGO_H
+#define RLPOST_ALGO_H
+
+#include "rlpost/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* RL algorithms: advantages, policy losses, KL, aggregation, the RL step    */
+/* ------------------------------------------------------------------------ */
+
+/** Advantage estimators (values fixed). G = samples of a group, r = their rewards. */
+typedef enum rlp_advantage {
+    RLP_ADV_GRPO = 0,           /**< (rᵢ − mean r)/(std r + ε) (Shao et al. 2024, DeepSeekMath §4.1.2); std
+                                     is the unbiased sample std, as torch.std */
+    RLP_ADV_DR_GRPO = 1,        /**< rᵢ − mean r (Liu et al. 2025, "Understanding R1-Zero-Like Training") */
+    RLP_ADV_RLOO = 2,           /**< rᵢ − Σ_{j≠i} r_j/(G−1) (Ahmadian et al. 2024) */
+    RLP_ADV_REINFORCE_PP = 3,   /**< REINFORCE++ (Hu 2025): per-token reward −β·KLₜ (k1 against π_ref, if a
+                                     reference is given and kl_in_reward) plus r at the last token,
+                                     return-to-go with discount γ, normalised over the whole batch */
+    RLP_ADV_REINFORCE = 4       /**< rᵢ for every token: no baseline, no normalisation */
+} rlp_advantage;
+
+/** Policy losses (values fixed). ρ = exp(log π_θ − log π_old); Â the advantage. */
+typedef enum rlp_policy_loss {
+    RLP_LOSS_PPO_CLIP = 0,       /**< −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â) (Schulman et al. 2017; clip-higher:
+                                      DAPO, Yu et al. 2025), optional dual clip for Â < 0: min(that, −cÂ)
+                                      (Ye et al. 2020); π_old = π_prox (recomputed at the start of the
+                                      step); with tis_cap > 0 multiplied by min(π_old/π_behav, C) (truncated
+                                      importance sampling against the rollout's logprobs) */
+    RLP_LOSS_DECOUPLED_PPO = 1,  /**< AReaL (Fu et al. 2025, eq. 5): −w·min(ρÂ, clip(ρ)Â) with ρ against
+                                      π_prox and w = π_prox/π_behav, truncated at behav_cap (or masked
+                                      above it); π_behav = π_prox gives PPO-clip exactly */
+    RLP_LOSS_GSPO = 2            /**< GSPO (Zheng et al. 2025): sequence ratio sᵢ = exp(mean_t(log π_θ −
+                                      log π_old)), −min(sᵢÂᵢ, clip(sᵢ)Âᵢ) for every token of sequence i */
+} rlp_policy_loss;
+
+/** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020). */
+typedef enum rlp_kl_estimator {
+    RLP_KL_K1 = 1,  /**< x */
+    RLP_KL_K2 = 2,  /**< ½x² */
+    RLP_KL_K3 = 3   /**< exp(−x) + x − 1 */
+} rlp_kl_estimator;
+
+/** How per-token losses ℓ combine into the step loss (verl's names; values fixed). The normaliser
+ *  is taken over the whole step, so micro-batching never changes the gradient (public-bugs case #9). */
+typedef enum rlp_loss_agg {
+    RLP_AGG_TOKEN_MEAN = 0,              /**< Σ ℓ / Σ tokens */
+    RLP_AGG_SEQ_MEAN_TOKEN_SUM = 1,      /**< (1/S) Σᵢ Σₜ ℓ */
+    RLP_AGG_SEQ_MEAN_TOKEN_MEAN = 2,     /**< (1/S) Σᵢ (1/|yᵢ|) Σₜ ℓ */
+    RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3  /**< Σᵢ Σₜ ℓ / (S·C), C = agg_norm_constant (Dr.GRPO) */
+} rlp_loss_agg;
+
+/** Version of rlp_rl_options understood by this header. */
+#define RLP_RL_OPTIONS_VERSION 1
+
+/** Everything one RL step is made of. */
+typedef struct rlp_rl_options {
+    uint32_t version;            /**< RLP_RL_OPTIONS_VERSION */
+    int32_t advantage;           /**< rlp_advantage; default GRPO */
+    float adv_eps;               /**< ε of GRPO's denominator; default 1e-6 */
+    int32_t adv_batch_norm;      /**< 1: GRPO/RLOO/Dr.GRPO advantages are further normalised over the batch */
+    float gamma;                 /**< REINFORCE++ discount; default 1 */
+    int32_t filter_equal_groups; /**< 1: drop groups whose rewards are all equal (DAPO dynamic sampling) */
+    int32_t policy_loss;         /**< rlp_policy_loss; default PPO_CLIP */
+    float clip_low, clip_high;   /**< ε_low, ε_high; default 0.2, 0.2 */
+    float dual_clip;             /**< c > 1 for the dual clip; 0 = off */
+    float tis_cap;               /**< PPO_CLIP: truncated-IS cap C on π_old/π_behav; 0 = off */
+    float behav_cap;             /**< DECOUPLED_PPO: cap on w = π_prox/π_behav; 0 = no cap */
+    int32_t behav_mask;          /**< DECOUPLED_PPO: 1 = tokens with w > behav_cap get weight 0 instead of the cap */
+    int32_t kl_estimator;        /**< rlp_kl_estimator, or 0 = no KL */
+    float kl_coef;               /**< β */
+    int32_t kl_in_reward;        /**< 1: KL goes into the REINFORCE++ per-token reward; 0: into the loss */
+    float entropy_coef;          /**< loss −= coef·entropy (an entropy bonus) */
+    int32_t loss_agg;            /**< rlp_loss_agg; default TOKEN_MEAN */
+    float agg_norm_constant;     /**< C of SEQ_MEAN_TOKEN_SUM_NORM; 0 = the longest completion of the step */
+    uint32_t overlong_max;       /**< DAPO soft overlong penalty L_max (tokens); 0 = off */
+    uint32_t overlong_cache;     /**< DAPO L_cache: penalty 0 up to L_max − L_cache, linear to −1 at L_max, −1 beyond */
+    uint32_t ppo_epochs;         /**< passes over the batch; default 1 */
+    uint32_t mini_batches;       /**< optimizer steps per pass (groups split evenly); default 1 */
+    uint32_t micro_batch_tokens; /**< tokens per forward/backward; 0 = a mini-batch at once */
+    float temperature;           /**< logprobs at this T; 0 = the trajectories' own (must agree), greedy → 1 */
+} rlp_rl_options;
+
+#define RLP_RL_OPTIONS_INIT                                                                          \
+    { RLP_RL_OPTIONS_VERSION, RLP_ADV_GRPO, 1e-6f, 0, 1.0f, 0, RLP_LOSS_PPO_CLIP, 0.2f, 0.2f, 0.0f, \
+      0.0f, 0.0f, 0, 0, 0.0f, 0, 0.0f, RLP_AGG_TOKEN_MEAN, 0.0f, 0, 0, 1, 1, 0, 0.0f }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version);
+
+/** Statistics of one RL step (over all its optimizer steps; means over scored tokens unless said). */
+typedef struct rlp_rl_stats {
+    uint32_t version;               /**< set by the library (1) */
+    double loss, pg_loss, kl, entropy;
+    double clip_frac_low, clip_frac_high;   /**< fraction of tokens whose ratio was clipped below / above */
+    double ratio_mean, ratio_max;
+    double behav_weight_mean, behav_weight_max;
+    double grad_norm;               /**< before clipping, of the last optimizer step */
+    double adv_mean, adv_std;       /**< over scored tokens */
+    double reward_mean;             /**< over the trajectories used */
+    double staleness_mean, staleness_max;   /**< policy version − trajectory version */
+    uint64_t n_seqs, n_tokens;      /**< used */
+    uint64_t n_groups, filtered_groups, zero_std_groups, invalid_seqs;
+    uint32_t optimizer_steps, skipped_steps;
+    uint64_t policy_version;        /**< after the step */
+    double seconds;
+} rlp_rl_stats;
+
+/**
+ * One RL step on a scored batch: drops invalid trajectories (counted),
+ * computes advantages per group (grouped by group_id), π_prox (and π_ref
+ * when @p ref and a KL are given) with the current weights, then runs
+ * ppo_epochs × mini_batches optimizer steps of the chosen loss, each with
+ * gradient accumulation over micro-batches, clipping and AdamW; the
+ * version grows by the steps applied.
+ *
+ * @param policy  a trainable policy
+ * @param batch   scored trajectories (rewards set, e.g. by rlp_reward_fn_score)
+ * @param ref     frozen reference policy for the KL, or NULL
+ * @param opts    options or NULL
+ * @param[out] stats  may be NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG (bad options, an unscored trajectory, a
+ *         missing reference for a KL, mixed temperatures); RLP_E_STATE (frozen
+ *         policy); RLP_E_NOMEM. When every group is filtered out nothing is
+ *         applied and stats say so (RLP_OK).
+ */
+RLP_API int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                                const rlp_rl_options *opts, rlp_rl_stats *stats);
+
+/**
+ * The advantage each trajectory of a scored batch gets from the estimator
+ * of rlp_policy_train_rl() with the same options: the same selection
+ * (valid trajectories with prompt and completion tokens; groups by
+ * group_id), reward shaping (overlong penalty) and formula (GRPO, Dr.GRPO,
+ * RLOO, REINFORCE, REINFORCE++ with its batch normalisation; see
+ * rlp_advantage), for logs and completion tables. The value is the
+ * advantage at the trajectory's first completion token (the whole
+ * sequence's for outcome estimators). The KL shaping of kl_in_reward,
+ * which needs π_ref's logprobs, is not included. Pure: reads the batch
+ * only; any number of threads may call it on one batch.
+ *
+ * @param[out] out  (n) advantages, float; NaN for a trajectory the step
+ *                  would drop (invalid, or no prompt or completion tokens)
+ * @param n     must equal the batch's size
+ * @param batch scored trajectories
+ * @param opts  RL options (NULL: defaults)
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL batch, n ≠ size, bad options, a
+ *         valid trajectory without a reward); RLP_E_NOMEM.
+ */
+RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, const rlp_rl_options *opts);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLPOST_ALGO_H */

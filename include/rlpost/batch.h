@@ -1,0 +1,116 @@
+/**
+ * @file rlpost/batch.h
+ * @brief librlpost: trajectories and batches (rlp_batch), the type that rollout, reward, replay buffer and train step share.
+ *
+ * Part of the public API that rlpost.h includes as a whole (its comment
+ * states the conventions every function follows); this header may also be
+ * included alone.
+ */
+#ifndef RLPOST_BATCH_H
+#define RLPOST_BATCH_H
+
+#include "rlpost/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Trajectories: what rollout, reward, replay buffer and train step share   */
+/* ------------------------------------------------------------------------ */
+
+/** Why a completion ended (values fixed). */
+typedef enum rlp_finish_reason {
+    RLP_FINISH_NONE = 0,    /**< still running (never in a returned batch) */
+    RLP_FINISH_STOP = 1,    /**< a stop string, a stop token id or EOS */
+    RLP_FINISH_LENGTH = 2,  /**< max_new_tokens or the KV capacity was reached */
+    RLP_FINISH_ABORT = 3,   /**< aborted: rlp_rollout_engine_abort(), a stream callback, or a weight
+                                 update in RLP_INTERRUPT_ABORT mode; the tokens so far are kept */
+    RLP_FINISH_ERROR = 4    /**< a remote request failed; see rlp_trajectory::error */
+} rlp_finish_reason;
+
+/** Version of rlp_trajectory understood by this header. */
+#define RLP_TRAJECTORY_VERSION 1
+
+/**
+ * One prompt and one sampled completion with everything the losses need,
+ * as a view: rlp_batch_get() fills it with pointers borrowed from the batch
+ * (valid until the batch is changed or freed); rlp_batch_append() copies
+ * from it. Set @ref version to RLP_TRAJECTORY_VERSION before either call.
+ *
+ * Per-token arrays have n_completion_tokens entries: the i-th completion
+ * token was drawn from the rollout policy at version token_versions[i] with
+ * behaviour logprob logprobs[i] (see rlp_logprobs_mode for which
+ * distribution). After a stop string the ids and logprobs of every sampled
+ * token are kept (they are training data) while completion_text ends at the
+ * stop.
+ */
+typedef struct rlp_trajectory {
+    uint32_t version;                  /**< RLP_TRAJECTORY_VERSION, set by the caller */
+    uint64_t group_id;                 /**< samples of one prompt share it (GRPO group) */
+    const int32_t *prompt_tokens;      /**< (n_prompt_tokens) */
+    size_t n_prompt_tokens;
+    const int32_t *completion_tokens;  /**< (n_completion_tokens) */
+    size_t n_completion_tokens;
+    const float *logprobs;             /**< (n_completion_tokens) behaviour logprobs (nats) */
+    const uint64_t *token_versions;    /**< (n_completion_tokens) policy version per token; NULL on append = all policy_version */
+    const char *prompt_text;           /**< UTF-8 or NULL */
+    const char *completion_text;       /**< UTF-8, ends at a matched stop string (or includes it if asked) */
+    uint64_t policy_version;           /**< version of the weights that started the rollout */
+    int32_t finish_reason;             /**< rlp_finish_reason */
+    int32_t stop_index;                /**< index of the matched stop string, or −1 */
+    float temperature;                 /**< the T the tokens were sampled at (the trainer must use the same) */
+    float reward;                      /**< scalar reward; NaN until scored */
+    int32_t valid;                     /**< 0: marked invalid (reward failure, remote error); see error */
+    const char *error;                 /**< why invalid, or NULL */
+    const char *metadata_json;         /**< JSON object carried from the prompt (by convention its "reference"
+                                            field is the reference answer rewards compare with), or NULL */
+    uint32_t sample_index;             /**< 0 … n−1 within its group */
+    const float *token_rewards;        /**< (n_completion_tokens) per-token (process) rewards, or NULL */
+} rlp_trajectory;
+
+/** Creates an empty batch. RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */
+RLP_API int rlp_batch_create(rlp_batch **out);
+
+/** Frees a batch. NULL is a no-op. */
+RLP_API void rlp_batch_free(rlp_batch *batch);
+
+/** Number of trajectories. */
+RLP_API int rlp_batch_size(size_t *out_count, const rlp_batch *batch);
+
+/**
+ * Fills @p out with a view of trajectory @p index (pointers borrowed; see
+ * rlp_trajectory). @p out->version must be set by the caller.
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, bad version, index out of range).
+ */
+RLP_API int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index);
+
+/**
+ * Appends a copy of @p traj (arrays and strings are copied). Checks that
+ * the per-token arrays are present when n_completion_tokens > 0, that
+ * logprobs are finite and ≤ 0, and that finish_reason is known.
+ * @return RLP_OK; RLP_E_INVALID_ARG (naming the field); RLP_E_NOMEM.
+ */
+RLP_API int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj);
+
+/** Moves every trajectory of @p src to the end of @p dst (src becomes empty). */
+RLP_API int rlp_batch_extend(rlp_batch *dst, rlp_batch *src);
+
+/** Sets the scalar reward of trajectory @p index (finite, else RLP_E_INVALID_ARG). */
+RLP_API int rlp_batch_set_reward(rlp_batch *batch, size_t index, float reward);
+
+/**
+ * Sets per-token (process) rewards of trajectory @p index: @p n must equal
+ * its completion length; values are copied and must be finite. NULL with
+ * n = 0 clears them.
+ */
+RLP_API int rlp_batch_set_token_rewards(rlp_batch *batch, size_t index, const float *rewards, size_t n);
+
+/** Marks trajectory @p index invalid with a reason (copied); it keeps its tokens. */
+RLP_API int rlp_batch_set_invalid(rlp_batch *batch, size_t index, const char *reason);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLPOST_BATCH_H */

@@ -1,0 +1,311 @@
+/**
+ * @file rlpost/policy.h
+ * @brief librlpost: the policy (rlp_policy): a causal LM with trainable weights and optimizer state.
+ *
+ * Part of the public API that rlpost.h includes as a whole (its comment
+ * states the conventions every function follows); this header may also be
+ * included alone.
+ */
+#ifndef RLPOST_POLICY_H
+#define RLPOST_POLICY_H
+
+#include "rlpost/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Policy: a causal LM with trainable weights and optimizer state           */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * One token sequence for scoring or training: a prompt followed by a
+ * completion, packed with others without padding.
+ *
+ * The logprob of token t (t ≥ max(n_prompt, 1)) is that of tokens[t] given
+ * tokens[0..t): so a sequence contributes n_tokens − max(n_prompt, 1)
+ * "scored" tokens, in order, to every per-token array of the policy API.
+ */
+typedef struct rlp_sequence {
+    const int32_t *tokens;  /**< (n_tokens) token ids; borrowed for the call */
+    uint32_t n_tokens;      /**< ≥ 1, ≤ the model's context length */
+    uint32_t n_prompt;      /**< tokens [0, n_prompt) are conditioning only */
+} rlp_sequence;
+
+/** Version of rlp_policy_options understood by this header. */
+#define RLP_POLICY_OPTIONS_VERSION 1
+
+/** Options of rlp_policy_load(). */
+typedef struct rlp_policy_options {
+    uint32_t version;                  /**< RLP_POLICY_OPTIONS_VERSION */
+    uint32_t head_chunk_tokens;        /**< rows of logits alive at once in the fused head (0 = 64) */
+    int32_t activation_checkpointing;  /**< 1: keep only layer inputs, recompute in backward */
+    int32_t trainable;                 /**< 0: frozen (no gradients or optimizer state; for π_ref) */
+} rlp_policy_options;
+
+#define RLP_POLICY_OPTIONS_INIT { RLP_POLICY_OPTIONS_VERSION, 0, 0, 1 }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_policy_options_init(rlp_policy_options *opts, uint32_t version);
+
+/** Learning-rate schedules (values fixed). */
+typedef enum rlp_lr_schedule {
+    RLP_LR_CONSTANT = 0,       /**< lr throughout */
+    RLP_LR_LINEAR_WARMUP = 1,  /**< lr·min(1, (t+1)/warmup), t = updates applied so far */
+    RLP_LR_COSINE = 2          /**< warmup, then lr·(r + (1−r)·½(1 + cos πp)), p = progress after warmup, r = min_lr_ratio */
+} rlp_lr_schedule;
+
+/** Version of rlp_optimizer_options understood by this header. */
+#define RLP_OPTIMIZER_OPTIONS_VERSION 1
+
+/**
+ * AdamW (Loshchilov & Hutter, ICLR 2019, Alg. 2) with bias correction and
+ * global-norm clipping. Weight decay is not applied to norms, biases and
+ * embeddings (a tied output head counts as the embedding).
+ */
+typedef struct rlp_optimizer_options {
+    uint32_t version;        /**< RLP_OPTIMIZER_OPTIONS_VERSION */
+    float lr;                /**< peak learning rate; default 1e-6 */
+    float beta1, beta2;      /**< defaults 0.9, 0.999 */
+    float eps;               /**< default 1e-8 */
+    float weight_decay;      /**< decoupled; default 0.01 */
+    float max_grad_norm;     /**< clip the global L2 norm to this; ≤ 0 = off; default 1.0 */
+    int32_t schedule;        /**< rlp_lr_schedule; default RLP_LR_CONSTANT */
+    int64_t warmup_steps;    /**< default 0 */
+    int64_t total_steps;     /**< for the cosine schedule */
+    float min_lr_ratio;      /**< cosine floor as a fraction of lr; default 0 */
+} rlp_optimizer_options;
+
+#define RLP_OPTIMIZER_OPTIONS_INIT \
+    { RLP_OPTIMIZER_OPTIONS_VERSION, 1e-6f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, RLP_LR_CONSTANT, 0, 0, 0.0f }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_optimizer_options_init(rlp_optimizer_options *opts, uint32_t version);
+
+/**
+ * What a loss function sees for one micro-batch, and where it writes.
+ *
+ * Per-token arrays cover the scored tokens of the micro-batch's sequences
+ * in order (see rlp_sequence); sequence i of the micro-batch owns entries
+ * [token_start[i], token_start[i+1]) and is sequence seq_index[i] of the
+ * whole step. The step totals let a loss normalise over the whole step, so
+ * that micro-batching does not change the gradient (token-mean divides by
+ * step_n_tokens, not by this micro-batch's count).
+ */
+typedef struct rlp_loss_context {
+    uint32_t version;              /**< 1 */
+    size_t n_seqs;                 /**< sequences in this micro-batch */
+    const size_t *seq_index;       /**< (n_seqs) index of each within the step */
+    const size_t *token_start;     /**< (n_seqs + 1) offsets into the per-token arrays */
+    size_t n_tokens;               /**< scored tokens in this micro-batch */
+    const float *logprobs;         /**< (n_tokens) log π_θ(token), temperature-scaled */
+    const float *entropy;          /**< (n_tokens) entropy of π_θ at that position (nats) */
+    size_t step_n_seqs;            /**< sequences in the whole step */
+    size_t step_n_tokens;          /**< scored tokens in the whole step */
+    float *dlogprobs;              /**< out (n_tokens): ∂L/∂logprobs, zeroed on entry */
+    float *dentropy;               /**< out (n_tokens): ∂L/∂entropy, zeroed on entry */
+    double loss;                   /**< out: this micro-batch's contribution to the step loss */
+} rlp_loss_context;
+
+/**
+ * A loss over per-token logprobs: fills ctx->dlogprobs (and optionally
+ * ctx->dentropy) and ctx->loss. Called on the thread that runs the train
+ * step, once per micro-batch. A non-zero return aborts the step
+ * (RLP_E_CALLBACK) with the weights untouched.
+ */
+typedef int (*rlp_loss_fn)(rlp_loss_context *ctx, void *payload);
+
+/**
+ * Built-in supervised loss: token-mean negative log-likelihood over the
+ * whole step, L = −Σ logp / step_n_tokens. @p payload is ignored.
+ * Usable as an rlp_loss_fn.
+ */
+RLP_API int rlp_loss_nll(rlp_loss_context *ctx, void *payload);
+
+/** Version of rlp_train_options understood by this header. */
+#define RLP_TRAIN_OPTIONS_VERSION 1
+
+/** Options of one rlp_policy_train_step(). */
+typedef struct rlp_train_options {
+    uint32_t version;              /**< RLP_TRAIN_OPTIONS_VERSION */
+    float temperature;             /**< logprobs under softmax(logits / T); must match the rollout's T; default 1 */
+    uint32_t micro_batch_tokens;   /**< pack at most this many tokens per forward/backward (0 = all at once);
+                                        a longer single sequence runs alone */
+} rlp_train_options;
+
+#define RLP_TRAIN_OPTIONS_INIT { RLP_TRAIN_OPTIONS_VERSION, 1.0f, 0 }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_train_options_init(rlp_train_options *opts, uint32_t version);
+
+/** Statistics of one train step. */
+typedef struct rlp_train_stats {
+    uint32_t version;              /**< set by the library (1) */
+    double loss;                   /**< Σ of the loss function's contributions */
+    double grad_norm;              /**< global L2 norm before clipping */
+    float lr;                      /**< learning rate used (0 when skipped) */
+    int32_t skipped;               /**< 1 if the gradient was not finite and no update was applied */
+    uint64_t policy_version;       /**< version after the step */
+    uint64_t n_seqs, n_tokens;     /**< sequences and scored tokens */
+    uint32_t n_micro_batches;
+    double mean_entropy;           /**< mean entropy over scored tokens (nats) */
+    double seconds;                /**< wall time of the step */
+} rlp_train_stats;
+
+/**
+ * Loads a policy: a GGUF file, a Hugging Face folder (config.json +
+ * *.safetensors [+ tokenizer.json]) or a llama2.c checkpoint (.bin).
+ *
+ * @param[out] out   new policy; free with rlp_policy_free()
+ * @param ctx        context whose backend the policy runs on; must outlive it
+ * @param path       file or folder
+ * @param opts       options or NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO; RLP_E_FORMAT (names the file
+ *         and field/tensor); RLP_E_UNSUPPORTED (architecture, dtype);
+ *         RLP_E_NOMEM.
+ */
+RLP_API int rlp_policy_load(rlp_policy **out, rlp_context *ctx, const char *path,
+                            const rlp_policy_options *opts);
+
+/** Storage dtypes for saved weights (values fixed). */
+typedef enum rlp_dtype {
+    RLP_DTYPE_F32 = 0,
+    RLP_DTYPE_F16 = 1,
+    RLP_DTYPE_BF16 = 2
+} rlp_dtype;
+
+/**
+ * Saves the policy's weights as a Hugging Face folder: config.json,
+ * model.safetensors (in @p dtype; a tied head is not stored) and
+ * generation_config.json, loadable by transformers, vLLM and SGLang, plus
+ * the tokenizer as tokenizer.json and tokenizer_config.json: copied when it
+ * came as such files, written from GGUF metadata when it came from a GGUF
+ * (byte-level BPE vocabularies; a SentencePiece GGUF vocabulary gives
+ * RLP_E_UNSUPPORTED after the weights are written). Each file is written to
+ * a temporary name and renamed.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (names the file).
+ */
+RLP_API int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype);
+
+/**
+ * Saves the optimizer state (AdamW moments, step count, skipped count) and
+ * the policy version to one safetensors file, atomically, for resume.
+ */
+RLP_API int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path);
+
+/**
+ * Restores what rlp_policy_save_optimizer() wrote into a trainable policy
+ * of the same architecture (RLP_E_FORMAT naming the tensor on a mismatch);
+ * the version is restored too. The weights are not touched.
+ */
+RLP_API int rlp_policy_load_optimizer(rlp_policy *policy, const char *path);
+
+/** Version of rlp_model_info filled by this library. */
+#define RLP_MODEL_INFO_VERSION 1
+
+/** What a model file holds (rlp_model_inspect()). */
+typedef struct rlp_model_info {
+    uint32_t version;            /**< set by the library */
+    char architecture[32];       /**< "llama", "qwen2", "mistral" */
+    char format[16];             /**< "gguf", "hf", "llama2c" */
+    int32_t n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, vocab_size;
+    int32_t context_length;
+    float rope_theta, rms_eps;
+    int32_t rope_scaling;        /**< 0 none, 1 llama3, 2 linear */
+    int32_t tie_embeddings;      /**< 1: the output head is the token embedding */
+    int32_t attention_bias;      /**< 1: q/k/v projections have biases */
+    uint64_t n_params;           /**< parameters, a tied head counted once */
+    uint64_t n_tensors;          /**< tensors stored in the file */
+    char dtypes[128];            /**< stored dtypes with tensor counts, e.g. "Q4_1:210 F32:61 Q8_0:1" */
+} rlp_model_info;
+
+/**
+ * Reads a model file or folder (as rlp_policy_load() would) and describes
+ * it. Thread-safe (no shared state).
+ * @return RLP_OK or the loader's error (RLP_E_IO, RLP_E_FORMAT, RLP_E_UNSUPPORTED).
+ */
+RLP_API int rlp_model_inspect(rlp_model_info *out, const char *path);
+
+/** Frees a policy (and its tokenizer). NULL is a no-op. */
+RLP_API void rlp_policy_free(rlp_policy *policy);
+
+/**
+ * A copy of the policy's current weights as a new policy (same context).
+ * With @p trainable = 0 the copy is frozen: no gradients or optimizer state
+ * (a reference policy π_ref, or a snapshot). The copy starts at the same
+ * version, with a fresh optimizer.
+ */
+RLP_API int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable);
+
+/**
+ * The tokenizer that came with the model (GGUF metadata or the HF folder's
+ * tokenizer.json), borrowed: valid until the policy is freed. NULL (with
+ * RLP_E_NOT_FOUND in rlp_error_last()) when the model file has none, as
+ * for llama2.c checkpoints.
+ */
+RLP_API const rlp_tokenizer *rlp_policy_tokenizer(const rlp_policy *policy);
+
+/** Optimizer steps applied so far (the policy version of the RL loop). */
+RLP_API int rlp_policy_version(uint64_t *out_version, const rlp_policy *policy);
+
+/** Number of parameters (a tied head counted once). */
+RLP_API int rlp_policy_n_params(uint64_t *out_count, const rlp_policy *policy);
+
+/** Memory held by a policy, in bytes. */
+typedef struct rlp_memory_stats {
+    uint32_t version;          /**< set by the library (1) */
+    uint64_t weights;          /**< parameters */
+    uint64_t gradients;        /**< gradient buffer (0 when frozen) */
+    uint64_t optimizer;        /**< AdamW moments (0 before the first step) */
+    uint64_t activations;      /**< activation buffers currently held */
+} rlp_memory_stats;
+
+/** Fills @p out with the policy's memory use. */
+RLP_API int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy);
+
+/** Sets the optimizer configuration (takes effect at the next step; the
+ *  moments are kept). */
+RLP_API int rlp_policy_set_optimizer(rlp_policy *policy, const rlp_optimizer_options *opts);
+
+/**
+ * Per-token logprobs (and entropies) of the scored tokens of @p seqs under
+ * softmax(logits / temperature). Peak memory above the weights does not
+ * grow with tokens × vocabulary (chunked fused head).
+ *
+ * @param[out] logprobs  (cap) floats: the scored tokens of all sequences, in order
+ * @param[out] entropy   (cap) floats, or NULL
+ * @param cap            capacity of the arrays; RLP_E_OVERFLOW if too small
+ * @param[out] n_out     scored tokens written (may be NULL)
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULLs, token ids outside the vocabulary,
+ *         a sequence longer than the context, temperature ≤ 0);
+ *         RLP_E_OVERFLOW; RLP_E_NOMEM.
+ * Not thread-safe on one policy.
+ */
+RLP_API int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs,
+                                float temperature, float *logprobs, float *entropy, size_t cap,
+                                size_t *n_out);
+
+/**
+ * One optimizer step: forward over @p seqs in micro-batches, the loss,
+ * backward (gradients accumulate across micro-batches), global-norm
+ * clipping, AdamW, version + 1. A non-finite gradient skips the update
+ * (stats->skipped = 1, weights untouched, version unchanged).
+ *
+ * @param policy   a trainable policy
+ * @param seqs     sequences; at least one must have a scored token
+ * @param loss     e.g. rlp_loss_nll, or the RL losses
+ * @param payload  passed to @p loss
+ * @param opts     options or NULL
+ * @param[out] stats  step statistics (may be NULL)
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_STATE (frozen policy);
+ *         RLP_E_CALLBACK (the loss failed; nothing applied); RLP_E_NOMEM.
+ */
+RLP_API int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs,
+                                  rlp_loss_fn loss, void *payload, const rlp_train_options *opts,
+                                  rlp_train_stats *stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLPOST_POLICY_H */
