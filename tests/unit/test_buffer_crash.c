@@ -215,7 +215,12 @@ static void test_kill9_rounds(void **state)
     gid_set consumed = {0}; /* taken by the parent's pulls */
     uint64_t total_reported = 0, torn_rounds = 0, extras = 0, compactions = 0;
     unlink(spill_path);
-    for (int round = 0; round < rounds; round++) {
+    /* Past the planned rounds it goes on (up to 8 times as many) until both
+     * paths were taken: on a loaded machine the pushers fsync slowly and a
+     * kill 1-40 ms in may find few pushes reported; more rounds, not a
+     * looser check, keep what the test covers. */
+    int round = 0;
+    for (; round < rounds || (round < 8 * rounds && !(total_reported > 100 && torn_rounds > 0)); round++) {
         int fds[2];
         assert_int_equal(pipe(fds), 0);
         pid_t pid = fork();
@@ -324,7 +329,7 @@ static void test_kill9_rounds(void **state)
     rlp_replay_buffer_free(buf);
     print_message("kill -9: %d rounds (seed %#llx), %llu pushes reported, %llu durable but unreported, %llu "
                   "consumed, %llu restarts cut a torn tail, %llu compactions by the restarts\n",
-                  rounds, (unsigned long long)seed, (unsigned long long)total_reported, (unsigned long long)extras,
+                  round, (unsigned long long)seed, (unsigned long long)total_reported, (unsigned long long)extras,
                   (unsigned long long)consumed.n, (unsigned long long)torn_rounds, (unsigned long long)compactions);
     assert_true(rounds < 20 || (total_reported > 100 && torn_rounds > 0)); /* both paths were taken */
     free(known.v);
