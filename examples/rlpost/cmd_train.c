@@ -1731,6 +1731,18 @@ static int same_setting(const char *key, json_t *saved, json_t *now)
     return eq;
 }
 
+/* The first key of what a resumed (or restarted) run must keep that
+ * differs between an earlier run's configuration and this one, or NULL. */
+static const char *changed_setting(json_t *saved, const json_t *cfg)
+{
+    static const char *const must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
+                                             "algorithm", "reward"};
+    for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
+        if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(cfg, must_match[i])))
+            return must_match[i];
+    return NULL;
+}
+
 /* Everything that can be refused before anything is written. */
 static int setup(run *r, const char *weights, int need_train)
 {
@@ -2109,16 +2121,14 @@ int cmd_train(int argc, char **argv)
             json_decref(r->cfg);
             return EXIT_USAGE;
         }
-        static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
-                                           "algorithm", "reward"};
-        for (size_t i = 0; prev && i < sizeof must_match / sizeof must_match[0]; i++)
-            if (!json_equal(json_object_get(prev, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
-                fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from that run's configuration (its "
-                        "config.json)\n", resume, must_match[i]);
-                json_decref(prev);
-                json_decref(r->cfg);
-                return EXIT_USAGE;
-            }
+        const char *changed = changed_setting(prev, r->cfg);
+        if (changed) {
+            fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from that run's configuration (its "
+                    "config.json)\n", resume, changed);
+            json_decref(prev);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
         json_decref(prev);
         if (lead)
             fprintf(stderr, "rlpost train: --resume %s: the run stopped before its first checkpoint; starting it "
@@ -2137,17 +2147,14 @@ int cmd_train(int argc, char **argv)
             json_decref(r->cfg);
             return EXIT_USAGE;
         }
-        json_t *saved = json_object_get(state, "config");
-        static const char *must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
-                                           "algorithm", "reward"};
-        for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
-            if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(r->cfg, must_match[i]))) {
-                fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from the checkpoint's configuration\n",
-                        resume, must_match[i]);
-                json_decref(state);
-                json_decref(r->cfg);
-                return EXIT_USAGE;
-            }
+        const char *changed = changed_setting(json_object_get(state, "config"), r->cfg);
+        if (changed) {
+            fprintf(stderr, "rlpost train: --resume %s: \"%s\" differs from the checkpoint's configuration\n",
+                    resume, changed);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
     }
     struct stat st;
     if (!lead) {
