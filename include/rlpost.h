@@ -5,7 +5,7 @@
  *
  * This is the public header: it includes every header of include/rlpost/
  * (core.h, then one per handle or concern: context, tokenizer, policy, batch,
- * rollout, algo, task, reward, buffer, sync, comm), each of which may also be
+ * rollout, algo, task, reward, buffer, sync, comm, trainer), each of which may also be
  * included alone. Everything they declare starts with `rlp_` or `RLP_`. Conventions that hold for every function unless its own comment
  * says otherwise:
  *
@@ -43,5 +43,6 @@
 #include "rlpost/buffer.h"
 #include "rlpost/sync.h"
 #include "rlpost/comm.h"
+#include "rlpost/trainer.h"
 
 #endif /* RLPOST_H */

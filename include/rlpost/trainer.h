@@ -1,0 +1,336 @@
+/**
+ * @file rlpost/trainer.h
+ * @brief librlpost: the run loop as library code — the trainer (rlp_trainer)
+ *        for synchronous, sequential-pull and asynchronous runs, and its
+ *        producer half, the rollout worker (rlp_rollout_worker).
+ *
+ * Part of the public API that rlpost.h includes as a whole (its comment
+ * states the conventions every function follows); this header may also be
+ * included alone.
+ *
+ * The three modes are configuration, not host code paths (Echo, Xiao et
+ * al. 2025; AReaL, Fu et al. 2025):
+ *
+ * - **RLP_TRAIN_SYNC**: each step generates its groups on an engine that
+ *   shares the policy's weights, scores them, trains. Staleness 0.
+ * - **RLP_TRAIN_PULL** (Echo's sequential pull): the rollout side is a
+ *   separate engine — a copy of the policy on the same context, or remote
+ *   workers (`rlpost serve`) — that pulls the latest version through a
+ *   synchronizer before each step's generation. Staleness 0.
+ * - **RLP_TRAIN_ASYNC** (Echo's asynchronous push-pull, AReaL's fully
+ *   asynchronous RL): a rollout worker thread generates, scores and pushes
+ *   groups into a replay buffer while the trainer trains; the
+ *   synchronizer's staleness gate admits a group only while it can still
+ *   be trained within η versions, and the buffer drops what is older. With
+ *   η = 0 the metrics equal those of a sync run bit for bit.
+ *
+ * Versions count RL steps: every rlp_trainer_step() that applies an update
+ * advances the policy's version by one, so the host never computes
+ * groups-per-version.
+ */
+#ifndef RLPOST_TRAINER_H
+#define RLPOST_TRAINER_H
+
+#include "rlpost/core.h"
+#include "rlpost/algo.h"
+#include "rlpost/rollout.h"
+#include "rlpost/task.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Runs RL steps: owns the rollout side (engines, synchronizer, replay buffer, rollout thread). */
+typedef struct rlp_trainer rlp_trainer;
+/** The producer half of an asynchronous run: admit, pull, generate, score, push. */
+typedef struct rlp_rollout_worker rlp_rollout_worker;
+
+/* ------------------------------------------------------------------------ */
+/* Trainer                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** How the rollout side keeps in step with training (values fixed). */
+typedef enum rlp_train_mode {
+    RLP_TRAIN_SYNC = 0,  /**< co-located engine sharing the weights; generate, score, train */
+    RLP_TRAIN_PULL = 1,  /**< Echo sequential pull: a separate engine pulls each version before generating */
+    RLP_TRAIN_ASYNC = 2  /**< Echo push-pull / AReaL: a rollout thread feeds a replay buffer under the gate */
+} rlp_train_mode;
+
+/** A reward function scored on each step's batch for the record only (not
+ *  the training reward), e.g. a format check or an accuracy verifier. */
+typedef struct rlp_trainer_metric {
+    rlp_reward_fn *fn;       /**< borrowed; must outlive the trainer; used by one trainer call at a time */
+    const char *mean_key;    /**< JSON key of the mean score over valid samples, or NULL; copied */
+    const char *rate_key;    /**< JSON key of the share of samples scoring ≥ threshold, or NULL; copied */
+    double threshold;        /**< for rate_key */
+} rlp_trainer_metric;
+
+/** Called with each step's scored batch before it trains (e.g. to write
+ *  samples); @p step is the step it belongs to (1-based). Runs on the
+ *  thread that called rlp_trainer_step(). Non-zero fails the step
+ *  (RLP_E_CALLBACK). The batch is borrowed for the call. */
+typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void *payload);
+
+/** Version of rlp_trainer_options understood by this header. */
+#define RLP_TRAINER_OPTIONS_VERSION 1
+
+/** Options of rlp_trainer_create(). Every pointer is borrowed for the call
+ *  and what it points to copied, unless said otherwise. */
+typedef struct rlp_trainer_options {
+    uint32_t version;               /**< RLP_TRAINER_OPTIONS_VERSION */
+    int32_t mode;                   /**< rlp_train_mode; default RLP_TRAIN_SYNC */
+    uint32_t max_staleness;         /**< η (RLP_TRAIN_ASYNC only): a group generated at version u is
+                                         trained at version v only if v − u ≤ η; default 1. Other
+                                         modes are on-policy: a non-zero η there is refused */
+    uint32_t prompts_per_step;      /**< G groups per RL step; default 8 */
+    uint64_t seed;                  /**< step k samples with a seed that is a pure function of (seed, k) */
+    rlp_sampling_options sampling;  /**< how completions are drawn; n is the group size (≥ 2 for GRPO);
+                                         its seed is ignored (see seed) */
+    rlp_rl_options rl;              /**< the RL step */
+    const rlp_policy *ref;          /**< frozen reference policy for a KL, or NULL; borrowed, must outlive */
+    const rlp_tokenizer *tokenizer; /**< renders the task's prompts and decodes completions for a model
+                                         without a tokenizer; NULL = the policy's; borrowed, must outlive */
+    uint32_t max_seq_len;           /**< local rollout engines: prompt + completion tokens; 0 = the model's */
+    uint32_t rollout_threads;       /**< ASYNC with a local engine: threads of the rollout side's own
+                                         context; 0 = as many as the policy's */
+    const char *const *worker_urls; /**< (n_worker_urls) `rlpost serve` base URLs: PULL and ASYNC generate
+                                         there instead of on a local copy; copied */
+    size_t n_worker_urls;
+    const char *api_key;            /**< bearer token of the workers, or NULL; copied */
+    const char *weights_dir;        /**< with worker_urls: where published versions are written for the
+                                         workers to load (required then); copied */
+    uint32_t worker_timeout_ms;     /**< per generate request to a worker; 0 = 300000 */
+    uint32_t worker_retries;        /**< a group whose request failed is generated again this many
+                                         times (any mode); default 2 */
+    const rlp_trainer_metric *metrics; /**< (n_metrics) scored on each step's batch for the record; copied */
+    size_t n_metrics;               /**< at most RLP_TRAINER_MAX_METRICS */
+    rlp_trainer_batch_fn on_batch;  /**< or NULL */
+    void *on_batch_payload;
+    rlp_comm *comm;                 /**< data parallelism: the ranks' group (also set on the policy with
+                                         rlp_policy_set_comm()); each rank generates its share of
+                                         every step's prompts and the step's scores are reduced. NULL
+                                         alone. Borrowed, must outlive the trainer */
+    uint32_t stall_polls;           /**< ASYNC: 200 ms waits with the gate closed and too few groups
+                                         buffered before a step fails as stalled; default 10 */
+} rlp_trainer_options;
+
+#define RLP_TRAINER_MAX_METRICS 8
+
+/** Fills @p opts with the defaults (sampling, rl: their own defaults). */
+RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
+
+/** Version of rlp_step_record understood by this header. */
+#define RLP_STEP_RECORD_VERSION 1
+
+/**
+ * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
+ * PULL mode the trainer waits while rollouts are generated and scored and
+ * the engine waits while the trainer trains; in ASYNC mode both run at
+ * once, and rollout_seconds, reward_seconds and rollout_idle_seconds are
+ * the rollout side's since the previous step.
+ */
+typedef struct rlp_step_record {
+    uint32_t version;              /**< RLP_STEP_RECORD_VERSION, set by the caller */
+    uint64_t step;                 /**< 1-based RL step */
+    uint64_t policy_version;       /**< after the step */
+    uint64_t epoch;                /**< the task epoch of the step's first prompt */
+    uint64_t sampling_seed;        /**< the seed its groups were drawn with (as a signed 63-bit value) */
+    const uint64_t *prompt_index;  /**< (n_prompts) record indices of its prompts; borrowed until the next
+                                        step or rlp_trainer_free() */
+    size_t n_prompts;
+    double reward_mean, reward_std, reward_min, reward_max; /**< over valid samples (this rank's with comm:
+                                                               reduced over all ranks); NaN when none */
+    uint64_t reward_valid;         /**< valid samples */
+    uint64_t reward_errors, reward_timeouts, reward_nonfinite, reward_crashed; /**< why samples were invalid */
+    uint64_t completions, completion_tokens, truncated;
+    double metric_mean[RLP_TRAINER_MAX_METRICS]; /**< per options.metrics; NaN when none valid */
+    double metric_rate[RLP_TRAINER_MAX_METRICS];
+    rlp_rl_stats rl;               /**< the RL step */
+    uint64_t buffer_dropped;       /**< ASYNC: groups dropped as stale since the previous step */
+    uint64_t buffer_dropped_total, buffer_size;
+    double rollout_seconds, reward_seconds, train_seconds, publish_seconds;
+    double trainer_idle_seconds, rollout_idle_seconds, step_seconds;
+    uint64_t rollout_tokens;       /**< completion tokens generated for this step (ASYNC: since the previous) */
+    double tokens_per_second;      /**< rollout_tokens / rollout_seconds; NaN when no time */
+} rlp_step_record;
+
+/**
+ * Creates a trainer over a trainable policy, a task and a reward function,
+ * and (PULL, ASYNC) the rollout side: engine, synchronizer, replay buffer,
+ * and publishes the policy's current version. Nothing runs until the
+ * first rlp_trainer_step(); ASYNC's rollout thread starts there.
+ *
+ * @param policy  trainable; borrowed, must outlive the trainer; the trainer
+ *                is its only user while it exists
+ * @param task    the training prompts; borrowed, must outlive the trainer;
+ *                the trainer (its rollout thread in ASYNC) draws from it
+ * @param reward  the training reward; borrowed, must outlive the trainer
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, a bad mode, η ≠ 0 outside
+ *         ASYNC, prompts_per_step = 0, group size < 1, worker_urls with
+ *         SYNC or without weights_dir, a metric without fn, too many
+ *         metrics); RLP_E_STATE (a frozen policy); RLP_E_NETWORK (a
+ *         worker URL is malformed); RLP_E_NOMEM; or the engine's,
+ *         synchronizer's or buffer's creation error.
+ */
+RLP_API int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rlp_reward_fn *reward,
+                               const rlp_trainer_options *opts);
+
+/**
+ * Runs one RL step: takes the step's groups (SYNC, PULL: generates and
+ * scores them now; ASYNC: waits for the rollout thread's, at most η
+ * versions old), scores the metrics, calls on_batch, trains
+ * (rlp_policy_train_rl) and publishes the new version to the rollout side.
+ *
+ * @param[out] rec  may be NULL; set rec->version first
+ * @return RLP_OK; RLP_E_CLOSED (rlp_trainer_interrupt() was called while
+ *         the step waited: nothing was trained, the trainer stays usable);
+ *         RLP_E_STATE (an earlier step failed: the trainer must be freed
+ *         and the run resumed from a checkpoint); RLP_E_TIMEOUT (ASYNC: the
+ *         staleness gate can never open again — a step applied no update —
+ *         resume from the last checkpoint); RLP_E_CALLBACK (on_batch
+ *         failed); otherwise the failing part's code with its message
+ *         (generation, a worker, the reward, the RL step, publishing).
+ *         After any error but RLP_E_CLOSED the trainer is failed.
+ */
+RLP_API int rlp_trainer_step(rlp_trainer *trainer, rlp_step_record *rec);
+
+/**
+ * The last step's record as one JSON object (the keys of metrics.jsonl:
+ * step, policy_version, epoch, prompt_index, sampling_seed, reward_*,
+ * the metrics' keys, completions, …, rl fields, buffer_*, *_seconds,
+ * tokens_per_second). Writes at most @p cap bytes including the NUL.
+ * @return RLP_OK; RLP_E_STATE (no step yet); RLP_E_OVERFLOW (@p cap too
+ *         small: *len_out says how much is needed).
+ */
+RLP_API int rlp_trainer_step_json(const rlp_trainer *trainer, char *buf, size_t cap, size_t *len_out);
+
+/**
+ * Asks a step waiting for rollouts to return RLP_E_CLOSED. Safe from any
+ * thread and from a signal handler (it only stores an atomic flag). The
+ * flag is cleared when a step returns.
+ */
+RLP_API int rlp_trainer_interrupt(rlp_trainer *trainer);
+
+/**
+ * Stops the rollout side (ASYNC: the thread stops, a generate call in
+ * flight is aborted, nothing half-done is pushed), e.g. so that a final
+ * evaluation has the cores to itself. A later step fails (RLP_E_CLOSED).
+ */
+RLP_API int rlp_trainer_stop(rlp_trainer *trainer);
+
+/** Steps done (resumed ones included). */
+RLP_API int rlp_trainer_steps_done(uint64_t *out_steps, const rlp_trainer *trainer);
+
+/**
+ * Writes a checkpoint into folder @p dir (created; files replaced
+ * atomically): the weights (rlp_policy_save, @p dtype), the optimizer
+ * state (optimizer.safetensors) and trainer.json (the step, the task
+ * cursor after the last trained prompt, the options that a resume must
+ * match, and @p host_json under "host" when not NULL). In ASYNC mode the
+ * cursor stands before any prompt generated but not yet trained, so a
+ * resume generates them again rather than skip them.
+ * @return RLP_OK; RLP_E_INVALID_ARG (@p host_json not a JSON object);
+ *         RLP_E_IO.
+ */
+RLP_API int rlp_trainer_checkpoint(rlp_trainer *trainer, const char *dir, int dtype, const char *host_json);
+
+/**
+ * Resumes from a checkpoint folder written by rlp_trainer_checkpoint():
+ * restores the optimizer state, the task cursor and the step count. The
+ * policy must already hold the checkpoint's weights (load it from @p dir).
+ * Call before the first step.
+ * @return RLP_OK; RLP_E_STATE (a step already ran); RLP_E_NOT_FOUND (no
+ *         trainer.json); RLP_E_FORMAT (malformed); RLP_E_INVALID_ARG (the
+ *         checkpoint was taken with other options — the message names the
+ *         option — or its policy version differs from the policy's).
+ */
+RLP_API int rlp_trainer_resume(rlp_trainer *trainer, const char *dir);
+
+/** Frees the trainer: stops the rollout side and frees what it created
+ *  (not the policy, task, reward or metrics). NULL is a no-op. */
+RLP_API void rlp_trainer_free(rlp_trainer *trainer);
+
+/* ------------------------------------------------------------------------ */
+/* Rollout worker: the producer half                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Version of rlp_rollout_worker_options understood by this header. */
+#define RLP_ROLLOUT_WORKER_OPTIONS_VERSION 1
+
+/** Options of rlp_rollout_worker_create(). */
+typedef struct rlp_rollout_worker_options {
+    uint32_t version;               /**< RLP_ROLLOUT_WORKER_OPTIONS_VERSION */
+    uint32_t prompts_per_batch;     /**< G groups generated, scored and pushed together; default 8 */
+    uint64_t seed;                  /**< batch j is drawn with a seed that is a pure function of (seed, j + 1) */
+    uint64_t first_batch;           /**< j of the first batch (a resumed run's steps done) */
+    rlp_sampling_options sampling;  /**< n is the group size; its seed is ignored */
+    const rlp_tokenizer *tokenizer; /**< renders prompts and decodes completions; NULL = the engine's */
+    uint32_t retries;               /**< a group whose request failed is generated again; default 2 */
+    int32_t network_pull_ok;        /**< 1: a failed pull (RLP_E_NETWORK: some remote worker did not load the
+                                         version) is a warning and generation goes on; default 0 */
+    rlp_log_fn log_fn;              /**< warnings; NULL = stderr */
+    void *log_payload;
+} rlp_rollout_worker_options;
+
+/** Fills @p opts with the defaults. */
+RLP_API int rlp_rollout_worker_options_init(rlp_rollout_worker_options *opts, uint32_t version);
+
+/** Counters of a rollout worker (cumulative since creation). */
+typedef struct rlp_rollout_worker_stats {
+    uint32_t version;              /**< set by the caller (1) */
+    uint64_t batches, groups_pushed, groups_released; /**< released = admitted but not pushed */
+    uint64_t tokens;               /**< completion tokens generated */
+    double generate_seconds, reward_seconds, idle_seconds; /**< idle: at the gate or a full buffer */
+    uint64_t reward_errors, reward_timeouts, reward_nonfinite, reward_crashed;
+    int32_t at_gate;               /**< 1 while waiting for the staleness gate */
+    int32_t running;               /**< 1 while its thread runs */
+} rlp_rollout_worker_stats;
+
+/**
+ * Creates the producer half of an asynchronous run: per batch it admits G
+ * groups through @p sync's staleness gate, pulls the latest version into
+ * @p engine, draws G prompts from @p task, generates (retrying failed
+ * groups), scores with @p reward, tags every group with its provenance
+ * (prompt index, epoch, task position, sampling seed) and pushes it whole
+ * into @p buffer; a failure releases its gate slots unaccepted.
+ *
+ * All handles are borrowed and must outlive the worker; @p buffer should
+ * be attached to @p sync (rlp_buffer_options::sync) so that both judge
+ * staleness by one version and one η.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOMEM.
+ */
+RLP_API int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engine, rlp_task *task,
+                                      rlp_reward_fn *reward, rlp_synchronizer *sync, rlp_replay_buffer *buffer,
+                                      const rlp_rollout_worker_options *opts);
+
+/**
+ * Produces one batch on the calling thread (admit, pull, generate, score,
+ * push). @return RLP_OK; RLP_E_CLOSED (the gate or the buffer was closed,
+ * or the worker stopped); the failing part's code otherwise.
+ */
+RLP_API int rlp_rollout_worker_run_once(rlp_rollout_worker *worker);
+
+/** Starts a thread that runs batches until rlp_rollout_worker_stop() or a
+ *  failure (rlp_rollout_worker_error() tells which). RLP_E_STATE if running. */
+RLP_API int rlp_rollout_worker_start(rlp_rollout_worker *worker);
+
+/** Stops the thread: closes the gate and the buffer, aborts a generate
+ *  call in flight, joins. Nothing half-done is pushed. */
+RLP_API int rlp_rollout_worker_stop(rlp_rollout_worker *worker);
+
+/** RLP_OK while the worker is healthy; else the code its thread failed
+ *  with, and its message (borrowed, valid until the worker is freed) in
+ *  @p *message when not NULL. Thread-safe. */
+RLP_API int rlp_rollout_worker_error(const rlp_rollout_worker *worker, const char **message);
+
+/** Copies the counters. Thread-safe. */
+RLP_API int rlp_rollout_worker_stats_get(rlp_rollout_worker_stats *out, const rlp_rollout_worker *worker);
+
+/** Stops (if running) and frees. NULL is a no-op. */
+RLP_API void rlp_rollout_worker_free(rlp_rollout_worker *worker);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RLPOST_TRAINER_H */
