@@ -14,6 +14,7 @@ allowed() {  # folder -> the folders it may include
     algo | rollout) echo "core backend optim dist model" ;;
     sync) echo "core backend optim dist model rollout" ;;
     reward | task | buffer) echo "core" ;;
+    train) echo "core backend optim dist model algo rollout sync reward task buffer" ;;
     *) echo "?" ;;
   esac
 }

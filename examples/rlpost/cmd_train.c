@@ -13,7 +13,6 @@
 #include "commands.h"
 #include "json_out.h"
 #include "rlpost.h"
-#include "eval_stats.h"
 #include "train.h"
 #include "train_config.h"
 
@@ -61,11 +60,14 @@ typedef int (*reward_entry_fn)(rlp_reward_fn **out, const char *options_json);
 
 
 static volatile sig_atomic_t stop_requested;
+static rlp_trainer *volatile the_trainer; /* a step waiting for rollouts returns at once */
 
 static void on_sigint(int sig)
 {
     (void)sig;
     stop_requested = 1;
+    if (the_trainer)
+        rlp_trainer_interrupt(the_trainer);
     signal(SIGINT, SIG_DFL); /* a second Ctrl-C ends the process at once */
 }
 
@@ -639,241 +641,6 @@ static int make_metric_scorers(run *r)
 /* Generate and score                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Prompts of a set, with token ids from the external tokenizer when the
- * model has none (token-level models such as llama2.c checkpoints). */
-typedef struct prompts {
-    rlp_prompt *p;
-    int32_t **ids;
-    size_t n;
-} prompts;
-
-static void prompts_free(prompts *ps)
-{
-    for (size_t i = 0; ps->ids && i < ps->n; i++)
-        free(ps->ids[i]);
-    free(ps->ids);
-    free(ps->p);
-    memset(ps, 0, sizeof *ps);
-}
-
-static int prompts_make(run *r, const rlp_prompt_set *set, prompts *ps)
-{
-    size_t n;
-    rlp_prompt_set_size(&n, set);
-    ps->n = n;
-    ps->p = calloc(n, sizeof *ps->p);
-    ps->ids = calloc(n, sizeof *ps->ids);
-    if (!ps->p || !ps->ids)
-        return RLP_E_NOMEM;
-    memcpy(ps->p, rlp_prompt_set_prompts(set), n * sizeof *ps->p);
-    if (!r->ext_tok)
-        return RLP_OK;
-    for (size_t i = 0; i < n; i++) {
-        const char *text = ps->p[i].text ? ps->p[i].text : "";
-        size_t cap = strlen(text) * 4 + 8, got = 0;
-        ps->ids[i] = malloc(cap * sizeof(int32_t));
-        if (!ps->ids[i])
-            return RLP_E_NOMEM;
-        int rc = rlp_tokenizer_encode(r->ext_tok, text, strlen(text), RLP_ENCODE_ADD_BOS, ps->ids[i], cap, &got);
-        if (rc)
-            return rc;
-        ps->p[i].tokens = ps->ids[i];
-        ps->p[i].n_tokens = got;
-    }
-    return RLP_OK;
-}
-
-/* With an external tokenizer the engine has no text: decode it here. */
-static int add_texts(run *r, rlp_batch **batch)
-{
-    size_t n;
-    rlp_batch_size(&n, *batch);
-    rlp_batch *nb;
-    int rc = rlp_batch_create(&nb);
-    for (size_t i = 0; !rc && i < n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        if ((rc = rlp_batch_get(&t, *batch, i)))
-            break;
-        size_t cap = 16 * t.n_completion_tokens + 16, len = 0;
-        char *text = malloc(cap);
-        if (!text) {
-            rc = RLP_E_NOMEM;
-            break;
-        }
-        rc = rlp_tokenizer_decode(r->ext_tok, t.completion_tokens, t.n_completion_tokens, RLP_DECODE_SKIP_SPECIAL,
-                                  text, cap, &len);
-        if (!rc) {
-            t.completion_text = text;
-            rc = rlp_batch_append(nb, &t);
-        }
-        free(text);
-    }
-    if (rc) {
-        rlp_batch_free(nb);
-        return rc;
-    }
-    rlp_batch_free(*batch);
-    *batch = nb;
-    return RLP_OK;
-}
-
-/* Prompts whose group holds a RLP_FINISH_ERROR trajectory (a remote
- * request that failed after the client's retries on every URL); the
- * message of the first in @p why. */
-static size_t failed_groups(const rlp_batch *b, size_t n_prompts, unsigned char *failed, char *why, size_t cap)
-{
-    size_t n, k = 0;
-    rlp_batch_size(&n, b);
-    size_t per = n_prompts ? n / n_prompts : 0;
-    memset(failed, 0, n_prompts);
-    for (size_t i = 0; per && i < n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        if (rlp_batch_get(&t, b, i) || t.finish_reason != RLP_FINISH_ERROR || failed[i / per])
-            continue;
-        if (!k)
-            fmt(why, cap, "%s", t.error ? t.error : "request failed");
-        failed[i / per] = 1;
-        k++;
-    }
-    return k;
-}
-
-/* Replaces the groups of the failed prompts in *b by those of @p redo
- * (generated for exactly the failed prompts, in order). */
-static int merge_groups(rlp_batch **b, const rlp_batch *redo, size_t n_prompts, const unsigned char *failed)
-{
-    size_t n;
-    rlp_batch_size(&n, *b);
-    size_t per = n / n_prompts, r_i = 0;
-    rlp_batch *nb;
-    int rc = rlp_batch_create(&nb);
-    for (size_t p = 0; !rc && p < n_prompts; p++) {
-        for (size_t j = 0; !rc && j < per; j++) {
-            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            rc = failed[p] ? rlp_batch_get(&t, redo, r_i * per + j) : rlp_batch_get(&t, *b, p * per + j);
-            if (!rc)
-                rc = rlp_batch_append(nb, &t);
-        }
-        r_i += failed[p];
-    }
-    if (rc) {
-        rlp_batch_free(nb);
-        return rc;
-    }
-    rlp_batch_free(*b);
-    *b = nb;
-    return RLP_OK;
-}
-
-int train_generate(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, const rlp_sampling_options *s,
-                   rlp_batch **out, char *err)
-{
-    return train_generate_range(r, engine, set, 0, SIZE_MAX, s, out, err);
-}
-
-int train_generate_range(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
-                         size_t count, const rlp_sampling_options *s, rlp_batch **out, char *err)
-{
-    prompts ps = {0};
-    rlp_batch *b = NULL;
-    unsigned char *failed = NULL;
-    rlp_prompt *redo = NULL;
-    int rc = prompts_make(r, set, &ps);
-    if (!rc && first > 0) {
-        /* a rank's share: drop the prompts before it */
-        first = first < ps.n ? first : ps.n;
-        for (size_t i = 0; i < first; i++)
-            free(ps.ids[i]);
-        memmove(ps.p, ps.p + first, (ps.n - first) * sizeof *ps.p);
-        memmove(ps.ids, ps.ids + first, (ps.n - first) * sizeof *ps.ids);
-        ps.n -= first;
-    }
-    if (!rc && count < ps.n) {
-        for (size_t i = count; i < ps.n; i++)
-            free(ps.ids[i]);
-        ps.n = count;
-    }
-    if (!rc)
-        rc = rlp_rollout_generate(&b, engine, ps.p, ps.n, s, NULL, NULL);
-    if (rc)
-        fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-    if (!rc && (!(failed = malloc(ps.n)) || !(redo = malloc(ps.n * sizeof *redo)))) {
-        rc = RLP_E_NOMEM;
-        fmt(err, ERR_CAP, "out of memory");
-    }
-    /* a remote group that failed (its request failed on every URL) is
-     * generated again, so that every group trains or none does */
-    for (int attempt = 0; !rc; attempt++) {
-        char why[256];
-        size_t k = failed_groups(b, ps.n, failed, why, sizeof why);
-        if (!k)
-            break;
-        if (attempt == 2) {
-            fmt(err, ERR_CAP, "%zu of %zu prompt groups failed 3 times, the last with: %s", k, ps.n, why);
-            rc = RLP_E_NETWORK;
-            break;
-        }
-        size_t m = 0;
-        for (size_t i = 0; i < ps.n; i++)
-            if (failed[i])
-                redo[m++] = ps.p[i];
-        rlp_batch *again = NULL;
-        if ((rc = rlp_rollout_generate(&again, engine, redo, m, s, NULL, NULL)) != RLP_OK ||
-            (rc = merge_groups(&b, again, ps.n, failed)) != RLP_OK)
-            fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-        rlp_batch_free(again);
-    }
-    free(failed);
-    free(redo);
-    prompts_free(&ps);
-    if (!rc && r->ext_tok && (rc = add_texts(r, &b)) != RLP_OK)
-        fmt(err, ERR_CAP, "decoding completions: %s", rlp_error_last());
-    if (rc) {
-        rlp_batch_free(b);
-        return rc;
-    }
-    *out = b;
-    return RLP_OK;
-}
-
-json_t *train_prompt_ids(const rlp_prompt_set *set, uint64_t *epoch)
-{
-    size_t n = 0;
-    rlp_prompt_set_size(&n, set);
-    json_t *ids = json_array();
-    *epoch = 0;
-    for (size_t i = 0; i < n; i++) {
-        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
-        if (!rlp_prompt_set_item(&it, set, i)) {
-            json_array_append_new(ids, json_integer((json_int_t)it.index));
-            if (i == 0)
-                *epoch = it.epoch;
-        }
-    }
-    return ids;
-}
-
-/* The engine of a training generate call in sync and pull mode (a pull
- * engine gets the policy's weights first; with rollout.urls the workers
- * load the latest published version). */
-static int generate(run *r, rlp_rollout_engine *engine, int refresh, int share, const rlp_prompt_set *set,
-                    const rlp_sampling_options *s, rlp_batch **out, char *err)
-{
-    if (refresh) {
-        int rc = rlp_rollout_engine_update_weights(engine, r->policy);
-        if (rc) {
-            fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-            return rc;
-        }
-    }
-    size_t n = 0, first = 0, count;
-    rlp_prompt_set_size(&n, set);
-    count = n;
-    if (share && r->world > 1) /* a training step: this rank's share (evaluations run whole on rank 0) */
-        train_dist_share(r, n, &first, &count);
-    return train_generate_range(r, engine, set, first, count, s, out, err);
-}
-
 typedef struct scores {
     size_t n, n_valid;
     double mean, std, min, max;
@@ -970,46 +737,6 @@ static void reward_summary(const rlp_batch *batch, scores *sc)
     }
 }
 
-/* Several ranks: the step's scores over all ranks' completions (each
- * rank scored its share). Rates and means are weighted by completions (by
- * valid ones for the reward). */
-static int scores_reduce(run *r, scores *sc)
-{
-    double n = (double)sc->n, v = (double)sc->n_valid;
-    double sum = v > 0 ? sc->mean * v : 0, sq = v > 1 ? sc->std * sc->std * (v - 1) + sum * sc->mean : sum * sc->mean;
-    int has_fmt = !isnan(sc->format_rate), has_acc = !isnan(sc->accuracy), has_parse = !isnan(sc->parse_rate);
-    double a[] = {n, v, sum, sq, has_fmt ? sc->format_rate * n : 0, has_fmt && !isnan(sc->format_mean) ? sc->format_mean * n : 0,
-                  has_acc ? sc->accuracy * n : 0, (double)sc->completion_tokens, (double)sc->truncated,
-                  has_parse ? sc->parse_rate * n : 0, (double)sc->reward_failed[0], (double)sc->reward_failed[1],
-                  (double)sc->reward_failed[2], (double)sc->reward_failed[3]};
-    double range[2] = {v > 0 ? sc->min : INFINITY, v > 0 ? -sc->max : INFINITY}; /* min, −max: one call */
-    if (rlp_comm_all_reduce(r->comm, a, sizeof a / sizeof *a, RLP_REDUCE_SUM) ||
-        rlp_comm_all_reduce(r->comm, range, 2, RLP_REDUCE_MIN))
-        return -1;
-    sc->n = (size_t)a[0];
-    sc->n_valid = (size_t)a[1];
-    sc->completion_tokens = (size_t)a[7];
-    sc->truncated = (size_t)a[8];
-    for (int k = 0; k < 4; k++)
-        sc->reward_failed[k] = (uint64_t)a[10 + k];
-    if (sc->n_valid) {
-        sc->mean = a[2] / a[1];
-        sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (a[3] - a[2] * sc->mean) / (a[1] - 1))) : 0;
-        sc->min = range[0];
-        sc->max = -range[1];
-    } else
-        sc->mean = sc->std = sc->min = sc->max = NAN;
-    if (has_fmt) {
-        sc->format_rate = a[0] > 0 ? a[4] / a[0] : NAN;
-        sc->format_mean = a[0] > 0 ? a[5] / a[0] : NAN;
-    }
-    if (has_acc)
-        sc->accuracy = a[0] > 0 ? a[6] / a[0] : NAN;
-    if (has_parse)
-        sc->parse_rate = a[0] > 0 ? a[9] / a[0] : NAN;
-    return 0;
-}
-
 /* Format, accuracy and answer parsing first, the training reward last:
  * what stays in the batch is the reward the step trains on. With det, the
  * per-sample scores are kept too (and each term of a combined reward, when
@@ -1043,44 +770,6 @@ static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int t
         if (det)
             det->reward = keep_rewards(batch);
     }
-    return rc;
-}
-
-static int score(run *r, rlp_batch *batch, scores *sc)
-{
-    return score_detail(r, batch, sc, NULL, 0);
-}
-
-/* The metrics of a batch the rollout side has scored already (async):
- * format and accuracy are measured on a copy, so that the batch keeps the
- * reward the step trains on. */
-static int score_scored(run *r, const rlp_batch *batch, scores *sc)
-{
-    memset(sc, 0, sizeof *sc);
-    sc->format_rate = sc->format_mean = sc->accuracy = sc->parse_rate = NAN;
-    int rc = RLP_OK;
-    if (r->format_fn || r->acc_fn || r->parse_fn) {
-        size_t n;
-        rlp_batch_size(&n, batch);
-        rlp_batch *copy;
-        if ((rc = rlp_batch_create(&copy)))
-            return rc;
-        for (size_t i = 0; !rc && i < n; i++) {
-            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            if (!(rc = rlp_batch_get(&t, batch, i)))
-                rc = rlp_batch_append(copy, &t);
-        }
-        double unused;
-        if (!rc && r->format_fn)
-            rc = score_with(r->format_fn, copy, 0.5, &sc->format_rate, &sc->format_mean);
-        if (!rc && r->acc_fn)
-            rc = score_with(r->acc_fn, copy, r->acc_threshold, &sc->accuracy, &unused);
-        if (!rc && r->parse_fn)
-            rc = score_with(r->parse_fn, copy, 0.5, &sc->parse_rate, &unused);
-        rlp_batch_free(copy);
-    }
-    if (!rc)
-        reward_summary(batch, sc);
     return rc;
 }
 
@@ -1196,11 +885,9 @@ static void prune_checkpoints(const char *dir, long long step, long long keep)
 }
 
 /* OUTPUT/checkpoints/step_K/: weights, optimizer.safetensors, state.json,
- * written as .tmp-step_K and renamed; then "latest" names it. @p cursor:
- * the task cursor after the prompts of step K (async: the rollout thread
- * owns the task and has served prompts beyond it), or NULL to read the
- * task's own. */
-static int checkpoint(run *r, long long step, const char *cursor_json)
+ * written as .tmp-step_K (rlp_trainer_checkpoint, with the run's
+ * configuration in state.json) and renamed; then "latest" names it. */
+static int checkpoint(run *r, long long step)
 {
     char dir[PATH_MAX], tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
     fmt(dir, sizeof dir, "%s/checkpoints", r->out);
@@ -1211,45 +898,13 @@ static int checkpoint(run *r, long long step, const char *cursor_json)
         return -1;
     }
     rm_tree(tmp);
-    if (mkdir(tmp, 0777)) {
-        fprintf(stderr, "rlpost train: cannot create '%s': %s\n", tmp, strerror(errno));
-        return -1;
-    }
-    int rc = rlp_policy_save(r->policy, tmp, r->dtype);
-    /* a model without a tokenizer of its own still has its weights saved */
-    if (rc == RLP_E_UNSUPPORTED)
-        rc = RLP_OK;
-    fmt(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (!rc)
-        rc = rlp_policy_save_optimizer(r->policy, path);
-    if (rc) {
-        fprintf(stderr, "rlpost train: checkpoint %s: %s\n", tmp, rlp_error_last());
-        return -1;
-    }
-    char cursor[512];
-    size_t clen;
-    if (cursor_json)
-        fmt(cursor, sizeof cursor, "%s", cursor_json);
-    else
-        rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen);
-    uint64_t version = 0;
-    rlp_policy_version(&version, r->policy);
-    json_t *state = json_object();
-    json_object_set_new(state, "step", json_integer(step));
-    json_object_set_new(state, "version", json_integer((json_int_t)version));
-    json_object_set_new(state, "cursor", json_loads(cursor, 0, NULL));
-    json_object_set_new(state, "seed", json_integer(cfg_int(r->cfg, "seed")));
-    json_object_set_new(state, "sampling_seed_next", json_integer((json_int_t)(mix_seed((uint64_t)cfg_int(r->cfg, "seed"),
-                                                                                        (uint64_t)step + 1) >> 1)));
-    json_object_set_new(state, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
-    json_object_set(state, "config", r->cfg);
-    char *text = json_dumps(state, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    json_decref(state);
-    fmt(path, sizeof path, "%s/state.json", tmp);
-    int bad = write_atomic(path, text);
-    free(text);
-    if (bad || fsync_path(tmp)) {
-        fprintf(stderr, "rlpost train: cannot write '%s': %s\n", path, strerror(errno));
+    json_t *host = json_pack("{s:O}", "config", r->cfg);
+    char *host_text = json_dumps(host, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(host);
+    int rc = host_text ? rlp_trainer_checkpoint(r->trainer, tmp, r->dtype, host_text) : RLP_E_NOMEM;
+    free(host_text);
+    if (rc || fsync_path(tmp)) {
+        fprintf(stderr, "rlpost train: checkpoint %s: %s\n", tmp, rc ? rlp_error_last() : strerror(errno));
         return -1;
     }
     rm_tree(fin);
@@ -1424,8 +1079,10 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
     rlp_batch *batch = NULL;
     scores sc;
     detail d = {0};
-    int rc = generate(r, r->engine, r->pull && !r->remote, 0, set, &s, &batch, err);
-    if (!rc && (rc = score_detail(r, batch, &sc, &d, 1)) != RLP_OK)
+    int rc = rlp_trainer_generate(&batch, r->trainer, set, &s);
+    if (!rc)
+        rc = score_detail(r, batch, &sc, &d, 1);
+    if (rc)
         fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
     size_t total = 0;
     if (!rc)
@@ -1463,14 +1120,14 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
         /* greedy: one Bernoulli trial per prompt (Wilson); sampled: the k
          * samples of a prompt are correlated, so prompts are resampled */
         if (greedy)
-            eval_wilson(hits, total, EVAL_Z95, &lo, &hi);
+            rlp_stats_wilson(&lo, &hi, hits, total, EVAL_Z95);
         else
-            eval_bootstrap_mean(per, n, EVAL_BOOTSTRAP, (uint64_t)step * 2 + 1, &lo, &hi);
+            rlp_stats_bootstrap_mean(&lo, &hi, per, n, EVAL_BOOTSTRAP, (uint64_t)step * 2 + 1);
         fmt(key, sizeof key, "%s_accuracy_ci", mode);
         json_object_set_new(rec, key, r->acc_fn ? json_pack("[f, f]", lo, hi) : json_null());
         fmt(key, sizeof key, "%s_format_rate", mode);
         json_object_set_new(rec, key, r->format_fn ? json_real((double)fmt_hits / (double)total) : json_null());
-        eval_wilson(fmt_hits, total, EVAL_Z95, &lo, &hi);
+        rlp_stats_wilson(&lo, &hi, fmt_hits, total, EVAL_Z95);
         fmt(key, sizeof key, "%s_format_rate_ci", mode);
         json_object_set_new(rec, key, r->format_fn ? json_pack("[f, f]", lo, hi) : json_null());
         fmt(key, sizeof key, "%s_answer_parse_rate", mode);
@@ -1645,7 +1302,7 @@ static json_t *eval_change(const json_t *first, const json_t *last)
             sb += y[i] = json_number_value(json_array_get(b, i));
         }
         if (x && y)
-            eval_bootstrap_paired(x, y, n, EVAL_BOOTSTRAP, UINT64_C(0x5eed), &lo, &hi);
+            rlp_stats_bootstrap_paired(&lo, &hi, x, y, n, EVAL_BOOTSTRAP, UINT64_C(0x5eed));
         json_object_set_new(out, modes[m], json_pack("{s:f, s:f, s:f, s:[f, f], s:b}", "first", sa / (double)n,
                                                      "last", sb / (double)n, "delta", (sb - sa) / (double)n,
                                                      "delta_ci", lo, hi, "ci_excludes_zero", lo > 0 || hi < 0));
@@ -1707,6 +1364,15 @@ static void step_samples(run *r, const rlp_batch *batch, long long step)
     free(pick);
 }
 
+/* The trainer's on_batch: rank 0 writes each step's samples. */
+static int on_train_batch(const rlp_batch *batch, uint64_t step, void *payload)
+{
+    run *r = payload;
+    if (r->rank == 0)
+        step_samples(r, batch, (long long)step);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Setup shared by train and eval                                           */
 /* ------------------------------------------------------------------------ */
@@ -1743,6 +1409,79 @@ static const char *changed_setting(json_t *saved, const json_t *cfg)
     return NULL;
 }
 
+/* The trainer (lib/train): the run's options from the configuration. With
+ * sync.mode "async" and a local engine the rollout side gets a context and
+ * a copy of the policy of its own (half the threads). `rlpost eval` uses a
+ * sync trainer over the frozen policy for its completions. */
+static int make_trainer(run *r, int need_train)
+{
+    rlp_trainer_options o;
+    rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION);
+    o.mode = !need_train ? RLP_TRAIN_SYNC : r->async ? RLP_TRAIN_ASYNC : r->pull ? RLP_TRAIN_PULL : RLP_TRAIN_SYNC;
+    o.max_staleness = o.mode == RLP_TRAIN_ASYNC ? (uint32_t)cfg_int(r->cfg, "sync.staleness") : 0;
+    o.prompts_per_step = (uint32_t)cfg_int(r->cfg, "prompts_per_step");
+    o.seed = (uint64_t)cfg_int(r->cfg, "seed");
+    o.sampling = r->sampling;
+    o.rl = r->rl;
+    o.ref = r->ref;
+    o.tokenizer = r->ext_tok;
+    o.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
+    /* the engine on the trainer's context generates the training rollouts
+     * in sync and local pull mode, and the evaluations in every mode */
+    long long eval_n = cfg_int(r->cfg, "eval.n");
+    long long mb = !need_train || !(r->async || r->remote) ? cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size") : 1;
+    mb = eval_n > mb ? eval_n : mb;
+    o.max_batch = (uint32_t)(mb < 256 ? mb : 256);
+    o.comm = r->comm;
+    const char *urls[64];
+    json_t *ju = cfg_get(r->cfg, "rollout.urls");
+    for (size_t i = 0; need_train && i < json_array_size(ju) && i < 64; i++)
+        urls[o.n_worker_urls++] = json_string_value(json_array_get(ju, i));
+    o.worker_urls = urls;
+    o.api_key = getenv("RLPOST_SERVE_TOKEN");
+    char wdir[PATH_MAX];
+    const char *wd = cfg_str(r->cfg, "sync.weights_dir");
+    fmt(wdir, sizeof wdir, "%s", wd ? wd : "");
+    if (!wd)
+        fmt(wdir, sizeof wdir, "%s/weights", r->out);
+    o.weights_dir = wdir;
+    /* what metrics.jsonl reports besides the reward */
+    rlp_trainer_metric m[3];
+    if (r->format_fn)
+        m[o.n_metrics++] = (rlp_trainer_metric){r->format_fn, "format_reward_mean", "format_rate", 0.5};
+    if (r->acc_fn)
+        m[o.n_metrics++] = (rlp_trainer_metric){r->acc_fn, NULL, "accuracy", r->acc_threshold};
+    if (r->parse_fn)
+        m[o.n_metrics++] = (rlp_trainer_metric){r->parse_fn, NULL, "answer_parse_rate", 0.5};
+    o.metrics = m;
+    o.on_batch = on_train_batch;
+    o.on_batch_payload = r;
+    rlp_policy *copy = NULL;
+    int rc = RLP_OK;
+    if (need_train && r->async && !r->remote) {
+        rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+        co.n_threads = r->threads_rollout;
+        co.seed = (uint64_t)cfg_int(r->cfg, "seed");
+        rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+        po.trainable = 0;
+        if ((rc = rlp_context_create(&r->ro_ctx, &co)) || (rc = rlp_policy_load(&copy, r->ro_ctx, r->weights, &po))) {
+            fmt(r->err, ERR_CAP, "rollout: %s", rlp_error_last());
+            return 1;
+        }
+        o.rollout_policy = copy;
+    }
+    rc = rlp_trainer_create(&r->trainer, r->policy, r->task, r->reward, &o);
+    rlp_policy_free(copy); /* the engine keeps a copy of its own */
+    if (rc) {
+        fmt(r->err, ERR_CAP, "%s", rlp_error_last());
+        return rc == RLP_E_INVALID_ARG ? EXIT_USAGE : 1;
+    }
+    if (need_train && r->remote)
+        fprintf(stderr, "rollout: %zu worker%s, weights in %s\n", o.n_worker_urls, o.n_worker_urls == 1 ? "" : "s",
+                wdir);
+    return 0;
+}
+
 /* Everything that can be refused before anything is written. */
 static int setup(run *r, const char *weights, int need_train)
 {
@@ -1758,7 +1497,7 @@ static int setup(run *r, const char *weights, int need_train)
     }
     if (make_reward(r) || make_metric_scorers(r))
         return EXIT_USAGE;
-    if (need_train && r->remote && train_rollout_check_urls(r))
+    if (need_train && r->remote && train_check_urls(r))
         return EXIT_USAGE;
     fmt(r->weights, sizeof r->weights, "%s", weights);
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
@@ -1844,32 +1583,13 @@ static int setup(run *r, const char *weights, int need_train)
     }
     if (need_train && train_dist_agree(r))
         return 1;
-    /* The engine on the trainer's context: it generates the training
-     * rollouts in sync and (local) pull mode, and the evaluations in every
-     * mode; with rollout.urls or in async mode it serves evaluations only. */
-    int trains = !need_train || !(r->async || r->remote);
-    long long eval_n = cfg_int(r->cfg, "eval.n");
-    if (!trains && eval_n <= 0)
-        return 0;
-    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-    long long mb = trains ? cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size") : 1;
-    if (eval_n > mb)
-        mb = eval_n;
-    ro.max_batch = (uint32_t)(mb < 256 ? mb : 256);
-    ro.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
-    ro.share_weights = !(r->pull && !r->remote);
-    if ((rc = rlp_rollout_engine_create(&r->engine, r->policy, &ro))) {
-        fmt(r->err, ERR_CAP, "rollout: %s", rlp_error_last());
-        return 1;
-    }
-    return 0;
+    return make_trainer(r, need_train);
 }
 
 static void teardown(run *r)
 {
-    train_rollout_free(r->ro);
-    r->ro = NULL;
-    rlp_rollout_engine_free(r->engine);
+    rlp_trainer_free(r->trainer);
+    rlp_context_free(r->ro_ctx);
     rlp_policy_free(r->ref);
     rlp_policy_free(r->policy);
     rlp_tokenizer_free(r->ext_tok);
@@ -2077,6 +1797,23 @@ static void fmt_eta(double s, char *buf, size_t cap)
 /* rlpost train                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* The last step's record (the trainer's JSON), with null for the figures
+ * of a scorer this run does not have, so that every run's metrics.jsonl
+ * has the same keys. */
+static json_t *step_json(run *r)
+{
+    size_t len = 0;
+    rlp_trainer_step_json(r->trainer, NULL, 0, &len);
+    char *text = malloc(len + 1);
+    json_t *m = text && !rlp_trainer_step_json(r->trainer, text, len + 1, &len) ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    static const char *const keys[] = {"format_rate", "format_reward_mean", "accuracy", "answer_parse_rate"};
+    for (size_t i = 0; m && i < sizeof keys / sizeof *keys; i++)
+        if (!json_object_get(m, keys[i]))
+            json_object_set_new(m, keys[i], json_null());
+    return m;
+}
+
 int cmd_train(int argc, char **argv)
 {
     double t_start = now_s();
@@ -2220,18 +1957,12 @@ int cmd_train(int argc, char **argv)
     }
     long long start = 0, steps = cfg_int(r->cfg, "steps");
     if (resume) {
-        char path[PATH_MAX];
-        fmt(path, sizeof path, "%s/optimizer.safetensors", ckpt);
-        char *cursor = json_dumps(json_object_get(state, "cursor"), JSON_COMPACT);
-        if ((rc = rlp_policy_load_optimizer(r->policy, path)) ||
-            (rc = rlp_task_cursor_restore(r->task, cursor, strlen(cursor)))) {
+        if ((rc = rlp_trainer_resume(r->trainer, ckpt))) {
             fprintf(stderr, "rlpost train: --resume %s: %s\n", ckpt, rlp_error_last());
-            free(cursor);
             json_decref(state);
             teardown(r);
             return EXIT_USAGE;
         }
-        free(cursor);
         start = (long long)json_integer_value(json_object_get(state, "step"));
         fprintf(stderr, "resumed from %s at step %lld\n", ckpt, start);
     }
@@ -2268,12 +1999,8 @@ int cmd_train(int argc, char **argv)
             }
         }
     }
+    the_trainer = r->trainer;
     signal(SIGINT, on_sigint);
-    if ((r->async || r->remote) && train_rollout_create(r, start, &r->ro)) {
-        fprintf(stderr, "rlpost train: %s\n", r->err);
-        teardown(r);
-        return 1;
-    }
 
     json_t *first_eval = NULL, *last_eval = NULL;
     int eval_failed = 0;
@@ -2283,17 +2010,6 @@ int cmd_train(int argc, char **argv)
         else
             eval_failed = 1;
     }
-    char cursor[512] = {0}; /* async: the task cursor after the last step's prompts */
-    const char *ck_cursor = r->async ? cursor : NULL;
-    size_t clen;
-    rlp_task_cursor_save(r->task, cursor, sizeof cursor, &clen); /* before the rollout thread takes the task */
-    if (r->async && train_rollout_start(r->ro)) {
-        fprintf(stderr, "rlpost train: %s\n", r->err);
-        json_decref(first_eval);
-        teardown(r);
-        return 1;
-    }
-
     size_t n_hist = (size_t)steps + 1;
     double *hist_reward = calloc(n_hist, sizeof(double)), *hist_format = calloc(n_hist, sizeof(double));
     double *hist_fmt_rate = calloc(n_hist, sizeof(double));
@@ -2312,189 +2028,68 @@ int cmd_train(int argc, char **argv)
     /* a checkpoint at least every checkpoint.minutes of training (rank 0's
      * clock: only rank 0 writes them), so a crash costs minutes, not the run */
     double ckpt_period_s = 60.0 * cfg_num(r->cfg, "checkpoint.minutes"), last_ckpt_s = now_s();
-    size_t per_step = (size_t)cfg_int(r->cfg, "prompts_per_step");
     double loop_start = now_s(), stale_max = 0;
     long long step = start, last_ckpt = -1;
     int failed = 0, interrupted = 0;
+    /* where metrics.jsonl's format and accuracy figures are among the trainer's metrics */
+    int i_fmt = r->format_fn ? 0 : -1, i_acc = r->acc_fn ? (r->format_fn != NULL) : -1;
     while (step < steps) {
         long long k = step + 1;
-        double t0 = now_s(), t1, t2;
-        rlp_batch *batch = NULL;
-        json_t *prompt_ids = NULL;
-        uint64_t epoch = 0, seed = 0;
-        scores sc;
-        train_step_input in;
-        memset(&in, 0, sizeof in);
-        char err[ERR_CAP] = "";
-        if (r->async) {
-            /* the rollout side generated and scored this step's groups */
-            int got = train_rollout_next(r->ro, &stop_requested, &in);
-            if (got == 1) {
-                interrupted = 1;
-                fprintf(stderr, "interrupted while waiting for rollouts: %s\n",
-                        step > start ? "checkpointing the last step" : "no step to checkpoint");
-                if (step > start && last_ckpt != step) {
-                    if (checkpoint(r, step, ck_cursor))
-                        failed = 1;
-                    last_ckpt = step;
-                }
-                break;
+        rlp_step_record rec = {.version = RLP_STEP_RECORD_VERSION};
+        rc = rlp_trainer_step(r->trainer, &rec);
+        if (rc == RLP_E_CLOSED) {
+            /* interrupted while the step waited for rollouts (async) */
+            interrupted = 1;
+            fprintf(stderr, "interrupted while waiting for rollouts: %s\n",
+                    step > start ? "checkpointing the last step" : "no step to checkpoint");
+            if (step > start && last_ckpt != step) {
+                if (checkpoint(r, step))
+                    failed = 1;
+                last_ckpt = step;
             }
-            if (got < 0) {
-                fprintf(stderr, "rlpost train: step %lld: %s\n", k, r->err);
-                /* a stalled gate: the steps so far are good, and a resume
-                 * restarts the gate at their version */
-                if (got == -2 && step > start && last_ckpt != step && !checkpoint(r, step, ck_cursor))
-                    last_ckpt = step;
-                failed = 1;
-                break;
-            }
-            batch = in.batch;
-            prompt_ids = in.prompt_ids;
-            epoch = in.epoch;
-            seed = in.seed;
-            t1 = now_s();
-            if ((rc = score_scored(r, batch, &sc)) == RLP_OK)
-                memcpy(sc.reward_failed, in.reward_failed, sizeof sc.reward_failed);
-            else
-                fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-            t2 = now_s();
-        } else {
-            rlp_prompt_set *set = NULL;
-            if ((rc = rlp_task_next_batch(&set, r->task, per_step, r->tok))) {
-                fprintf(stderr, "rlpost train: step %lld: prompts: %s\n", k, rlp_error_last());
-                failed = 1;
-                break;
-            }
-            prompt_ids = train_prompt_ids(set, &epoch);
-            seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (uint64_t)k);
-            /* each rank draws its own random streams (rank 0 the single-process ones) */
-            r->sampling.seed = r->rank ? mix_seed(seed, (uint64_t)r->rank) : seed;
-            rc = r->remote ? train_rollout_generate(r->ro, set, &r->sampling, &batch)
-                           : generate(r, r->engine, r->pull, 1, set, &r->sampling, &batch, err);
-            if (rc && r->remote)
-                fmt(err, sizeof err, "%s", r->err);
-            rlp_prompt_set_free(set);
-            t1 = now_s();
-            if (!rc && (rc = score(r, batch, &sc)) != RLP_OK)
-                fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-            if (!rc && r->comm && scores_reduce(r, &sc)) {
-                fmt(err, sizeof err, "distributed: %s", rlp_error_last());
-                rc = RLP_E_CLOSED;
-            }
-            t2 = now_s();
+            break;
         }
-        if (!rc && lead)
-            step_samples(r, batch, k);
-        rlp_rl_stats rs;
-        memset(&rs, 0, sizeof rs);
-        if (!rc && (rc = rlp_policy_train_rl(r->policy, batch, r->ref, &r->rl, &rs)) != RLP_OK)
-            fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-        double t3 = now_s();
-        rlp_batch_free(batch);
-        if (!rc && r->ro && train_rollout_publish(r->ro)) {
-            fmt(err, sizeof err, "%s", r->err);
-            rc = RLP_E_IO;
-        }
-        double t4 = now_s();
         if (rc) {
-            fprintf(stderr, "rlpost train: step %lld: %s\n", k, err);
-            json_decref(prompt_ids);
+            fprintf(stderr, "rlpost train: %s (%s)\n", rlp_error_last(), rlp_status_str(rc));
+            /* a stalled gate: the steps so far are good, and a resume
+             * restarts the gate at their version */
+            if (rc == RLP_E_TIMEOUT && lead && step > start && last_ckpt != step && !checkpoint(r, step))
+                last_ckpt = step;
             failed = 1;
             break;
         }
         step = k;
-        if (r->async)
-            fmt(cursor, sizeof cursor, "%s", in.cursor);
-        hist_reward[k] = sc.mean;
-        hist_format[k] = sc.format_mean;
-        hist_fmt_rate[k] = sc.format_rate;
-        stale_max = fmax(stale_max, rs.staleness_max);
-
-        /* Phases: in sync and pull mode the trainer waits while the
-         * rollouts are generated and scored, and the engine waits while
-         * the trainer trains and publishes; in async mode both sides run
-         * at once, and their idle times are measured where they wait. */
-        double roll_s = r->async ? in.rollout_seconds : t1 - t0;
-        double reward_s = r->async ? in.reward_seconds : t2 - t1;
-        double tokens = r->async ? (double)in.rollout_tokens : (double)sc.completion_tokens;
-        double tps = roll_s > 0 ? tokens / roll_s : NAN;
-        double trainer_idle = r->async ? in.trainer_idle : t2 - t0;
-        double rollout_idle = r->async ? in.rollout_idle : t4 - t2;
-        json_t *m = json_object();
-        json_object_set_new(m, "step", json_integer(k));
-        json_object_set_new(m, "policy_version", json_integer((json_int_t)rs.policy_version));
-        json_object_set_new(m, "epoch", json_integer((json_int_t)epoch));
-        json_object_set_new(m, "prompt_index", prompt_ids);
-        json_object_set_new(m, "sampling_seed", json_integer((json_int_t)(seed >> 1)));
-        json_object_set_new(m, "reward_mean", jnum(sc.mean));
-        json_object_set_new(m, "reward_std", jnum(sc.std));
-        json_object_set_new(m, "reward_min", jnum(sc.min));
-        json_object_set_new(m, "reward_max", jnum(sc.max));
-        json_object_set_new(m, "reward_valid", json_integer((json_int_t)sc.n_valid));
-        /* why samples were invalid (the reward handle's counters; async: the
-         * rollout side's since the previous step) */
-        json_object_set_new(m, "reward_errors", json_integer((json_int_t)sc.reward_failed[0]));
-        json_object_set_new(m, "reward_timeouts", json_integer((json_int_t)sc.reward_failed[1]));
-        json_object_set_new(m, "reward_nonfinite", json_integer((json_int_t)sc.reward_failed[2]));
-        json_object_set_new(m, "reward_crashed", json_integer((json_int_t)sc.reward_failed[3]));
-        json_object_set_new(m, "format_rate", jnum(sc.format_rate));
-        json_object_set_new(m, "format_reward_mean", jnum(sc.format_mean));
-        json_object_set_new(m, "accuracy", jnum(sc.accuracy));
-        json_object_set_new(m, "answer_parse_rate", jnum(sc.parse_rate));
-        json_object_set_new(m, "completions", json_integer((json_int_t)sc.n));
-        json_object_set_new(m, "completion_tokens", json_integer((json_int_t)sc.completion_tokens));
-        json_object_set_new(m, "truncated", json_integer((json_int_t)sc.truncated));
-        json_object_set_new(m, "loss", jnum(rs.loss));
-        json_object_set_new(m, "pg_loss", jnum(rs.pg_loss));
-        json_object_set_new(m, "kl", jnum(rs.kl));
-        json_object_set_new(m, "entropy", jnum(rs.entropy));
-        json_object_set_new(m, "clip_frac_low", jnum(rs.clip_frac_low));
-        json_object_set_new(m, "clip_frac_high", jnum(rs.clip_frac_high));
-        json_object_set_new(m, "ratio_mean", jnum(rs.ratio_mean));
-        json_object_set_new(m, "ratio_max", jnum(rs.ratio_max));
-        json_object_set_new(m, "behav_weight_mean", jnum(rs.behav_weight_mean));
-        json_object_set_new(m, "behav_weight_max", jnum(rs.behav_weight_max));
-        json_object_set_new(m, "grad_norm", jnum(rs.grad_norm));
-        json_object_set_new(m, "adv_mean", jnum(rs.adv_mean));
-        json_object_set_new(m, "adv_std", jnum(rs.adv_std));
-        json_object_set_new(m, "train_reward_mean", jnum(rs.reward_mean));
-        json_object_set_new(m, "staleness_mean", jnum(rs.staleness_mean));
-        json_object_set_new(m, "staleness_max", jnum(rs.staleness_max));
-        json_object_set_new(m, "n_seqs", json_integer((json_int_t)rs.n_seqs));
-        json_object_set_new(m, "n_tokens", json_integer((json_int_t)rs.n_tokens));
-        json_object_set_new(m, "n_groups", json_integer((json_int_t)rs.n_groups));
-        json_object_set_new(m, "filtered_groups", json_integer((json_int_t)rs.filtered_groups));
-        json_object_set_new(m, "zero_std_groups", json_integer((json_int_t)rs.zero_std_groups));
-        json_object_set_new(m, "invalid_seqs", json_integer((json_int_t)rs.invalid_seqs));
-        json_object_set_new(m, "optimizer_steps", json_integer(rs.optimizer_steps));
-        json_object_set_new(m, "skipped_steps", json_integer(rs.skipped_steps));
-        json_object_set_new(m, "buffer_dropped", json_integer((json_int_t)in.buffer_dropped));
-        json_object_set_new(m, "buffer_dropped_total", json_integer((json_int_t)in.buffer_dropped_total));
-        json_object_set_new(m, "buffer_size", json_integer((json_int_t)in.buffer_size));
-        json_object_set_new(m, "rollout_seconds", json_real(roll_s));
-        json_object_set_new(m, "reward_seconds", json_real(reward_s));
-        json_object_set_new(m, "train_seconds", json_real(t3 - t2));
-        json_object_set_new(m, "publish_seconds", json_real(t4 - t3));
-        json_object_set_new(m, "trainer_idle_seconds", json_real(trainer_idle));
-        json_object_set_new(m, "rollout_idle_seconds", json_real(rollout_idle));
-        json_object_set_new(m, "step_seconds", json_real(t4 - t0));
-        json_object_set_new(m, "tokens_per_second", jnum(tps));
-        json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
-        if (lead)
+        double reward = rec.reward_mean, format_rate = i_fmt >= 0 ? rec.metric_rate[i_fmt] : NAN;
+        double accuracy = i_acc >= 0 ? rec.metric_rate[i_acc] : NAN;
+        hist_reward[k] = reward;
+        hist_format[k] = i_fmt >= 0 ? rec.metric_mean[i_fmt] : NAN;
+        hist_fmt_rate[k] = format_rate;
+        stale_max = fmax(stale_max, rec.rl.staleness_max);
+        if (rec.reward_crashed && lead)
+            fprintf(stderr, "reward: %llu samples invalid: their reward worker died (see samples.jsonl)\n",
+                    (unsigned long long)rec.reward_crashed);
+        if (lead) {
+            json_t *m = step_json(r);
+            if (!m) {
+                fprintf(stderr, "rlpost train: step %lld: %s\n", k, rlp_error_last());
+                failed = 1;
+                break;
+            }
+            json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
             append_jsonl(r->out, "metrics.jsonl", m);
-        json_decref(m);
-
+            json_decref(m);
+        }
         double per = (now_s() - loop_start) / (double)(k - start);
         char eta[32], idle[96] = "";
         fmt_eta(per * (double)(steps - k), eta, sizeof eta);
         if (r->async)
-            fmt(idle, sizeof idle, " | idle trainer %.1f s, rollout %.1f s | buffer %llu", trainer_idle, rollout_idle,
-                (unsigned long long)in.buffer_size);
+            fmt(idle, sizeof idle, " | idle trainer %.1f s, rollout %.1f s | buffer %llu", rec.trainer_idle_seconds,
+                rec.rollout_idle_seconds, (unsigned long long)rec.buffer_size);
         if (lead)
             fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
-                "| %.1f s/step%s | ETA %s\n", k, steps, sc.mean, sc.format_rate, sc.accuracy, rs.loss,
-                isfinite(tps) ? tps : 0.0, rs.staleness_max, t4 - t0, idle, eta);
+                "| %.1f s/step%s | ETA %s\n", k, steps, reward, format_rate, accuracy, rec.rl.loss,
+                isfinite(rec.tokens_per_second) ? rec.tokens_per_second : 0.0, rec.rl.staleness_max,
+                rec.step_seconds, idle, eta);
 
         /* Read the flag once: with several ranks every rank must act on the
          * reduced value, not on a signal that lands after the reduction
@@ -2514,7 +2109,7 @@ int cmd_train(int argc, char **argv)
             if (lead)
                 fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
             interrupted = 1;
-            if (lead && checkpoint(r, k, ck_cursor))
+            if (lead && checkpoint(r, k))
                 failed = 1;
             last_ckpt = k;
             break;
@@ -2530,7 +2125,7 @@ int cmd_train(int argc, char **argv)
         }
         if (k < steps && ((ckpt_every > 0 && k % ckpt_every == 0) ||
                           (lead && ckpt_period_s > 0 && now_s() - last_ckpt_s >= ckpt_period_s))) {
-            if (lead && checkpoint(r, k, ck_cursor)) {
+            if (lead && checkpoint(r, k)) {
                 failed = 1;
                 break;
             }
@@ -2540,8 +2135,7 @@ int cmd_train(int argc, char **argv)
     }
     /* the rollout side stops here (a generate call in flight is aborted),
      * so that the last evaluation has the cores to itself */
-    train_rollout_free(r->ro);
-    r->ro = NULL;
+    rlp_trainer_stop(r->trainer);
     if (!lead) {
         /* rank 0 evaluates, checkpoints and reports */
         free(hist_reward);
@@ -2557,7 +2151,7 @@ int cmd_train(int argc, char **argv)
             append_jsonl(r->out, "eval.jsonl", last_eval);
         else if (start < steps && cfg_int(r->cfg, "eval.n") > 0)
             eval_failed = 1; /* asked for and not done: the run does not end well */
-        if (last_ckpt != step && checkpoint(r, step, ck_cursor))
+        if (last_ckpt != step && checkpoint(r, step))
             failed = 1;
     }
     const char *png = plot(r->out);

@@ -1,8 +1,7 @@
-/* What the two halves of `rlpost train` share: the state of one run
- * (cmd_train.c: configuration, trainer, co-located engine, eval, files) and
- * the rollout side beyond the co-located engine (train_rollout.c: remote
- * engine over rollout.urls, synchronizer, replay buffer, the rollout thread
- * of sync.mode "async"). Both use the public API only (rlpost.h). */
+/* What the files of `rlpost train` share: the state of one run
+ * (cmd_train.c: configuration, the trainer handle, evaluation, files),
+ * several ranks (train_dist.c) and the check of rollout.urls
+ * (train_urls.c). All use the public API only (rlpost.h). */
 #ifndef RLPOST_TRAIN_H
 #define RLPOST_TRAIN_H
 
@@ -18,14 +17,17 @@
 
 #define ERR_CAP 1024
 
-typedef struct train_rollout train_rollout;
+/* evaluation intervals: the 95 % normal quantile, bootstrap resamples */
+#define EVAL_Z95 1.959963984540054
+#define EVAL_BOOTSTRAP 2000
 
 typedef struct run {
     json_t *cfg;
     char err[ERR_CAP];
     rlp_context *ctx;
     rlp_policy *policy, *ref;
-    rlp_rollout_engine *engine;  /* co-located (sync), own copy (pull), or the eval engine (remote, async) */
+    rlp_trainer *trainer;        /* the run loop (lib/train): engines, synchronizer, buffer, rollout thread */
+    rlp_context *ro_ctx;         /* async with a local engine: the rollout side's context */
     rlp_tokenizer *ext_tok;      /* a tokenizer file for a model without one (token-level models) */
     const rlp_tokenizer *tok;    /* what the task renders with: the policy's, or NULL with ext_tok */
     rlp_task *task;              /* async: the rollout thread's while it runs */
@@ -44,7 +46,6 @@ typedef struct run {
     int threads_train, threads_rollout; /* async, local engine: the two contexts' shares of `threads` */
     char weights[PATH_MAX];      /* what the policy was loaded from (the model, or the resumed checkpoint) */
     char out[PATH_MAX];
-    train_rollout *ro;           /* pull with rollout.urls, async */
     int rank, world;             /* data parallelism: this process's rank of `world` (0 of 1 alone) */
     rlp_comm *comm;              /* world > 1: the ranks' process group (train_dist.c) */
     int shared_gpu;              /* backend cuda: some ranks share a GPU (the group then uses SHM, not NCCL) */
@@ -78,23 +79,6 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
     return z ^ (z >> 31);
 }
 
-/* cmd_train.c: generates one completion group per prompt of @p set on
- * @p engine (token ids from the external tokenizer when the model has
- * none, completion texts decoded with it); a group whose remote request
- * failed is generated again (twice at most), so every group comes back
- * whole. Thread-safe for distinct engines. RLP_OK, or a status with one
- * line in @p err (ERR_CAP bytes). */
-int train_generate(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, const rlp_sampling_options *s,
-                   rlp_batch **out, char *err);
-
-/* The same for prompts [first, first + count) of @p set only (a rank's share). */
-int train_generate_range(run *r, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
-                         size_t count, const rlp_sampling_options *s, rlp_batch **out, char *err);
-
-/* cmd_train.c: the record indices of a prompt set's prompts (a new JSON
- * array) and the epoch of its first. */
-json_t *train_prompt_ids(const rlp_prompt_set *set, uint64_t *epoch);
-
 /* ------------------------------------------------------------------------ */
 /* train_dist.c: several ranks (data parallelism)                           */
 /* ------------------------------------------------------------------------ */
@@ -124,62 +108,13 @@ int train_dist_join(run *r);
  * with one line in r->err naming the key. */
 int train_dist_agree(run *r);
 
-/* The rank's share of n items: [*first, *first + *count). */
-void train_dist_share(const run *r, size_t n, size_t *first, size_t *count);
-
 /* ------------------------------------------------------------------------ */
-/* train_rollout.c                                                          */
+/* train_urls.c                                                             */
 /* ------------------------------------------------------------------------ */
 
 /* Checks rollout.urls before anything is written: each an http(s) base
  * URL, no repeats, and (http) answering GET /health. One line in r->err
  * naming the key on failure. */
-int train_rollout_check_urls(run *r);
-
-/* What the trainer of an asynchronous run takes for one step. */
-typedef struct train_step_input {
-    rlp_batch *batch;           /* prompts_per_step scored groups (caller frees) */
-    json_t *prompt_ids;         /* record indices of its prompts (caller owns) */
-    uint64_t epoch;             /* epoch of its first prompt */
-    uint64_t seed;              /* the sampling seed it was generated with */
-    char cursor[512];           /* the task cursor after its prompts (a checkpoint's) */
-    double trainer_idle;        /* seconds this step waited for the buffer */
-    double rollout_seconds;     /* since the previous step: the rollout side's generate time, */
-    double reward_seconds;      /* reward time, */
-    double rollout_idle;        /* time blocked at the staleness gate or a full buffer, */
-    uint64_t rollout_tokens;    /* and completion tokens generated */
-    uint64_t reward_failed[4];  /* and the reward's failures: errors, timeouts, non-finite, crashed workers */
-    uint64_t buffer_dropped;    /* groups dropped as stale since the previous step */
-    uint64_t buffer_dropped_total, buffer_size;
-} train_step_input;
-
-/* Creates the rollout side of a pull run with rollout.urls (remote engine,
- * HTTP synchronizer) or of an async run (plus the replay buffer, and a
- * context and engine of its own unless remote), and publishes the
- * policy's current version. @p start_step: the steps already done (the
- * task's cursor stands after their prompts); the rollout thread's batch j
- * is step j + 1's. The thread starts with train_rollout_start(). 0, or -1
- * with one line in r->err. */
-int train_rollout_create(run *r, long long start_step, train_rollout **out);
-
-/* async: starts the rollout thread. */
-int train_rollout_start(train_rollout *ro);
-
-/* pull with rollout.urls: the workers load the latest version, then generate. */
-int train_rollout_generate(train_rollout *ro, const rlp_prompt_set *set, const rlp_sampling_options *s,
-                           rlp_batch **out);
-
-/* async: waits for the next step's groups at the trainer's version. 0: @p in
- * filled; 1: *stop became non-zero while waiting; -1: failure (one line in
- * r->err: the rollout thread's error); -2: the staleness gate can never
- * open again (one line in r->err; a resume restarts it). */
-int train_rollout_next(train_rollout *ro, volatile sig_atomic_t *stop, train_step_input *in);
-
-/* After a train step: publishes the policy's version (no-op when unchanged). */
-int train_rollout_publish(train_rollout *ro);
-
-/* Stops the rollout thread (a generate call in flight is aborted, nothing
- * half-done is pushed) and frees everything. NULL is a no-op. */
-void train_rollout_free(train_rollout *ro);
+int train_check_urls(run *r);
 
 #endif

@@ -211,13 +211,6 @@ int train_dist_join(run *r)
     return 0;
 }
 
-void train_dist_share(const run *r, size_t n, size_t *first, size_t *count)
-{
-    size_t lo = n * (size_t)r->rank / (size_t)r->world, hi = n * ((size_t)r->rank + 1) / (size_t)r->world;
-    *first = lo;
-    *count = hi - lo;
-}
-
 /* FNV-1a, 32 bits: exact in a double, so the ranks can compare digests
  * with a min/max all-reduce. */
 static uint32_t fnv1a(const char *s)

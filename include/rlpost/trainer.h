@@ -91,8 +91,14 @@ typedef struct rlp_trainer_options {
     const rlp_tokenizer *tokenizer; /**< renders the task's prompts and decodes completions for a model
                                          without a tokenizer; NULL = the policy's; borrowed, must outlive */
     uint32_t max_seq_len;           /**< local rollout engines: prompt + completion tokens; 0 = the model's */
-    uint32_t rollout_threads;       /**< ASYNC with a local engine: threads of the rollout side's own
-                                         context; 0 = as many as the policy's */
+    uint32_t max_batch;             /**< local engines on the policy's context (SYNC, local PULL, and the
+                                         evaluation engine): sequences decoded at once; 0 =
+                                         min(256, prompts_per_step × n) */
+    rlp_policy *rollout_policy;     /**< ASYNC with a local engine: a copy of the policy loaded on a context
+                                         of the host's (its own threads, so that the rollout thread and
+                                         the trainer do not oversubscribe the cores; the context must
+                                         outlive the trainer). The engine copies its weights at create:
+                                         borrowed for the call. NULL = the policy's context */
     const char *const *worker_urls; /**< (n_worker_urls) `rlpost serve` base URLs: PULL and ASYNC generate
                                          there instead of on a local copy; copied */
     size_t n_worker_urls;
@@ -246,6 +252,73 @@ RLP_API int rlp_trainer_checkpoint(rlp_trainer *trainer, const char *dir, int dt
  */
 RLP_API int rlp_trainer_resume(rlp_trainer *trainer, const char *dir);
 
+/**
+ * Generates completions of @p set with the trainer's current weights, e.g.
+ * for an evaluation: on the co-located engine (SYNC), on the local copy
+ * brought up to date (local PULL), or on an engine on the policy's context
+ * that shares its weights (ASYNC and remote PULL; created at the first
+ * call). Failed remote groups are generated again as in training. The
+ * completions are not scored. Not while a step runs (same thread).
+ * @return RLP_OK; RLP_E_INVALID_ARG; the engine's error.
+ */
+RLP_API int rlp_trainer_generate(rlp_batch **out, rlp_trainer *trainer, const rlp_prompt_set *set,
+                                 const rlp_sampling_options *sampling);
+
+/** Version of rlp_eval_result understood by this header. */
+#define RLP_EVAL_RESULT_VERSION 1
+
+/** What rlp_trainer_evaluate() measured. */
+typedef struct rlp_eval_result {
+    uint32_t version;              /**< RLP_EVAL_RESULT_VERSION, set by the caller */
+    uint64_t prompts, completions; /**< completions = prompts × sampling->n */
+    uint64_t correct;              /**< completions the verifier scored ≥ threshold */
+    double accuracy;               /**< correct / completions */
+    double accuracy_low, accuracy_high; /**< 95 % interval: Wilson (n = 1), else a percentile bootstrap over
+                                             prompts (the n samples of a prompt are not independent) */
+    double reward_mean;            /**< the verifier's mean over valid completions; NaN when none */
+    double mean_completion_tokens;
+    uint64_t truncated;            /**< completions that hit max_new_tokens */
+    double seconds;
+} rlp_eval_result;
+
+/**
+ * Evaluates the current weights on held-out prompts: generates
+ * (rlp_trainer_generate) and scores each completion with @p verifier.
+ *
+ * @param[out] out       set out->version first
+ * @param set            the held-out prompts
+ * @param sampling       n samples per prompt; temperature 0 = greedy
+ * @param verifier       scores correctness (e.g. the task's accuracy reward); borrowed for the call
+ * @param threshold      a completion is correct when its score is ≥ this
+ * @param per_prompt     (prompts) receives each prompt's share of correct samples, or NULL
+ * @param[out] out_batch receives the scored completions (prompt-major: the n samples of prompt 0
+ *                       first), or NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG; the engine's or verifier's error.
+ */
+RLP_API int rlp_trainer_evaluate(rlp_eval_result *out, rlp_trainer *trainer, const rlp_prompt_set *set,
+                                 const rlp_sampling_options *sampling, rlp_reward_fn *verifier, double threshold,
+                                 double *per_prompt, rlp_batch **out_batch);
+
+/* ------------------------------------------------------------------------ */
+/* Confidence intervals of evaluations                                      */
+/* ------------------------------------------------------------------------ */
+
+/** Wilson score interval (Wilson 1927) of @p hits successes in @p n trials
+ *  at normal quantile @p z (1.959963984540054 for 95 %); both NaN when n = 0. */
+RLP_API int rlp_stats_wilson(double *lo, double *hi, uint64_t hits, uint64_t n, double z);
+
+/** Percentile bootstrap 95 % interval of the mean of @p x (@p n values)
+ *  with @p resamples resamples drawn from a splitmix64 stream started at
+ *  @p seed (reproducible). NaN for n = 0; [x0, x0] for n = 1.
+ *  RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */
+RLP_API int rlp_stats_bootstrap_mean(double *lo, double *hi, const double *x, size_t n, uint32_t resamples,
+                                     uint64_t seed);
+
+/** The same for the mean of the paired differences b[i] − a[i] (two
+ *  evaluations of the same prompts). */
+RLP_API int rlp_stats_bootstrap_paired(double *lo, double *hi, const double *a, const double *b, size_t n,
+                                       uint32_t resamples, uint64_t seed);
+
 /** Frees the trainer: stops the rollout side and frees what it created
  *  (not the policy, task, reward or metrics). NULL is a no-op. */
 RLP_API void rlp_trainer_free(rlp_trainer *trainer);
@@ -266,8 +339,10 @@ typedef struct rlp_rollout_worker_options {
     rlp_sampling_options sampling;  /**< n is the group size; its seed is ignored */
     const rlp_tokenizer *tokenizer; /**< renders prompts and decodes completions; NULL = the engine's */
     uint32_t retries;               /**< a group whose request failed is generated again; default 2 */
-    int32_t network_pull_ok;        /**< 1: a failed pull (RLP_E_NETWORK: some remote worker did not load the
-                                         version) is a warning and generation goes on; default 0 */
+    int32_t remote;                 /**< 1: the engine is remote (`rlpost serve` workers): the sampling seed
+                                         goes out as a 63-bit value (seed >> 1), and a failed pull
+                                         (RLP_E_NETWORK: some worker did not load the version) is a
+                                         warning — generation goes on, the next pull retries; default 0 */
     rlp_log_fn log_fn;              /**< warnings; NULL = stderr */
     void *log_payload;
 } rlp_rollout_worker_options;

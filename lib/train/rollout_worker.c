@@ -1,0 +1,356 @@
+/* The rollout worker: the producer half of an asynchronous run (Echo's
+ * push-pull, AReaL's rollout side). Batch j serves RL step j + 1: it
+ * admits G groups through the synchronizer's staleness gate (one slot per
+ * group), brings its engine to the latest version, draws G prompts,
+ * generates with step j + 1's sampling seed, scores, and pushes the groups
+ * whole, each with its provenance. The reward is computed here: the buffer
+ * accepts scored trajectories only (its spill records carry the reward),
+ * and scoring on the rollout side overlaps with training. */
+#include "trainer_impl.h"
+
+#include "core/clock.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int rlp_rollout_worker_options_init(rlp_rollout_worker_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version == RLP_ROLLOUT_WORKER_OPTIONS_VERSION, "unknown version");
+    memset(opts, 0, sizeof *opts);
+    opts->version = version;
+    opts->prompts_per_batch = 8;
+    opts->retries = 2;
+    rlp_sampling_options_init(&opts->sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    return RLP_OK;
+}
+
+void rlpi_train_pull_warning(unsigned *count, rlp_log_fn fn, void *payload, int rc)
+{
+    if ((*count)++ % 20)
+        return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "warning: not every rollout worker loaded the latest weights (%s: %s); generation "
+             "goes on, the next pull retries%s", rlp_status_str(rc), rlp_error_last(),
+             *count > 1 ? " (repeated warnings are shown every 20th time)" : "");
+    if (fn)
+        fn(RLP_LOG_WARN, msg, payload);
+    else
+        fprintf(stderr, "rlpost: %s\n", msg);
+}
+
+int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engine, rlp_task *task,
+                              rlp_reward_fn *reward, rlp_synchronizer *sync, rlp_replay_buffer *buffer,
+                              const rlp_rollout_worker_options *opts)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(engine && task && reward && sync && buffer, "engine, task, reward, sync and buffer are required");
+    rlp_rollout_worker_options o;
+    rlp_rollout_worker_options_init(&o, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
+    if (opts) {
+        RLPI_CHECK_ARG(opts->version == RLP_ROLLOUT_WORKER_OPTIONS_VERSION, "opts->version: unknown version");
+        o = *opts;
+    }
+    RLPI_CHECK_ARG(o.prompts_per_batch >= 1, "opts->prompts_per_batch must be ≥ 1");
+    RLPI_CHECK_ARG(o.sampling.version == RLP_SAMPLING_OPTIONS_VERSION, "opts->sampling.version: unknown version");
+    RLPI_CHECK_ARG(o.sampling.n >= 1, "opts->sampling.n (the group size) must be ≥ 1");
+    rlp_rollout_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    w->o = o;
+    w->engine = engine;
+    w->task = task;
+    w->reward = reward;
+    w->sync = sync;
+    w->buf = buffer;
+    /* a model without a tokenizer: prompts are rendered as plain text and
+     * encoded with the host's (token-level models such as llama2.c) */
+    const rlp_tokenizer *own = rlp_rollout_engine_tokenizer(engine);
+    w->ext_tok = o.tokenizer && o.tokenizer != own ? o.tokenizer : NULL;
+    w->tok = w->ext_tok ? NULL : own;
+    w->next_batch = o.first_batch;
+    w->st.version = 1;
+    pthread_mutex_init(&w->mu, NULL);
+    *out = w;
+    return RLP_OK;
+}
+
+/* Fails the worker once (the first failure's message is kept). */
+static int fail(rlp_rollout_worker *w, int rc, const char *what)
+{
+    if (!atomic_load(&w->failed_rc)) {
+        snprintf(w->err, sizeof w->err, "rollout: %s: %s", what, rlp_error_last());
+        atomic_store(&w->failed_rc, rc ? rc : RLP_E_INTERNAL);
+    }
+    return rc;
+}
+
+static void release_all(rlp_rollout_worker *w, size_t n, int accepted)
+{
+    for (size_t i = 0; i < n; i++)
+        rlp_synchronizer_release(w->sync, accepted);
+    if (!accepted) {
+        pthread_mutex_lock(&w->mu);
+        w->st.groups_released += n;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+static void add_seconds(rlp_rollout_worker *w, double *field, double since)
+{
+    pthread_mutex_lock(&w->mu);
+    *field += rlpi_now_s() - since;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Records the provenance of the G groups of @p b (prompt order). */
+static int record_provenance(rlp_rollout_worker *w, const rlp_batch *b, const rlp_prompt_set *set, uint64_t seed,
+                             uint64_t j)
+{
+    size_t n = 0, G = w->o.prompts_per_batch;
+    rlp_batch_size(&n, b);
+    size_t per = n / G;
+    pthread_mutex_lock(&w->mu);
+    if (w->n_prov + G > w->cap_prov) {
+        size_t cap = (w->n_prov + G) * 2;
+        rlpi_provenance *p = realloc(w->prov, cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&w->mu);
+            return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+        }
+        w->prov = p;
+        w->cap_prov = cap;
+    }
+    for (size_t g = 0; g < G; g++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        rlp_batch_get(&t, b, g * per);
+        rlp_prompt_set_item(&it, set, g);
+        w->prov[w->n_prov++] = (rlpi_provenance){.group_id = t.group_id, .prompt_index = it.index,
+                                                 .epoch = it.epoch, .position = it.position, .seed = seed,
+                                                 .batch = j};
+    }
+    pthread_mutex_unlock(&w->mu);
+    return RLP_OK;
+}
+
+int rlpi_worker_take_provenance(rlp_rollout_worker *w, const rlp_batch *batch, rlpi_provenance **out, size_t *n_out)
+{
+    size_t n = 0, k = 0;
+    rlp_batch_size(&n, batch);
+    rlpi_provenance *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p)
+        return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+    pthread_mutex_lock(&w->mu);
+    size_t head = 0; /* groups come out oldest accepted first: entries before a taken one are done with */
+    uint64_t last = 0;
+    int rc = RLP_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        if (rlp_batch_get(&t, batch, i) || (k && t.group_id == last))
+            continue; /* each group is contiguous */
+        last = t.group_id;
+        size_t pos = head;
+        while (pos < w->n_prov && w->prov[pos].group_id != t.group_id)
+            pos++;
+        if (pos == w->n_prov) {
+            rc = rlpi_error_set(RLP_E_NOT_FOUND, "group %llu of the replay buffer has no provenance",
+                                (unsigned long long)t.group_id);
+            break;
+        }
+        p[k++] = w->prov[pos];
+        head = pos + 1;
+    }
+    if (!rc) {
+        memmove(w->prov, w->prov + head, (w->n_prov - head) * sizeof *w->prov);
+        w->n_prov -= head;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    *n_out = k;
+    return RLP_OK;
+}
+
+int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
+{
+    RLPI_CHECK_ARG(w, "worker is NULL");
+    if (atomic_load(&w->stopping))
+        return rlpi_error_set(RLP_E_CLOSED, "the rollout worker was stopped");
+    const size_t G = w->o.prompts_per_batch;
+    const uint64_t j = w->next_batch;
+    /* the gate: one slot per group of the batch */
+    double t = rlpi_now_s();
+    size_t admitted = 0;
+    int rc = RLP_OK;
+    atomic_store(&w->at_gate, 1);
+    while (admitted < G && (rc = rlp_synchronizer_acquire(w->sync, RLP_WAIT_FOREVER)) == RLP_OK)
+        admitted++;
+    atomic_store(&w->at_gate, 0);
+    add_seconds(w, &w->st.idle_seconds, t);
+    if (admitted < G) {
+        release_all(w, admitted, 0);
+        return rc == RLP_E_CLOSED ? rc : fail(w, rc, "staleness gate");
+    }
+
+    /* the prompts of step j + 1 */
+    rlp_prompt_set *set = NULL;
+    if ((rc = rlp_task_next_batch(&set, w->task, G, w->tok)) != RLP_OK) {
+        release_all(w, G, 0);
+        return fail(w, rc, "prompts");
+    }
+    uint64_t seed = rlpi_train_mix_seed(w->o.seed, j + 1);
+
+    /* the latest weights, then generate */
+    t = rlpi_now_s();
+    rc = rlp_synchronizer_pull(w->sync, w->engine);
+    if (rc == RLP_E_NETWORK && w->o.remote) {
+        rlpi_train_pull_warning(&w->pull_warnings, w->o.log_fn, w->o.log_payload, rc);
+        rc = RLP_OK;
+    } else if (rc) {
+        fail(w, rc, "weights");
+    }
+    rlp_batch *b = NULL;
+    rlp_sampling_options s = w->o.sampling;
+    s.seed = w->o.remote ? seed >> 1 : seed; /* servers take a signed 64-bit seed */
+    if (!rc && (rc = rlpi_train_generate(&b, w->engine, set, 0, SIZE_MAX, &s, w->ext_tok, w->o.retries)) != RLP_OK &&
+        !atomic_load(&w->stopping))
+        fail(w, rc, "generate");
+    uint64_t tokens = 0;
+    size_t n = 0;
+    if (!rc)
+        rlp_batch_size(&n, b);
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        if (!rlp_batch_get(&tr, b, i))
+            tokens += tr.n_completion_tokens;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->st.generate_seconds += rlpi_now_s() - t;
+    w->st.tokens += tokens;
+    pthread_mutex_unlock(&w->mu);
+
+    /* the reward (see the header comment for why here) */
+    if (!rc && !atomic_load(&w->stopping)) {
+        t = rlpi_now_s();
+        rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+        if ((rc = rlp_reward_fn_score(w->reward, b, &st)) != RLP_OK)
+            fail(w, rc, "reward");
+        pthread_mutex_lock(&w->mu);
+        w->st.reward_seconds += rlpi_now_s() - t;
+        w->st.reward_errors += st.errors;
+        w->st.reward_timeouts += st.timeouts;
+        w->st.reward_nonfinite += st.nonfinite;
+        w->st.reward_crashed += st.crashed;
+        pthread_mutex_unlock(&w->mu);
+    }
+    /* the provenance goes first: the trainer may pull the groups at once */
+    if (!rc && !atomic_load(&w->stopping) && (rc = record_provenance(w, b, set, seed, j)) != RLP_OK)
+        fail(w, rc, "provenance");
+    rlp_prompt_set_free(set);
+    /* stopping: the generate call may have been aborted; nothing half-done
+     * is pushed */
+    if (rc || atomic_load(&w->stopping)) {
+        rlp_batch_free(b);
+        release_all(w, G, 0);
+        return rc ? rc : rlpi_error_set(RLP_E_CLOSED, "the rollout worker was stopped");
+    }
+    t = rlpi_now_s();
+    rc = rlp_replay_buffer_push(w->buf, b);
+    rlp_batch_free(b);
+    release_all(w, G, rc == RLP_OK);
+    pthread_mutex_lock(&w->mu);
+    w->st.idle_seconds += rlpi_now_s() - t;
+    if (!rc) {
+        w->st.batches++;
+        w->st.groups_pushed += G;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc)
+        return rc == RLP_E_CLOSED ? rc : fail(w, rc, "replay buffer");
+    w->next_batch = j + 1;
+    return RLP_OK;
+}
+
+static void *worker_main(void *arg)
+{
+    rlp_rollout_worker *w = arg;
+    while (!atomic_load(&w->stopping) && rlp_rollout_worker_run_once(w) == RLP_OK) {
+    }
+    atomic_store(&w->running, 0);
+    return NULL;
+}
+
+int rlp_rollout_worker_start(rlp_rollout_worker *w)
+{
+    RLPI_CHECK_ARG(w, "worker is NULL");
+    if (w->started)
+        return rlpi_error_set(RLP_E_STATE, "%s: the worker's thread was started already", __func__);
+    atomic_store(&w->running, 1);
+    int e = pthread_create(&w->th, NULL, worker_main, w);
+    if (e) {
+        atomic_store(&w->running, 0);
+        return rlpi_error_set(RLP_E_NOMEM, "%s: cannot start the rollout thread: %s", __func__, strerror(e));
+    }
+    w->started = 1;
+    return RLP_OK;
+}
+
+int rlp_rollout_worker_stop(rlp_rollout_worker *w)
+{
+    RLPI_CHECK_ARG(w, "worker is NULL");
+    atomic_store(&w->stopping, 1);
+    if (!w->started)
+        return RLP_OK;
+    /* close the gate and the buffer (a waiting acquire or push returns),
+     * abort a generate call in flight (again until the thread is out: an
+     * abort before the call starts is reset by it) */
+    rlp_synchronizer_close(w->sync);
+    rlp_replay_buffer_close(w->buf);
+    while (atomic_load(&w->running)) {
+        rlp_rollout_engine_abort(w->engine);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_join(w->th, NULL);
+    w->started = 0;
+    return RLP_OK;
+}
+
+int rlp_rollout_worker_error(const rlp_rollout_worker *w, const char **message)
+{
+    RLPI_CHECK_ARG(w, "worker is NULL");
+    int rc = atomic_load(&((rlp_rollout_worker *)w)->failed_rc);
+    if (message)
+        *message = rc ? w->err : "";
+    return rc;
+}
+
+int rlp_rollout_worker_stats_get(rlp_rollout_worker_stats *out, const rlp_rollout_worker *w)
+{
+    RLPI_CHECK_ARG(out && w, "out and worker are required");
+    rlp_rollout_worker *mw = (rlp_rollout_worker *)w;
+    pthread_mutex_lock(&mw->mu);
+    *out = w->st;
+    pthread_mutex_unlock(&mw->mu);
+    out->at_gate = atomic_load(&mw->at_gate);
+    out->running = atomic_load(&mw->running);
+    return RLP_OK;
+}
+
+void rlp_rollout_worker_free(rlp_rollout_worker *w)
+{
+    if (!w)
+        return;
+    rlp_rollout_worker_stop(w);
+    pthread_mutex_destroy(&w->mu);
+    free(w->prov);
+    free(w);
+}

@@ -1,0 +1,742 @@
+/* The trainer: one RL step at a time, in any of the three modes, over the
+ * rollout side it owns (engines, synchronizer, replay buffer, rollout
+ * worker thread). The modes differ only in where a step's scored groups
+ * come from (collect_sync / collect_async); scoring the record, training
+ * and publishing are one path. */
+#include "trainer_impl.h"
+
+#include "core/clock.h"
+#include "core/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version == RLP_TRAINER_OPTIONS_VERSION, "unknown version");
+    memset(opts, 0, sizeof *opts);
+    opts->version = version;
+    opts->mode = RLP_TRAIN_SYNC;
+    opts->max_staleness = 0;
+    opts->prompts_per_step = 8;
+    opts->worker_retries = 2;
+    opts->stall_polls = 10;
+    rlp_sampling_options_init(&opts->sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    rlp_rl_options_init(&opts->rl, RLP_RL_OPTIONS_VERSION);
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Create and free                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
+{
+    t->o = *o;
+    t->o.metrics = NULL;
+    t->o.worker_urls = NULL;
+    t->o.api_key = t->o.weights_dir = NULL;
+    t->o.rollout_policy = NULL;
+    t->n_metrics = o->n_metrics;
+    for (size_t i = 0; i < o->n_metrics; i++) {
+        t->metrics[i] = o->metrics[i];
+        t->metrics[i].mean_key = o->metrics[i].mean_key ? strdup(o->metrics[i].mean_key) : NULL;
+        t->metrics[i].rate_key = o->metrics[i].rate_key ? strdup(o->metrics[i].rate_key) : NULL;
+        if ((o->metrics[i].mean_key && !t->metrics[i].mean_key) || (o->metrics[i].rate_key && !t->metrics[i].rate_key))
+            return RLP_E_NOMEM;
+    }
+    for (size_t i = 0; i < o->n_worker_urls; i++)
+        if (!(t->urls[i] = strdup(o->worker_urls[i])))
+            return RLP_E_NOMEM;
+    if ((o->api_key && !(t->api_key = strdup(o->api_key))) ||
+        (o->weights_dir && !(t->weights_dir = strdup(o->weights_dir))))
+        return RLP_E_NOMEM;
+    return RLP_OK;
+}
+
+static int check_options(const rlp_trainer_options *o)
+{
+    RLPI_CHECK_ARG(o->version == RLP_TRAINER_OPTIONS_VERSION, "opts->version: unknown version");
+    RLPI_CHECK_ARG(o->mode == RLP_TRAIN_SYNC || o->mode == RLP_TRAIN_PULL || o->mode == RLP_TRAIN_ASYNC,
+                   "opts->mode: not an rlp_train_mode");
+    if (o->mode != RLP_TRAIN_ASYNC && o->max_staleness != 0)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->max_staleness (η = %u) applies to "
+                              "RLP_TRAIN_ASYNC only; sync and pull runs are on-policy (set it to 0)",
+                              o->max_staleness);
+    RLPI_CHECK_ARG(o->prompts_per_step >= 1, "opts->prompts_per_step must be ≥ 1");
+    RLPI_CHECK_ARG(o->sampling.version == RLP_SAMPLING_OPTIONS_VERSION, "opts->sampling.version: unknown version");
+    RLPI_CHECK_ARG(o->sampling.n >= 1, "opts->sampling.n (the group size) must be ≥ 1");
+    RLPI_CHECK_ARG(o->n_metrics <= RLP_TRAINER_MAX_METRICS, "opts->n_metrics: more than RLP_TRAINER_MAX_METRICS");
+    RLPI_CHECK_ARG(o->metrics || o->n_metrics == 0, "opts->metrics is NULL");
+    for (size_t i = 0; i < o->n_metrics; i++)
+        if (!o->metrics[i].fn)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->metrics[%zu].fn is NULL", i);
+    RLPI_CHECK_ARG(o->n_worker_urls <= RLPI_MAX_URLS, "opts->n_worker_urls: more than 64");
+    RLPI_CHECK_ARG(o->worker_urls || o->n_worker_urls == 0, "opts->worker_urls is NULL");
+    for (size_t i = 0; i < o->n_worker_urls; i++)
+        if (!o->worker_urls[i] || !*o->worker_urls[i])
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->worker_urls[%zu] is empty", i);
+    if (o->n_worker_urls && o->mode == RLP_TRAIN_SYNC)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need RLP_TRAIN_PULL or "
+                              "RLP_TRAIN_ASYNC (a sync run generates with the trainer's own weights)");
+    if (o->n_worker_urls && (!o->weights_dir || !*o->weights_dir))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
+                              "the workers load each published version from)");
+    return RLP_OK;
+}
+
+static uint32_t engine_batch(const rlp_trainer *t)
+{
+    uint64_t mb = t->o.max_batch ? t->o.max_batch : (uint64_t)t->o.prompts_per_step * t->o.sampling.n;
+    return (uint32_t)(mb < 256 ? (mb ? mb : 1) : 256);
+}
+
+static int local_engine(const rlp_trainer *t, rlp_rollout_engine **out, rlp_policy *from, int share, uint32_t mb)
+{
+    rlp_rollout_options eo = RLP_ROLLOUT_OPTIONS_INIT;
+    eo.max_batch = mb;
+    eo.max_seq_len = t->o.max_seq_len;
+    eo.share_weights = share;
+    return rlp_rollout_engine_create(out, from, &eo);
+}
+
+/* The engine of remote PULL and ASYNC: remote over the URLs, or a copy of
+ * the policy. */
+static int create_rollout_engine(rlp_trainer *t, rlp_policy *rollout_policy)
+{
+    int rc;
+    if (t->remote) {
+        rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
+        rem.urls = (const char *const *)t->urls;
+        rem.n_urls = t->o.n_worker_urls;
+        rem.api_key = t->api_key;
+        rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
+        rem.max_retries = 3;
+        const rlp_tokenizer *tok = t->ext_tok ? t->ext_tok : rlp_policy_tokenizer(t->policy);
+        if ((rc = rlp_rollout_engine_create_remote(&t->ro_engine, tok, &rem)))
+            return rlpi_error_wrap("worker_urls");
+    } else {
+        /* ASYNC: a copy of its own, on the host's rollout context if given */
+        rlp_rollout_options eo = RLP_ROLLOUT_OPTIONS_INIT;
+        uint64_t mb = (uint64_t)t->o.prompts_per_step * t->o.sampling.n;
+        eo.max_batch = (uint32_t)(mb < 256 ? mb : 256);
+        eo.max_seq_len = t->o.max_seq_len;
+        eo.share_weights = 0;
+        if ((rc = rlp_rollout_engine_create(&t->ro_engine, rollout_policy ? rollout_policy : t->policy, &eo)))
+            return rlpi_error_wrap("rollout engine");
+    }
+    return RLP_OK;
+}
+
+/* The synchronizer that carries each published version to the rollout
+ * engine and (ASYNC) the replay buffer; then publishes the version the run
+ * starts from. Made at the first step, so that a resumed run's gate starts
+ * at the checkpoint's version. */
+static int create_sync(rlp_trainer *t)
+{
+    const int async = t->o.mode == RLP_TRAIN_ASYNC;
+    int rc;
+    uint64_t version = 0;
+    rlp_policy_version(&version, t->policy);
+    uint32_t k = t->o.rl.ppo_epochs * t->o.rl.mini_batches;
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.mode = async ? RLP_SYNC_ASYNC : RLP_SYNC_SEQUENTIAL_PULL;
+    so.transport = t->remote ? RLP_TRANSPORT_HTTP : RLP_TRANSPORT_IN_PROCESS;
+    so.max_staleness = t->o.max_staleness;
+    so.batch_groups = t->o.prompts_per_step / (k ? k : 1);
+    so.initial_version = version;
+    if (t->remote) {
+        so.dir = t->weights_dir;
+        so.urls = (const char *const *)t->urls;
+        so.n_urls = t->o.n_worker_urls;
+        so.api_key = t->api_key;
+    }
+    if ((rc = rlp_synchronizer_create(&t->sync, &so)))
+        return rlpi_error_wrap("%s", t->remote ? "weights_dir" : "synchronizer");
+    if (async) {
+        rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
+        bo.max_staleness = t->o.max_staleness;
+        if ((rc = rlp_replay_buffer_create(&t->buf, &bo)))
+            return rlpi_error_wrap("replay buffer");
+    }
+    /* the version the run starts from: what the workers (re)start with */
+    if ((rc = rlp_synchronizer_publish(t->sync, t->policy)))
+        return rlpi_error_wrap("publishing version %llu", (unsigned long long)version);
+    return RLP_OK;
+}
+
+int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rlp_reward_fn *reward,
+                       const rlp_trainer_options *opts)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(policy && task && reward, "policy, task and reward are required");
+    rlp_trainer_options o;
+    rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION);
+    if (opts)
+        o = *opts;
+    int rc = check_options(&o);
+    if (rc)
+        return rc;
+    if (o.mode == RLP_TRAIN_ASYNC) {
+        /* versions count optimizer steps: the gate admits G / k groups per version */
+        uint32_t k = o.rl.ppo_epochs * o.rl.mini_batches;
+        if (k > 1 && o.prompts_per_step % k)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: prompts_per_step must be a multiple of "
+                                  "ppo_epochs × mini_batches = %u in RLP_TRAIN_ASYNC", k);
+    }
+    rlp_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    if ((rc = copy_options(t, &o))) {
+        rlp_trainer_free(t);
+        return rlpi_error_set(rc, "%s: out of memory", __func__);
+    }
+    t->policy = policy;
+    t->task = task;
+    t->reward = reward;
+    t->remote = o.n_worker_urls > 0;
+    t->rank = 0;
+    t->world = 1;
+    if (o.comm) {
+        int32_t rank = 0, world = 1, transport = 0;
+        if ((rc = rlp_comm_info(o.comm, &rank, &world, &transport))) {
+            rlp_trainer_free(t);
+            return rlpi_error_wrap("%s: comm", __func__);
+        }
+        t->rank = rank;
+        t->world = world;
+        if (world > 1 && (o.mode == RLP_TRAIN_ASYNC || t->remote)) {
+            rlp_trainer_free(t);
+            return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: several ranks need RLP_TRAIN_SYNC or RLP_TRAIN_PULL with "
+                                  "the ranks' own engines (not ASYNC, not worker_urls)", __func__);
+        }
+        if ((uint32_t)world > o.prompts_per_step) {
+            rlp_trainer_free(t);
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: prompts_per_step (%u) must be ≥ the number of ranks (%d)",
+                                  __func__, o.prompts_per_step, world);
+        }
+    }
+    /* a model without a tokenizer of its own: prompts are rendered as
+     * plain text and encoded with the host's */
+    const rlp_tokenizer *own = rlp_policy_tokenizer(policy);
+    rlp_error_clear();
+    if (!own && !o.tokenizer) {
+        rlp_trainer_free(t);
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the model has no tokenizer; pass opts->tokenizer", __func__);
+    }
+    t->ext_tok = own ? NULL : o.tokenizer;
+    t->tok = own;
+    const int separate = o.mode == RLP_TRAIN_ASYNC || t->remote;
+    if (!separate)
+        rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC, engine_batch(t));
+    else
+        rc = create_rollout_engine(t, o.rollout_policy);
+    if (rc) {
+        rlpi_error_wrap("%s", __func__);
+        rlp_trainer_free(t);
+        return rc;
+    }
+    size_t clen;
+    rlp_task_cursor_save(task, t->cursor, sizeof t->cursor, &clen);
+    *out = t;
+    return RLP_OK;
+}
+
+int rlp_trainer_stop(rlp_trainer *t)
+{
+    RLPI_CHECK_ARG(t, "trainer is NULL");
+    if (t->worker)
+        rlp_rollout_worker_stop(t->worker);
+    t->stopped = 1;
+    return RLP_OK;
+}
+
+void rlp_trainer_free(rlp_trainer *t)
+{
+    if (!t)
+        return;
+    rlp_rollout_worker_free(t->worker);
+    rlp_replay_buffer_free(t->buf);
+    rlp_synchronizer_free(t->sync);
+    rlp_rollout_engine_free(t->ro_engine);
+    rlp_rollout_engine_free(t->eval_engine);
+    rlp_rollout_engine_free(t->engine);
+    for (size_t i = 0; i < t->n_metrics; i++) {
+        free((char *)t->metrics[i].mean_key);
+        free((char *)t->metrics[i].rate_key);
+    }
+    for (size_t i = 0; i < RLPI_MAX_URLS; i++)
+        free(t->urls[i]);
+    free(t->api_key);
+    free(t->weights_dir);
+    free(t->prompt_ids);
+    free(t);
+}
+
+int rlp_trainer_interrupt(rlp_trainer *t)
+{
+    if (!t)
+        return RLP_E_INVALID_ARG; /* async-signal-safe: no message */
+    atomic_store(&t->interrupt, 1);
+    return RLP_OK;
+}
+
+int rlp_trainer_steps_done(uint64_t *out, const rlp_trainer *t)
+{
+    RLPI_CHECK_ARG(out && t, "out and trainer are required");
+    *out = t->steps_done;
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One step                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int keep_prompt_ids(rlp_trainer *t, size_t n)
+{
+    if (n > t->cap_ids) {
+        uint64_t *p = realloc(t->prompt_ids, n * sizeof *p);
+        if (!p)
+            return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+        t->prompt_ids = p;
+        t->cap_ids = n;
+    }
+    return RLP_OK;
+}
+
+/* The rank's share of n items: [*first, *first + *count). */
+static void rank_share(const rlp_trainer *t, size_t n, size_t *first, size_t *count)
+{
+    size_t lo = n * (size_t)t->rank / (size_t)t->world, hi = n * ((size_t)t->rank + 1) / (size_t)t->world;
+    *first = lo;
+    *count = hi - lo;
+}
+
+/* Scores the metrics, then the reward (what stays in the batch is the
+ * reward the step trains on). */
+static int score_batch(rlp_trainer *t, rlp_batch *b, rlp_step_record *rec)
+{
+    int rc = RLP_OK;
+    for (size_t i = 0; !rc && i < t->n_metrics; i++)
+        if ((rc = rlpi_train_score_metric(t->metrics[i].fn, b, t->metrics[i].threshold, &rec->metric_rate[i],
+                                          &rec->metric_mean[i])))
+            rlpi_error_wrap("metric %zu", i);
+    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+    if (!rc && (rc = rlp_reward_fn_score(t->reward, b, &st)) != RLP_OK)
+        rlpi_error_wrap("reward");
+    if (rc)
+        return rc;
+    rlpi_train_reward_summary(rec, b);
+    rec->reward_errors = st.errors;
+    rec->reward_timeouts = st.timeouts;
+    rec->reward_nonfinite = st.nonfinite;
+    rec->reward_crashed = st.crashed;
+    return RLP_OK;
+}
+
+/* Several ranks: the step's scores over all ranks' completions (each rank
+ * scored its share). Rates and means are weighted by completions (by valid
+ * ones for the reward). */
+static int reduce_scores(rlp_trainer *t, rlp_step_record *r)
+{
+    enum { FIXED = 10 };
+    double n = (double)r->completions, v = (double)r->reward_valid;
+    double sum = v > 0 ? r->reward_mean * v : 0;
+    double sq = v > 1 ? r->reward_std * r->reward_std * (v - 1) + sum * r->reward_mean : sum * r->reward_mean;
+    double a[FIXED + 2 * RLP_TRAINER_MAX_METRICS] = {
+        n, v, sum, sq, (double)r->completion_tokens, (double)r->truncated, (double)r->reward_errors,
+        (double)r->reward_timeouts, (double)r->reward_nonfinite, (double)r->reward_crashed};
+    for (size_t i = 0; i < t->n_metrics; i++) {
+        a[FIXED + 2 * i] = isnan(r->metric_rate[i]) ? 0 : r->metric_rate[i] * n;
+        a[FIXED + 2 * i + 1] = isnan(r->metric_mean[i]) ? 0 : r->metric_mean[i] * n;
+    }
+    double range[2] = {v > 0 ? r->reward_min : INFINITY, v > 0 ? -r->reward_max : INFINITY}; /* min, −max */
+    if (rlp_comm_all_reduce(t->o.comm, a, FIXED + 2 * t->n_metrics, RLP_REDUCE_SUM) ||
+        rlp_comm_all_reduce(t->o.comm, range, 2, RLP_REDUCE_MIN))
+        return rlpi_error_wrap("distributed");
+    r->completions = (uint64_t)a[0];
+    r->reward_valid = (uint64_t)a[1];
+    r->completion_tokens = (uint64_t)a[4];
+    r->truncated = (uint64_t)a[5];
+    r->reward_errors = (uint64_t)a[6];
+    r->reward_timeouts = (uint64_t)a[7];
+    r->reward_nonfinite = (uint64_t)a[8];
+    r->reward_crashed = (uint64_t)a[9];
+    if (r->reward_valid) {
+        r->reward_mean = a[2] / a[1];
+        r->reward_std = r->reward_valid > 1 ? sqrt(fmax(0, (a[3] - a[2] * r->reward_mean) / (a[1] - 1))) : 0;
+        r->reward_min = range[0];
+        r->reward_max = -range[1];
+    } else {
+        r->reward_mean = r->reward_std = r->reward_min = r->reward_max = NAN;
+    }
+    for (size_t i = 0; i < t->n_metrics; i++) {
+        r->metric_rate[i] = a[0] > 0 ? a[FIXED + 2 * i] / a[0] : NAN;
+        r->metric_mean[i] = a[0] > 0 ? a[FIXED + 2 * i + 1] / a[0] : NAN;
+    }
+    return RLP_OK;
+}
+
+/* SYNC and PULL: this step's prompts, generated and scored now. */
+static int collect_sync(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
+{
+    const uint64_t k = t->steps_done + 1;
+    double t0 = rlpi_now_s();
+    rlp_prompt_set *set = NULL;
+    int rc = rlp_task_next_batch(&set, t->task, t->o.prompts_per_step, t->tok);
+    if (rc)
+        return rlpi_error_wrap("prompts");
+    size_t n = 0;
+    rlp_prompt_set_size(&n, set);
+    if ((rc = keep_prompt_ids(t, n))) {
+        rlp_prompt_set_free(set);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        rlp_prompt_set_item(&it, set, i);
+        t->prompt_ids[i] = it.index;
+        if (i == 0)
+            rec->epoch = it.epoch;
+    }
+    rec->n_prompts = n;
+    uint64_t seed = rlpi_train_mix_seed(t->o.seed, k);
+    rec->sampling_seed = seed >> 1;
+    rlp_sampling_options s = t->o.sampling;
+    /* each rank draws its own random streams (rank 0 the single-process ones) */
+    s.seed = t->rank ? rlpi_train_mix_seed(seed, (uint64_t)t->rank) : seed;
+    size_t first = 0, count = n;
+    if (t->world > 1)
+        rank_share(t, n, &first, &count);
+    rlp_rollout_engine *e = t->engine;
+    if (t->remote && !t->sync && (rc = create_sync(t))) {
+        rlp_prompt_set_free(set);
+        return rc;
+    }
+    if (t->remote) {
+        /* the workers load the latest published version, then generate */
+        e = t->ro_engine;
+        rc = rlp_synchronizer_pull(t->sync, e);
+        if (rc == RLP_E_NETWORK) {
+            rlpi_train_pull_warning(&t->pull_warnings, NULL, NULL, rc);
+            rc = RLP_OK;
+        } else if (rc) {
+            rlpi_error_wrap("weights");
+        }
+        s.seed >>= 1; /* servers take a signed 64-bit seed */
+    } else if (t->o.mode == RLP_TRAIN_PULL && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
+        rlpi_error_wrap("weights");
+    }
+    rlp_batch *b = NULL;
+    if (!rc && (rc = rlpi_train_generate(&b, e, set, first, count, &s, t->ext_tok, t->o.worker_retries)))
+        rlpi_error_wrap("generate");
+    rlp_prompt_set_free(set);
+    double t1 = rlpi_now_s();
+    if (!rc)
+        rc = score_batch(t, b, rec);
+    if (!rc && t->world > 1)
+        rc = reduce_scores(t, rec);
+    double t2 = rlpi_now_s();
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
+    rec->rollout_seconds = t1 - t0;
+    rec->reward_seconds = t2 - t1;
+    rec->trainer_idle_seconds = t2 - t0;
+    rec->rollout_tokens = rec->completion_tokens;
+    *out = b;
+    return RLP_OK;
+}
+
+/* The task cursor after a group: the template's, at the group's epoch
+ * and position + 1 (the end of an epoch reads as the next one's start). */
+static int cursor_after(rlp_trainer *t, const rlpi_provenance *p)
+{
+    char *text = NULL;
+    int rc = rlpi_train_cursor_at(t->cursor, sizeof t->cursor, p->epoch, p->position + 1, &text);
+    if (rc)
+        return rc;
+    snprintf(t->cursor, sizeof t->cursor, "%s", text);
+    free(text);
+    return RLP_OK;
+}
+
+/* ASYNC: waits for the step's groups (at the trainer's version, at most η
+ * old) from the rollout worker's buffer. */
+static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
+{
+    int rc;
+    if (!t->sync && (rc = create_sync(t)))
+        return rc;
+    if (!t->worker) {
+        rlp_rollout_worker_options wo;
+        rlp_rollout_worker_options_init(&wo, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
+        wo.prompts_per_batch = t->o.prompts_per_step;
+        wo.seed = t->o.seed;
+        wo.first_batch = t->steps_done;
+        wo.sampling = t->o.sampling;
+        wo.tokenizer = t->ext_tok;
+        wo.retries = t->o.worker_retries;
+        wo.remote = t->remote;
+        if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)) ||
+            (rc = rlp_rollout_worker_start(t->worker)))
+            return rc;
+    }
+    uint64_t v = 0;
+    rlp_policy_version(&v, t->policy);
+    double t0 = rlpi_now_s();
+    unsigned stalled = 0;
+    rlp_batch *b = NULL;
+    for (;;) {
+        rc = rlp_replay_buffer_pull(&b, t->buf, t->o.prompts_per_step, v, 200);
+        if (rc == RLP_OK)
+            break;
+        if (rc != RLP_E_TIMEOUT)
+            return rlpi_error_wrap("replay buffer");
+        if (atomic_exchange(&t->interrupt, 0))
+            return rlpi_error_set(RLP_E_CLOSED, "interrupted while waiting for rollouts");
+        const char *why = NULL;
+        if ((rc = rlp_rollout_worker_error(t->worker, &why)) != RLP_OK)
+            return rlpi_error_set(rc, "%s", why);
+        rlp_rollout_worker_stats ws = {.version = 1};
+        rlp_rollout_worker_stats_get(&ws, t->worker);
+        if (!ws.running)
+            return rlpi_error_set(RLP_E_CLOSED, "the rollout thread has stopped");
+        /* the worker waits at a closed gate while the buffer cannot make a
+         * step: nothing will ever open it */
+        rlp_buffer_stats bs = {.version = 1};
+        rlp_replay_buffer_stats(&bs, t->buf);
+        if (ws.at_gate && bs.size < t->o.prompts_per_step) {
+            if (++stalled >= (t->o.stall_polls ? t->o.stall_polls : 10)) {
+                rlp_sync_stats ss = {.version = 1};
+                rlp_synchronizer_stats(&ss, t->sync);
+                return rlpi_error_set(RLP_E_TIMEOUT, "the staleness gate admits no more rollouts at version %llu "
+                                      "(%llu groups accepted): an earlier step applied fewer optimizer steps than "
+                                      "ppo_epochs × mini_batches (every sample invalid, or a step skipped for a "
+                                      "non-finite gradient), so the version lags the groups consumed; resume from "
+                                      "the last checkpoint (the gate restarts at its version)",
+                                      (unsigned long long)v, (unsigned long long)ss.accepted);
+            }
+        } else {
+            stalled = 0;
+        }
+    }
+    rec->trainer_idle_seconds = rlpi_now_s() - t0;
+    /* where the groups came from */
+    rlpi_provenance *prov = NULL;
+    size_t n_groups = 0;
+    if ((rc = rlpi_worker_take_provenance(t->worker, b, &prov, &n_groups)) || (rc = keep_prompt_ids(t, n_groups)) ||
+        (n_groups && (rc = cursor_after(t, &prov[n_groups - 1])))) {
+        free(prov);
+        rlp_batch_free(b);
+        return rc;
+    }
+    for (size_t i = 0; i < n_groups; i++)
+        t->prompt_ids[i] = prov[i].prompt_index;
+    rec->n_prompts = n_groups;
+    rec->epoch = n_groups ? prov[0].epoch : 0;
+    rec->sampling_seed = n_groups ? prov[0].seed >> 1 : 0;
+    free(prov);
+    /* the metrics on a copy: the batch keeps the reward it was pushed with */
+    double t1 = rlpi_now_s();
+    rlp_batch *copy = NULL;
+    if (t->n_metrics && (rc = rlpi_train_batch_copy(&copy, b)) == RLP_OK) {
+        for (size_t i = 0; !rc && i < t->n_metrics; i++)
+            rc = rlpi_train_score_metric(t->metrics[i].fn, copy, t->metrics[i].threshold, &rec->metric_rate[i],
+                                         &rec->metric_mean[i]);
+        rlp_batch_free(copy);
+    }
+    if (rc) {
+        rlp_batch_free(b);
+        return rlpi_error_wrap("metrics");
+    }
+    rlpi_train_reward_summary(rec, b);
+    (void)t1;
+    /* the rollout side's figures since the previous step */
+    rlp_rollout_worker_stats ws = {.version = 1};
+    rlp_rollout_worker_stats_get(&ws, t->worker);
+    rec->rollout_seconds = ws.generate_seconds - t->seen.generate_seconds;
+    rec->reward_seconds = ws.reward_seconds - t->seen.reward_seconds;
+    rec->rollout_idle_seconds = ws.idle_seconds - t->seen.idle_seconds;
+    rec->rollout_tokens = ws.tokens - t->seen.tokens;
+    rec->reward_errors = ws.reward_errors - t->seen.reward_errors;
+    rec->reward_timeouts = ws.reward_timeouts - t->seen.reward_timeouts;
+    rec->reward_nonfinite = ws.reward_nonfinite - t->seen.reward_nonfinite;
+    rec->reward_crashed = ws.reward_crashed - t->seen.reward_crashed;
+    t->seen = ws;
+    rlp_buffer_stats bs = {.version = 1};
+    rlp_replay_buffer_stats(&bs, t->buf);
+    rec->buffer_dropped = bs.dropped_stale - t->seen_dropped;
+    rec->buffer_dropped_total = bs.dropped_stale;
+    rec->buffer_size = bs.size;
+    t->seen_dropped = bs.dropped_stale;
+    *out = b;
+    return RLP_OK;
+}
+
+int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
+{
+    RLPI_CHECK_ARG(t, "trainer is NULL");
+    RLPI_CHECK_ARG(!out || out->version == RLP_STEP_RECORD_VERSION, "rec->version: unknown version");
+    if (t->failed)
+        return rlpi_error_set(RLP_E_STATE, "rlp_trainer_step: an earlier step failed; free the trainer and resume "
+                              "the run from its last checkpoint");
+    if (t->stopped)
+        return rlpi_error_set(RLP_E_CLOSED, "rlp_trainer_step: the trainer was stopped");
+    rlp_step_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.version = RLP_STEP_RECORD_VERSION;
+    rec.step = t->steps_done + 1;
+    for (size_t i = 0; i < RLP_TRAINER_MAX_METRICS; i++)
+        rec.metric_mean[i] = rec.metric_rate[i] = NAN;
+    double t0 = rlpi_now_s();
+    rlp_batch *b = NULL;
+    int rc = t->o.mode == RLP_TRAIN_ASYNC ? collect_async(t, &rec, &b) : collect_sync(t, &rec, &b);
+    if (rc == RLP_E_CLOSED && !t->stopped && t->o.mode == RLP_TRAIN_ASYNC && !rlp_rollout_worker_error(t->worker, NULL))
+        return rc; /* interrupted while waiting: nothing happened, the trainer stays usable */
+    if (!rc && t->o.on_batch && t->o.on_batch(b, rec.step, t->o.on_batch_payload))
+        rc = rlpi_error_set(RLP_E_CALLBACK, "on_batch failed at step %llu", (unsigned long long)rec.step);
+    double t2 = rlpi_now_s();
+    rec.rl.version = 1;
+    if (!rc && (rc = rlp_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl)))
+        rlpi_error_wrap("RL step");
+    double t3 = rlpi_now_s();
+    rlp_batch_free(b);
+    if (!rc && t->sync && (rc = rlp_synchronizer_publish(t->sync, t->policy)))
+        rlpi_error_wrap("publishing version %llu", (unsigned long long)rec.rl.policy_version);
+    double t4 = rlpi_now_s();
+    atomic_store(&t->interrupt, 0);
+    if (rc) {
+        t->failed = 1;
+        return rlpi_error_wrap("step %llu", (unsigned long long)rec.step);
+    }
+    t->steps_done = rec.step;
+    rec.policy_version = rec.rl.policy_version;
+    rec.prompt_index = t->prompt_ids;
+    rec.train_seconds = t3 - t2;
+    rec.publish_seconds = t4 - t3;
+    rec.step_seconds = t4 - t0;
+    if (t->o.mode != RLP_TRAIN_ASYNC)
+        rec.rollout_idle_seconds = t4 - (t0 + rec.trainer_idle_seconds);
+    rec.tokens_per_second = rec.rollout_seconds > 0 ? (double)rec.rollout_tokens / rec.rollout_seconds : NAN;
+    t->last = rec;
+    t->have_last = 1;
+    if (out)
+        *out = rec;
+    return RLP_OK;
+}
+
+int rlp_trainer_step_json(const rlp_trainer *t, char *buf, size_t cap, size_t *len_out)
+{
+    RLPI_CHECK_ARG(t && len_out, "trainer and len_out are required");
+    RLPI_CHECK_ARG(buf || cap == 0, "buf is NULL");
+    if (!t->have_last)
+        return rlpi_error_set(RLP_E_STATE, "%s: no step has run yet", __func__);
+    char *text = rlpi_train_record_json(t, &t->last);
+    if (!text)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    size_t len = strlen(text);
+    *len_out = len;
+    if (len + 1 > cap) {
+        free(text);
+        return rlpi_error_set(RLP_E_OVERFLOW, "%s: %zu bytes needed", __func__, len + 1);
+    }
+    memcpy(buf, text, len + 1);
+    free(text);
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Generation and evaluation with the current weights                      */
+/* ------------------------------------------------------------------------ */
+
+int rlp_trainer_generate(rlp_batch **out, rlp_trainer *t, const rlp_prompt_set *set, const rlp_sampling_options *s)
+{
+    RLPI_CHECK_ARG(out && t && set && s, "out, trainer, set and sampling are required");
+    RLPI_CHECK_ARG(s->version == RLP_SAMPLING_OPTIONS_VERSION, "sampling->version: unknown version");
+    int rc;
+    rlp_rollout_engine *e = t->engine;
+    if (!e) {
+        /* ASYNC and remote PULL: an engine on the trainer's context that
+         * shares the policy's weights */
+        if (!t->eval_engine && (rc = local_engine(t, &t->eval_engine, t->policy, 1, engine_batch(t))))
+            return rlpi_error_wrap("%s: evaluation engine", __func__);
+        e = t->eval_engine;
+    } else if (t->o.mode == RLP_TRAIN_PULL && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
+        return rlpi_error_wrap("%s: weights", __func__);
+    }
+    return rlpi_train_generate(out, e, set, 0, SIZE_MAX, s, t->ext_tok, t->o.worker_retries);
+}
+
+int rlp_trainer_evaluate(rlp_eval_result *out, rlp_trainer *t, const rlp_prompt_set *set,
+                         const rlp_sampling_options *s, rlp_reward_fn *verifier, double threshold, double *per_prompt,
+                         rlp_batch **out_batch)
+{
+    RLPI_CHECK_ARG(out && out->version == RLP_EVAL_RESULT_VERSION, "out is NULL or of an unknown version");
+    RLPI_CHECK_ARG(t && set && s && verifier, "trainer, set, sampling and verifier are required");
+    RLPI_CHECK_ARG(isfinite(threshold), "threshold must be finite");
+    double t0 = rlpi_now_s();
+    size_t n = 0, total = 0;
+    rlp_prompt_set_size(&n, set);
+    rlp_batch *b = NULL;
+    int rc = rlp_trainer_generate(&b, t, set, s);
+    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
+    if (!rc && (rc = rlp_reward_fn_score(verifier, b, &st)))
+        rlpi_error_wrap("verifier");
+    if (!rc)
+        rlp_batch_size(&total, b);
+    const size_t k = s->n;
+    if (!rc && total != n * k)
+        rc = rlpi_error_set(RLP_E_INTERNAL, "%s: %zu completions for %zu prompts × %zu", __func__, total, n, k);
+    double *per = rc ? NULL : calloc(n ? n : 1, sizeof *per);
+    if (!rc && !per)
+        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
+    rlp_eval_result r = {.version = RLP_EVAL_RESULT_VERSION, .prompts = n, .completions = total};
+    double sum = 0, tokens = 0;
+    uint64_t valid = 0;
+    for (size_t i = 0; i < total; i++) {
+        /* prompt-major: the k samples of prompt 0, then of prompt 1, … */
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&tr, b, i);
+        int ok = tr.valid && !isnan(tr.reward) && tr.reward >= threshold;
+        per[i / k] += ok ? 1.0 / (double)k : 0.0;
+        r.correct += (uint64_t)ok;
+        tokens += (double)tr.n_completion_tokens;
+        r.truncated += tr.finish_reason == RLP_FINISH_LENGTH;
+        if (tr.valid && !isnan(tr.reward)) {
+            valid++;
+            sum += tr.reward;
+        }
+    }
+    r.accuracy = total ? (double)r.correct / (double)total : NAN;
+    r.reward_mean = valid ? sum / (double)valid : NAN;
+    r.mean_completion_tokens = total ? tokens / (double)total : NAN;
+    /* greedy or one sample: one Bernoulli trial per prompt (Wilson); k
+     * samples of a prompt are correlated, so prompts are resampled */
+    if (k == 1)
+        rc = rlp_stats_wilson(&r.accuracy_low, &r.accuracy_high, r.correct, total, 1.959963984540054);
+    else
+        rc = rlp_stats_bootstrap_mean(&r.accuracy_low, &r.accuracy_high, per, n, 2000, s->seed * 2 + 1);
+    if (!rc && per_prompt)
+        memcpy(per_prompt, per, n * sizeof *per);
+    free(per);
+    r.seconds = rlpi_now_s() - t0;
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
+    *out = r;
+    if (out_batch)
+        *out_batch = b;
+    else
+        rlp_batch_free(b);
+    return RLP_OK;
+}

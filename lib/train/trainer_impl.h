@@ -1,0 +1,91 @@
+/* The body of rlp_trainer and rlp_rollout_worker, for trainer.c,
+ * trainer_state.c, step_record.c and rollout_worker.c. */
+#ifndef RLPI_TRAINER_IMPL_H
+#define RLPI_TRAINER_IMPL_H
+
+#include "train_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum { RLPI_CURSOR_CAP = 512, RLPI_MAX_URLS = 64 };
+
+/* Where a group came from: carried with it from the rollout worker to the
+ * trainer, so that a step knows its prompts and where the task's cursor
+ * stands after them. */
+typedef struct rlpi_provenance {
+    uint64_t group_id;
+    uint64_t prompt_index, epoch, position, seed, batch;
+} rlpi_provenance;
+
+struct rlp_rollout_worker {
+    rlp_rollout_worker_options o;
+    rlp_rollout_engine *engine;
+    rlp_task *task;
+    rlp_reward_fn *reward;
+    rlp_synchronizer *sync;
+    rlp_replay_buffer *buf;
+    const rlp_tokenizer *tok;     /* renders the prompts (NULL with ext_tok) */
+    const rlp_tokenizer *ext_tok; /* encodes prompts / decodes completions for a model without a tokenizer */
+    uint64_t next_batch;
+    pthread_t th;
+    int started;
+    atomic_int stopping, running, at_gate, failed_rc;
+    char err[1024];               /* written once before failed_rc is set */
+    pthread_mutex_t mu;           /* stats and the provenance table */
+    rlp_rollout_worker_stats st;
+    unsigned pull_warnings;
+    rlpi_provenance *prov;        /* groups pushed and not yet taken */
+    size_t n_prov, cap_prov;
+};
+
+/* rollout_worker.c: the provenance of the groups of @p batch (pulled from
+ * the worker's buffer), in batch order, one per group; the entries are
+ * removed from the worker's table, with any older ones (groups dropped as
+ * stale). RLP_OK or RLP_E_NOT_FOUND / RLP_E_NOMEM. */
+int rlpi_worker_take_provenance(rlp_rollout_worker *w, const rlp_batch *batch, rlpi_provenance **out, size_t *n);
+
+struct rlp_trainer {
+    rlp_trainer_options o;
+    rlp_trainer_metric metrics[RLP_TRAINER_MAX_METRICS];
+    size_t n_metrics;
+    char *urls[RLPI_MAX_URLS];
+    char *api_key, *weights_dir;
+    rlp_policy *policy;
+    rlp_task *task;
+    rlp_reward_fn *reward;
+    const rlp_tokenizer *tok;      /* what the task renders with: the policy's, or NULL with ext_tok */
+    const rlp_tokenizer *ext_tok;  /* options.tokenizer for a model without one */
+    int remote;                    /* worker_urls given */
+    int rank, world;
+    rlp_rollout_engine *engine;    /* SYNC: shares the policy's weights; PULL: local copy or remote */
+    rlp_rollout_engine *eval_engine; /* ASYNC and remote PULL: evaluations on the trainer's context */
+    rlp_context *ro_ctx;           /* ASYNC with a local engine: the rollout side's context */
+    rlp_rollout_engine *ro_engine; /* ASYNC: the rollout worker's engine */
+    rlp_synchronizer *sync;        /* remote PULL, ASYNC */
+    rlp_replay_buffer *buf;        /* ASYNC */
+    rlp_rollout_worker *worker;    /* ASYNC */
+    uint64_t steps_done, start_step;
+    int failed, stopped;
+    atomic_int interrupt;
+    char cursor[RLPI_CURSOR_CAP];  /* ASYNC: the task cursor after the last trained prompt */
+    rlp_step_record last;
+    int have_last;
+    uint64_t *prompt_ids;          /* the last record's prompt_index */
+    size_t cap_ids;
+    rlp_rollout_worker_stats seen; /* ASYNC: the worker's counters at the previous step */
+    uint64_t seen_dropped;
+    unsigned pull_warnings;
+};
+
+/* step_record.c: the record as JSON (malloc'd text, NULL when out of memory). */
+char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r);
+
+/* trainer_state.c: the cursor @p tmpl (a cursor JSON of the same task)
+ * moved to (epoch, position), as new malloc'd text in *out. */
+int rlpi_train_cursor_at(const char *tmpl, size_t cap, uint64_t epoch, uint64_t position, char **out);
+
+/* rollout_worker.c: the warning of a failed remote pull (every 20th). */
+void rlpi_train_pull_warning(unsigned *count, rlp_log_fn fn, void *payload, int rc);
+
+#endif
