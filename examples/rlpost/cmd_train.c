@@ -85,7 +85,7 @@ static int lookup(const named *table, const char *s, const char *key, int *out, 
     return -1;
 }
 
-static int readable_file(const char *path)
+int train_readable_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -305,7 +305,7 @@ static int check_config(run *r)
         return -1;
     }
     const char *tokp = cfg_str(c, "tokenizer");
-    if (tokp && !readable_file(tokp)) {
+    if (tokp && !train_readable_file(tokp)) {
         fmt(r->err, ERR_CAP, "tokenizer: cannot read '%s': %s", tokp, strerror(errno));
         return -1;
     }
@@ -328,7 +328,7 @@ static const char *task_path(const json_t *cfg, int eval, char *buf, size_t cap)
 
 /* A task instance: the training one (seed = config seed unless the options
  * fix it) or the held-out one (eval.seed, default seed + 1). */
-static int make_task(run *r, int eval, rlp_task **out)
+int train_make_task(run *r, int eval, rlp_task **out)
 {
     json_t *c = r->cfg;
     const char *name = cfg_str(c, "task.name");
@@ -379,7 +379,7 @@ static int make_task(run *r, int eval, rlp_task **out)
         if (!path) {
             fmt(r->err, ERR_CAP, "task.path: task \"jsonl\" needs a dataset path");
             rc = RLP_E_INVALID_ARG;
-        } else if (!readable_file(path)) {
+        } else if (!train_readable_file(path)) {
             fmt(r->err, ERR_CAP, "%s: cannot read '%s': %s", key, path, strerror(errno));
             rc = RLP_E_IO;
         } else if ((rc = rlp_task_open_jsonl(out, path, text)) != RLP_OK) {
@@ -638,742 +638,6 @@ static int make_metric_scorers(run *r)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Generate and score                                                       */
-/* ------------------------------------------------------------------------ */
-
-typedef struct scores {
-    size_t n, n_valid;
-    double mean, std, min, max;
-    double format_rate, format_mean; /* NaN without a format scorer */
-    double accuracy;                 /* NaN without an accuracy scorer */
-    double parse_rate;               /* answer_parse_rate; NaN without a parse scorer */
-    size_t completion_tokens;
-    size_t truncated;
-    uint64_t reward_failed[4];       /* the training reward's errors, timeouts, non-finite scores, crashed workers */
-} scores;
-
-/* Per-sample scores of one scored batch (each NULL or n floats, NaN where
- * the sample is invalid): what samples.jsonl shows. */
-typedef struct detail {
-    float *format, *acc, *parse, *reward;
-    float **terms; /* n_terms arrays */
-} detail;
-
-static void detail_free(detail *d, size_t n_terms)
-{
-    free(d->format);
-    free(d->acc);
-    free(d->parse);
-    free(d->reward);
-    for (size_t i = 0; d->terms && i < n_terms; i++)
-        free(d->terms[i]);
-    free(d->terms);
-    memset(d, 0, sizeof *d);
-}
-
-/* The rewards now in the batch into a new array (NaN where invalid). */
-static float *keep_rewards(const rlp_batch *batch)
-{
-    size_t n;
-    rlp_batch_size(&n, batch);
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; v && i < n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        rlp_batch_get(&t, batch, i);
-        v[i] = t.valid ? t.reward : NAN;
-    }
-    return v;
-}
-
-/* Runs fn over the batch and returns (fraction ≥ thr, mean) over valid samples. */
-static int score_with(rlp_reward_fn *fn, rlp_batch *batch, double thr, double *frac, double *mean)
-{
-    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
-    int rc = rlp_reward_fn_score(fn, batch, &st);
-    if (rc)
-        return rc;
-    size_t n, hit = 0, valid = 0;
-    double sum = 0;
-    rlp_batch_size(&n, batch);
-    for (size_t i = 0; i < n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        rlp_batch_get(&t, batch, i);
-        if (!t.valid || isnan(t.reward))
-            continue;
-        valid++;
-        sum += t.reward;
-        hit += t.reward >= thr;
-    }
-    *frac = n ? (double)hit / (double)n : NAN;
-    *mean = valid ? sum / (double)valid : NAN;
-    return RLP_OK;
-}
-
-/* Mean, spread, tokens and truncations of the rewards in a scored batch. */
-static void reward_summary(const rlp_batch *batch, scores *sc)
-{
-    rlp_batch_size(&sc->n, batch);
-    double sum = 0, sq = 0;
-    sc->min = INFINITY;
-    sc->max = -INFINITY;
-    for (size_t i = 0; i < sc->n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        rlp_batch_get(&t, batch, i);
-        sc->completion_tokens += t.n_completion_tokens;
-        sc->truncated += t.finish_reason == RLP_FINISH_LENGTH;
-        if (!t.valid || isnan(t.reward))
-            continue;
-        sc->n_valid++;
-        sum += t.reward;
-        sq += (double)t.reward * t.reward;
-        sc->min = fmin(sc->min, t.reward);
-        sc->max = fmax(sc->max, t.reward);
-    }
-    if (sc->n_valid) {
-        sc->mean = sum / (double)sc->n_valid;
-        sc->std = sc->n_valid > 1 ? sqrt(fmax(0, (sq - sum * sc->mean) / (double)(sc->n_valid - 1))) : 0;
-    } else {
-        sc->mean = sc->std = sc->min = sc->max = NAN;
-    }
-}
-
-/* Format, accuracy and answer parsing first, the training reward last:
- * what stays in the batch is the reward the step trains on. With det, the
- * per-sample scores are kept too (and each term of a combined reward, when
- * terms is set). */
-static int score_detail(run *r, rlp_batch *batch, scores *sc, detail *det, int terms)
-{
-    memset(sc, 0, sizeof *sc);
-    sc->format_rate = sc->format_mean = sc->accuracy = sc->parse_rate = NAN;
-    double unused;
-    int rc = RLP_OK;
-    if (r->format_fn && !(rc = score_with(r->format_fn, batch, 0.5, &sc->format_rate, &sc->format_mean)) && det)
-        det->format = keep_rewards(batch);
-    if (!rc && r->acc_fn && !(rc = score_with(r->acc_fn, batch, r->acc_threshold, &sc->accuracy, &unused)) && det)
-        det->acc = keep_rewards(batch);
-    if (!rc && r->parse_fn && !(rc = score_with(r->parse_fn, batch, 0.5, &sc->parse_rate, &unused)) && det)
-        det->parse = keep_rewards(batch);
-    if (!rc && det && terms && r->n_terms && (det->terms = calloc(r->n_terms, sizeof *det->terms)))
-        for (size_t i = 0; !rc && i < r->n_terms; i++)
-            if (!(rc = score_with(r->terms[i], batch, 0, &unused, &unused)))
-                det->terms[i] = keep_rewards(batch);
-    rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
-    if (!rc && !(rc = rlp_reward_fn_score(r->reward, batch, &st))) {
-        if (st.crashed)
-            fprintf(stderr, "reward: %llu samples invalid: their reward worker died (see samples.jsonl)\n",
-                    (unsigned long long)st.crashed);
-        reward_summary(batch, sc);
-        sc->reward_failed[0] = st.errors;
-        sc->reward_failed[1] = st.timeouts;
-        sc->reward_failed[2] = st.nonfinite;
-        sc->reward_failed[3] = st.crashed;
-        if (det)
-            det->reward = keep_rewards(batch);
-    }
-    return rc;
-}
-
-static json_t *jnum(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-/* ------------------------------------------------------------------------ */
-/* Files: atomic writes, checkpoints                                        */
-/* ------------------------------------------------------------------------ */
-
-static int fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Writes text to path through path.tmp, fsync and rename. */
-static int write_atomic(const char *path, const char *text)
-{
-    char tmp[PATH_MAX];
-    fmt(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    int ok = fputs(text, f) >= 0;
-    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path)) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    fmt(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
-}
-
-/* After step_K is written and named latest: removes what a crash left
- * half-written (.tmp-step_*) and all but the newest `keep` checkpoints up
- * to K (keep 0: all are kept). Checkpoints of later steps than K (an older
- * checkpoint was resumed) are not this run's to judge and stay. */
-static void prune_checkpoints(const char *dir, long long step, long long keep)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    long long *older = NULL;
-    size_t n = 0, cap = 0;
-    char path[PATH_MAX];
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        long long k = -1;
-        int end = 0;
-        if (!strncmp(e->d_name, ".tmp-step_", 10)) {
-            fmt(path, sizeof path, "%s/%s", dir, e->d_name);
-            rm_tree(path);
-        }
-        else if (sscanf(e->d_name, "step_%lld%n", &k, &end) == 1 && !e->d_name[end] && k < step && k >= 0) {
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 16;
-                long long *no = realloc(older, nc * sizeof *no);
-                if (!no)
-                    break; /* nothing is removed that should be kept */
-                older = no;
-                cap = nc;
-            }
-            older[n++] = k;
-        }
-    }
-    closedir(d);
-    /* newest first; the newest keep − 1 older ones stay beside step_K */
-    for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && older[j - 1] < older[j]; j--) {
-            long long t = older[j];
-            older[j] = older[j - 1];
-            older[j - 1] = t;
-        }
-    for (size_t i = 0; keep > 0 && i < n; i++)
-        if ((long long)i >= keep - 1) {
-            fmt(path, sizeof path, "%s/step_%lld", dir, older[i]);
-            rm_tree(path);
-        }
-    free(older);
-}
-
-/* OUTPUT/checkpoints/step_K/: weights, optimizer.safetensors, state.json,
- * written as .tmp-step_K (rlp_trainer_checkpoint, with the run's
- * configuration in state.json) and renamed; then "latest" names it. */
-static int checkpoint(run *r, long long step)
-{
-    char dir[PATH_MAX], tmp[PATH_MAX], fin[PATH_MAX], path[PATH_MAX];
-    fmt(dir, sizeof dir, "%s/checkpoints", r->out);
-    fmt(tmp, sizeof tmp, "%s/.tmp-step_%lld", dir, step);
-    fmt(fin, sizeof fin, "%s/step_%lld", dir, step);
-    if (mkdir_p(dir)) {
-        fprintf(stderr, "rlpost train: cannot create '%s': %s\n", dir, strerror(errno));
-        return -1;
-    }
-    rm_tree(tmp);
-    json_t *host = json_pack("{s:O}", "config", r->cfg);
-    char *host_text = json_dumps(host, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    json_decref(host);
-    int rc = host_text ? rlp_trainer_checkpoint(r->trainer, tmp, r->dtype, host_text) : RLP_E_NOMEM;
-    free(host_text);
-    if (rc || fsync_path(tmp)) {
-        fprintf(stderr, "rlpost train: checkpoint %s: %s\n", tmp, rc ? rlp_error_last() : strerror(errno));
-        return -1;
-    }
-    rm_tree(fin);
-    if (rename(tmp, fin)) {
-        fprintf(stderr, "rlpost train: cannot rename '%s': %s\n", tmp, strerror(errno));
-        return -1;
-    }
-    char name[64];
-    fmt(name, sizeof name, "step_%lld\n", step);
-    fmt(path, sizeof path, "%s/latest", dir);
-    if (write_atomic(path, name) || fsync_path(dir)) {
-        fprintf(stderr, "rlpost train: cannot write '%s': %s\n", path, strerror(errno));
-        return -1;
-    }
-    prune_checkpoints(dir, step, cfg_int(r->cfg, "checkpoint.keep"));
-    fprintf(stderr, "checkpoint %s\n", fin);
-    return 0;
-}
-
-/* The checkpoint folder named by --resume DIR: DIR itself (holding
- * state.json), or the one DIR/checkpoints/latest or DIR/latest names. */
-static int find_checkpoint(const char *dir, char *out, size_t cap)
-{
-    char path[PATH_MAX];
-    fmt(path, sizeof path, "%s/state.json", dir);
-    if (readable_file(path)) {
-        fmt(out, cap, "%s", dir);
-        return 0;
-    }
-    const char *subs[2] = {"/checkpoints", ""};
-    for (int i = 0; i < 2; i++) {
-        fmt(path, sizeof path, "%s%s/latest", dir, subs[i]);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        char name[128] = {0};
-        int ok = fgets(name, sizeof name, f) != NULL;
-        fclose(f);
-        name[strcspn(name, "\r\n")] = 0;
-        if (!ok || !*name || strchr(name, '/'))
-            continue;
-        fmt(out, cap, "%s%s/%s", dir, subs[i], name);
-        return 0;
-    }
-    return -1;
-}
-
-/* Keeps the records of a JSONL file whose "step" is ≤ step (a resumed run
- * rewrites what came after its checkpoint); a line that does not parse (the
- * torn last line of a killed run) goes too. Lines of any length (getline:
- * a samples.jsonl record holds whole completions). -1 when the file could
- * not be rewritten (it is then left as it was). */
-static int truncate_jsonl(const char *path, long long step)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno == ENOENT ? 0 : -1;
-    size_t cap = 1 << 16, len = 0, lcap = 0;
-    char *keep = malloc(cap), *line = NULL;
-    int bad = !keep;
-    if (keep)
-        keep[0] = 0;
-    for (ssize_t l; !bad && (l = getline(&line, &lcap, f)) > 0;) {
-        json_t *rec = json_loads(line, 0, NULL);
-        json_t *js = json_object_get(rec, "step");
-        long long s = json_is_integer(js) ? (long long)json_integer_value(js) : LLONG_MAX;
-        json_decref(rec);
-        if (s > step)
-            continue;
-        if (len + (size_t)l + 1 > cap) {
-            size_t ncap = 2 * (len + (size_t)l + 1);
-            char *nk = realloc(keep, ncap);
-            if (!nk) {
-                bad = 1;
-                break;
-            }
-            keep = nk;
-            cap = ncap;
-        }
-        memcpy(keep + len, line, (size_t)l + 1);
-        len += (size_t)l;
-    }
-    free(line);
-    fclose(f);
-    if (!bad)
-        bad = write_atomic(path, keep) != 0;
-    free(keep);
-    return bad ? -1 : 0;
-}
-
-/* Appends every record of arr to OUT/file, one line each (reals with
- * `digits` significant digits), with one fsync. */
-static void append_jsonl_all(const char *out, const char *file, json_t *arr, int digits)
-{
-    char path[PATH_MAX];
-    fmt(path, sizeof path, "%s/%s", out, file);
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return;
-    size_t i;
-    json_t *rec;
-    json_array_foreach(arr, i, rec)
-    {
-        json_dumpf(rec, f, JSON_COMPACT | JSON_REAL_PRECISION(digits));
-        fputc('\n', f);
-    }
-    fflush(f);
-    fsync(fileno(f));
-    fclose(f);
-}
-
-static void append_jsonl(const char *out, const char *file, json_t *rec)
-{
-    json_t *one = json_pack("[O]", rec);
-    append_jsonl_all(out, file, one, 17);
-    json_decref(one);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Evaluation                                                               */
-/* ------------------------------------------------------------------------ */
-
-static json_t *jflag(const float *v, size_t i, double thr)
-{
-    return v && !isnan(v[i]) ? json_boolean(v[i] >= thr) : json_null();
-}
-
-/* samples.jsonl: trajectory i of a scored batch with the prompt, the whole
- * completion, the reference, the training reward and each of its terms,
- * format, correctness, whether an answer was found, and the advantage. */
-static json_t *sample_record(const run *r, const rlp_batch *batch, size_t i, const detail *d, const float *adv)
-{
-    rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-    rlp_batch_get(&t, batch, i);
-    json_t *rec = json_object(), *meta = t.metadata_json ? json_loads(t.metadata_json, 0, NULL) : NULL;
-    json_t *ref = json_object_get(meta, "reference");
-    json_object_set_new(rec, "prompt", json_string(t.prompt_text ? t.prompt_text : ""));
-    json_object_set_new(rec, "completion", json_string(t.completion_text ? t.completion_text : ""));
-    json_object_set_new(rec, "reference", ref ? json_incref(ref) : json_null());
-    json_object_set_new(rec, "reward", d->reward ? jnum(d->reward[i]) : json_null());
-    if (d->terms) {
-        json_t *terms = json_object();
-        for (size_t k = 0; k < r->n_terms; k++)
-            json_object_set_new(terms, r->term_names[k], d->terms[k] ? jnum(d->terms[k][i]) : json_null());
-        json_object_set_new(rec, "reward_terms", terms);
-    }
-    json_object_set_new(rec, "format", jflag(d->format, i, 0.5));
-    json_object_set_new(rec, "correct", jflag(d->acc, i, r->acc_threshold));
-    json_object_set_new(rec, "answer_parsed", jflag(d->parse, i, 0.5));
-    if (adv)
-        json_object_set_new(rec, "advantage", jnum(adv[i]));
-    json_object_set_new(rec, "completion_tokens", json_integer((json_int_t)t.n_completion_tokens));
-    json_object_set_new(rec, "truncated", json_boolean(t.finish_reason == RLP_FINISH_LENGTH));
-    if (!t.valid)
-        json_object_set_new(rec, "invalid", json_string(t.error ? t.error : "invalid"));
-    json_decref(meta);
-    return rec;
-}
-
-/* One decoding mode of an evaluation (greedy, or k samples per prompt at
- * the training temperature) over the same n prompts: its figures with 95 %
- * intervals go into rec under `prefix`, its per-prompt accuracies into
- * rec[prefix "correct"], every completion into samples. 0, or -1 with err. */
-static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, uint32_t k, long long step,
-                     json_t *rec, json_t *samples, char *err)
-{
-    rlp_sampling_options s = r->sampling;
-    s.n = k;
-    if (greedy)
-        s.temperature = 0;
-    s.seed = mix_seed((uint64_t)cfg_int(r->cfg, "seed"), (UINT64_C(1) << 62) + (greedy ? 0 : 1));
-    rlp_batch *batch = NULL;
-    scores sc;
-    detail d = {0};
-    int rc = rlp_trainer_generate(&batch, r->trainer, set, &s);
-    if (!rc)
-        rc = score_detail(r, batch, &sc, &d, 1);
-    if (rc)
-        fmt(err, ERR_CAP, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-    size_t total = 0;
-    if (!rc)
-        rlp_batch_size(&total, batch);
-    if (!rc && total != n * k) {
-        fmt(err, ERR_CAP, "%zu completions for %zu prompts × %u", total, n, k);
-        rc = RLP_E_INTERNAL;
-    }
-    double *per = rc ? NULL : calloc(n ? n : 1, sizeof *per);
-    size_t hits = 0, fmt_hits = 0, parse_hits = 0;
-    const char *mode = greedy ? "greedy" : "sampled";
-    for (size_t i = 0; per && i < total; i++) {
-        /* completions come prompt-major: k samples of prompt 0, then of prompt 1, … */
-        int ok = d.acc && !isnan(d.acc[i]) && d.acc[i] >= r->acc_threshold;
-        per[i / k] += ok ? 1.0 / k : 0.0;
-        hits += ok;
-        fmt_hits += d.format && !isnan(d.format[i]) && d.format[i] >= 0.5;
-        parse_hits += d.parse && !isnan(d.parse[i]) && d.parse[i] >= 0.5;
-        json_t *x = sample_record(r, batch, i, &d, NULL);
-        json_object_set_new(x, "kind", json_string("eval"));
-        json_object_set_new(x, "step", json_integer(step));
-        json_object_set_new(x, "mode", json_string(mode));
-        json_object_set_new(x, "prompt_index", json_integer((json_int_t)(i / k)));
-        json_object_set_new(x, "sample", json_integer((json_int_t)(i % k)));
-        json_array_append_new(samples, x);
-    }
-    if (per) {
-        char key[64];
-        double lo, hi;
-        json_t *arr = json_array();
-        for (size_t p = 0; p < n; p++)
-            json_array_append_new(arr, json_real(per[p]));
-        fmt(key, sizeof key, "%s_accuracy", mode);
-        json_object_set_new(rec, key, r->acc_fn ? json_real((double)hits / (double)total) : json_null());
-        /* greedy: one Bernoulli trial per prompt (Wilson); sampled: the k
-         * samples of a prompt are correlated, so prompts are resampled */
-        if (greedy)
-            rlp_stats_wilson(&lo, &hi, hits, total, EVAL_Z95);
-        else
-            rlp_stats_bootstrap_mean(&lo, &hi, per, n, EVAL_BOOTSTRAP, (uint64_t)step * 2 + 1);
-        fmt(key, sizeof key, "%s_accuracy_ci", mode);
-        json_object_set_new(rec, key, r->acc_fn ? json_pack("[f, f]", lo, hi) : json_null());
-        fmt(key, sizeof key, "%s_format_rate", mode);
-        json_object_set_new(rec, key, r->format_fn ? json_real((double)fmt_hits / (double)total) : json_null());
-        rlp_stats_wilson(&lo, &hi, fmt_hits, total, EVAL_Z95);
-        fmt(key, sizeof key, "%s_format_rate_ci", mode);
-        json_object_set_new(rec, key, r->format_fn ? json_pack("[f, f]", lo, hi) : json_null());
-        fmt(key, sizeof key, "%s_answer_parse_rate", mode);
-        json_object_set_new(rec, key, r->parse_fn ? json_real((double)parse_hits / (double)total) : json_null());
-        fmt(key, sizeof key, "%s_reward_mean", mode);
-        json_object_set_new(rec, key, jnum(sc.mean));
-        fmt(key, sizeof key, "%s_mean_completion_tokens", mode);
-        json_object_set_new(rec, key, json_real((double)sc.completion_tokens / (double)(total ? total : 1)));
-        fmt(key, sizeof key, "%s_truncated", mode);
-        json_object_set_new(rec, key, json_integer((json_int_t)sc.truncated));
-        fmt(key, sizeof key, "%s_correct", mode);
-        json_object_set_new(rec, key, r->acc_fn ? arr : (json_decref(arr), json_null())); /* no verifier: no change to report */
-        if (!greedy)
-            json_object_set_new(rec, "sampled_k", json_integer(k));
-        /* the fields of earlier versions: the first mode evaluated */
-        if (!json_object_get(rec, "accuracy")) {
-            json_object_set_new(rec, "accuracy", jnum(sc.accuracy));
-            json_object_set_new(rec, "format_rate", jnum(sc.format_rate));
-            json_object_set_new(rec, "format_reward_mean", jnum(sc.format_mean));
-            json_object_set_new(rec, "answer_parse_rate", jnum(sc.parse_rate));
-            json_object_set_new(rec, "reward_mean", jnum(sc.mean));
-            json_object_set_new(rec, "mean_completion_tokens",
-                                json_real((double)sc.completion_tokens / (double)(total ? total : 1)));
-        }
-    } else if (!rc) {
-        fmt(err, ERR_CAP, "out of memory");
-        rc = RLP_E_NOMEM;
-    }
-    free(per);
-    detail_free(&d, r->n_terms);
-    rlp_batch_free(batch);
-    return rc ? -1 : 0;
-}
-
-/* How many of the held-out prompts' questions are among the questions of
- * the training prompts this run draws (steps × prompts_per_step from the
- * training task, from step 1; the first 200,000 of a longer run): 0 for a
- * held-out set that deserves the name. Counted once, on a copy of the
- * training task. */
-#define OVERLAP_MAX_PROMPTS 200000
-static void count_overlap(run *r, const rlp_prompt_set *held)
-{
-    r->overlap = r->overlap_checked = 0;
-    long long total = cfg_int(r->cfg, "steps") * cfg_int(r->cfg, "prompts_per_step");
-    total = total < OVERLAP_MAX_PROMPTS ? total : OVERLAP_MAX_PROMPTS;
-    rlp_task *t;
-    if (total <= 0 || make_task(r, 0, &t))
-        return;
-    json_t *seen = json_object(); /* questions as keys: a hash set */
-    for (long long done = 0; done < total;) {
-        size_t k = (size_t)(total - done < 4096 ? total - done : 4096), m = 0;
-        rlp_prompt_set *set = NULL;
-        if (rlp_task_next_batch(&set, t, k, NULL) || rlp_prompt_set_size(&m, set))
-            break;
-        for (size_t i = 0; i < m; i++) {
-            rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
-            if (!rlp_prompt_set_item(&it, set, i) && it.question)
-                json_object_set_new(seen, it.question, json_true());
-        }
-        rlp_prompt_set_free(set);
-        done += (long long)k;
-        r->overlap_checked = done;
-    }
-    size_t n = 0;
-    rlp_prompt_set_size(&n, held);
-    for (size_t i = 0; i < n; i++) {
-        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
-        if (!rlp_prompt_set_item(&it, held, i) && it.question && json_object_get(seen, it.question))
-            r->overlap++;
-    }
-    json_decref(seen);
-    rlp_task_free(t);
-}
-
-/* Greedy and/or sampled completions (eval.greedy, eval.samples) on the first
- * eval.n prompts of the held-out task; the same prompts every time, so two
- * evaluations compare prompt by prompt. Every completion goes to
- * samples.jsonl when out is set. */
-static json_t *evaluate(run *r, long long step, const char *out, json_t **keep)
-{
-    long long n = cfg_int(r->cfg, "eval.n");
-    if (n <= 0)
-        return NULL;
-    double t0 = now_s();
-    rlp_task *task;
-    if (make_task(r, 1, &task)) {
-        fprintf(stderr, "rlpost eval: %s\n", r->err);
-        return NULL;
-    }
-    uint64_t size = 0;
-    rlp_task_size(&size, task);
-    if (size > 0 && (uint64_t)n > size)
-        n = (long long)size; /* a finite held-out set: each prompt once */
-    rlp_prompt_set *set = NULL;
-    char err[ERR_CAP] = "";
-    int rc = rlp_task_next_batch(&set, task, (size_t)n, r->tok);
-    if (rc)
-        fmt(err, sizeof err, "%s (%s)", rlp_error_last(), rlp_status_str(rc));
-    rlp_task_free(task);
-    json_t *rec = json_object(), *samples = json_array();
-    json_object_set_new(rec, "step", json_integer(step));
-    json_object_set_new(rec, "n", json_integer(n));
-    json_object_set_new(rec, "greedy", json_boolean(cfg_bool(r->cfg, "eval.greedy")));
-    const char *task_name = cfg_str(r->cfg, "task.name");
-    if (!rc && r->overlap < 0)
-        count_overlap(r, set);
-    int held_out = (strcmp(task_name, "jsonl") || cfg_str(r->cfg, "eval.path")) && r->overlap == 0;
-    json_object_set_new(rec, "held_out", json_boolean(held_out));
-    json_object_set_new(rec, "train_overlap", json_integer(r->overlap));
-    json_object_set_new(rec, "train_prompts_checked", json_integer(r->overlap_checked));
-    if (!rc && cfg_bool(r->cfg, "eval.greedy"))
-        rc = eval_pass(r, set, (size_t)n, 1, 1, step, rec, samples, err);
-    if (!rc && cfg_int(r->cfg, "eval.samples") > 0)
-        rc = eval_pass(r, set, (size_t)n, 0, (uint32_t)cfg_int(r->cfg, "eval.samples"), step, rec, samples, err);
-    rlp_prompt_set_free(set);
-    if (rc) {
-        fprintf(stderr, "rlpost eval: %s\n", err);
-        json_decref(rec);
-        json_decref(samples);
-        return NULL;
-    }
-    json_object_set_new(rec, "seconds", json_real(now_s() - t0));
-    if (out)
-        append_jsonl_all(out, "samples.jsonl", samples, 9);
-    if (keep)
-        *keep = json_incref(samples);
-    json_t *g = json_object_get(rec, "greedy_accuracy"), *sm = json_object_get(rec, "sampled_accuracy");
-    json_t *gc = json_object_get(rec, "greedy_accuracy_ci"), *smc = json_object_get(rec, "sampled_accuracy_ci");
-    char gtxt[96] = "", stxt[96] = "";
-    if (json_is_number(g))
-        fmt(gtxt, sizeof gtxt, " | greedy acc %.3f [%.3f, %.3f]", json_number_value(g),
-            json_number_value(json_array_get(gc, 0)), json_number_value(json_array_get(gc, 1)));
-    if (json_is_number(sm))
-        fmt(stxt, sizeof stxt, " | sampled acc %.3f [%.3f, %.3f] (k=%lld)", json_number_value(sm),
-            json_number_value(json_array_get(smc, 0)), json_number_value(json_array_get(smc, 1)),
-            cfg_int(r->cfg, "eval.samples"));
-    json_t *fr = json_object_get(rec, "format_rate"), *pr = json_object_get(rec, "answer_parse_rate");
-    fprintf(stderr, "eval  step %lld | %lld prompts%s%s | %.1f s\n", step, n, gtxt, stxt, now_s() - t0);
-    if (json_is_number(fr))
-        fprintf(stderr, "      format rate %.3f\n", json_number_value(fr));
-    if (json_is_number(pr))
-        fprintf(stderr, "      answer parse rate %.3f\n", json_number_value(pr));
-    if (!strcmp(task_name, "jsonl") && !cfg_str(r->cfg, "eval.path"))
-        fprintf(stderr, "      warning: eval.path is null, so these prompts come from the training file: "
-                        "not held out\n");
-    if (r->overlap > 0)
-        fprintf(stderr, "      warning: %lld of the %lld held-out questions are among the %lld training prompts of "
-                        "this run: not held out\n", r->overlap, n, r->overlap_checked);
-    json_decref(samples);
-    return rec;
-}
-
-/* The change from the first evaluation to the last, prompt by prompt, with
- * paired bootstrap 95 % intervals: {"greedy": {"first", "last", "delta",
- * "delta_ci"}, "sampled": {…}}, or NULL. */
-static json_t *eval_change(const json_t *first, const json_t *last)
-{
-    if (!first || !last)
-        return NULL;
-    json_t *out = json_object();
-    static const char *const modes[2] = {"greedy", "sampled"};
-    for (int m = 0; m < 2; m++) {
-        char key[64];
-        fmt(key, sizeof key, "%s_correct", modes[m]);
-        const json_t *a = json_object_get(first, key), *b = json_object_get(last, key);
-        size_t n = json_array_size(a);
-        if (!n || json_array_size(b) != n)
-            continue;
-        double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), lo = NAN, hi = NAN, sa = 0, sb = 0;
-        for (size_t i = 0; x && y && i < n; i++) {
-            sa += x[i] = json_number_value(json_array_get(a, i));
-            sb += y[i] = json_number_value(json_array_get(b, i));
-        }
-        if (x && y)
-            rlp_stats_bootstrap_paired(&lo, &hi, x, y, n, EVAL_BOOTSTRAP, UINT64_C(0x5eed));
-        json_object_set_new(out, modes[m], json_pack("{s:f, s:f, s:f, s:[f, f], s:b}", "first", sa / (double)n,
-                                                     "last", sb / (double)n, "delta", (sb - sa) / (double)n,
-                                                     "delta_ci", lo, hi, "ci_excludes_zero", lo > 0 || hi < 0));
-        free(x);
-        free(y);
-    }
-    return out;
-}
-
-/* samples.jsonl: samples.per_step completions of a training step's scored
- * batch, spread over its groups, each with every reward term and the
- * advantage the step gives it. The chosen trajectories are scored again on
- * a copy (the batch keeps its training reward). */
-static void step_samples(run *r, const rlp_batch *batch, long long step)
-{
-    size_t n = 0, want = (size_t)cfg_int(r->cfg, "samples.per_step");
-    rlp_batch_size(&n, batch);
-    if (want == 0 || n == 0)
-        return;
-    want = want < n ? want : n;
-    float *adv = malloc(n * sizeof *adv);
-    rlp_batch *copy = NULL;
-    size_t *pick = malloc(want * sizeof *pick);
-    int rc = adv && pick ? rlp_rl_advantages(adv, n, batch, &r->rl) : RLP_E_NOMEM;
-    if (!rc)
-        rc = rlp_batch_create(&copy);
-    for (size_t j = 0; !rc && j < want; j++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        pick[j] = j * n / want;
-        if (!(rc = rlp_batch_get(&t, batch, pick[j])))
-            rc = rlp_batch_append(copy, &t);
-    }
-    scores sc;
-    detail d = {0};
-    if (!rc)
-        rc = score_detail(r, copy, &sc, &d, 1);
-    if (!rc) {
-        json_t *arr = json_array();
-        for (size_t j = 0; j < want; j++) {
-            json_t *x = sample_record(r, copy, j, &d, NULL);
-            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            rlp_batch_get(&t, batch, pick[j]);
-            json_object_set_new(x, "kind", json_string("train"));
-            json_object_set_new(x, "step", json_integer(step));
-            json_object_set_new(x, "group_id", json_integer((json_int_t)t.group_id));
-            json_object_set_new(x, "sample", json_integer((json_int_t)t.sample_index));
-            json_object_set_new(x, "advantage", jnum(adv[pick[j]]));
-            json_object_set_new(x, "policy_version", json_integer((json_int_t)t.policy_version));
-            json_array_append_new(arr, x);
-        }
-        append_jsonl_all(r->out, "samples.jsonl", arr, 9);
-        json_decref(arr);
-    } else {
-        fprintf(stderr, "rlpost train: step %lld: samples.jsonl: %s\n", step, rlp_error_last());
-    }
-    detail_free(&d, r->n_terms);
-    rlp_batch_free(copy);
-    free(adv);
-    free(pick);
-}
-
-/* The trainer's on_batch: rank 0 writes each step's samples. */
-static int on_train_batch(const rlp_batch *batch, uint64_t step, void *payload)
-{
-    run *r = payload;
-    if (r->rank == 0)
-        step_samples(r, batch, (long long)step);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Setup shared by train and eval                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -1454,7 +718,7 @@ static int make_trainer(run *r, int need_train)
     if (r->parse_fn)
         m[o.n_metrics++] = (rlp_trainer_metric){r->parse_fn, NULL, "answer_parse_rate", 0.5};
     o.metrics = m;
-    o.on_batch = on_train_batch;
+    o.on_batch = train_on_batch;
     o.on_batch_payload = r;
     rlp_policy *copy = NULL;
     int rc = RLP_OK;
@@ -1487,11 +751,11 @@ static int setup(run *r, const char *weights, int need_train)
 {
     if (check_config(r))
         return EXIT_USAGE;
-    if (make_task(r, 0, &r->task))
+    if (train_make_task(r, 0, &r->task))
         return EXIT_USAGE;
     if (cfg_int(r->cfg, "eval.n") > 0) { /* the held-out task must open too */
         rlp_task *t;
-        if (make_task(r, 1, &t))
+        if (train_make_task(r, 1, &t))
             return EXIT_USAGE;
         rlp_task_free(t);
     }
@@ -1643,134 +907,6 @@ static int parse_args(int argc, char **argv, const char *cmd, const char *dir_fl
     return 0;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Plot and summary                                                         */
-/* ------------------------------------------------------------------------ */
-
-static int have_program(const char *name)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return 0;
-    char buf[PATH_MAX];
-    for (const char *p = path; *p;) {
-        size_t l = strcspn(p, ":");
-        fmt(buf, sizeof buf, "%.*s/%s", (int)l, p, name);
-        if (!access(buf, X_OK))
-            return 1;
-        p += l + (p[l] == ':');
-    }
-    return 0;
-}
-
-/* training.png from metrics.jsonl and eval.jsonl, through gnuplot. */
-/* Runs `prog arg` (PATH lookup) in folder dir with its stdout on our
- * stderr, from an argument vector, and waits: its exit status, or -1. */
-static int run_in(const char *dir, const char *prog, const char *arg)
-{
-    posix_spawn_file_actions_t fa;
-    if (posix_spawn_file_actions_init(&fa))
-        return -1;
-    char *argv[] = {(char *)prog, (char *)arg, NULL};
-    pid_t pid;
-    int rc = posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO) ||
-                     posix_spawn_file_actions_addchdir_np(&fa, dir) ||
-                     posix_spawnp(&pid, prog, &fa, NULL, argv, environ)
-                 ? -1
-                 : 0;
-    posix_spawn_file_actions_destroy(&fa);
-    int st;
-    while (!rc && waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return rc ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static const char *plot(const char *out)
-{
-    static char png[PATH_MAX];
-    if (!have_program("gnuplot")) {
-        fprintf(stderr, "no plot: gnuplot is not installed (apt-get install gnuplot-nox)\n");
-        return NULL;
-    }
-    char path[PATH_MAX], line[1 << 15];
-    const char *src[2] = {"metrics.jsonl", "eval.jsonl"}, *dst[2] = {"plot_train.tsv", "plot_eval.tsv"};
-    for (int k = 0; k < 2; k++) {
-        fmt(path, sizeof path, "%s/%s", out, dst[k]);
-        FILE *o = fopen(path, "w");
-        fmt(path, sizeof path, "%s/%s", out, src[k]);
-        FILE *f = fopen(path, "r");
-        while (f && o && fgets(line, sizeof line, f)) {
-            json_t *rec = json_loads(line, 0, NULL);
-            /* train: step, reward, format rate, accuracy; eval: step, then
-             * value, low, high of greedy accuracy, sampled accuracy, format rate */
-            static const char *const cols[2][3] = {{"reward_mean", "format_rate", "accuracy"},
-                                                   {"greedy_accuracy", "sampled_accuracy", "format_rate"}};
-            fprintf(o, "%lld", (long long)json_integer_value(json_object_get(rec, "step")));
-            for (int c = 0; c < 3; c++) {
-                json_t *v = json_object_get(rec, cols[k][c]);
-                fprintf(o, "\t%.6g", json_is_number(v) ? json_number_value(v) : NAN);
-                if (k == 1) {
-                    char key[64];
-                    fmt(key, sizeof key, "%s_ci", c == 2 ? "greedy_format_rate" : cols[k][c]);
-                    json_t *ci = json_object_get(rec, key);
-                    for (int e = 0; e < 2; e++) {
-                        json_t *b = json_array_get(ci, (size_t)e);
-                        fprintf(o, "\t%.6g", json_is_number(b) ? json_number_value(b) : NAN);
-                    }
-                }
-            }
-            fputc('\n', o);
-            json_decref(rec);
-        }
-        if (f)
-            fclose(f);
-        if (o)
-            fclose(o);
-    }
-    fmt(png, sizeof png, "%s/training.png", out);
-    /* The script names only files in the run folder, by relative names, and
-     * gnuplot runs there from an argument vector: no path or other
-     * configuration value reaches a shell or gnuplot's own command
-     * language (gnuplot has `system`). The title shows the folder's name
-     * with anything but [A-Za-z0-9._/+-] replaced. */
-    char title[128];
-    size_t tl = 0;
-    for (const char *c = out; *c && tl + 1 < sizeof title; c++)
-        title[tl++] = strchr("._/+-", *c) || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                              (*c >= '0' && *c <= '9')
-                          ? *c
-                          : '_';
-    title[tl] = '\0';
-    static const char *const terminals[2] = {"pngcairo", "png"}; /* pngcairo is missing in some builds */
-    for (int t = 0; t < 2; t++) {
-        fmt(path, sizeof path, "%s/plot.gp", out);
-        FILE *gp = fopen(path, "w");
-        if (!gp)
-            return NULL;
-        fprintf(gp,
-                "set terminal %s size 1000,600 noenhanced\n"
-                "set output 'training.png'\n"
-                "set datafile missing 'nan'\n"
-                "set key outside bottom center horizontal\n"
-                "set xlabel 'step'\nset grid\n"
-                "set offsets 0.5, 0.5, 0.02, 0.02\n" /* interval bars at the first and last step stay whole */
-                "set title 'rlpost train: %s'\n"
-                "plot 'plot_train.tsv' using 1:2 with linespoints title 'train: mean reward', \\\n"
-                "     'plot_train.tsv' using 1:4 with linespoints title 'train: accuracy', \\\n"
-                "     'plot_train.tsv' using 1:3 with linespoints title 'train: format rate', \\\n"
-                "     'plot_eval.tsv' using 1:2:3:4 with yerrorlines lw 2 title 'held-out greedy accuracy (95%% CI)', \\\n"
-                "     'plot_eval.tsv' using 1:5:6:7 with yerrorlines lw 2 title 'held-out sampled accuracy (95%% CI)', \\\n"
-                "     'plot_eval.tsv' using 1:8:9:10 with yerrorlines title 'held-out format rate (greedy)'\n",
-                terminals[t], title);
-        fclose(gp);
-        if (run_in(out, "gnuplot", "plot.gp") == 0)
-            return png;
-    }
-    fprintf(stderr, "no plot: gnuplot failed\n");
-    return NULL;
-}
-
 static double mean_of(const double *v, size_t n)
 {
     double s = 0;
@@ -1841,7 +977,7 @@ int cmd_train(int argc, char **argv)
     char ckpt[PATH_MAX] = {0};
     json_t *state = NULL;
     int restart = 0; /* --resume of a run that stopped before its first checkpoint */
-    if (resume && find_checkpoint(resume, ckpt, sizeof ckpt)) {
+    if (resume && train_find_checkpoint(resume, ckpt, sizeof ckpt)) {
         /* No checkpoint. If DIR is this configuration's output folder and
          * holds a run (it died before its first checkpoint), that run
          * starts again from step 0 over its own files; anything else has
@@ -1969,7 +1105,7 @@ int cmd_train(int argc, char **argv)
     json_decref(state);
 
     /* --- the output folder --- */
-    if (lead && mkdir_p(r->out)) {
+    if (lead && train_mkdir_p(r->out)) {
         fprintf(stderr, "rlpost train: output: cannot create '%s': %s\n", r->out, strerror(errno));
         teardown(r);
         return EXIT_USAGE;
@@ -1978,7 +1114,7 @@ int cmd_train(int argc, char **argv)
         char path[PATH_MAX];
         char *text = json_dumps(r->cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
         fmt(path, sizeof path, "%s/config.json", r->out);
-        int bad = write_atomic(path, text);
+        int bad = train_write_atomic(path, text);
         free(text);
         if (bad) {
             fprintf(stderr, "rlpost train: output: cannot write '%s': %s\n", path, strerror(errno));
@@ -1992,7 +1128,7 @@ int cmd_train(int argc, char **argv)
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
             fmt(path, sizeof path, "%s/%s", r->out, files[i]);
             FILE *f = NULL;
-            if (resume ? truncate_jsonl(path, start) : (f = fopen(path, "w")) == NULL || fclose(f)) {
+            if (resume ? train_truncate_jsonl(path, start) : (f = fopen(path, "w")) == NULL || fclose(f)) {
                 fprintf(stderr, "rlpost train: output: cannot write '%s': %s\n", path, strerror(errno));
                 teardown(r);
                 return EXIT_USAGE;
@@ -2005,8 +1141,8 @@ int cmd_train(int argc, char **argv)
     json_t *first_eval = NULL, *last_eval = NULL;
     int eval_failed = 0;
     if (lead && start == 0 && cfg_int(r->cfg, "eval.n") > 0) {
-        if ((first_eval = evaluate(r, 0, r->out, NULL)) != NULL)
-            append_jsonl(r->out, "eval.jsonl", first_eval);
+        if ((first_eval = train_evaluate(r, 0, r->out, NULL)) != NULL)
+            train_append_jsonl(r->out, "eval.jsonl", first_eval);
         else
             eval_failed = 1;
     }
@@ -2043,7 +1179,7 @@ int cmd_train(int argc, char **argv)
             fprintf(stderr, "interrupted while waiting for rollouts: %s\n",
                     step > start ? "checkpointing the last step" : "no step to checkpoint");
             if (step > start && last_ckpt != step) {
-                if (checkpoint(r, step))
+                if (train_checkpoint(r, step))
                     failed = 1;
                 last_ckpt = step;
             }
@@ -2053,7 +1189,7 @@ int cmd_train(int argc, char **argv)
             fprintf(stderr, "rlpost train: %s (%s)\n", rlp_error_last(), rlp_status_str(rc));
             /* a stalled gate: the steps so far are good, and a resume
              * restarts the gate at their version */
-            if (rc == RLP_E_TIMEOUT && lead && step > start && last_ckpt != step && !checkpoint(r, step))
+            if (rc == RLP_E_TIMEOUT && lead && step > start && last_ckpt != step && !train_checkpoint(r, step))
                 last_ckpt = step;
             failed = 1;
             break;
@@ -2076,7 +1212,7 @@ int cmd_train(int argc, char **argv)
                 break;
             }
             json_object_set_new(m, "elapsed_seconds", json_real(now_s() - t_start));
-            append_jsonl(r->out, "metrics.jsonl", m);
+            train_append_jsonl(r->out, "metrics.jsonl", m);
             json_decref(m);
         }
         double per = (now_s() - loop_start) / (double)(k - start);
@@ -2109,15 +1245,15 @@ int cmd_train(int argc, char **argv)
             if (lead)
                 fprintf(stderr, "interrupted: checkpointing step %lld of %lld\n", k, steps);
             interrupted = 1;
-            if (lead && checkpoint(r, k))
+            if (lead && train_checkpoint(r, k))
                 failed = 1;
             last_ckpt = k;
             break;
         }
         if (lead && k < steps && eval_every > 0 && k % eval_every == 0) {
-            json_t *e = evaluate(r, k, r->out, NULL);
+            json_t *e = train_evaluate(r, k, r->out, NULL);
             if (e) {
-                append_jsonl(r->out, "eval.jsonl", e);
+                train_append_jsonl(r->out, "eval.jsonl", e);
                 json_decref(e);
             } else {
                 eval_failed = 1;
@@ -2125,7 +1261,7 @@ int cmd_train(int argc, char **argv)
         }
         if (k < steps && ((ckpt_every > 0 && k % ckpt_every == 0) ||
                           (lead && ckpt_period_s > 0 && now_s() - last_ckpt_s >= ckpt_period_s))) {
-            if (lead && checkpoint(r, k)) {
+            if (lead && train_checkpoint(r, k)) {
                 failed = 1;
                 break;
             }
@@ -2147,14 +1283,14 @@ int cmd_train(int argc, char **argv)
     }
     /* a run resumed after its last step has had its final evaluation */
     if (!failed && !interrupted && step == steps) {
-        if (start < steps && (last_eval = evaluate(r, step, r->out, NULL)) != NULL)
-            append_jsonl(r->out, "eval.jsonl", last_eval);
+        if (start < steps && (last_eval = train_evaluate(r, step, r->out, NULL)) != NULL)
+            train_append_jsonl(r->out, "eval.jsonl", last_eval);
         else if (start < steps && cfg_int(r->cfg, "eval.n") > 0)
             eval_failed = 1; /* asked for and not done: the run does not end well */
-        if (last_ckpt != step && checkpoint(r, step))
+        if (last_ckpt != step && train_checkpoint(r, step))
             failed = 1;
     }
-    const char *png = plot(r->out);
+    const char *png = train_plot(r->out);
 
     /* summary */
     size_t first_n = 0, last_n = 0;
@@ -2194,7 +1330,7 @@ int cmd_train(int argc, char **argv)
         if (f)
             fclose(f);
     }
-    json_t *change = eval_change(first_eval, last_eval);
+    json_t *change = train_eval_change(first_eval, last_eval);
     json_object_set_new(sum, "heldout_change", change ? change : json_null());
     static const char *const bulky[] = {"greedy_correct", "sampled_correct"}; /* in eval.jsonl */
     for (size_t i = 0; i < 2; i++) {
@@ -2244,7 +1380,7 @@ int cmd_eval(int argc, char **argv)
     if (rc)
         return rc;
     char ckpt[PATH_MAX];
-    if (ckpt_arg && find_checkpoint(ckpt_arg, ckpt, sizeof ckpt)) {
+    if (ckpt_arg && train_find_checkpoint(ckpt_arg, ckpt, sizeof ckpt)) {
         /* a plain model folder or file is fine too */
         fmt(ckpt, sizeof ckpt, "%s", ckpt_arg);
     }
@@ -2271,7 +1407,7 @@ int cmd_eval(int argc, char **argv)
         step = (long long)json_integer_value(json_object_get(state, "step"));
     json_decref(state);
     json_t *samples = NULL;
-    json_t *rec = evaluate(r, step, NULL, &samples);
+    json_t *rec = train_evaluate(r, step, NULL, &samples);
     if (!rec) {
         teardown(r);
         return 1;
