@@ -415,7 +415,6 @@ int train_rollout_create(run *r, long long start_step, train_rollout **out)
     }
     uint64_t version = 0;
     rlp_policy_version(&version, r->policy);
-    long long k = cfg_int(r->cfg, "algorithm.ppo_epochs") * cfg_int(r->cfg, "algorithm.mini_batches");
     uint32_t eta = (uint32_t)cfg_int(r->cfg, "sync.staleness");
     int rc;
 
@@ -461,7 +460,7 @@ int train_rollout_create(run *r, long long start_step, train_rollout **out)
     so.mode = r->async ? RLP_SYNC_ASYNC : RLP_SYNC_SEQUENTIAL_PULL;
     so.transport = r->remote ? RLP_TRANSPORT_HTTP : RLP_TRANSPORT_IN_PROCESS;
     so.max_staleness = eta;
-    so.batch_groups = (uint32_t)(ro->groups / (size_t)k); /* check_config: G is a multiple of k */
+    so.batch_groups = (uint32_t)ro->groups; /* versions count RL steps: a step trains on G groups */
     so.initial_version = version;
     if (r->remote) {
         const char *wd = cfg_str(r->cfg, "sync.weights_dir");
@@ -480,7 +479,7 @@ int train_rollout_create(run *r, long long start_step, train_rollout **out)
     }
     if (r->async) {
         rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-        bo.max_staleness = eta;
+        bo.sync = ro->sync; /* η from the gate */
         if ((rc = rlp_replay_buffer_create(&ro->buf, &bo))) {
             fmt(r->err, ERR_CAP, "replay buffer: %s", rlp_error_last());
             return -1;
@@ -624,18 +623,21 @@ int train_rollout_next(train_rollout *ro, volatile sig_atomic_t *stop, train_ste
         }
         /* the rollout thread waits at a closed gate while the buffer
          * cannot make a step: nothing will ever open it (the version grows
-         * only when this step trains) */
+         * only when this step trains). A safety net: every step advances
+         * the version, but groups the buffer dropped as stale still count
+         * as accepted at the gate */
         rlp_buffer_stats bs = {.version = 1};
         rlp_replay_buffer_stats(&bs, ro->buf);
         if (atomic_load(&ro->at_gate) && bs.size < ro->groups) {
             if (++stalled >= 10) {
                 rlp_sync_stats ss = {.version = 1};
                 rlp_synchronizer_stats(&ss, ro->sync);
-                fmt(r->err, ERR_CAP, "the staleness gate admits no more rollouts at version %llu (%llu groups "
-                    "accepted): an earlier step applied fewer optimizer steps than ppo_epochs × mini_batches "
-                    "(every sample invalid, or a step skipped for a non-finite gradient), so the version lags the "
-                    "groups consumed; resume from the last checkpoint (the gate restarts at its version)",
-                    (unsigned long long)v, (unsigned long long)ss.accepted);
+                fmt(r->err, ERR_CAP,
+                    "the staleness gate admits no more rollouts at version %llu (%llu groups "
+                    "accepted, %llu dropped by the buffer as stale) and the buffer holds %llu of the %zu groups "
+                    "a step needs; resume from the last checkpoint (the gate restarts at its version)",
+                    (unsigned long long)v, (unsigned long long)ss.accepted, (unsigned long long)bs.dropped_stale,
+                    (unsigned long long)bs.size, ro->groups);
                 return -2;
             }
         } else {
