@@ -499,7 +499,7 @@ int main(int argc, char **argv)
     CHECK(rlp_synchronizer_create(&sync, &so));
 
     rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-    bo.max_staleness = (uint32_t)opt.eta;
+    bo.sync = sync; /* one η: the gate's */
     rlp_replay_buffer *buf;
     CHECK(rlp_replay_buffer_create(&buf, &bo));
 

@@ -221,33 +221,6 @@ static int check_config(run *r)
     r->pull = !strcmp(mode, "pull");
     r->async = !strcmp(mode, "async");
     r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0;
-    if (r->async) {
-        /* Versions count optimizer steps: a step advances the version by
-         * k = ppo_epochs × mini_batches, and the gate admits B = G / k
-         * groups per version (rlp_sync_options), so G must split evenly
-         * and a whole step's G groups fit under the bound only when
-         * η ≥ k − 1. */
-        long long k = cfg_int(c, "algorithm.ppo_epochs") * cfg_int(c, "algorithm.mini_batches");
-        long long g = cfg_int(c, "prompts_per_step");
-        if (g % k) {
-            fmt(r->err, ERR_CAP, "prompts_per_step: must be a multiple of algorithm.ppo_epochs × "
-                "algorithm.mini_batches = %lld with sync.mode \"async\" (the staleness gate admits "
-                "prompts_per_step / %lld groups per policy version)", k, k);
-            return -1;
-        }
-        if (cfg_int(c, "sync.staleness") < k - 1) {
-            fmt(r->err, ERR_CAP, "sync.staleness: must be ≥ %lld with sync.mode \"async\" and ppo_epochs × "
-                "mini_batches = %lld (a step advances the version by %lld, so a smaller bound never admits a "
-                "whole step's groups)", k - 1, k, k);
-            return -1;
-        }
-        if (rl->filter_equal_groups) {
-            fmt(r->err, ERR_CAP, "algorithm.filter_equal_groups: not available with sync.mode \"async\" (a step "
-                "whose groups are all filtered applies no optimizer step, the version then lags the groups "
-                "consumed, and the staleness gate stops admitting rollouts); use sync.mode \"pull\"");
-            return -1;
-        }
-    }
     if (r->remote && !r->pull && !r->async) {
         fmt(r->err, ERR_CAP, "rollout.urls: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
             "the trainer's own weights)");

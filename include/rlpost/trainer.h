@@ -192,8 +192,8 @@ RLP_API int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *
  *         the step waited: nothing was trained, the trainer stays usable);
  *         RLP_E_STATE (an earlier step failed: the trainer must be freed
  *         and the run resumed from a checkpoint); RLP_E_TIMEOUT (ASYNC: the
- *         staleness gate can never open again — a step applied no update —
- *         resume from the last checkpoint); RLP_E_CALLBACK (on_batch
+ *         staleness gate admits nothing while the buffer cannot fill a
+ *         step — a safety net; resume from the last checkpoint); RLP_E_CALLBACK (on_batch
  *         failed); otherwise the failing part's code with its message
  *         (generation, a worker, the reward, the RL step, publishing).
  *         After any error but RLP_E_CLOSED the trainer is failed.

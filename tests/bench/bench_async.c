@@ -179,7 +179,7 @@ static double run_async(int threads, const char *model, const workload *w, int s
     rlp_synchronizer *sync;
     CHECK(rlp_synchronizer_create(&sync, &so));
     rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-    bo.max_staleness = eta;
+    bo.sync = sync; /* one η: the gate's */
     bo.capacity = 64;
     rlp_replay_buffer *buf;
     CHECK(rlp_replay_buffer_create(&buf, &bo));

@@ -2,8 +2,9 @@
  * staleness drops counted and never returned, capacity back-pressure in
  * both policies, timeouts, close; the durable spill restores every field
  * of every unconsumed group, cuts a torn or corrupt last record with a
- * warning, refuses corruption in the middle, compacts, and locks; and the
- * concurrency test: P = 4 producers and C = 3 consumers move 10^5 groups
+ * warning, refuses corruption in the middle, compacts, and locks; η comes
+ * from an attached synchronizer; and the concurrency test: P = 4
+ * producers and C = 3 consumers move 10^5 groups
  * with none lost or duplicated, every pulled group within the staleness
  * bound, and exact drop counts. (The kill -9 test is test_buffer_crash.c.) */
 #include <setjmp.h>
@@ -228,6 +229,67 @@ static void test_staleness_drop(void **state)
     assert_int_equal(s.staleness_hist[RLP_BUFFER_STALENESS_BINS - 1], 1);
     assert_int_equal(s.max_staleness_seen, 1000000);
     rlp_replay_buffer_free(buf);
+}
+
+/* Attached to a synchronizer, the buffer takes η from it (one bound for
+ * the gate and the buffer); a different η of its own is refused naming
+ * both; a version-1 options struct (before sync) still works. */
+static void test_staleness_from_synchronizer(void **state)
+{
+    (void)state;
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.mode = RLP_SYNC_ASYNC;
+    so.max_staleness = 3;
+    rlp_synchronizer *sync;
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_OK);
+    rlp_buffer_options o = RLP_BUFFER_OPTIONS_INIT;
+    assert_int_equal(o.max_staleness, 1);
+    assert_null(o.sync);
+    o.sync = sync; /* max_staleness left at its default: the synchronizer's 3 applies */
+    rlp_replay_buffer *buf;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    for (uint64_t v = 0; v <= 2; v++)
+        push_groups(buf, &v, 1, v); /* gid = version */
+    rlp_batch *out;
+    /* at version 4: version 0 is 4 > η = 3 steps old (dropped), 1 and 2 are kept (η = 1 would drop 1 and 2) */
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 2, 4, 0), RLP_OK);
+    assert_int_equal(traj_at(out, 0).group_id, 1);
+    assert_int_equal(traj_at(out, 2).group_id, 2);
+    rlp_batch_free(out);
+    rlp_buffer_stats s = stats_of(buf);
+    assert_int_equal(s.dropped_stale, 1);
+    assert_int_equal(s.max_staleness_seen, 3);
+    rlp_replay_buffer_free(buf);
+
+    /* the same η given twice is fine; a different one is refused, naming both */
+    o.max_staleness = 3;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    rlp_replay_buffer_free(buf);
+    o.max_staleness = 2;
+    buf = NULL;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_E_INVALID_ARG);
+    assert_null(buf);
+    assert_non_null(strstr(rlp_error_last(), "max_staleness is 2"));
+    assert_non_null(strstr(rlp_error_last(), "is 3"));
+
+    /* a caller built against version 1: its struct ends at log_payload, and
+     * whatever follows it in memory is not read as sync */
+    rlp_buffer_options v1;
+    memset(&v1, 0xA5, sizeof v1);
+    assert_int_equal(rlp_buffer_options_init(&v1, 1), RLP_OK);
+    assert_int_equal(v1.version, 1);
+    assert_int_equal(v1.max_staleness, 1);
+    unsigned char tail[sizeof v1.sync];
+    memcpy(tail, &v1.sync, sizeof tail);
+    for (size_t i = 0; i < sizeof tail; i++)
+        assert_int_equal(tail[i], 0xA5); /* init wrote only version 1's fields */
+    v1.max_staleness = 2;                /* used as is: the bytes where sync would be are not read */
+    assert_int_equal(rlp_replay_buffer_create(&buf, &v1), RLP_OK);
+    uint64_t g = 0;
+    push_groups(buf, &g, 1, 0);
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 1, 3, 0), RLP_E_AGAIN); /* η = 2 of its own */
+    rlp_replay_buffer_free(buf);
+    rlp_synchronizer_free(sync);
 }
 
 typedef struct pusher_arg {
@@ -1031,6 +1093,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_groups_whole_and_fifo),
         cmocka_unit_test(test_staleness_drop),
+        cmocka_unit_test(test_staleness_from_synchronizer),
         cmocka_unit_test(test_capacity_and_close),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_spill_round_trip),

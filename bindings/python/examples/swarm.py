@@ -216,7 +216,7 @@ def main():
                                        timeout_ms=60000, max_retries=2)
             engines = [rlpost.RolloutEngine.remote(urls, tokenizer=policy.tokenizer, timeout_ms=120000,
                                                    max_retries=3)]
-        buf = rlpost.ReplayBuffer(max_staleness=args.eta)
+        buf = rlpost.ReplayBuffer(sync=sync)  # one η: the gate's
         reward = rlpost.RewardFn(even_share, name="even_share", n_threads=2)
         sync.publish(policy)  # version 0: where every worker starts
         sh = Shared(sync, buf, reward, info.vocab_size, args)

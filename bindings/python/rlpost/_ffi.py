@@ -274,7 +274,7 @@ BUFFER_STALENESS_BINS = 16
 BufferOptions = _struct("rlp_buffer_options", [
     ("version", c_uint32), ("capacity", c_uint64), ("max_staleness", c_uint32), ("full_policy", c_int32),
     ("push_timeout_ms", c_uint32), ("spill_path", c_char_p), ("compact_bytes", c_uint64),
-    ("log_fn", LogFn), ("log_payload", c_void_p)])
+    ("log_fn", LogFn), ("log_payload", c_void_p), ("sync", c_void_p)], version=2)
 
 BufferStats = _struct("rlp_buffer_stats", [
     ("version", c_uint32), ("size", c_uint64), ("trajectories", c_uint64), ("accepted", c_uint64),

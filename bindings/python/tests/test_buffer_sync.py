@@ -144,6 +144,24 @@ def test_synchronizer_in_process(policy):
     engine.close()
 
 
+def test_buffer_takes_eta_from_its_synchronizer():
+    with rlpost.Synchronizer(max_staleness=2, batch_groups=1) as sync:
+        # the buffer's own η left at its default (1): the synchronizer's η = 2 applies
+        with rlpost.ReplayBuffer(sync=sync) as buf:
+            buf.push(scored(groups=1, version=0))
+            buf.push(scored(groups=1, version=0, start=10))
+            assert len(buf.pull(1, version=2, timeout_ms=0)) == 2  # staleness 2 ≤ η = 2: kept
+            with pytest.raises(rlpost.AgainError):
+                buf.pull(1, version=3, timeout_ms=0)  # staleness 3 > η: dropped
+            assert buf.stats().dropped_stale == 1
+        with pytest.raises(rlpost.InvalidArgumentError, match="max_staleness is 3 .* is 2"):
+            rlpost.ReplayBuffer(max_staleness=3, sync=sync)
+        with rlpost.ReplayBuffer(max_staleness=2, sync=sync):
+            pass
+        buf = rlpost.ReplayBuffer(sync=sync)
+    assert buf.closed  # closing the synchronizer closed the buffer that borrows it
+
+
 def test_blocked_acquire_is_woken_by_publish(policy):
     with rlpost.Synchronizer(max_staleness=0, batch_groups=1) as sync:
         sync.acquire(0)
