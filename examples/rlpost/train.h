@@ -87,8 +87,32 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
 }
 
 /* ------------------------------------------------------------------------ */
-/* cmd_train.c: configuration → handles                                    */
+/* train_setup.c: configuration → handles                                   */
 /* ------------------------------------------------------------------------ */
+
+/* Parses CONFIG.json [--set k=v]... [--resume DIR | --checkpoint DIR] into
+ * r->cfg (defaults filled in); *dir: the flag's folder or NULL. 0, or the
+ * exit status (usage printed). */
+int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_flag, run *r, const char **dir);
+
+/* Checks the configuration: ranges, names, modes, files (the launcher of
+ * several ranks checks it once before forking them). 0, or -1 with one
+ * line in r->err. */
+int train_check_config(run *r);
+
+/* Checks the configuration and creates everything a run needs, before
+ * anything is written: task, reward, metric scorers, context, policy
+ * (from @p weights), reference, optimizer, ranks, and the trainer
+ * (need_train 0: a sync trainer over the frozen policy, for `rlpost eval`).
+ * 0, or the exit status with one line in r->err. */
+int train_setup(run *r, const char *weights, int need_train);
+
+/* Frees what train_setup() made (and the configuration). */
+void train_teardown(run *r);
+
+/* The first setting a resumed or restarted run must keep that differs
+ * between a saved configuration and @p cfg, or NULL when none does. */
+const char *train_changed_setting(json_t *saved, const json_t *cfg);
 
 /* Whether @p path names a readable regular file. */
 int train_readable_file(const char *path);
