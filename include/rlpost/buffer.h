@@ -90,7 +90,9 @@ RLP_API int rlp_buffer_options_init(rlp_buffer_options *opts, uint32_t version);
  * cut off with a warning; corruption anywhere else fails with RLP_E_FORMAT
  * rather than losing accepted groups silently. The file is locked: one
  * buffer per file at a time. Its format (records with lengths and CRC-32s)
- * is described in docs/buffer-sync.md; it is read as untrusted input.
+ * is described in docs/buffer-sync.md; it is read as untrusted input. A
+ * file of the format before provenance (1) is read (its groups have none)
+ * and rewritten in the current format at once.
  *
  * @param[out] out  receives the buffer; free with rlp_replay_buffer_free()
  * @param opts      options, or NULL for the defaults (memory only, unbounded);
@@ -100,7 +102,8 @@ RLP_API int rlp_buffer_options_init(rlp_buffer_options *opts, uint32_t version);
  *         the message naming both); RLP_E_IO (the spill cannot be opened,
  *         read or written); RLP_E_STATE (another buffer holds the spill);
  *         RLP_E_FORMAT (the spill is not ours or is corrupt before its last
- *         record); RLP_E_NOMEM.
+ *         record); RLP_E_UNSUPPORTED (a spill of a newer format);
+ *         RLP_E_NOMEM.
  * Thread-safe.
  */
 RLP_API int rlp_replay_buffer_create(rlp_replay_buffer **out, const rlp_buffer_options *opts);
@@ -115,7 +118,9 @@ RLP_API void rlp_replay_buffer_free(rlp_replay_buffer *buf);
  * Adds the trajectories of @p batch as groups: trajectories sharing a
  * group_id form one group (a push takes whole groups, so push a prompt's n
  * samples together). Each group is tagged with its version (see
- * rlp_buffer_options). All groups go in, or none.
+ * rlp_buffer_options). All groups go in, or none. Every field of a
+ * trajectory is kept, its provenance (rlp_batch_set_group_provenance())
+ * included, in memory and in the spill.
  *
  * When the buffer is full (capacity counts groups), the full policy
  * decides: block until consumers make room, or fail at once. With a spill

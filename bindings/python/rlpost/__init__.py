@@ -20,7 +20,7 @@ numpy is installed, as lists otherwise (HAVE_NUMPY says which).
 """
 from . import _ffi
 from ._util import HAVE_NUMPY, Record
-from .batch import Batch, FinishReason, Trajectory
+from .batch import Batch, FinishReason, Provenance, Trajectory
 from .comm import Comm, CommTransport, ReduceOp
 from .buffer import STALENESS_UNBOUNDED, WAIT_FOREVER, BufferFullPolicy, ReplayBuffer
 from .context import (Backend, Context, LogLevel, MatmulPrecision, abi_version, backend_available,
@@ -48,7 +48,7 @@ __all__ = [
     "NetworkError", "CallbackError", "ClosedError", "AgainError", "NotFoundError", "StateError", "InternalError",
     # handles
     "Context", "Tokenizer", "Detokenizer", "Policy", "LossContext", "model_inspect", "Batch", "Trajectory",
-    "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward", "InvalidSample",
+    "Provenance", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward", "InvalidSample",
     "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
