@@ -446,7 +446,7 @@ static int collect_sync(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
 
 /* The task cursor after a group: the template's, at the group's epoch
  * and position + 1 (the end of an epoch reads as the next one's start). */
-static int cursor_after(rlp_trainer *t, const rlpi_provenance *p)
+static int cursor_after(rlp_trainer *t, const rlp_provenance *p)
 {
     char *text = NULL;
     int rc = rlpi_train_cursor_at(t->cursor, sizeof t->cursor, p->epoch, p->position + 1, &text);
@@ -521,21 +521,41 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         }
     }
     rec->trainer_idle_seconds = rlpi_now_s() - t0;
-    /* where the groups came from */
-    rlpi_provenance *prov = NULL;
-    size_t n_groups = 0;
-    if ((rc = rlpi_worker_take_provenance(t->worker, b, &prov, &n_groups)) || (rc = keep_prompt_ids(t, n_groups)) ||
-        (n_groups && (rc = cursor_after(t, &prov[n_groups - 1])))) {
-        free(prov);
+    /* where the groups came from: their provenance (each group is contiguous) */
+    size_t n = 0, n_groups = 0;
+    rlp_batch_size(&n, b);
+    rlp_provenance last = {0};
+    uint64_t prev = 0;
+    if ((rc = keep_prompt_ids(t, t->o.prompts_per_step))) {
         rlp_batch_free(b);
         return rc;
     }
-    for (size_t i = 0; i < n_groups; i++)
-        t->prompt_ids[i] = prov[i].prompt_index;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        if ((rc = rlp_batch_get(&tr, b, i)) || (n_groups && tr.group_id == prev))
+            continue;
+        prev = tr.group_id;
+        if (!tr.has_provenance || n_groups == t->cap_ids) {
+            rc = rlpi_error_set(RLP_E_INTERNAL, "group %llu of the replay buffer carries no provenance",
+                                (unsigned long long)tr.group_id);
+            break;
+        }
+        if (n_groups == 0) {
+            rec->epoch = tr.provenance.epoch;
+            rec->sampling_seed = tr.provenance.sampling_seed >> 1;
+        }
+        t->prompt_ids[n_groups++] = tr.provenance.prompt_index;
+        last = tr.provenance;
+    }
+    /* the task cursor after the last group trained (a resume draws the
+     * prompts generated but not trained again) */
+    if (!rc && n_groups)
+        rc = cursor_after(t, &last);
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
     rec->n_prompts = n_groups;
-    rec->epoch = n_groups ? prov[0].epoch : 0;
-    rec->sampling_seed = n_groups ? prov[0].seed >> 1 : 0;
-    free(prov);
     /* the metrics on a copy: the batch keeps the reward it was pushed with */
     double t1 = rlpi_now_s();
     rlp_batch *copy = NULL;
