@@ -190,6 +190,11 @@ int train_check_config(run *r)
     r->pull = !strcmp(mode, "pull");
     r->async = !strcmp(mode, "async");
     r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0;
+    if (!r->async && cfg_int(c, "sync.staleness") != 0) {
+        fmt(r->err, ERR_CAP, "sync.staleness: η applies to sync.mode \"async\" only (\"%s\" is on-policy: every "
+            "step generates with the weights it trains); set it to 0 or choose \"async\"", mode);
+        return -1;
+    }
     if (r->remote && !r->pull && !r->async) {
         fmt(r->err, ERR_CAP, "rollout.urls: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
             "the trainer's own weights)");

@@ -102,6 +102,8 @@ bad "sampling.top_p" --set sampling.top_p=true
 bad "model: cannot read" --set 'model="/nonexistent/m.bin"'
 bad "/nonexistent/d.jsonl" --set 'task.path="/nonexistent/d.jsonl"'
 bad "sync.staleness" --set sync.staleness=-1
+bad "sync.staleness: η applies to sync.mode \"async\" only" --set sync.staleness=1
+bad "sync.staleness: η applies to sync.mode \"async\" only" --set 'sync.mode="pull"' --set sync.staleness=2
 bad "group_size" --set group_size=1
 bad "sync.mode: unknown value \"asink\"" --set 'sync.mode="asink"'
 bad "sync.staleness" --set 'sync.mode="async"' --set sync.staleness=-1
