@@ -46,8 +46,9 @@
  *
  * stdout: one JSON line per step, then a summary line with the
  * bookkeeping checks (no group lost: pushed = consumed + dropped stale +
- * held; none consumed twice; the group ids are the remote engine's). Exit 0 when every check holds, 1 when one
- * fails, 2 on bad arguments, 77 when the model is missing. */
+ * held; none consumed twice — the group ids are the remote engine's).
+ * Exit 0 when every check holds, 1 when one fails, 2 on bad arguments, 77
+ * when the model is missing. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp, readlink */
 #endif
