@@ -107,14 +107,12 @@ int main(int argc, char **argv)
         return 77;
     }
     try {
-        // the trainer and the rollout thread each get a context (one core each)
+        // the trainer's context: one core; the rollout side gets one of its own (rollout_threads)
         rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
         co.n_threads = 1;
         rlp_context *raw = nullptr;
         check(rlp_context_create(&raw, &co), "context");
         context_ptr train_ctx(raw);
-        check(rlp_context_create(&raw, &co), "rollout context");
-        context_ptr rollout_ctx(raw);
         policy_ptr policy = load(train_ctx.get(), model, true);
         rlp_optimizer_options opt = RLP_OPTIMIZER_OPTIONS_INIT;
         opt.lr = 1e-5f;
@@ -145,13 +143,10 @@ int main(int argc, char **argv)
         std::vector<rlp_trainer_metric> metrics = {{verifier.get(), nullptr, "accuracy", 0.5}};
         o.metrics = metrics.data();
         o.n_metrics = metrics.size();
-        // the rollout engine copies these weights at create: the copy may go right after
-        policy_ptr frozen = load(rollout_ctx.get(), model, false);
-        o.rollout_policy = frozen.get();
+        o.rollout_threads = 1;
         rlp_trainer *tr = nullptr;
         check(rlp_trainer_create(&tr, policy.get(), task.get(), reward.get(), &o), "trainer");
         trainer_ptr trainer(tr);
-        frozen.reset();
 
         std::vector<char> json(4096);
         for (int k = 0; k < steps; k++) {

@@ -28,7 +28,6 @@ typedef struct run {
     rlp_context *ctx;
     rlp_policy *policy, *ref;
     rlp_trainer *trainer;        /* the run loop (lib/train): engines, synchronizer, buffer, rollout thread */
-    rlp_context *ro_ctx;         /* async with a local engine: the rollout side's context */
     rlp_tokenizer *ext_tok;      /* a tokenizer file for a model without one (token-level models) */
     const rlp_tokenizer *tok;    /* what the task renders with: the policy's, or NULL with ext_tok */
     rlp_task *task;              /* async: the rollout thread's while it runs */

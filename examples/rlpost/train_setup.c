@@ -667,22 +667,8 @@ static int make_trainer(run *r, int need_train)
     o.metrics = m;
     o.on_batch = train_on_batch;
     o.on_batch_payload = r;
-    rlp_policy *copy = NULL;
-    int rc = RLP_OK;
-    if (need_train && r->async && !r->remote) {
-        rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
-        co.n_threads = r->threads_rollout;
-        co.seed = (uint64_t)cfg_int(r->cfg, "seed");
-        rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
-        po.trainable = 0;
-        if ((rc = rlp_context_create(&r->ro_ctx, &co)) || (rc = rlp_policy_load(&copy, r->ro_ctx, r->weights, &po))) {
-            fmt(r->err, ERR_CAP, "rollout: %s", rlp_error_last());
-            return 1;
-        }
-        o.rollout_policy = copy;
-    }
-    rc = rlp_trainer_create(&r->trainer, r->policy, r->task, r->reward, &o);
-    rlp_policy_free(copy); /* the engine keeps a copy of its own */
+    o.rollout_threads = need_train && r->async && !r->remote ? (uint32_t)r->threads_rollout : 0;
+    int rc = rlp_trainer_create(&r->trainer, r->policy, r->task, r->reward, &o);
     if (rc) {
         fmt(r->err, ERR_CAP, "%s", rlp_error_last());
         return rc == RLP_E_INVALID_ARG ? EXIT_USAGE : 1;
@@ -800,7 +786,6 @@ int train_setup(run *r, const char *weights, int need_train)
 void train_teardown(run *r)
 {
     rlp_trainer_free(r->trainer);
-    rlp_context_free(r->ro_ctx);
     rlp_policy_free(r->ref);
     rlp_policy_free(r->policy);
     rlp_tokenizer_free(r->ext_tok);

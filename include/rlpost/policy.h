@@ -238,6 +238,14 @@ RLP_API void rlp_policy_free(rlp_policy *policy);
 RLP_API int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable);
 
 /**
+ * The same onto another context @p ctx (its own threads or device), e.g.
+ * for a rollout engine that must not share the trainer's thread pool.
+ * @p ctx is borrowed and must outlive the copy.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOMEM; the backend's error.
+ */
+RLP_API int rlp_policy_clone_to(rlp_policy **out, const rlp_policy *policy, rlp_context *ctx, int trainable);
+
+/**
  * The tokenizer that came with the model (GGUF metadata or the HF folder's
  * tokenizer.json), borrowed: valid until the policy is freed. NULL (with
  * RLP_E_NOT_FOUND in rlp_error_last()) when the model file has none, as

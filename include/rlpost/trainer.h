@@ -95,11 +95,10 @@ typedef struct rlp_trainer_options {
     uint32_t max_batch;             /**< local engines on the policy's context (SYNC, local PULL, and the
                                          evaluation engine): sequences decoded at once; 0 =
                                          min(256, prompts_per_step × n) */
-    rlp_policy *rollout_policy;     /**< ASYNC with a local engine: a copy of the policy loaded on a context
-                                         of the host's (its own threads, so that the rollout thread and
-                                         the trainer do not oversubscribe the cores; the context must
-                                         outlive the trainer). The engine copies its weights at create:
-                                         borrowed for the call. NULL = the policy's context */
+    uint32_t rollout_threads;       /**< ASYNC with a local engine: 0 = the rollout worker's engine works on
+                                         the policy's context; N = on a context of its own with N threads
+                                         (same backend, device and seed), so that rollouts and training
+                                         do not oversubscribe the cores */
     const char *const *worker_urls; /**< (n_worker_urls) `rlpost serve` base URLs: PULL and ASYNC generate
                                          there instead of on a local copy; copied */
     size_t n_worker_urls;

@@ -101,8 +101,15 @@ void rlp_policy_free(rlp_policy *policy)
 
 int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable)
 {
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    return rlp_policy_clone_to(out, policy, policy->ctx, trainable);
+}
+
+int rlp_policy_clone_to(rlp_policy **out, const rlp_policy *policy, rlp_context *ctx, int trainable)
+{
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(ctx, "ctx is NULL");
     rlpi_weights w;
     int rc = rlpi_transformer_export(policy->tf, &w);
     if (rc)
@@ -110,7 +117,7 @@ int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int trainable)
     rlp_policy_options o = policy->opts;
     o.trainable = trainable != 0;
     rlp_policy *c;
-    rc = rlpi_policy_create(&c, policy->ctx, rlpi_transformer_config(policy->tf), &w, &o);
+    rc = rlpi_policy_create(&c, ctx, rlpi_transformer_config(policy->tf), &w, &o);
     rlpi_weights_free(&w);
     if (rc)
         return rc;

@@ -5,8 +5,10 @@
  * and publishing are one path. */
 #include "trainer_impl.h"
 
+#include "backend/context.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "model/policy.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,7 +41,6 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
     t->o.metrics = NULL;
     t->o.worker_urls = NULL;
     t->o.api_key = t->o.weights_dir = NULL;
-    t->o.rollout_policy = NULL;
     t->n_metrics = o->n_metrics;
     for (size_t i = 0; i < o->n_metrics; i++) {
         t->metrics[i] = o->metrics[i];
@@ -105,7 +106,7 @@ static int local_engine(const rlp_trainer *t, rlp_rollout_engine **out, rlp_poli
 
 /* The engine of remote PULL and ASYNC: remote over the URLs, or a copy of
  * the policy. */
-static int create_rollout_engine(rlp_trainer *t, rlp_policy *rollout_policy)
+static int create_rollout_engine(rlp_trainer *t)
 {
     int rc;
     if (t->remote) {
@@ -125,7 +126,22 @@ static int create_rollout_engine(rlp_trainer *t, rlp_policy *rollout_policy)
         eo.max_batch = (uint32_t)(mb < 256 ? mb : 256);
         eo.max_seq_len = t->o.max_seq_len;
         eo.share_weights = 0;
-        if ((rc = rlp_rollout_engine_create(&t->ro_engine, rollout_policy ? rollout_policy : t->policy, &eo)))
+        rlp_policy *from = t->policy, *copy = NULL;
+        if (t->o.rollout_threads) {
+            /* a context of its own: same backend, device and seed */
+            const rlp_context *pc = t->policy->ctx;
+            rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+            co.backend = pc->kind;
+            co.device = pc->device;
+            co.seed = pc->seed;
+            co.n_threads = (int32_t)t->o.rollout_threads;
+            if ((rc = rlp_context_create(&t->ro_ctx, &co)) || (rc = rlp_policy_clone_to(&copy, t->policy, t->ro_ctx, 0)))
+                return rlpi_error_wrap("rollout context");
+            from = copy;
+        }
+        rc = rlp_rollout_engine_create(&t->ro_engine, from, &eo);
+        rlp_policy_free(copy); /* the engine keeps a copy of its own */
+        if (rc)
             return rlpi_error_wrap("rollout engine");
     }
     return RLP_OK;
@@ -225,7 +241,7 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     if (!separate)
         rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC, engine_batch(t));
     else
-        rc = create_rollout_engine(t, o.rollout_policy);
+        rc = create_rollout_engine(t);
     if (rc) {
         rlpi_error_wrap("%s", __func__);
         rlp_trainer_free(t);
@@ -256,6 +272,7 @@ void rlp_trainer_free(rlp_trainer *t)
     rlp_rollout_engine_free(t->ro_engine);
     rlp_rollout_engine_free(t->eval_engine);
     rlp_rollout_engine_free(t->engine);
+    rlp_context_free(t->ro_ctx);
     for (size_t i = 0; i < t->n_metrics; i++) {
         free((char *)t->metrics[i].mean_key);
         free((char *)t->metrics[i].rate_key);

@@ -44,7 +44,7 @@ struct rlp_trainer {
     int rank, world;
     rlp_rollout_engine *engine;    /* SYNC: shares the policy's weights; PULL: local copy or remote */
     rlp_rollout_engine *eval_engine; /* ASYNC and remote PULL: evaluations on the trainer's context */
-    rlp_context *ro_ctx;           /* ASYNC with a local engine: the rollout side's context */
+    rlp_context *ro_ctx;           /* ASYNC, rollout_threads > 0: the rollout side's context */
     rlp_rollout_engine *ro_engine; /* ASYNC: the rollout worker's engine */
     rlp_synchronizer *sync;        /* remote PULL, ASYNC */
     rlp_replay_buffer *buf;        /* ASYNC */

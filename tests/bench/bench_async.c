@@ -127,18 +127,13 @@ typedef struct result {
     uint64_t tokens, truncated;
 } result;
 
-/* One run of @p steps steps; the policy on @p ctx, the rollout copy (ASYNC)
- * on @p ctx_roll. */
-static result run(int mode, uint32_t eta, rlp_context *ctx, rlp_context *ctx_roll, const char *model,
+/* One run of @p steps steps; the policy on @p ctx, the rollout side (ASYNC)
+ * on a context of its own with @p roll_threads threads. */
+static result run(int mode, uint32_t eta, rlp_context *ctx, uint32_t roll_threads, const char *model,
                   const rlp_tokenizer *tok, const int32_t *stop_ids, lengths *lengths, int steps)
 {
-    rlp_policy *p, *rp = NULL;
+    rlp_policy *p;
     CHECK(rlp_policy_load(&p, ctx, model, NULL));
-    if (mode == RLP_TRAIN_ASYNC) {
-        rlp_policy_options fo = RLP_POLICY_OPTIONS_INIT;
-        fo.trainable = 0;
-        CHECK(rlp_policy_load(&rp, ctx_roll, model, &fo));
-    }
     rlp_task *task;
     CHECK(rlp_task_create(&task, "arith", "{\"seed\": 12345, \"chat\": false}"));
     rlp_reward_options rwo = RLP_REWARD_OPTIONS_INIT;
@@ -161,10 +156,9 @@ static result run(int mode, uint32_t eta, rlp_context *ctx, rlp_context *ctx_rol
     o.on_batch_payload = lengths;
     o.tokenizer = tok;
     o.max_seq_len = 256;
-    o.rollout_policy = rp;
+    o.rollout_threads = mode == RLP_TRAIN_ASYNC ? roll_threads : 0;
     rlp_trainer *t;
     CHECK(rlp_trainer_create(&t, p, task, reward, &o));
-    rlp_policy_free(rp); /* the engine copied it */
     result r = {0};
     double t0 = now(), busy = 0, stale = 0;
     for (int s = 0; s < steps; s++) {
@@ -221,19 +215,18 @@ int main(int argc, char **argv)
      * they share the cores instead of oversubscribing them */
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
-    rlp_context *ctx, *ctx_train, *ctx_roll;
+    rlp_context *ctx, *ctx_train;
     CHECK(rlp_context_create(&ctx, &co));
     co.n_threads = threads > 1 ? threads / 2 : 1;
     CHECK(rlp_context_create(&ctx_train, &co));
-    co.n_threads = threads > 1 ? threads - threads / 2 : 1;
-    CHECK(rlp_context_create(&ctx_roll, &co));
+    const uint32_t roll_threads = threads > 1 ? (uint32_t)(threads - threads / 2) : 1;
 
     printf("%s: %d steps × %d prompts × %d samples, long-tailed lengths (stop tokens, at most %d), "
            "%d threads, through rlp_trainer\n", path, steps, PROMPTS, GROUP, MAX_NEW, threads);
     const int32_t *stops = info.vocab_size == 512 ? stories260k_stops : NULL;
     static uint32_t len_buf[16 * PROMPTS * GROUP];
     lengths lens = {0, sizeof len_buf / sizeof *len_buf, len_buf};
-    result s = run(RLP_TRAIN_SYNC, 0, ctx, NULL, path, tok, stops, &lens, steps);
+    result s = run(RLP_TRAIN_SYNC, 0, ctx, 0, path, tok, stops, &lens, steps);
     qsort(lens.len, lens.n, sizeof *lens.len, cmp_u32);
     if (lens.n)
         printf("completion lengths: mean %.1f, median %u, p90 %u, max %u tokens; %llu of %zu at the cap\n",
@@ -244,14 +237,13 @@ int main(int argc, char **argv)
     const uint32_t etas[] = {1, 4};
     for (int k = 0; k < 2; k++) {
         lengths ignored = {0, 0, NULL};
-        result a = run(RLP_TRAIN_ASYNC, etas[k], ctx_train, ctx_roll, path, tok, stops, &ignored, steps);
+        result a = run(RLP_TRAIN_ASYNC, etas[k], ctx_train, roll_threads, path, tok, stops, &ignored, steps);
         printf("async push-pull η=%u: %6.1f s, %5.2f trajectories/s, trainer idle %4.1f %%, mean staleness %.2f; "
                "async / sync = %.2fx\n",
                etas[k], a.wall, (double)a.n_traj / a.wall, 100 * a.idle, a.stale_mean,
                ((double)a.n_traj / a.wall) / ((double)s.n_traj / s.wall));
     }
     rlp_tokenizer_free(tok);
-    rlp_context_free(ctx_roll);
     rlp_context_free(ctx_train);
     rlp_context_free(ctx);
     return 0;
