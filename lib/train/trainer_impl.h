@@ -28,6 +28,7 @@ struct rlp_rollout_worker {
     const rlp_tokenizer *tok;     /* renders the prompts (NULL with ext_tok) */
     const rlp_tokenizer *ext_tok; /* encodes prompts / decodes completions for a model without a tokenizer */
     uint64_t next_batch;
+    uint64_t id_tag;              /* bits 48–62 of its engine-numbered group ids (see rollout_worker.c) */
     pthread_t th;
     int started;
     atomic_int stopping, running, at_gate, failed_rc;

@@ -282,6 +282,26 @@ def test_rollout_worker_stop_aborts_a_generation(ctx, policy, tok512, reward):
         w.close()
 
 
+def test_two_rollout_workers_push_distinct_groups(ctx, policy, tok512, reward):
+    """Each engine numbers its groups from 0: the workers keep them apart, so
+    that the RL step (which groups trajectories by id) never merges two."""
+    with rlpost.Task("kk", KK) as t1, rlpost.Task("kk", dict(KK, seed=2)) as t2, \
+            rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=512) as e1, \
+            rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=512) as e2, \
+            rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=1, batch_groups=2) as sync, \
+            rlpost.ReplayBuffer(max_staleness=1) as buf:
+        sync.publish(policy)
+        kw = dict(prompts_per_batch=2, tokenizer=tok512, sampling={"n": 2, "max_new_tokens": 4})
+        with rlpost.RolloutWorker(e1, t1, reward, sync, buf, **kw) as w1, \
+                rlpost.RolloutWorker(e2, t2, reward, sync, buf, **kw) as w2:
+            w1.run_once()
+            w2.run_once()
+        b = buf.pull(4, 0, timeout_ms=0)
+        ids = [t.group_id for t in b]
+        assert len(set(ids)) == 4 and all(ids.count(g) == 2 for g in ids)
+        assert all(g >> 63 for g in ids)  # still engine-numbered (the upper half)
+
+
 def test_rollout_worker_keeps_its_handles_alive(stories_path, tok512_path):
     ctx = rlpost.Context(n_threads=1)
     pol = rlpost.Policy(ctx, stories_path)
