@@ -115,7 +115,12 @@ static int create_rollout_engine(rlp_trainer *t, rlp_policy *rollout_policy)
         rem.api_key = t->api_key;
         rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
         rem.max_retries = 3;
-        const rlp_tokenizer *tok = t->ext_tok ? t->ext_tok : rlp_policy_tokenizer(t->policy);
+        /* a model without a tokenizer: the prompts go out encoded with the
+         * host's and the completions are decoded with it on return
+         * (rlpi_train_generate); the engine must not have it too, or the
+         * rollout worker takes it for the engine's own and keeps the text the
+         * workers sent, empty for such a model */
+        const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
         if ((rc = rlp_rollout_engine_create_remote(&t->ro_engine, tok, &rem)))
             return rlpi_error_wrap("worker_urls");
     } else {

@@ -7,12 +7,16 @@ and the confidence intervals."""
 import gc
 import json
 import math
+import os
+import subprocess
 import threading
 import time
 
 import pytest
 
 import rlpost
+
+from conftest import ROOT
 
 KK = {"seed": 1, "people": 2, "template": "none"}
 OPTS = dict(prompts_per_step=2, seed=5, sampling={"n": 2, "max_new_tokens": 8})
@@ -94,6 +98,48 @@ def test_async_at_staleness_0_and_pull_equal_sync(ctx, stories_path, tok512, rew
             assert b.reward_mean == a.reward_mean and b.rl.loss == a.rl.loss
             assert b.rl.grad_norm == a.rl.grad_norm and b.rl.entropy == a.rl.entropy
             assert b.rl.staleness_max == 0
+
+
+@pytest.fixture
+def serve_url(stories_path, tmp_path):
+    """An `rlpost serve` worker process on stories260K (skips without the driver)."""
+    driver = os.environ.get("RLPOST_DRIVER") or str(ROOT / "build" / "examples" / "rlpost" / "rlpost")
+    if not os.access(driver, os.X_OK):
+        pytest.skip("no rlpost driver (RLPOST_DRIVER)")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    proc = subprocess.Popen([driver, "serve", str(stories_path), "--port", "0", "--weights-dir", str(weights),
+                             "--threads", "1", "--max-seq-len", "512"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.stderr.read()
+            if "needs libmicrohttpd" in err:
+                pytest.skip("the driver was built without libmicrohttpd")
+            pytest.fail("rlpost serve did not start: " + err)
+        yield json.loads(line)["listening"], weights
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_remote_workers_async_at_staleness_0_equals_pull(ctx, stories_path, tok512, reward, serve_url):
+    url, weights = serve_url
+    texts = []
+    records = []
+    for mode, kw in ((rlpost.TrainMode.PULL, {}), (rlpost.TrainMode.ASYNC, {"max_staleness": 0})):
+        recs, _ = run(ctx, stories_path, tok512, reward, 2, mode=mode, worker_urls=[url], weights_dir=weights,
+                      on_batch=lambda b, step: texts.append([t.completion_text for t in b]), **kw)
+        records.append(recs)
+    for a, b in zip(*records):
+        assert (b.step, b.policy_version, b.prompt_index) == (a.step, a.policy_version, a.prompt_index)
+        assert b.reward_mean == a.reward_mean and b.rl.grad_norm == a.rl.grad_norm
+    # the server has no tokenizer for stories260K: the completions are decoded with the host's
+    assert texts[:2] == texts[2:] and all(any(t for t in step) for step in texts)
+    with pytest.raises(rlpost.InvalidArgumentError, match="weights_dir"):
+        rlpost.Trainer(rlpost.Policy(ctx, stories_path), rlpost.Task("kk", KK), reward, tokenizer=tok512,
+                       mode=rlpost.TrainMode.PULL, worker_urls=[url])
 
 
 def test_checkpoint_and_resume(ctx, stories_path, tok512, reward, tmp_path):
