@@ -150,7 +150,10 @@ def main():
             sync = rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.HTTP,
                                        max_staleness=args.eta, batch_groups=args.prompts, dir=folder, urls=urls,
                                        timeout_ms=60000, max_retries=2)
-            engines = [rlpost.RolloutEngine.remote(urls, tokenizer=tok, timeout_ms=120000, max_retries=3)]
+            # the model's own tokenizer (None for stories260K: the workers then encode the
+            # prompts and decode the completions with --tokenizer's, as for local engines)
+            engines = [rlpost.RolloutEngine.remote(urls, tokenizer=policy.tokenizer, timeout_ms=120000,
+                                                   max_retries=3)]
         buf = rlpost.ReplayBuffer(max_staleness=args.eta)
         reward = rlpost.RewardFn(even_share, name="even_share", n_threads=2)
         sync.publish(policy)  # version 0: where every worker starts
