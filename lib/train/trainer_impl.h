@@ -52,6 +52,8 @@ struct rlp_trainer {
     size_t n_metrics;
     char *urls[RLPI_MAX_URLS];
     char *api_key, *weights_dir;
+    char **stops;                  /* (o.sampling.n_stop) copies of the stop strings o.sampling points to */
+    int32_t *stop_ids;             /* (o.sampling.n_stop_token_ids) a copy of the stop token ids */
     rlp_policy *policy;
     rlp_task *task;
     rlp_reward_fn *reward;

@@ -191,6 +191,23 @@ def test_misuse_is_refused_with_clear_errors(ctx, policy, tok512, reward):
                 tr.generate(["a prompt"])
 
 
+def test_the_trainer_copies_what_its_options_point_to(ctx, policy, tok512, reward):
+    """trainer.h: what the options point to is copied at create. The stop
+    token ids still apply after the memory the caller passed says otherwise."""
+    from rlpost._util import CArray
+    finishes = []
+    stop_ids = list(range(100, 300))  # 200 of the 512 ids: every completion of 16 tokens meets one
+    sampling = {"n": 2, "max_new_tokens": 16, "stop_token_ids": stop_ids}
+    with rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(policy, task, reward, tokenizer=tok512, **dict(OPTS, sampling=sampling),
+                           on_batch=lambda b, step: finishes.extend(t.finish_reason for t in b)) as tr:
+        ids = next(k for k in tr._keep if isinstance(k, CArray) and k.n == len(stop_ids))
+        for i in range(ids.n):
+            ids.owner[i] = 100000  # the caller's array now holds ids no model has
+        tr.step()
+    assert finishes == [rlpost.FinishReason.STOP] * 4
+
+
 def test_on_batch_raising_fails_the_step_then_the_trainer(ctx, policy, tok512, reward):
     calls = []
 
