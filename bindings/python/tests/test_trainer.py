@@ -270,6 +270,26 @@ def test_async_interrupt_and_stop(ctx, policy, tok512):
             tr.step()
 
 
+def test_close_while_another_thread_steps(ctx, policy, tok512):
+    slow = rlpost.RewardFn(lambda r: time.sleep(0.25) or 1.0, n_threads=1)
+    tr = rlpost.Trainer(policy, rlpost.Task("kk", KK), slow, tokenizer=tok512, mode=rlpost.TrainMode.ASYNC, **OPTS)
+    raised = []
+
+    def stepper():
+        try:
+            tr.step()
+        except rlpost.Error as e:
+            raised.append(e)
+    th = threading.Thread(target=stepper)
+    th.start()
+    time.sleep(0.3)  # the step waits for rollouts still being scored
+    tr.close()  # interrupts the step, waits for it, then stops the rollout thread and frees
+    th.join(60)
+    assert not th.is_alive() and tr.closed
+    assert len(raised) == 1 and isinstance(raised[0], rlpost.ClosedError)
+    assert policy.version == 0
+
+
 def test_trainer_keeps_what_c_borrows_alive(ctx, stories_path, tok512_path):
     pol = rlpost.Policy(ctx, stories_path)
     tr = rlpost.Trainer(pol, rlpost.Task("kk", KK), rlpost.RewardFn(length_reward),
