@@ -14,14 +14,27 @@
  *     DIR/v<version>/ and DIR/latest.json, pull POSTs
  *     /update_weights_from_disk to the workers that lack the version),
  *   - a replay buffer that drops groups older than v − η,
- *   - a rollout thread: acquire up to B groups through the staleness gate →
- *     pull → generate on the remote engine → score (a C reward: the share
- *     of even token ids) → push → release,
+ *   - the library's rollout worker (rlp_rollout_worker, `remote = 1`) on a
+ *     thread of its own: acquire B groups through the staleness gate →
+ *     pull → draw B prompts from a task ("arith", plain text, encoded with
+ *     a llama2.c tokenizer of the model's vocabulary that the swarm writes
+ *     into DIR: a llama2.c checkpoint has none) → generate on the remote
+ *     engine → score (a C reward callback: the share of even token ids) →
+ *     push → release,
  *   - the trainer loop on this thread: pull B groups at version v →
  *     rlp_policy_train_rl → publish.
- * A group with a trajectory that came back RLP_FINISH_ERROR (its worker
- * died and the retries failed too) is not pushed, and its gate slot is
- * released unaccepted, so nothing half-done is trained on.
+ * A dead worker: the remote client retries a request on the next URL, and
+ * a pull that misses it is a warning (`remote = 1`: the next pull retries
+ * it). A group that still came back with a RLP_FINISH_ERROR trajectory
+ * (every URL failed) is not dropped, as this example's own rollout thread
+ * used to do: the rollout worker generates such a group again, up to
+ * `retries` times, so that every group trains whole; if it still fails,
+ * the worker stops with RLP_E_NETWORK, releases its gate slots unaccepted
+ * and pushes nothing, and the trainer loop stops with the worker's error
+ * (the run fails). So nothing half-done is ever trained on, and
+ * "error_groups" in the summary counts the groups a failed worker released
+ * (0 in a run that passes); "pull_failures" is the synchronizer's count of
+ * servers a pull did not update (the worker only logs every 20th).
  *
  * Fault injection: --kill-worker-at K sends SIGKILL to worker 0 before
  * step K; --restart-worker-at R starts it again before step R on the SAME
@@ -33,8 +46,9 @@
  *
  * stdout: one JSON line per step, then a summary line with the
  * bookkeeping checks (no group lost: pushed = consumed + dropped stale +
- * held; none consumed twice). Exit 0 when every check holds, 1 when one
- * fails, 2 on bad arguments, 77 when the model is missing. */
+ * held; none consumed twice — the group ids are the remote engine's).
+ * Exit 0 when every check holds, 1 when one fails, 2 on bad arguments, 77
+ * when the model is missing. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp, readlink */
 #endif
@@ -47,7 +61,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -61,7 +74,7 @@
 
 extern char **environ;
 
-enum { MAX_WORKERS = 16, PROMPT_LEN = 8 };
+enum { MAX_WORKERS = 16 };
 
 static double now(void)
 {
@@ -220,35 +233,54 @@ static long long health_version(unsigned port)
 
 /* ---- the rollout side ---------------------------------------------------------- */
 
-typedef struct shared {
-    rlp_rollout_engine *engine;
-    rlp_synchronizer *sync;
-    rlp_replay_buffer *buf;
-    int32_t vocab;
-    pthread_mutex_t mu;      /* the counters below */
-    uint64_t next_group;     /* group ids 1, 2, … */
-    uint64_t pushed;         /* groups pushed (push returned RLP_OK) */
-    uint64_t error_groups;   /* groups with a RLP_FINISH_ERROR trajectory: released unaccepted */
-    uint64_t unpushed;       /* groups whose push failed (closed at the end) */
-    uint64_t pull_failures;  /* rlp_synchronizer_pull calls that failed (a dead worker) */
-    uint64_t generated;      /* trajectories generated */
-} shared;
+/* A llama2.c tokenizer.bin of @p vocab pieces for a checkpoint without one:
+ * <unk>, BOS, EOS, the printable ASCII characters, then lower-case letter
+ * pairs (int32 max_len, then per piece float32 score, int32 length,
+ * bytes). The prompts are text; this turns them into ids the model knows. */
+static int write_tokenizer(const char *path, int32_t vocab)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    int32_t max_len = 6;
+    fwrite(&max_len, 4, 1, f);
+    char piece[16];
+    for (int32_t i = 0, c = 32, a = 'a', b = 'a'; i < vocab; i++) {
+        if (i < 3)
+            snprintf(piece, sizeof piece, "%s", i == 0 ? "<unk>" : i == 1 ? "\n<s>\n" : "\n</s>\n");
+        else if (c < 127)
+            snprintf(piece, sizeof piece, "%c", c++);
+        else if (a <= 'z') {
+            snprintf(piece, sizeof piece, "%c%c", a, b);
+            if (++b > 'z')
+                b = 'a', a++;
+        } else
+            snprintf(piece, sizeof piece, "<%d>", (int)i); /* (a vocabulary past 3 + 95 + 676 pieces) */
+        float score = -(float)i;
+        int32_t len = (int32_t)strlen(piece);
+        fwrite(&score, 4, 1, f);
+        fwrite(&len, 4, 1, f);
+        fwrite(piece, 1, (size_t)len, f);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
 
 /* the reward: share of even token ids in the completion (learnable, cheap) */
-static void score(rlp_batch *b)
+static int even_share(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
 {
-    size_t n;
-    CHECK(rlp_batch_size(&n, b));
-    for (size_t i = 0; i < n; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        CHECK(rlp_batch_get(&t, b, i));
-        if (!t.valid)
-            continue;
-        size_t even = 0;
-        for (size_t k = 0; k < t.n_completion_tokens; k++)
-            even += t.completion_tokens[k] % 2 == 0;
-        CHECK(rlp_batch_set_reward(b, i, t.n_completion_tokens ? (float)even / (float)t.n_completion_tokens : 0));
-    }
+    (void)payload;
+    size_t even = 0;
+    for (size_t k = 0; k < req->n_completion_tokens; k++)
+        even += req->completion_tokens[k] % 2 == 0;
+    res->score = req->n_completion_tokens ? (double)even / (double)req->n_completion_tokens : 0;
+    return 0;
+}
+
+/* the rollout worker's warnings (a pull that missed a dead worker) */
+static void log_warning(int level, const char *message, void *payload)
+{
+    (void)level, (void)payload;
+    fprintf(stderr, "swarm: %s\n", message);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -258,100 +290,10 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return 0;
 }
 
-static uint64_t rng_next(uint64_t *s)
+static int cmp_u64(const void *a, const void *b)
 {
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return *s >> 33;
-}
-
-static void *rollout_thread(void *arg)
-{
-    shared *sh = arg;
-    size_t B = (size_t)opt.prompts;
-    int32_t (*ids)[PROMPT_LEN] = calloc(B, sizeof *ids);
-    rlp_prompt *pr = calloc(B, sizeof *pr);
-    unsigned char *bad = calloc(B, 1);
-    if (!ids || !pr || !bad) {
-        fprintf(stderr, "swarm: out of memory\n");
-        exit(1);
-    }
-    rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
-    so.n = (uint32_t)opt.group;
-    so.max_new_tokens = (uint32_t)opt.max_new;
-    so.ignore_eos = 1;
-    so.seed = 7;
-    for (;;) {
-        /* wait for one slot, then take whatever else the gate allows now */
-        if (rlp_synchronizer_acquire(sh->sync, RLP_WAIT_FOREVER) != RLP_OK)
-            break;
-        size_t k = 1;
-        while (k < B && rlp_synchronizer_acquire(sh->sync, 0) == RLP_OK)
-            k++;
-        if (rlp_synchronizer_pull(sh->sync, sh->engine) != RLP_OK) {
-            /* a dead worker: the others were updated; the next pull retries it */
-            fprintf(stderr, "swarm: pull: %s\n", rlp_error_last());
-            pthread_mutex_lock(&sh->mu);
-            sh->pull_failures++;
-            pthread_mutex_unlock(&sh->mu);
-        }
-        pthread_mutex_lock(&sh->mu);
-        uint64_t g0 = sh->next_group;
-        sh->next_group += k;
-        pthread_mutex_unlock(&sh->mu);
-        for (size_t i = 0; i < k; i++) {
-            uint64_t s = g0 + i;
-            for (int t = 0; t < PROMPT_LEN; t++)
-                ids[i][t] = (int32_t)(rng_next(&s) % (uint64_t)sh->vocab);
-            pr[i] = (rlp_prompt){.tokens = ids[i], .n_tokens = PROMPT_LEN, .group_id = g0 + i};
-        }
-        rlp_batch *b = NULL;
-        CHECK(rlp_rollout_generate(&b, sh->engine, pr, k, &so, NULL, NULL));
-        size_t n;
-        CHECK(rlp_batch_size(&n, b));
-        /* a group with a failed request is discarded whole */
-        memset(bad, 0, B);
-        for (size_t i = 0; i < n; i++) {
-            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            CHECK(rlp_batch_get(&t, b, i));
-            if (t.finish_reason == RLP_FINISH_ERROR || !t.valid) {
-                if (!bad[t.group_id - g0])
-                    fprintf(stderr, "swarm: group %llu discarded: %s\n", (unsigned long long)t.group_id,
-                            t.error ? t.error : "invalid");
-                bad[t.group_id - g0] = 1;
-            }
-        }
-        score(b);
-        rlp_batch *good;
-        CHECK(rlp_batch_create(&good));
-        size_t n_good = 0;
-        for (size_t i = 0; i < k; i++)
-            n_good += !bad[i];
-        for (size_t i = 0; i < n; i++) {
-            rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            CHECK(rlp_batch_get(&t, b, i));
-            if (!bad[t.group_id - g0])
-                CHECK(rlp_batch_append(good, &t));
-        }
-        rlp_batch_free(b);
-        int rc = n_good ? rlp_replay_buffer_push(sh->buf, good) : RLP_OK;
-        rlp_batch_free(good);
-        for (size_t i = 0; i < k; i++)
-            rlp_synchronizer_release(sh->sync, !bad[i] && rc == RLP_OK);
-        pthread_mutex_lock(&sh->mu);
-        sh->generated += n;
-        sh->error_groups += k - n_good;
-        if (rc == RLP_OK)
-            sh->pushed += n_good;
-        else
-            sh->unpushed += n_good;
-        pthread_mutex_unlock(&sh->mu);
-        if (rc != RLP_OK)
-            break; /* closed: the run is over */
-    }
-    free(ids);
-    free(pr);
-    free(bad);
-    return NULL;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
 }
 
 /* ---- main: the trainer ------------------------------------------------------------ */
@@ -477,13 +419,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "swarm: worker %ld (pid %d) at %s\n", i, (int)workers[i].pid, workers[i].url);
     }
 
+    /* the model's vocabulary as text pieces (see write_tokenizer) */
+    char tok_path[PATH_MAX];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", opt.dir);
+    rlp_tokenizer *tok = NULL;
+    if (write_tokenizer(tok_path, info.vocab_size) != 0) {
+        fprintf(stderr, "swarm: cannot write %s: %s\n", tok_path, strerror(errno));
+        return 1;
+    }
+    CHECK(rlp_tokenizer_load(&tok, tok_path));
+
     rlp_remote_options ro = RLP_REMOTE_OPTIONS_INIT;
     ro.urls = urls;
     ro.n_urls = (size_t)opt.workers;
     ro.timeout_ms = 120000;
     ro.max_retries = 3;
     rlp_rollout_engine *engine;
-    CHECK(rlp_rollout_engine_create_remote(&engine, rlp_policy_tokenizer(policy), &ro));
+    CHECK(rlp_rollout_engine_create_remote(&engine, tok, &ro));
 
     rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
     so.mode = RLP_SYNC_ASYNC;
@@ -499,24 +451,41 @@ int main(int argc, char **argv)
     CHECK(rlp_synchronizer_create(&sync, &so));
 
     rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-    bo.max_staleness = (uint32_t)opt.eta;
+    bo.sync = sync; /* one η: the gate's */
     rlp_replay_buffer *buf;
     CHECK(rlp_replay_buffer_create(&buf, &bo));
 
     CHECK(rlp_synchronizer_publish(sync, policy)); /* version 0: what every worker starts from */
 
-    size_t max_ids = 1 << 16;
-    unsigned char *seen = calloc(max_ids, 1); /* times each group id was consumed */
-    shared sh = {.engine = engine, .sync = sync, .buf = buf, .vocab = info.vocab_size, .next_group = 1};
-    pthread_mutex_init(&sh.mu, NULL);
-    pthread_t th;
-    if (!seen || pthread_create(&th, NULL, rollout_thread, &sh) != 0) {
-        fprintf(stderr, "swarm: cannot start the rollout thread\n");
+    /* the rollout side: prompts, reward, and the library's rollout worker */
+    rlp_task *task;
+    CHECK(rlp_task_create(&task, "arith", "{\"seed\": 7, \"chat\": false}"));
+    rlp_reward_options rwo = RLP_REWARD_OPTIONS_INIT;
+    rwo.n_threads = 1;
+    rlp_reward_fn *reward;
+    CHECK(rlp_reward_fn_create_callback(&reward, even_share, &rwo, NULL));
+    rlp_rollout_worker_options wo;
+    CHECK(rlp_rollout_worker_options_init(&wo, RLP_ROLLOUT_WORKER_OPTIONS_VERSION));
+    wo.prompts_per_batch = (uint32_t)opt.prompts;
+    wo.seed = 7;
+    wo.sampling.n = (uint32_t)opt.group;
+    wo.sampling.max_new_tokens = (uint32_t)opt.max_new;
+    wo.sampling.ignore_eos = 1;
+    wo.remote = 1; /* a pull that misses a dead worker is a warning; seeds fit the servers */
+    wo.log_fn = log_warning;
+    rlp_rollout_worker *rollout;
+    CHECK(rlp_rollout_worker_create(&rollout, engine, task, reward, sync, buf, &wo));
+    CHECK(rlp_rollout_worker_start(rollout));
+
+    size_t n_ids = 0, cap_ids = 1024;
+    uint64_t *ids = malloc(cap_ids * sizeof *ids); /* the group ids consumed, in order */
+    if (!ids) {
+        fprintf(stderr, "swarm: out of memory\n");
         return 1;
     }
 
     int failed = 0;
-    uint64_t duplicates = 0, trained_traj = 0;
+    uint64_t trained_traj = 0;
     long long rejoin_start = -1, rejoin_expected = -1, rejoin_health = -1, rejoin_trainer = -1;
     int rejoin_pending = 0;
     double t0 = now(), train_s = 0;
@@ -543,10 +512,21 @@ int main(int argc, char **argv)
         }
         uint64_t v;
         CHECK(rlp_policy_version(&v, policy));
+        /* B groups at most η versions old; while waiting, a rollout worker
+         * that failed (a group that failed on every URL `retries` times)
+         * ends the run */
         rlp_batch *b = NULL;
-        int rc = rlp_replay_buffer_pull(&b, buf, (size_t)opt.prompts, v, 300000);
+        int rc = RLP_E_TIMEOUT;
+        const char *why = NULL;
+        for (int wait = 0; rc == RLP_E_TIMEOUT && wait < 600; wait++) /* 600 × 0.5 s */
+            if ((rc = rlp_replay_buffer_pull(&b, buf, (size_t)opt.prompts, v, 500)) == RLP_E_TIMEOUT &&
+                rlp_rollout_worker_error(rollout, &why) != RLP_OK) {
+                fprintf(stderr, "swarm: step %ld: the rollout worker failed: %s\n", step, why);
+                break;
+            }
         if (rc != RLP_OK) {
-            fprintf(stderr, "swarm: step %ld: no batch: %s\n", step, rlp_error_last());
+            if (!why)
+                fprintf(stderr, "swarm: step %ld: no batch: %s\n", step, rlp_error_last());
             failed = 1;
             break;
         }
@@ -559,21 +539,16 @@ int main(int argc, char **argv)
             if (t.group_id == last)
                 continue; /* each group is contiguous */
             last = t.group_id;
-            if (t.group_id >= max_ids) { /* grow the table of consumed ids */
-                size_t m = max_ids;
-                while (m <= t.group_id)
-                    m *= 2;
-                unsigned char *grown = realloc(seen, m);
+            if (n_ids == cap_ids) {
+                uint64_t *grown = realloc(ids, 2 * cap_ids * sizeof *ids);
                 if (!grown) {
                     fprintf(stderr, "swarm: out of memory\n");
                     exit(1);
                 }
-                memset(grown + max_ids, 0, m - max_ids);
-                seen = grown;
-                max_ids = m;
+                ids = grown;
+                cap_ids *= 2;
             }
-            if (seen[t.group_id]++)
-                duplicates++;
+            ids[n_ids++] = t.group_id;
         }
         double a = now();
         rlp_rl_stats st = {.version = 1};
@@ -584,7 +559,7 @@ int main(int argc, char **argv)
         rlp_batch_free(b);
         if (rejoin_pending) {
             /* the next pull after the restart: tell the servers (this
-             * thread's pull; the rollout thread's is equivalent) and ask
+             * thread's pull; the rollout worker's is equivalent) and ask
              * the restarted worker which version it holds */
             if (rlp_synchronizer_pull(sync, NULL) != RLP_OK)
                 fprintf(stderr, "swarm: pull after restart: %s\n", rlp_error_last());
@@ -610,11 +585,13 @@ int main(int argc, char **argv)
     }
     double wall = now() - t0;
 
-    /* stop the rollout side: a generate call in flight finishes, its push
-     * then fails with RLP_E_CLOSED and its slots are released unaccepted */
-    rlp_synchronizer_close(sync);
-    rlp_replay_buffer_close(buf);
-    pthread_join(th, NULL);
+    /* stop the rollout side: the worker closes the gate and the buffer and
+     * aborts a generate call in flight; what it held is released
+     * unaccepted, nothing half-done is pushed */
+    CHECK(rlp_rollout_worker_stop(rollout));
+    rlp_rollout_worker_stats ws = {.version = 1};
+    CHECK(rlp_rollout_worker_stats_get(&ws, rollout));
+    int worker_failed = rlp_rollout_worker_error(rollout, NULL) != RLP_OK;
 
     rlp_buffer_stats bs = {.version = 1};
     rlp_rollout_stats rs = {.version = 1};
@@ -622,10 +599,16 @@ int main(int argc, char **argv)
     rlp_replay_buffer_stats(&bs, buf);
     rlp_rollout_engine_stats(&rs, engine);
     rlp_synchronizer_stats(&ss, sync);
-    uint64_t consumed_ids = 0;
-    for (size_t i = 0; i < max_ids; i++)
-        consumed_ids += seen[i] != 0;
-    int books = sh.pushed == bs.accepted && bs.accepted == bs.consumed + bs.dropped_stale + bs.size &&
+    /* every group id consumed once */
+    qsort(ids, n_ids, sizeof *ids, cmp_u64);
+    uint64_t consumed_ids = 0, duplicates = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        if (i && ids[i] == ids[i - 1])
+            duplicates++;
+        else
+            consumed_ids++;
+    }
+    int books = ws.groups_pushed == bs.accepted && bs.accepted == bs.consumed + bs.dropped_stale + bs.size &&
                 consumed_ids == bs.consumed && duplicates == 0;
     int rejoined = opt.restart_at < 0 ||
                    (rejoin_start == rejoin_expected && rejoin_health >= 0 && rejoin_health == rejoin_trainer);
@@ -638,12 +621,14 @@ int main(int argc, char **argv)
            "\"http_failures\": %llu, \"weight_loads\": %llu, \"rejoin_start_version\": %lld, "
            "\"rejoin_published_version\": %lld, \"rejoin_health_version\": %lld, \"rejoin_trainer_version\": %lld}\n",
            ok ? "true" : "false", opt.steps, opt.workers, opt.eta, wall, (unsigned long long)trained_traj,
-           wall > 0 ? (double)trained_traj / wall : 0.0, (unsigned long long)sh.generated,
-           wall > 0 ? train_s / wall : 0.0, (unsigned long long)sh.pushed, (unsigned long long)bs.accepted,
+           wall > 0 ? (double)trained_traj / wall : 0.0,
+           (unsigned long long)((ws.groups_pushed + ws.groups_released) * (uint64_t)opt.group),
+           wall > 0 ? train_s / wall : 0.0, (unsigned long long)ws.groups_pushed, (unsigned long long)bs.accepted,
            (unsigned long long)bs.consumed, (unsigned long long)bs.dropped_stale, (unsigned long long)bs.size,
-           (unsigned long long)consumed_ids, (unsigned long long)duplicates, (unsigned long long)sh.error_groups,
-           (unsigned long long)sh.unpushed, (unsigned long long)rs.remote_errors,
-           (unsigned long long)sh.pull_failures, (unsigned long long)ss.http_failures,
+           (unsigned long long)consumed_ids, (unsigned long long)duplicates,
+           (unsigned long long)(worker_failed ? ws.groups_released : 0),
+           (unsigned long long)(worker_failed ? 0 : ws.groups_released), (unsigned long long)rs.remote_errors,
+           (unsigned long long)ss.http_failures, (unsigned long long)ss.http_failures,
            (unsigned long long)ss.weight_loads, rejoin_start, rejoin_expected, rejoin_health, rejoin_trainer);
     if (!ok)
         fprintf(stderr, "swarm: FAILED:%s%s%s\n", failed ? " the run stopped early;" : "",
@@ -654,11 +639,14 @@ int main(int argc, char **argv)
         worker_stop(&workers[i], SIGTERM);
     if (opt.dir == dir_buf && ok) /* our temporary folder (kept, with the worker logs, on failure) */
         nftw(dir_buf, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(seen);
-    pthread_mutex_destroy(&sh.mu);
+    free(ids);
+    rlp_rollout_worker_free(rollout);
+    rlp_reward_fn_free(reward);
+    rlp_task_free(task);
     rlp_replay_buffer_free(buf);
     rlp_synchronizer_free(sync);
     rlp_rollout_engine_free(engine);
+    rlp_tokenizer_free(tok);
     rlp_policy_free(policy);
     rlp_context_free(ctx);
     return ok ? 0 : 1;

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -70,6 +71,12 @@ static inline double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A JSON number, or null for NaN and ±Inf (JSON has neither). */
+static inline json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
 /* splitmix64: the sampling seed of a step is a pure function of (seed, step). */
 static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
 {
@@ -78,6 +85,92 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
     z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
     return z ^ (z >> 31);
 }
+
+/* ------------------------------------------------------------------------ */
+/* train_setup.c: configuration → handles                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Parses CONFIG.json [--set k=v]... [--resume DIR | --checkpoint DIR] into
+ * r->cfg (defaults filled in); *dir: the flag's folder or NULL. 0, or the
+ * exit status (usage printed). */
+int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_flag, run *r, const char **dir);
+
+/* Checks the configuration: ranges, names, modes, files (the launcher of
+ * several ranks checks it once before forking them). 0, or -1 with one
+ * line in r->err. */
+int train_check_config(run *r);
+
+/* Checks the configuration and creates everything a run needs, before
+ * anything is written: task, reward, metric scorers, context, policy
+ * (from @p weights), reference, optimizer, ranks, and the trainer
+ * (need_train 0: a sync trainer over the frozen policy, for `rlpost eval`).
+ * 0, or the exit status with one line in r->err. */
+int train_setup(run *r, const char *weights, int need_train);
+
+/* Frees what train_setup() made (and the configuration). */
+void train_teardown(run *r);
+
+/* The first setting a resumed or restarted run must keep that differs
+ * between a saved configuration and @p cfg, or NULL when none does. */
+const char *train_changed_setting(json_t *saved, const json_t *cfg);
+
+/* Whether @p path names a readable regular file. */
+int train_readable_file(const char *path);
+
+/* The training task (@p eval 0) or the held-out one (1) of the
+ * configuration. 0, or -1 with one line in r->err. */
+int train_make_task(run *r, int eval, rlp_task **out);
+
+/* ------------------------------------------------------------------------ */
+/* train_eval.c: evaluations and samples                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Greedy and/or sampled completions (eval.greedy, eval.samples) on the
+ * first eval.n prompts of the held-out task, with 95 % intervals: the
+ * eval.jsonl record (NULL on failure, reported on stderr). Every
+ * completion goes to OUT/samples.jsonl when @p out is set, and to *keep
+ * (a new array) when @p keep is. */
+json_t *train_evaluate(run *r, long long step, const char *out, json_t **keep);
+
+/* The change from the first evaluation to the last, prompt by prompt, with
+ * paired bootstrap 95 % intervals, or NULL. */
+json_t *train_eval_change(const json_t *first, const json_t *last);
+
+/* The trainer's on_batch (payload: the run): rank 0 writes samples.per_step
+ * of each step's completions to samples.jsonl. */
+int train_on_batch(const rlp_batch *batch, uint64_t step, void *payload);
+
+/* ------------------------------------------------------------------------ */
+/* train_files.c: files, checkpoints, plot                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Writes text to path through path.tmp, fsync and rename. 0 or -1 (errno). */
+int train_write_atomic(const char *path, const char *text);
+
+/* mkdir -p. 0 or -1 (errno). */
+int train_mkdir_p(const char *path);
+
+/* OUTPUT/checkpoints/step_K (written as .tmp-step_K, renamed, named by
+ * "latest"; older ones pruned to checkpoint.keep). 0, or -1 (reported). */
+int train_checkpoint(run *r, long long step);
+
+/* The checkpoint folder --resume DIR names: DIR itself (holding
+ * state.json), or the one DIR/checkpoints/latest or DIR/latest names. 0 or
+ * -1 when there is none. */
+int train_find_checkpoint(const char *dir, char *out, size_t cap);
+
+/* Keeps the records of a JSONL file whose "step" is ≤ step. -1 when the
+ * file could not be rewritten (it is then left as it was). */
+int train_truncate_jsonl(const char *path, long long step);
+
+/* Appends the records of @p arr (or one record) to OUT/FILE, reals with
+ * @p digits significant digits (17: exact). */
+void train_append_jsonl_all(const char *out, const char *file, json_t *arr, int digits);
+void train_append_jsonl(const char *out, const char *file, json_t *rec);
+
+/* OUT/reward.png from metrics.jsonl with gnuplot (the path), or NULL when
+ * gnuplot is missing or failed (said on stderr). */
+const char *train_plot(const char *out);
 
 /* ------------------------------------------------------------------------ */
 /* train_dist.c: several ranks (data parallelism)                           */

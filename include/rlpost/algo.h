@@ -109,11 +109,12 @@ typedef struct rlp_rl_stats {
     double grad_norm;               /**< before clipping, of the last optimizer step */
     double adv_mean, adv_std;       /**< over scored tokens */
     double reward_mean;             /**< over the trajectories used */
-    double staleness_mean, staleness_max;   /**< policy version − trajectory version */
+    double staleness_mean, staleness_max;   /**< policy version before the step − trajectory version, in RL
+                                                 steps (versions count RL steps) */
     uint64_t n_seqs, n_tokens;      /**< used */
     uint64_t n_groups, filtered_groups, zero_std_groups, invalid_seqs;
     uint32_t optimizer_steps, skipped_steps;
-    uint64_t policy_version;        /**< after the step */
+    uint64_t policy_version;        /**< after the step: the version before it + 1 */
     double seconds;
 } rlp_rl_stats;
 
@@ -122,8 +123,16 @@ typedef struct rlp_rl_stats {
  * computes advantages per group (grouped by group_id), π_prox (and π_ref
  * when @p ref and a KL are given) with the current weights, then runs
  * ppo_epochs × mini_batches optimizer steps of the chosen loss, each with
- * gradient accumulation over micro-batches, clipping and AdamW; the
- * version grows by the steps applied.
+ * gradient accumulation over micro-batches, clipping and AdamW. The
+ * policy version grows by exactly one per successful call, whether the
+ * step applied ppo_epochs × mini_batches optimizer steps or none (every
+ * group filtered, every sample invalid, every update skipped for a
+ * non-finite gradient): versions count RL steps, so a staleness gate of B
+ * groups per version (rlp_sync_options) takes B = the groups of one step.
+ * The optimizer's update count (learning-rate schedule, AdamW bias
+ * correction) still counts optimizer steps. A call that fails after an
+ * update was applied also advances the version (the weights changed);
+ * one that fails before leaves it.
  *
  * @param policy  a trainable policy
  * @param batch   scored trajectories (rewards set, e.g. by rlp_reward_fn_score)
@@ -133,7 +142,7 @@ typedef struct rlp_rl_stats {
  * @return RLP_OK; RLP_E_INVALID_ARG (bad options, an unscored trajectory, a
  *         missing reference for a KL, mixed temperatures); RLP_E_STATE (frozen
  *         policy); RLP_E_NOMEM. When every group is filtered out nothing is
- *         applied and stats say so (RLP_OK).
+ *         applied, stats say so and the version still advances (RLP_OK).
  */
 RLP_API int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                                 const rlp_rl_options *opts, rlp_rl_stats *stats);

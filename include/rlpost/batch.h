@@ -29,8 +29,34 @@ typedef enum rlp_finish_reason {
     RLP_FINISH_ERROR = 4    /**< a remote request failed; see rlp_trajectory::error */
 } rlp_finish_reason;
 
-/** Version of rlp_trajectory understood by this header. */
-#define RLP_TRAJECTORY_VERSION 1
+/** Version of rlp_provenance understood by this header. */
+#define RLP_PROVENANCE_VERSION 1
+
+/**
+ * Where a trajectory came from: the task item its prompt was served as and
+ * the producer's batch and sampling seed. Set by the producer right after
+ * generation (rlp_batch_set_provenance(), rlp_batch_set_group_provenance(),
+ * or a version-2 rlp_trajectory on rlp_batch_append()); the library never
+ * makes it up, it only carries it: through rlp_batch_get() /
+ * rlp_batch_append() copies, rlp_batch_extend(), the replay buffer's push and
+ * pull and its spill file (so groups restored after a crash still say where
+ * they came from). Every sample of a group normally shares one provenance.
+ */
+typedef struct rlp_provenance {
+    uint32_t version;       /**< RLP_PROVENANCE_VERSION, set by the caller */
+    uint64_t prompt_index;  /**< the prompt's record index in its task (rlp_task_item::index) */
+    uint64_t epoch;         /**< the task epoch it was served in (rlp_task_item::epoch) */
+    uint64_t position;      /**< its position in that epoch's order (rlp_task_item::position) */
+    uint64_t sampling_seed; /**< the seed its group was drawn with (rlp_sampling_options::seed) */
+    uint64_t batch;         /**< the producer's 0-based batch number: the 1-based RL step it was made for, − 1 */
+} rlp_provenance;
+
+/**
+ * Version of rlp_trajectory understood by this header. 2 added
+ * has_provenance and provenance; a caller that sets version 1 gets and
+ * gives the version-1 fields only (its struct is the shorter one).
+ */
+#define RLP_TRAJECTORY_VERSION 2
 
 /**
  * One prompt and one sampled completion with everything the losses need,
@@ -67,6 +93,9 @@ typedef struct rlp_trajectory {
                                             field is the reference answer rewards compare with), or NULL */
     uint32_t sample_index;             /**< 0 … n−1 within its group */
     const float *token_rewards;        /**< (n_completion_tokens) per-token (process) rewards, or NULL */
+    int32_t has_provenance;            /**< (version 2) 1: provenance says where it came from; 0: unknown
+                                            (provenance is then all zero on get and ignored on append) */
+    rlp_provenance provenance;         /**< (version 2) see rlp_provenance; version RLP_PROVENANCE_VERSION on get */
 } rlp_trajectory;
 
 /** Creates an empty batch. RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */
@@ -80,21 +109,46 @@ RLP_API int rlp_batch_size(size_t *out_count, const rlp_batch *batch);
 
 /**
  * Fills @p out with a view of trajectory @p index (pointers borrowed; see
- * rlp_trajectory). @p out->version must be set by the caller.
- * @return RLP_OK; RLP_E_INVALID_ARG (NULL, bad version, index out of range).
+ * rlp_trajectory). @p out->version must be set by the caller: with 1 only
+ * the version-1 fields are written (nothing past token_rewards), with 2 or
+ * more also has_provenance and provenance; out->version then says which.
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, version 0, index out of range).
  */
 RLP_API int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index);
 
 /**
  * Appends a copy of @p traj (arrays and strings are copied). Checks that
  * the per-token arrays are present when n_completion_tokens > 0, that
- * logprobs are finite and ≤ 0, and that finish_reason is known.
+ * logprobs are finite and ≤ 0, and that finish_reason is known. A
+ * version-2 @p traj with has_provenance set gives its provenance too
+ * (whose version must be 1 … RLP_PROVENANCE_VERSION); a version-1 one
+ * appends a trajectory without provenance.
  * @return RLP_OK; RLP_E_INVALID_ARG (naming the field); RLP_E_NOMEM.
  */
 RLP_API int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj);
 
-/** Moves every trajectory of @p src to the end of @p dst (src becomes empty). */
+/** Moves every trajectory of @p src to the end of @p dst (src becomes empty); provenance moves with them. */
 RLP_API int rlp_batch_extend(rlp_batch *dst, rlp_batch *src);
+
+/**
+ * Sets the provenance of trajectory @p index to a copy of @p p (replacing
+ * any it had). Not thread-safe: the batch is used by one thread at a time.
+ * @param p  p->version must be 1 … RLP_PROVENANCE_VERSION; the fields that
+ *           version has are read.
+ * @return RLP_OK; RLP_E_INVALID_ARG (@p batch or @p p NULL, an unknown
+ *         p->version, @p index outside the batch).
+ */
+RLP_API int rlp_batch_set_provenance(rlp_batch *batch, size_t index, const rlp_provenance *p);
+
+/**
+ * Sets the provenance of every trajectory whose group_id is @p group_id
+ * (every sample of one prompt) to a copy of @p p: what a producer calls
+ * once per group right after generation. Same rules as
+ * rlp_batch_set_provenance(); nothing is changed on error.
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, an unknown p->version);
+ *         RLP_E_NOT_FOUND (no trajectory of the batch has @p group_id).
+ */
+RLP_API int rlp_batch_set_group_provenance(rlp_batch *batch, uint64_t group_id, const rlp_provenance *p);
 
 /** Sets the scalar reward of trajectory @p index (finite, else RLP_E_INVALID_ARG). */
 RLP_API int rlp_batch_set_reward(rlp_batch *batch, size_t index, float reward);

@@ -34,24 +34,28 @@ typedef enum rlp_buffer_full_policy {
 /** Bins of rlp_buffer_stats::staleness_hist. */
 #define RLP_BUFFER_STALENESS_BINS 16
 
-/** Version of rlp_buffer_options understood by this header. */
-#define RLP_BUFFER_OPTIONS_VERSION 1
+/** Version of rlp_buffer_options understood by this header (2 added sync). */
+#define RLP_BUFFER_OPTIONS_VERSION 2
 
 /**
  * Options of rlp_replay_buffer_create().
  *
- * Versions count optimizer steps (rlp_policy_version()). A group's version
- * is the smallest token version among its trajectories (the oldest weights
+ * Versions count RL steps (rlp_policy_version()). A group's version is
+ * the smallest token version among its trajectories (the oldest weights
  * that produced any of its tokens; a trajectory without completion tokens
  * counts with its policy_version). A consumer at version v receives a group
- * of version u only if u + max_staleness ≥ v (AReaL, Fu et al. 2025, §5:
- * staleness ≤ η); older groups are dropped and counted.
+ * of version u only if u + η ≥ v (AReaL, Fu et al. 2025, §5: staleness ≤
+ * η); older groups are dropped and counted. η is @ref sync's
+ * rlp_sync_options::max_staleness when @ref sync is set (one η for the gate
+ * and the buffer), else @ref max_staleness.
  */
 typedef struct rlp_buffer_options {
     uint32_t version;          /**< RLP_BUFFER_OPTIONS_VERSION */
     uint64_t capacity;         /**< most groups held (plus pushes being written); 0 = unbounded */
     uint32_t max_staleness;    /**< η; default 1 (Echo's sequential pull: ≤ 1 step);
-                                    RLP_STALENESS_UNBOUNDED = never drop */
+                                    RLP_STALENESS_UNBOUNDED = never drop. With @ref sync
+                                    set: leave it at the default 1 or set the
+                                    synchronizer's η (any other value is refused) */
     int32_t full_policy;       /**< rlp_buffer_full_policy; default RLP_BUFFER_FULL_BLOCK */
     uint32_t push_timeout_ms;  /**< BLOCK: longest wait for room; default RLP_WAIT_FOREVER */
     const char *spill_path;    /**< durable spill file (created if absent, re-read if present),
@@ -60,12 +64,18 @@ typedef struct rlp_buffer_options {
                                     half of it is consumed or dropped; 0 = 64 MiB */
     rlp_log_fn log_fn;         /**< sink for warnings (a torn spill record); NULL = stderr */
     void *log_payload;         /**< passed to @ref log_fn */
+    rlp_synchronizer *sync;    /**< (version 2) the synchronizer whose gate admits the groups pushed
+                                    here, or NULL: the buffer then takes η from it
+                                    (rlp_sync_options::max_staleness), so gate and buffer share one
+                                    bound. Borrowed; must outlive the buffer */
 } rlp_buffer_options;
 
 #define RLP_BUFFER_OPTIONS_INIT \
-    { RLP_BUFFER_OPTIONS_VERSION, 0, 1, RLP_BUFFER_FULL_BLOCK, RLP_WAIT_FOREVER, NULL, 0, NULL, NULL }
+    { RLP_BUFFER_OPTIONS_VERSION, 0, 1, RLP_BUFFER_FULL_BLOCK, RLP_WAIT_FOREVER, NULL, 0, NULL, NULL, NULL }
 
-/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+/** Fills @p opts with the defaults: the fields of @p version (1 or 2) only,
+ *  so a caller built against version 1 may pass its shorter struct.
+ *  RLP_OK or RLP_E_INVALID_ARG. */
 RLP_API int rlp_buffer_options_init(rlp_buffer_options *opts, uint32_t version);
 
 /**
@@ -80,14 +90,20 @@ RLP_API int rlp_buffer_options_init(rlp_buffer_options *opts, uint32_t version);
  * cut off with a warning; corruption anywhere else fails with RLP_E_FORMAT
  * rather than losing accepted groups silently. The file is locked: one
  * buffer per file at a time. Its format (records with lengths and CRC-32s)
- * is described in docs/buffer-sync.md; it is read as untrusted input.
+ * is described in docs/buffer-sync.md; it is read as untrusted input. A
+ * file of the format before provenance (1) is read (its groups have none)
+ * and rewritten in the current format at once.
  *
  * @param[out] out  receives the buffer; free with rlp_replay_buffer_free()
- * @param opts      options, or NULL for the defaults (memory only, unbounded)
- * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (the spill cannot be opened,
+ * @param opts      options, or NULL for the defaults (memory only, unbounded);
+ *                  version 1 or 2 (a version-1 struct is read up to log_payload)
+ * @return RLP_OK; RLP_E_INVALID_ARG (also: @ref rlp_buffer_options::sync set
+ *         and max_staleness neither the default 1 nor the synchronizer's η,
+ *         the message naming both); RLP_E_IO (the spill cannot be opened,
  *         read or written); RLP_E_STATE (another buffer holds the spill);
  *         RLP_E_FORMAT (the spill is not ours or is corrupt before its last
- *         record); RLP_E_NOMEM.
+ *         record); RLP_E_UNSUPPORTED (a spill of a newer format);
+ *         RLP_E_NOMEM.
  * Thread-safe.
  */
 RLP_API int rlp_replay_buffer_create(rlp_replay_buffer **out, const rlp_buffer_options *opts);
@@ -102,7 +118,9 @@ RLP_API void rlp_replay_buffer_free(rlp_replay_buffer *buf);
  * Adds the trajectories of @p batch as groups: trajectories sharing a
  * group_id form one group (a push takes whole groups, so push a prompt's n
  * samples together). Each group is tagged with its version (see
- * rlp_buffer_options). All groups go in, or none.
+ * rlp_buffer_options). All groups go in, or none. Every field of a
+ * trajectory is kept, its provenance (rlp_batch_set_group_provenance())
+ * included, in memory and in the spill.
  *
  * When the buffer is full (capacity counts groups), the full policy
  * decides: block until consumers make room, or fail at once. With a spill
@@ -127,7 +145,7 @@ RLP_API int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch);
 /**
  * Takes @p n_groups whole groups for a consumer at policy version
  * @p version, oldest accepted first. Every group whose version is below
- * version − max_staleness is dropped on the way (counted in
+ * version − η is dropped on the way (counted in
  * rlp_buffer_stats::dropped_stale, never returned). Waits until
  * enough fresh groups are there, up to @p timeout_ms.
  *

@@ -245,7 +245,15 @@ RLP_API int rlp_policy_clone(rlp_policy **out, const rlp_policy *policy, int tra
  */
 RLP_API const rlp_tokenizer *rlp_policy_tokenizer(const rlp_policy *policy);
 
-/** Optimizer steps applied so far (the policy version of the RL loop). */
+/**
+ * The policy version: the steps taken so far, each rlp_policy_train_rl()
+ * call one (however many optimizer steps it applied, even none) and each
+ * rlp_policy_train_step() call that updated the weights one. The RL loop
+ * publishes it (rlp_synchronizer_publish()), tags rollouts with it and
+ * measures staleness in it: versions count RL steps. The optimizer's own
+ * update count (learning-rate schedule, AdamW bias correction) is separate.
+ * Saved and restored with the optimizer state.
+ */
 RLP_API int rlp_policy_version(uint64_t *out_version, const rlp_policy *policy);
 
 /** Number of parameters (a tied head counted once). */
@@ -288,8 +296,10 @@ RLP_API int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *se
 /**
  * One optimizer step: forward over @p seqs in micro-batches, the loss,
  * backward (gradients accumulate across micro-batches), global-norm
- * clipping, AdamW, version + 1. A non-finite gradient skips the update
- * (stats->skipped = 1, weights untouched, version unchanged).
+ * clipping, AdamW, version + 1 (an SFT step is one version). A non-finite
+ * gradient skips the update (stats->skipped = 1, weights untouched, version
+ * unchanged). rlp_policy_train_rl() takes its optimizer steps without
+ * advancing the version and advances it once itself.
  *
  * @param policy   a trainable policy
  * @param seqs     sequences; at least one must have a scored token

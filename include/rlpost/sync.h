@@ -65,9 +65,11 @@ typedef enum rlp_sync_transport {
  * @ref max_staleness, `accepted` the groups released as accepted and
  * `running` those admitted and not yet released, a new rollout group may
  * start only while running < max_concurrent and accepted + running <
- * (η + v + 1)·B. Versions count optimizer steps (rlp_policy_version()), so
- * B is the number of groups the trainer consumes per version step: with k
- * optimizer steps per train call on G groups, B = G / k.
+ * (η + v + 1)·B. Versions count RL steps (rlp_policy_version(): one per
+ * rlp_policy_train_rl() call, however many optimizer steps it takes), so
+ * B is the number of groups the trainer consumes per RL step: G for a
+ * step on G groups. η is in RL steps too. A replay buffer created with
+ * rlp_buffer_options::sync takes its η from here.
  */
 typedef struct rlp_sync_options {
     uint32_t version;              /**< RLP_SYNC_OPTIONS_VERSION */

@@ -80,8 +80,9 @@ typedef struct rlp_trainer_options {
     uint32_t version;               /**< RLP_TRAINER_OPTIONS_VERSION */
     int32_t mode;                   /**< rlp_train_mode; default RLP_TRAIN_SYNC */
     uint32_t max_staleness;         /**< η (RLP_TRAIN_ASYNC only): a group generated at version u is
-                                         trained at version v only if v − u ≤ η; default 1. Other
-                                         modes are on-policy: a non-zero η there is refused */
+                                         trained at version v only if v − u ≤ η; default 0 (the
+                                         default mode is SYNC). Other modes are on-policy: a non-zero
+                                         η there is refused */
     uint32_t prompts_per_step;      /**< G groups per RL step; default 8 */
     uint64_t seed;                  /**< step k samples with a seed that is a pure function of (seed, k) */
     rlp_sampling_options sampling;  /**< how completions are drawn; n is the group size (≥ 2 for GRPO);
@@ -192,8 +193,8 @@ RLP_API int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *
  *         the step waited: nothing was trained, the trainer stays usable);
  *         RLP_E_STATE (an earlier step failed: the trainer must be freed
  *         and the run resumed from a checkpoint); RLP_E_TIMEOUT (ASYNC: the
- *         staleness gate can never open again — a step applied no update —
- *         resume from the last checkpoint); RLP_E_CALLBACK (on_batch
+ *         staleness gate admits nothing while the buffer cannot fill a
+ *         step — a safety net; resume from the last checkpoint); RLP_E_CALLBACK (on_batch
  *         failed); otherwise the failing part's code with its message
  *         (generation, a worker, the reward, the RL step, publishing).
  *         After any error but RLP_E_CLOSED the trainer is failed.
@@ -205,6 +206,8 @@ RLP_API int rlp_trainer_step(rlp_trainer *trainer, rlp_step_record *rec);
  * step, policy_version, epoch, prompt_index, sampling_seed, reward_*,
  * the metrics' keys, completions, …, rl fields, buffer_*, *_seconds,
  * tokens_per_second). Writes at most @p cap bytes including the NUL.
+ * @param[out] len_out  the text's length without the NUL (also on
+ *         RLP_E_OVERFLOW: then @p cap must be at least *len_out + 1)
  * @return RLP_OK; RLP_E_STATE (no step yet); RLP_E_OVERFLOW (@p cap too
  *         small: *len_out says how much is needed).
  */
@@ -230,9 +233,10 @@ RLP_API int rlp_trainer_steps_done(uint64_t *out_steps, const rlp_trainer *train
 /**
  * Writes a checkpoint into folder @p dir (created; files replaced
  * atomically): the weights (rlp_policy_save, @p dtype), the optimizer
- * state (optimizer.safetensors) and trainer.json (the step, the task
+ * state (optimizer.safetensors) and state.json (the step, the task
  * cursor after the last trained prompt, the options that a resume must
- * match, and @p host_json under "host" when not NULL). In ASYNC mode the
+ * match, and the keys of @p host_json when not NULL — beside the
+ * trainer's, which win on a clash). In ASYNC mode the
  * cursor stands before any prompt generated but not yet trained, so a
  * resume generates them again rather than skip them.
  * @return RLP_OK; RLP_E_INVALID_ARG (@p host_json not a JSON object);
@@ -246,7 +250,7 @@ RLP_API int rlp_trainer_checkpoint(rlp_trainer *trainer, const char *dir, int dt
  * policy must already hold the checkpoint's weights (load it from @p dir).
  * Call before the first step.
  * @return RLP_OK; RLP_E_STATE (a step already ran); RLP_E_NOT_FOUND (no
- *         trainer.json); RLP_E_FORMAT (malformed); RLP_E_INVALID_ARG (the
+ *         state.json); RLP_E_FORMAT (malformed); RLP_E_INVALID_ARG (the
  *         checkpoint was taken with other options — the message names the
  *         option — or its policy version differs from the policy's).
  */

@@ -1,9 +1,10 @@
 /* One RL step on a scored batch (rlp_policy_train_rl): select valid
  * trajectories, shape rewards, compute π_prox and π_ref with the current
  * weights, advantages per group, then ppo_epochs × mini_batches optimizer
- * steps of the chosen loss through rlp_policy_train_step (which owns
+ * steps of the chosen loss through rlpi_policy_train_step (which owns
  * micro-batching, backward, clipping and AdamW). The loss callback maps a
- * micro-batch back to the step's per-token arrays. */
+ * micro-batch back to the step's per-token arrays. The step advances the
+ * policy version by one, however many optimizer steps it applied. */
 #include "algo/rl_math.h"
 #include "core/clock.h"
 #include "core/batch.h"
@@ -280,7 +281,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             if (st.norm.step_seqs == 0)
                 continue;
             rlp_train_stats ts;
-            rc = rlp_policy_train_step(policy, seqs + b, e - b, rl_loss, &st, &to, &ts);
+            rc = rlpi_policy_train_step(policy, seqs + b, e - b, rl_loss, &st, &to, &ts, false);
             if (!rc) {
                 S.optimizer_steps++;
                 S.skipped_steps += ts.skipped != 0;
@@ -290,6 +291,14 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                 st.acc.loss = st.acc.pg = 0;
             }
         }
+    /* Versions count RL steps, not optimizer steps: one step is one
+     * version whether it applied k = ppo_epochs × mini_batches updates or
+     * none (every group filtered, every sample invalid, a skipped
+     * gradient), so the staleness gate (B groups per version) never waits
+     * for a version that a step without updates did not make. A step that
+     * failed after an update changed the weights: it advances it too. */
+    if (!rc || S.optimizer_steps > S.skipped_steps)
+        policy->version = v0 + 1;
     size_t rep_seqs = used, rep_tokens = n_tok; /* what the statistics cover */
     if (comm && !rc) {
         /* report the whole step: sums and maxima over the ranks */

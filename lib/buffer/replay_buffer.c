@@ -12,10 +12,12 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/sync_eta.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,7 +284,9 @@ int rlp_buffer_options_init(rlp_buffer_options *opts, uint32_t version)
     RLPI_CHECK_ARG(opts, "opts is NULL");
     RLPI_CHECK_ARG(version >= 1 && version <= RLP_BUFFER_OPTIONS_VERSION, "unknown options version");
     rlp_buffer_options d = RLP_BUFFER_OPTIONS_INIT;
-    *opts = d;
+    /* a version-1 caller's struct ends before sync: write only its fields */
+    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_buffer_options, sync));
+    opts->version = version;
     return RLP_OK;
 }
 
@@ -320,7 +324,22 @@ int rlp_replay_buffer_create(rlp_replay_buffer **out, const rlp_buffer_options *
     if (opts) {
         RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_BUFFER_OPTIONS_VERSION,
                        "opts->version is not RLP_BUFFER_OPTIONS_VERSION");
-        o = *opts;
+        /* read only the fields the caller's version has (version 1 ended at log_payload) */
+        memcpy(&o, opts, opts->version == 1 ? offsetof(rlp_buffer_options, sync) : sizeof o);
+        if (opts->version == 1)
+            o.sync = NULL;
+        o.version = RLP_BUFFER_OPTIONS_VERSION;
+    }
+    if (o.sync) {
+        /* one η: the gate's. The buffer's own is the default or the same */
+        const rlp_buffer_options d = RLP_BUFFER_OPTIONS_INIT;
+        uint32_t eta = rlpi_sync_max_staleness(o.sync);
+        if (o.max_staleness != d.max_staleness && o.max_staleness != eta)
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "%s: opts->max_staleness is %u but the synchronizer's max_staleness (η) is %u: "
+                                  "leave the buffer's at its default with opts->sync set",
+                                  __func__, o.max_staleness, eta);
+        o.max_staleness = eta;
     }
     RLPI_CHECK_ARG(o.full_policy == RLP_BUFFER_FULL_BLOCK || o.full_policy == RLP_BUFFER_FULL_FAIL,
                    "opts->full_policy is not an rlp_buffer_full_policy");

@@ -24,7 +24,11 @@
 
 static const uint8_t FILE_MAGIC[8] = {'R', 'L', 'P', 'S', 'P', 'I', 'L', 'L'};
 static const uint8_t RECORD_MAGIC[4] = {'R', 'L', 'P', 'R'};
-#define FORMAT_VERSION 1u
+/* The format written. 2 added provenance (flag bit 1 and its block); a
+ * format-1 file is the same layout without that flag, so it is read (its
+ * groups have no provenance) and rewritten as format 2 at open. */
+#define FORMAT_VERSION 2u
+#define FORMAT_OLDEST 1u
 
 /* Fixed part of a trajectory: two u64, eight 32-bit fields. */
 #define TRAJ_FIXED_BYTES 48u
@@ -32,6 +36,10 @@ static const uint8_t RECORD_MAGIC[4] = {'R', 'L', 'P', 'R'};
 #define TRAJ_MIN_BYTES (TRAJ_FIXED_BYTES + 8u + 8u + 4u * 8u)
 #define GROUP_HEADER_BYTES 16u
 #define TRAJ_HAS_TOKEN_REWARDS 1u
+#define TRAJ_HAS_PROVENANCE 2u
+/* Provenance block (format 2, flag TRAJ_HAS_PROVENANCE): u32 version, u32 0,
+ * u64 prompt_index, epoch, position, sampling_seed, batch. */
+#define PROVENANCE_BYTES 48u
 
 /* ---- groups ---------------------------------------------------------------- */
 
@@ -152,8 +160,9 @@ static size_t str_bytes(const char *s)
 static size_t traj_bytes(const rlpi_traj *t)
 {
     size_t per_token = 4 + 4 + 8 + (t->token_rewards ? 4 : 0);
-    return TRAJ_FIXED_BYTES + 8 + 4 * t->n_prompt + 8 + per_token * t->n_tokens + str_bytes(t->prompt_text) +
-           str_bytes(t->text) + str_bytes(t->error) + str_bytes(t->metadata);
+    return TRAJ_FIXED_BYTES + (t->has_provenance ? PROVENANCE_BYTES : 0) + 8 + 4 * t->n_prompt + 8 +
+        per_token * t->n_tokens + str_bytes(t->prompt_text) + str_bytes(t->text) + str_bytes(t->error) +
+        str_bytes(t->metadata);
 }
 
 static void put_traj(rlpi_bytes *b, const rlpi_traj *t)
@@ -166,8 +175,17 @@ static void put_traj(rlpi_bytes *b, const rlpi_traj *t)
     put_u32(b, f32_bits(t->reward));
     put_u32(b, t->valid ? 1u : 0u);
     put_u32(b, t->sample_index);
-    put_u32(b, t->token_rewards ? TRAJ_HAS_TOKEN_REWARDS : 0);
+    put_u32(b, (t->token_rewards ? TRAJ_HAS_TOKEN_REWARDS : 0) | (t->has_provenance ? TRAJ_HAS_PROVENANCE : 0));
     put_u32(b, 0);
+    if (t->has_provenance) {
+        put_u32(b, t->provenance.version);
+        put_u32(b, 0);
+        put_u64(b, t->provenance.prompt_index);
+        put_u64(b, t->provenance.epoch);
+        put_u64(b, t->provenance.position);
+        put_u64(b, t->provenance.sampling_seed);
+        put_u64(b, t->provenance.batch);
+    }
     put_u64(b, t->n_prompt);
     for (size_t i = 0; i < t->n_prompt; i++)
         put_u32(b, (uint32_t)t->prompt[i]);
@@ -345,11 +363,14 @@ const char *rlpi_spill_check_traj(const rlpi_traj *t)
         if (t->token_rewards && !isfinite(t->token_rewards[i]))
             return "a token reward that is not finite";
     }
+    if (t->has_provenance && t->provenance.version != RLP_PROVENANCE_VERSION)
+        return "provenance of an unknown version";
     return NULL;
 }
 
-/* Reads one trajectory; `why` names the first broken rule. */
-static int take_traj(cursor *c, rlpi_traj *t, const char **why)
+/* Reads one trajectory of a file of format `format`; `why` names the first
+ * broken rule. */
+static int take_traj(cursor *c, uint32_t format, rlpi_traj *t, const char **why)
 {
     memset(t, 0, sizeof *t);
     uint32_t u[8];
@@ -368,9 +389,30 @@ static int take_traj(cursor *c, rlpi_traj *t, const char **why)
     t->valid = (int32_t)u[4];
     t->sample_index = u[5];
     uint32_t flags = u[6];
-    if ((flags & ~TRAJ_HAS_TOKEN_REWARDS) || u[7] != 0 || (t->valid != 0 && t->valid != 1)) {
+    uint32_t known = TRAJ_HAS_TOKEN_REWARDS | (format >= 2 ? TRAJ_HAS_PROVENANCE : 0);
+    if ((flags & ~known) || u[7] != 0 || (t->valid != 0 && t->valid != 1)) {
         *why = "unknown flags or a reserved field set";
         return RLP_E_FORMAT;
+    }
+    if (flags & TRAJ_HAS_PROVENANCE) {
+        uint32_t pv, zero;
+        if (c->left < PROVENANCE_BYTES) {
+            *why = "provenance past the record";
+            return RLP_E_FORMAT;
+        }
+        take_u32(c, &pv);
+        take_u32(c, &zero);
+        if (pv != RLP_PROVENANCE_VERSION || zero != 0) {
+            *why = "provenance of an unknown version or with its reserved field set";
+            return RLP_E_FORMAT;
+        }
+        t->has_provenance = true;
+        t->provenance.version = pv;
+        take_u64(c, &t->provenance.prompt_index);
+        take_u64(c, &t->provenance.epoch);
+        take_u64(c, &t->provenance.position);
+        take_u64(c, &t->provenance.sampling_seed);
+        take_u64(c, &t->provenance.batch);
     }
     size_t n;
     if (!take_count(c, 4, &n)) {
@@ -486,7 +528,7 @@ static int read_push(const uint8_t *p, size_t len, uint64_t off, const char *src
         int rc = RLP_OK;
         const char *why = NULL;
         for (uint32_t i = 0; i < n_traj && rc == RLP_OK; i++) {
-            rc = take_traj(&c, &trajs[i], &why);
+            rc = take_traj(&c, s->format, &trajs[i], &why);
             grp->n = i + 1; /* the partly read one is cleared with the group */
             if (rc == RLP_OK && trajs[i].group_id != trajs[0].group_id) {
                 why = "trajectories of one group with different group ids";
@@ -593,9 +635,11 @@ int rlpi_spill_scan_image(const uint8_t *data, size_t size, const char *source, 
         return rlpi_error_set(RLP_E_FORMAT, "%s: not a librlpost spill file (bad magic)", src);
     if (get_u32_at(data + 12) != rlpi_crc32(0, data, 12))
         return rlpi_error_set(RLP_E_FORMAT, "%s: file header checksum mismatch", src);
-    if (get_u32_at(data + 8) != FORMAT_VERSION)
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: spill format %u (this library reads %u)", src,
-                              get_u32_at(data + 8), FORMAT_VERSION);
+    uint32_t format = get_u32_at(data + 8);
+    if (format < FORMAT_OLDEST || format > FORMAT_VERSION)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: spill format %u (this library reads %u to %u)", src, format,
+                              FORMAT_OLDEST, FORMAT_VERSION);
+    out->format = format;
     size_t off = RLPI_SPILL_HEADER_BYTES, cap = 0;
     out->valid_bytes = off;
     int rc = RLP_OK;
@@ -770,6 +814,7 @@ int rlpi_spill_open(rlpi_spill *s, const char *path, const rlpi_logger *log, rlp
         return rlpi_error_set(RLP_E_IO, "%s: not a regular file (%s)", path, strerror(e));
     }
     int rc = RLP_OK;
+    bool upgraded = false;
     if (st.st_size > 0) {
         if ((uintmax_t)st.st_size > SIZE_MAX) {
             rlpi_spill_close(s);
@@ -782,6 +827,19 @@ int rlpi_spill_open(rlpi_spill *s, const char *path, const rlpi_logger *log, rlp
             return rlpi_error_set(RLP_E_IO, "%s: cannot map: %s", path, strerror(e));
         }
         rc = rlpi_spill_scan_image(m, (size_t)st.st_size, path, scan);
+        if (rc == RLP_OK && scan->format && scan->format < FORMAT_VERSION) {
+            /* its records are valid in the current format: rewrite them
+             * under a current header (temporary file + rename, so a crash
+             * leaves one whole file), which also cuts a torn tail */
+            rlpi_log(log, RLP_LOG_INFO, "%s: spill format %u; rewriting it in format %u", path, scan->format,
+                     FORMAT_VERSION);
+            rc = rlpi_spill_rewrite(s, (const uint8_t *)m + RLPI_SPILL_HEADER_BYTES,
+                                    (size_t)scan->valid_bytes - RLPI_SPILL_HEADER_BYTES);
+            if (rc)
+                rlpi_spill_scan_free(scan);
+            else
+                upgraded = true;
+        }
         munmap(m, (size_t)st.st_size);
         if (rc) {
             rlpi_spill_close(s);
@@ -791,7 +849,9 @@ int rlpi_spill_open(rlpi_spill *s, const char *path, const rlpi_logger *log, rlp
     if (scan->torn)
         rlpi_log(log, RLP_LOG_WARN, "%s: %s; truncating %llu bytes (a push that never returned)", path,
                  scan->torn_reason, (unsigned long long)((uint64_t)st.st_size - scan->valid_bytes));
-    if (st.st_size == 0 || scan->valid_bytes < RLPI_SPILL_HEADER_BYTES) {
+    if (upgraded) {
+        /* rlpi_spill_rewrite set s->fd and s->bytes */
+    } else if (st.st_size == 0 || scan->valid_bytes < RLPI_SPILL_HEADER_BYTES) {
         uint8_t h[RLPI_SPILL_HEADER_BYTES];
         file_header(h);
         if (ftruncate(fd, 0) != 0 || write_all(fd, h, sizeof h, 0) != 0 || fsync(fd) != 0) {

@@ -7,13 +7,16 @@
  * replay_buffer.c).
  *
  * Layout, all integers little-endian:
- *   file header (16 bytes): "RLPSPILL", u32 format = 1, u32 CRC-32 of the first 12 bytes
+ *   file header (16 bytes): "RLPSPILL", u32 format = 2, u32 CRC-32 of the first 12 bytes
  *   record header (24 bytes): u32 magic "RLPR", u32 type, u64 payload length,
  *                             u32 payload CRC-32, u32 CRC-32 of header bytes [0, 20)
  *   type 1 (push) payload: u32 n_groups, u32 0, then per group:
  *       u64 seq, u32 n_traj, u32 0, then n_traj trajectories (see spill.c)
  *   type 2 (retire) payload: u64 n_consumed, u64 n_dropped, u64 seq[n_consumed + n_dropped]
- * Sequence numbers of push records strictly increase through the file. */
+ * Sequence numbers of push records strictly increase through the file.
+ * Format 2 added a trajectory's provenance (a flag and a block after its
+ * fixed part); format 1, the same without it, is still read and is
+ * rewritten as format 2 when a buffer opens it. */
 #ifndef RLPI_BUFFER_SPILL_H
 #define RLPI_BUFFER_SPILL_H
 
@@ -76,6 +79,7 @@ typedef struct rlpi_spill_scan {
     uint64_t valid_bytes;    /* length of the well-formed prefix (header + whole records) */
     uint64_t live_bytes;     /* sum of the live groups' spill_bytes */
     uint64_t n_records, n_retired;
+    uint32_t format;         /* the file header's format (0 when there was no whole header) */
     int torn;                /* 1: bytes after valid_bytes are a torn or corrupt last record */
     char torn_reason[96];
 } rlpi_spill_scan;
@@ -111,7 +115,9 @@ typedef struct rlpi_spill {
 /* Opens or creates `path`, takes an exclusive lock (RLP_E_STATE when
  * another buffer holds it), scans it into `scan`, truncates a torn tail
  * with a warning, and removes temporary files a crashed compaction left.
- * RLP_E_IO, RLP_E_FORMAT, RLP_E_NOMEM. */
+ * A file of an older format is rewritten (as a compaction is) in the
+ * current one, so that what is appended later matches its header.
+ * RLP_E_IO, RLP_E_FORMAT, RLP_E_UNSUPPORTED, RLP_E_NOMEM. */
 int rlpi_spill_open(rlpi_spill *s, const char *path, const rlpi_logger *log, rlpi_spill_scan *scan);
 /* Writes `len` bytes at the end and fdatasyncs. On failure the file is
  * cut back to its previous length (best effort) and RLP_E_IO returned. */

@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,25 @@ int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
     return RLP_OK;
 }
 
+int rlpi_provenance_read(rlp_provenance *out, const rlp_provenance *p, const char *what)
+{
+    if (!p)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: provenance is NULL", what);
+    if (p->version < 1 || p->version > RLP_PROVENANCE_VERSION)
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "%s: provenance version %u is unknown (set it to RLP_PROVENANCE_VERSION = %u)", what,
+                              p->version, RLP_PROVENANCE_VERSION);
+    /* version 1 has every field this library knows */
+    memset(out, 0, sizeof *out);
+    out->version = RLP_PROVENANCE_VERSION;
+    out->prompt_index = p->prompt_index;
+    out->epoch = p->epoch;
+    out->position = p->position;
+    out->sampling_seed = p->sampling_seed;
+    out->batch = p->batch;
+    return RLP_OK;
+}
+
 /* ------------------------------------------------------------ public API */
 
 int rlp_batch_create(rlp_batch **out)
@@ -182,8 +202,16 @@ int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index)
     v.metadata_json = t->metadata;
     v.sample_index = t->sample_index;
     v.token_rewards = t->token_rewards;
-    /* a caller built against an older header gets only the fields it knows */
+    v.has_provenance = t->has_provenance;
+    if (t->has_provenance)
+        v.provenance = t->provenance;
+    /* a caller built against an older header gets only the fields it knows:
+     * its struct ends where the version-2 fields begin */
     size_t n = sizeof v;
+    if (out->version < 2) {
+        v.version = out->version;
+        n = offsetof(rlp_trajectory, has_provenance);
+    }
     memcpy(out, &v, n);
     return RLP_OK;
 }
@@ -214,6 +242,15 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
         if (traj->prompt_tokens[i] < 0)
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: prompt token %zu has negative id %d", i,
                                   traj->prompt_tokens[i]);
+    /* the version-2 fields exist only in a version-2 caller's struct */
+    bool has_prov = traj->version >= 2 && traj->has_provenance;
+    rlp_provenance prov;
+    memset(&prov, 0, sizeof prov);
+    if (has_prov) {
+        int prc = rlpi_provenance_read(&prov, &traj->provenance, "rlp_batch_append");
+        if (prc)
+            return prc;
+    }
     rlpi_traj src = {
         .group_id = traj->group_id,
         .prompt = (int32_t *)traj->prompt_tokens,
@@ -234,6 +271,8 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
         .metadata = (char *)traj->metadata_json,
         .sample_index = traj->sample_index,
         .token_rewards = (float *)traj->token_rewards,
+        .has_provenance = has_prov,
+        .provenance = prov,
     };
     rlpi_traj t;
     int rc = rlpi_traj_copy(&t, &src);
@@ -312,5 +351,40 @@ int rlp_batch_set_token_rewards(rlp_batch *batch, size_t index, const float *rew
     memcpy(r, rewards, n * sizeof *r);
     free(t->token_rewards);
     t->token_rewards = r;
+    return RLP_OK;
+}
+
+int rlp_batch_set_provenance(rlp_batch *batch, size_t index, const rlp_provenance *p)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    rlp_provenance v;
+    int rc = rlpi_provenance_read(&v, p, __func__);
+    if (rc)
+        return rc;
+    if (index >= batch->n)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: index %zu outside the batch of %zu", __func__, index, batch->n);
+    batch->items[index].provenance = v;
+    batch->items[index].has_provenance = true;
+    return RLP_OK;
+}
+
+int rlp_batch_set_group_provenance(rlp_batch *batch, uint64_t group_id, const rlp_provenance *p)
+{
+    RLPI_CHECK_ARG(batch, "batch is NULL");
+    rlp_provenance v;
+    int rc = rlpi_provenance_read(&v, p, __func__);
+    if (rc)
+        return rc;
+    size_t found = 0;
+    for (size_t i = 0; i < batch->n; i++) {
+        if (batch->items[i].group_id != group_id)
+            continue;
+        batch->items[i].provenance = v;
+        batch->items[i].has_provenance = true;
+        found++;
+    }
+    if (!found)
+        return rlpi_error_set(RLP_E_NOT_FOUND, "%s: no trajectory of the batch (%zu) has group_id %llu", __func__,
+                              batch->n, (unsigned long long)group_id);
     return RLP_OK;
 }

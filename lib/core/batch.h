@@ -31,6 +31,8 @@ typedef struct rlpi_traj {
     char *metadata;         /* owned JSON or NULL */
     uint32_t sample_index;  /* within the group */
     float *token_rewards;   /* (n_tokens) owned, or NULL */
+    bool has_provenance;    /* false: where it came from is unknown (provenance all zero) */
+    rlp_provenance provenance; /* version RLP_PROVENANCE_VERSION when set; plain data, copied with the struct */
 } rlpi_traj;
 
 struct rlp_batch {
@@ -46,7 +48,11 @@ int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t ve
 int rlpi_batch_take(rlp_batch *b, rlpi_traj *t);
 /* Reserve room for n more trajectories. */
 int rlpi_batch_reserve(rlp_batch *b, size_t more);
-/* Copies src (all owned memory duplicated). */
+/* Copies src (all owned memory duplicated; provenance with it). */
 int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src);
+/* Checks a caller's provenance (NULL, unknown version) and copies the
+ * fields its version has into *out, stamped RLP_PROVENANCE_VERSION.
+ * `what` names the caller in the message. */
+int rlpi_provenance_read(rlp_provenance *out, const rlp_provenance *p, const char *what);
 
 #endif

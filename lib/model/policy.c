@@ -384,8 +384,8 @@ static int optimizer_step(rlp_policy *policy, double *grad_norm, float *lr, bool
     return rc;
 }
 
-static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
-                      void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
+static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss, void *payload,
+                      const rlp_train_options *opts, rlp_train_stats *stats, bool advance_version)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(loss, "loss is NULL");
@@ -493,7 +493,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     bool skipped = false;
     if ((rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
         return rc;
-    if (!skipped)
+    if (!skipped && advance_version)
         policy->version++;
     if (skipped)
         rlpi_log(&policy->ctx->log, RLP_LOG_WARN, "train step skipped: gradient norm is %g", st.grad_norm);
@@ -506,11 +506,17 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     return RLP_OK;
 }
 
-int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss,
-                          void *payload, const rlp_train_options *opts, rlp_train_stats *stats)
+int rlpi_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss, void *payload,
+                           const rlp_train_options *opts, rlp_train_stats *stats, bool advance_version)
 {
-    int rc = train_step(policy, seqs, n_seqs, loss, payload, opts, stats);
+    int rc = train_step(policy, seqs, n_seqs, loss, payload, opts, stats, advance_version);
     if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
         rlpi_dp_fail(policy->comm, "train step", rc); /* the peers would wait for this rank forever */
     return rc;
+}
+
+int rlp_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss, void *payload,
+                          const rlp_train_options *opts, rlp_train_stats *stats)
+{
+    return rlpi_policy_train_step(policy, seqs, n_seqs, loss, payload, opts, stats, true);
 }

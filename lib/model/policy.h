@@ -16,7 +16,7 @@ struct rlp_policy {
     bool trainable;
     rlpi_transformer *tf;      /* owned */
     rlpi_optimizer opt;
-    uint64_t version;          /* optimizer steps applied */
+    uint64_t version;          /* SFT steps and RL steps taken (not optimizer steps: opt.step counts those) */
     rlp_tokenizer *tokenizer;  /* owned; NULL when the file has none (llama2.c) */
     char *tokenizer_path;      /* where it came from (a GGUF or tokenizer.json), for clones and saves */
     rlp_comm *comm;            /* borrowed; non-NULL: train steps are data-parallel collectives */
@@ -26,6 +26,12 @@ struct rlp_policy {
  * (copied). */
 int rlpi_policy_create(rlp_policy **out, rlp_context *ctx, const rlpi_model_config *cfg, const rlpi_weights *w,
                        const rlp_policy_options *opts);
+
+/* rlp_policy_train_step(), with the version advanced only when
+ * `advance_version`: an RL step (lib/algo/rl_step.c) takes several optimizer
+ * steps and advances the version once itself. */
+int rlpi_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss, void *payload,
+                           const rlp_train_options *opts, rlp_train_stats *stats, bool advance_version);
 
 /* Loads the tokenizer at `path` (GGUF or tokenizer.json) into the policy. */
 int rlpi_policy_attach_tokenizer(rlp_policy *p, const char *path);

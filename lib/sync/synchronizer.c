@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/sync_eta.h"
 #include "dist/comm.h"
 #include "model/policy.h"
 #include "rollout/engine.h"
@@ -72,6 +73,11 @@ int rlp_sync_options_init(rlp_sync_options *opts, uint32_t version)
     rlp_sync_options d = RLP_SYNC_OPTIONS_INIT;
     *opts = d;
     return RLP_OK;
+}
+
+uint32_t rlpi_sync_max_staleness(const rlp_synchronizer *sync)
+{
+    return sync->opts.max_staleness; /* set at creation, never changed: no lock */
 }
 
 static void snapshot_unref(rlpi_snapshot *snap)

@@ -125,76 +125,25 @@ static void add_seconds(rlp_rollout_worker *w, double *field, double since)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Records the provenance of the G groups of @p b (prompt order). */
-static int record_provenance(rlp_rollout_worker *w, const rlp_batch *b, const rlp_prompt_set *set, uint64_t seed,
-                             uint64_t j)
+/* Tags every group of @p b (G groups of prompt order) with where it came
+ * from; the provenance travels with the trajectories through the buffer
+ * and its spill to the trainer. */
+static int tag_provenance(rlp_rollout_worker *w, rlp_batch *b, const rlp_prompt_set *set, uint64_t seed, uint64_t j)
 {
     size_t n = 0, G = w->o.prompts_per_batch;
     rlp_batch_size(&n, b);
     size_t per = n / G;
-    pthread_mutex_lock(&w->mu);
-    if (w->n_prov + G > w->cap_prov) {
-        size_t cap = (w->n_prov + G) * 2;
-        rlpi_provenance *p = realloc(w->prov, cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&w->mu);
-            return rlpi_error_set(RLP_E_NOMEM, "out of memory");
-        }
-        w->prov = p;
-        w->cap_prov = cap;
-    }
-    for (size_t g = 0; g < G; g++) {
+    int rc = RLP_OK;
+    for (size_t g = 0; !rc && per && g < G; g++) {
         rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
         rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
-        rlp_batch_get(&t, b, g * per);
-        rlp_prompt_set_item(&it, set, g);
-        w->prov[w->n_prov++] = (rlpi_provenance){.group_id = t.group_id, .prompt_index = it.index,
-                                                 .epoch = it.epoch, .position = it.position, .seed = seed,
-                                                 .batch = j};
-    }
-    pthread_mutex_unlock(&w->mu);
-    return RLP_OK;
-}
-
-int rlpi_worker_take_provenance(rlp_rollout_worker *w, const rlp_batch *batch, rlpi_provenance **out, size_t *n_out)
-{
-    size_t n = 0, k = 0;
-    rlp_batch_size(&n, batch);
-    rlpi_provenance *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p)
-        return rlpi_error_set(RLP_E_NOMEM, "out of memory");
-    pthread_mutex_lock(&w->mu);
-    size_t head = 0; /* groups come out oldest accepted first: entries before a taken one are done with */
-    uint64_t last = 0;
-    int rc = RLP_OK;
-    for (size_t i = 0; i < n && !rc; i++) {
-        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        if (rlp_batch_get(&t, batch, i) || (k && t.group_id == last))
-            continue; /* each group is contiguous */
-        last = t.group_id;
-        size_t pos = head;
-        while (pos < w->n_prov && w->prov[pos].group_id != t.group_id)
-            pos++;
-        if (pos == w->n_prov) {
-            rc = rlpi_error_set(RLP_E_NOT_FOUND, "group %llu of the replay buffer has no provenance",
-                                (unsigned long long)t.group_id);
-            break;
+        if (!(rc = rlp_batch_get(&t, b, g * per)) && !(rc = rlp_prompt_set_item(&it, set, g))) {
+            rlp_provenance p = {.version = RLP_PROVENANCE_VERSION, .prompt_index = it.index, .epoch = it.epoch,
+                                .position = it.position, .sampling_seed = seed, .batch = j};
+            rc = rlp_batch_set_group_provenance(b, t.group_id, &p);
         }
-        p[k++] = w->prov[pos];
-        head = pos + 1;
     }
-    if (!rc) {
-        memmove(w->prov, w->prov + head, (w->n_prov - head) * sizeof *w->prov);
-        w->n_prov -= head;
-    }
-    pthread_mutex_unlock(&w->mu);
-    if (rc) {
-        free(p);
-        return rc;
-    }
-    *out = p;
-    *n_out = k;
-    return RLP_OK;
+    return rc;
 }
 
 int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
@@ -271,8 +220,7 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
         w->st.reward_crashed += st.crashed;
         pthread_mutex_unlock(&w->mu);
     }
-    /* the provenance goes first: the trainer may pull the groups at once */
-    if (!rc && !atomic_load(&w->stopping) && (rc = record_provenance(w, b, set, seed, j)) != RLP_OK)
+    if (!rc && !atomic_load(&w->stopping) && (rc = tag_provenance(w, b, set, seed, j)) != RLP_OK)
         fail(w, rc, "provenance");
     rlp_prompt_set_free(set);
     /* stopping: the generate call may have been aborted; nothing half-done
@@ -371,6 +319,5 @@ void rlp_rollout_worker_free(rlp_rollout_worker *w)
         return;
     rlp_rollout_worker_stop(w);
     pthread_mutex_destroy(&w->mu);
-    free(w->prov);
     free(w);
 }

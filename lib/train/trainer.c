@@ -163,12 +163,11 @@ static int create_sync(rlp_trainer *t)
     int rc;
     uint64_t version = 0;
     rlp_policy_version(&version, t->policy);
-    uint32_t k = t->o.rl.ppo_epochs * t->o.rl.mini_batches;
     rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
     so.mode = async ? RLP_SYNC_ASYNC : RLP_SYNC_SEQUENTIAL_PULL;
     so.transport = t->remote ? RLP_TRANSPORT_HTTP : RLP_TRANSPORT_IN_PROCESS;
     so.max_staleness = t->o.max_staleness;
-    so.batch_groups = t->o.prompts_per_step / (k ? k : 1);
+    so.batch_groups = t->o.prompts_per_step; /* versions count RL steps: a step trains on G groups */
     so.initial_version = version;
     if (t->remote) {
         so.dir = t->weights_dir;
@@ -180,7 +179,7 @@ static int create_sync(rlp_trainer *t)
         return rlpi_error_wrap("%s", t->remote ? "weights_dir" : "synchronizer");
     if (async) {
         rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-        bo.max_staleness = t->o.max_staleness;
+        bo.sync = t->sync; /* one η: the gate's */
         if ((rc = rlp_replay_buffer_create(&t->buf, &bo)))
             return rlpi_error_wrap("replay buffer");
     }
@@ -202,13 +201,6 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     int rc = check_options(&o);
     if (rc)
         return rc;
-    if (o.mode == RLP_TRAIN_ASYNC) {
-        /* versions count optimizer steps: the gate admits G / k groups per version */
-        uint32_t k = o.rl.ppo_epochs * o.rl.mini_batches;
-        if (k > 1 && o.prompts_per_step % k)
-            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: prompts_per_step must be a multiple of "
-                                  "ppo_epochs × mini_batches = %u in RLP_TRAIN_ASYNC", k);
-    }
     rlp_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
@@ -480,7 +472,7 @@ static int collect_sync(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
 
 /* The task cursor after a group: the template's, at the group's epoch
  * and position + 1 (the end of an epoch reads as the next one's start). */
-static int cursor_after(rlp_trainer *t, const rlpi_provenance *p)
+static int cursor_after(rlp_trainer *t, const rlp_provenance *p)
 {
     char *text = NULL;
     int rc = rlpi_train_cursor_at(t->cursor, sizeof t->cursor, p->epoch, p->position + 1, &text);
@@ -533,7 +525,9 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         if (!ws.running)
             return rlpi_error_set(RLP_E_CLOSED, "the rollout thread has stopped");
         /* the worker waits at a closed gate while the buffer cannot make a
-         * step: nothing will ever open it */
+         * step: nothing will ever open it. A safety net: every step
+         * advances the version, but groups the buffer dropped as stale
+         * still count as accepted at the gate */
         rlp_buffer_stats bs = {.version = 1};
         rlp_replay_buffer_stats(&bs, t->buf);
         if (ws.at_gate && bs.size < t->o.prompts_per_step) {
@@ -541,32 +535,53 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
                 rlp_sync_stats ss = {.version = 1};
                 rlp_synchronizer_stats(&ss, t->sync);
                 return rlpi_error_set(RLP_E_TIMEOUT, "the staleness gate admits no more rollouts at version %llu "
-                                      "(%llu groups accepted): an earlier step applied fewer optimizer steps than "
-                                      "ppo_epochs × mini_batches (every sample invalid, or a step skipped for a "
-                                      "non-finite gradient), so the version lags the groups consumed; resume from "
-                                      "the last checkpoint (the gate restarts at its version)",
-                                      (unsigned long long)v, (unsigned long long)ss.accepted);
+                                      "(%llu groups accepted, %llu dropped by the buffer as stale) and the buffer "
+                                      "holds %llu of the %u groups a step needs; resume from the last checkpoint "
+                                      "(the gate restarts at its version)",
+                                      (unsigned long long)v, (unsigned long long)ss.accepted,
+                                      (unsigned long long)bs.dropped_stale, (unsigned long long)bs.size,
+                                      t->o.prompts_per_step);
             }
         } else {
             stalled = 0;
         }
     }
     rec->trainer_idle_seconds = rlpi_now_s() - t0;
-    /* where the groups came from */
-    rlpi_provenance *prov = NULL;
-    size_t n_groups = 0;
-    if ((rc = rlpi_worker_take_provenance(t->worker, b, &prov, &n_groups)) || (rc = keep_prompt_ids(t, n_groups)) ||
-        (n_groups && (rc = cursor_after(t, &prov[n_groups - 1])))) {
-        free(prov);
+    /* where the groups came from: their provenance (each group is contiguous) */
+    size_t n = 0, n_groups = 0;
+    rlp_batch_size(&n, b);
+    rlp_provenance last = {0};
+    uint64_t prev = 0;
+    if ((rc = keep_prompt_ids(t, t->o.prompts_per_step))) {
         rlp_batch_free(b);
         return rc;
     }
-    for (size_t i = 0; i < n_groups; i++)
-        t->prompt_ids[i] = prov[i].prompt_index;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        if ((rc = rlp_batch_get(&tr, b, i)) || (n_groups && tr.group_id == prev))
+            continue;
+        prev = tr.group_id;
+        if (!tr.has_provenance || n_groups == t->cap_ids) {
+            rc = rlpi_error_set(RLP_E_INTERNAL, "group %llu of the replay buffer carries no provenance",
+                                (unsigned long long)tr.group_id);
+            break;
+        }
+        if (n_groups == 0) {
+            rec->epoch = tr.provenance.epoch;
+            rec->sampling_seed = tr.provenance.sampling_seed >> 1;
+        }
+        t->prompt_ids[n_groups++] = tr.provenance.prompt_index;
+        last = tr.provenance;
+    }
+    /* the task cursor after the last group trained (a resume draws the
+     * prompts generated but not trained again) */
+    if (!rc && n_groups)
+        rc = cursor_after(t, &last);
+    if (rc) {
+        rlp_batch_free(b);
+        return rc;
+    }
     rec->n_prompts = n_groups;
-    rec->epoch = n_groups ? prov[0].epoch : 0;
-    rec->sampling_seed = n_groups ? prov[0].seed >> 1 : 0;
-    free(prov);
     /* the metrics on a copy: the batch keeps the reward it was pushed with */
     double t1 = rlpi_now_s();
     rlp_batch *copy = NULL;

@@ -10,14 +10,6 @@
 
 enum { RLPI_CURSOR_CAP = 512, RLPI_MAX_URLS = 64 };
 
-/* Where a group came from: carried with it from the rollout worker to the
- * trainer, so that a step knows its prompts and where the task's cursor
- * stands after them. */
-typedef struct rlpi_provenance {
-    uint64_t group_id;
-    uint64_t prompt_index, epoch, position, seed, batch;
-} rlpi_provenance;
-
 struct rlp_rollout_worker {
     rlp_rollout_worker_options o;
     rlp_rollout_engine *engine;
@@ -33,18 +25,10 @@ struct rlp_rollout_worker {
     int started;
     atomic_int stopping, running, at_gate, failed_rc;
     char err[1024];               /* written once before failed_rc is set */
-    pthread_mutex_t mu;           /* stats and the provenance table */
+    pthread_mutex_t mu;           /* stats */
     rlp_rollout_worker_stats st;
     unsigned pull_warnings;
-    rlpi_provenance *prov;        /* groups pushed and not yet taken */
-    size_t n_prov, cap_prov;
 };
-
-/* rollout_worker.c: the provenance of the groups of @p batch (pulled from
- * the worker's buffer), in batch order, one per group; the entries are
- * removed from the worker's table, with any older ones (groups dropped as
- * stale). RLP_OK or RLP_E_NOT_FOUND / RLP_E_NOMEM. */
-int rlpi_worker_take_provenance(rlp_rollout_worker *w, const rlp_batch *batch, rlpi_provenance **out, size_t *n);
 
 struct rlp_trainer {
     rlp_trainer_options o;

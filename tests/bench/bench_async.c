@@ -1,22 +1,36 @@
 /* Asynchronous push-pull against synchronous RL on the same model, reward
- * and prompts, with long-tailed completion lengths (most short, a few
- * long: the shape that leaves a synchronous trainer waiting for the
- * longest sample of every batch). Prints trajectories/s of each mode, the
- * ratio, and the trainer's idle fraction (wall time not spent in the RL
- * step). AReaL (Fu et al. 2025) reports 2.77× at cluster scale, where
- * generation and training run on different GPUs; here both share the
- * same cores, so the gain can only come from filling the decode tail.
+ * and prompts, both through the library's loop: rlp_trainer in
+ * RLP_TRAIN_SYNC mode (generate, score, train on one engine sharing the
+ * weights) and in RLP_TRAIN_ASYNC mode (its rollout worker thread on a
+ * copy of the policy, on a context of its own, under the staleness gate).
+ * Completion lengths are long-tailed: most short, a few long — the shape
+ * that leaves a synchronous trainer waiting for the longest sample of
+ * every batch. The trainer draws every group with one sampling
+ * configuration, so the lengths come from the model: on stories260K a
+ * completion ends at EOS or at one of two tokens it samples about once in
+ * 80 (a geometric length, printed as a distribution line), at most 200
+ * tokens; another model ends at EOS or the cap.
+ * Prints trajectories/s of each mode, the ratio, and the trainer's idle
+ * fraction (wall time not spent in the RL step). AReaL (Fu et al. 2025)
+ * reports 2.77× at cluster scale, where generation and training run on
+ * different GPUs; here both share the same cores, so the gain can only come
+ * from filling the decode tail. The prompts are the "arith" task's as
+ * plain text, encoded with a llama2.c tokenizer of the model's vocabulary
+ * written into a temporary folder (stories260K ships none).
  * Usage: bench_async [model] [steps] [threads] */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp */
+#endif
 #include "rlpost.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-enum { PROMPTS = 4, GROUP = 4, PROMPT_LEN = 8 };
+enum { PROMPTS = 4, GROUP = 4, MAX_NEW = 200 };
 
 static double now(void)
 {
@@ -34,189 +48,142 @@ static double now(void)
         }                                                                                         \
     } while (0)
 
-/* prompt i of step s: fixed ids; its length budget is long-tailed (a
- * Pareto-like draw, the same in both modes) */
-typedef struct workload {
-    int32_t ids[64][PROMPT_LEN];
-    rlp_sampling_options opts[64];
-} workload;
-
-static void make_workload(workload *w, int steps, int vocab)
+/* A llama2.c tokenizer.bin of @p vocab pieces: <unk>, BOS, EOS, printable
+ * ASCII, then lower-case letter pairs, then filler pieces. */
+static int write_tokenizer(const char *path, int32_t vocab)
 {
-    uint64_t s = 12345;
-    for (int i = 0; i < steps * PROMPTS && i < 64; i++) {
-        for (int k = 0; k < PROMPT_LEN; k++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            w->ids[i][k] = (int32_t)((s >> 33) % (uint64_t)vocab);
-        }
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        double u = (double)(s >> 11) / 9007199254740992.0;
-        uint32_t len = (uint32_t)(12.0 / pow(1.0 - u, 1.0 / 1.2)); /* Pareto, α = 1.2, min 12 */
-        rlp_sampling_options o = RLP_SAMPLING_OPTIONS_INIT;
-        o.n = GROUP;
-        o.max_new_tokens = len > 200 ? 200 : len;
-        o.ignore_eos = 1;
-        o.seed = (uint64_t)i + 1;
-        w->opts[i] = o;
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    int32_t max_len = 6;
+    fwrite(&max_len, 4, 1, f);
+    char piece[16];
+    for (int32_t i = 0, c = 32, a = 'a', b = 'a'; i < vocab; i++) {
+        if (i < 3)
+            snprintf(piece, sizeof piece, "%s", i == 0 ? "<unk>" : i == 1 ? "\n<s>\n" : "\n</s>\n");
+        else if (c < 127)
+            snprintf(piece, sizeof piece, "%c", c++);
+        else if (a <= 'z') {
+            snprintf(piece, sizeof piece, "%c%c", a, b);
+            if (++b > 'z')
+                b = 'a', a++;
+        } else
+            snprintf(piece, sizeof piece, "<%d>", (int)i);
+        float score = -(float)i;
+        int32_t len = (int32_t)strlen(piece);
+        fwrite(&score, 4, 1, f);
+        fwrite(&len, 4, 1, f);
+        fwrite(piece, 1, (size_t)len, f);
     }
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 /* reward: share of even token ids (learnable, cheap) */
-static void score(rlp_batch *b)
+static int even_share(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
 {
-    size_t n;
-    CHECK(rlp_batch_size(&n, b));
-    for (size_t i = 0; i < n; i++) {
+    (void)payload;
+    size_t even = 0;
+    for (size_t k = 0; k < req->n_completion_tokens; k++)
+        even += req->completion_tokens[k] % 2 == 0;
+    res->score = req->n_completion_tokens ? (double)even / (double)req->n_completion_tokens : 0;
+    return 0;
+}
+
+/* stories260K samples each of these about once in 80 tokens (measured on
+ * the bench's prompts): a completion that stops at either has a geometric,
+ * long-tailed length (mean about 40 tokens, a few past 150). The model's
+ * own EOS alone nearly always runs to the 200-token cap. */
+static const int32_t stories260k_stops[2] = {465, 473};
+
+/* completion lengths of the run, for the distribution line */
+typedef struct lengths {
+    size_t n, cap;
+    uint32_t *len;
+} lengths;
+
+static int record_lengths(const rlp_batch *b, uint64_t step, void *payload)
+{
+    (void)step;
+    lengths *l = payload;
+    size_t n = 0;
+    rlp_batch_size(&n, b);
+    for (size_t i = 0; i < n && l->n < l->cap; i++) {
         rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-        CHECK(rlp_batch_get(&t, b, i));
-        size_t even = 0;
-        for (size_t k = 0; k < t.n_completion_tokens; k++)
-            even += t.completion_tokens[k] % 2 == 0;
-        CHECK(rlp_batch_set_reward(b, i, t.n_completion_tokens ? (float)even / (float)t.n_completion_tokens : 0));
+        if (rlp_batch_get(&t, b, i) == RLP_OK)
+            l->len[l->n++] = (uint32_t)t.n_completion_tokens;
     }
+    return 0;
 }
 
-static void prompts_of(const workload *w, int step, rlp_prompt *pr)
+static int cmp_u32(const void *a, const void *b)
 {
-    for (int i = 0; i < PROMPTS; i++) {
-        int k = step * PROMPTS + i;
-        pr[i] = (rlp_prompt){.tokens = w->ids[k], .n_tokens = PROMPT_LEN, .sampling = &w->opts[k],
-                             .group_id = (uint64_t)k + 1};
-    }
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
 }
 
-static double run_sync(rlp_context *ctx, const char *model, const workload *w, int steps, double *idle, size_t *n_traj)
+typedef struct result {
+    double wall, idle, stale_mean;
+    size_t n_traj;
+    uint64_t tokens, truncated;
+} result;
+
+/* One run of @p steps steps; the policy on @p ctx, the rollout copy (ASYNC)
+ * on @p ctx_roll. */
+static result run(int mode, uint32_t eta, rlp_context *ctx, rlp_context *ctx_roll, const char *model,
+                  const rlp_tokenizer *tok, const int32_t *stop_ids, lengths *lengths, int steps)
 {
-    rlp_policy *p;
+    rlp_policy *p, *rp = NULL;
     CHECK(rlp_policy_load(&p, ctx, model, NULL));
-    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-    ro.max_batch = PROMPTS * GROUP;
-    ro.max_seq_len = 256;
-    ro.share_weights = 1;
-    rlp_rollout_engine *e;
-    CHECK(rlp_rollout_engine_create(&e, p, &ro));
-    double t0 = now(), busy = 0;
-    *n_traj = 0;
-    for (int s = 0; s < steps; s++) {
-        rlp_prompt pr[PROMPTS];
-        prompts_of(w, s, pr);
-        rlp_batch *b;
-        CHECK(rlp_rollout_generate(&b, e, pr, PROMPTS, NULL, NULL, NULL));
-        score(b);
-        double a = now();
-        rlp_rl_stats st;
-        CHECK(rlp_policy_train_rl(p, b, NULL, NULL, &st));
-        busy += now() - a;
-        *n_traj += st.n_seqs;
-        rlp_batch_free(b);
+    if (mode == RLP_TRAIN_ASYNC) {
+        rlp_policy_options fo = RLP_POLICY_OPTIONS_INIT;
+        fo.trainable = 0;
+        CHECK(rlp_policy_load(&rp, ctx_roll, model, &fo));
     }
-    double wall = now() - t0;
-    *idle = 1.0 - busy / wall;
-    rlp_rollout_engine_free(e);
-    rlp_policy_free(p);
-    return wall;
-}
-
-typedef struct async_ctx {
-    rlp_rollout_engine *engine;
-    rlp_synchronizer *sync;
-    rlp_replay_buffer *buf;
-    const workload *w;
-    int steps;
-} async_ctx;
-
-/* the rollout side: admits a step's groups through the gate, refreshes to
- * the latest version (Echo's pull), generates them together (the same
- * batching as the synchronous loop) and pushes them with their tags */
-static void *rollout_thread(void *arg)
-{
-    async_ctx *a = arg;
-    for (int s = 0; s < a->steps; s++) {
-        for (int i = 0; i < PROMPTS; i++)
-            if (rlp_synchronizer_acquire(a->sync, RLP_WAIT_FOREVER) != RLP_OK)
-                return NULL;
-        CHECK(rlp_synchronizer_pull(a->sync, a->engine));
-        rlp_prompt pr[PROMPTS];
-        prompts_of(a->w, s, pr);
-        rlp_batch *b;
-        CHECK(rlp_rollout_generate(&b, a->engine, pr, PROMPTS, NULL, NULL, NULL));
-        score(b);
-        int rc = rlp_replay_buffer_push(a->buf, b);
-        rlp_batch_free(b);
-        for (int i = 0; i < PROMPTS; i++)
-            rlp_synchronizer_release(a->sync, rc == RLP_OK);
-        if (rc != RLP_OK)
-            return NULL;
+    rlp_task *task;
+    CHECK(rlp_task_create(&task, "arith", "{\"seed\": 12345, \"chat\": false}"));
+    rlp_reward_options rwo = RLP_REWARD_OPTIONS_INIT;
+    rwo.n_threads = 1;
+    rlp_reward_fn *reward;
+    CHECK(rlp_reward_fn_create_callback(&reward, even_share, &rwo, NULL));
+    rlp_trainer_options o;
+    CHECK(rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION));
+    o.mode = mode;
+    o.max_staleness = eta;
+    o.prompts_per_step = PROMPTS;
+    o.seed = 1;
+    o.sampling.n = GROUP;
+    o.sampling.max_new_tokens = MAX_NEW;
+    if (stop_ids) {
+        o.sampling.stop_token_ids = stop_ids;
+        o.sampling.n_stop_token_ids = 2;
     }
-    return NULL;
-}
-
-/* The two sides get their own contexts with half the threads each, so
- * that they share the cores instead of oversubscribing them. */
-static double run_async(int threads, const char *model, const workload *w, int steps, uint32_t eta,
-                        double *idle, size_t *n_traj, double *stale_mean)
-{
-    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
-    co.n_threads = threads > 1 ? threads / 2 : 1;
-    rlp_context *ctx_train, *ctx_roll;
-    CHECK(rlp_context_create(&ctx_train, &co));
-    co.n_threads = threads > 1 ? threads - threads / 2 : 1;
-    CHECK(rlp_context_create(&ctx_roll, &co));
-    rlp_policy *p, *rp;
-    CHECK(rlp_policy_load(&p, ctx_train, model, NULL));
-    rlp_policy_options fo = RLP_POLICY_OPTIONS_INIT;
-    fo.trainable = 0;
-    CHECK(rlp_policy_load(&rp, ctx_roll, model, &fo));
-    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-    ro.max_batch = PROMPTS * GROUP;
-    ro.max_seq_len = 256;
-    rlp_rollout_engine *e;
-    CHECK(rlp_rollout_engine_create(&e, rp, &ro));
-    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
-    so.mode = RLP_SYNC_ASYNC;
-    so.max_staleness = eta;
-    so.batch_groups = PROMPTS;
-    rlp_synchronizer *sync;
-    CHECK(rlp_synchronizer_create(&sync, &so));
-    rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
-    bo.max_staleness = eta;
-    bo.capacity = 64;
-    rlp_replay_buffer *buf;
-    CHECK(rlp_replay_buffer_create(&buf, &bo));
-    CHECK(rlp_synchronizer_publish(sync, p));
-    async_ctx a = {e, sync, buf, w, steps};
+    o.on_batch = record_lengths;
+    o.on_batch_payload = lengths;
+    o.tokenizer = tok;
+    o.max_seq_len = 256;
+    o.rollout_policy = rp;
+    rlp_trainer *t;
+    CHECK(rlp_trainer_create(&t, p, task, reward, &o));
+    rlp_policy_free(rp); /* the engine copied it */
+    result r = {0};
     double t0 = now(), busy = 0, stale = 0;
-    pthread_t th;
-    pthread_create(&th, NULL, rollout_thread, &a);
-    *n_traj = 0;
     for (int s = 0; s < steps; s++) {
-        uint64_t v;
-        CHECK(rlp_policy_version(&v, p));
-        rlp_batch *b;
-        CHECK(rlp_replay_buffer_pull(&b, buf, PROMPTS, v, RLP_WAIT_FOREVER));
-        double t1 = now();
-        rlp_rl_stats st;
-        CHECK(rlp_policy_train_rl(p, b, NULL, NULL, &st));
-        CHECK(rlp_synchronizer_publish(sync, p));
-        busy += now() - t1;
-        stale += st.staleness_mean;
-        *n_traj += st.n_seqs;
-        rlp_batch_free(b);
+        rlp_step_record rec = {.version = RLP_STEP_RECORD_VERSION};
+        CHECK(rlp_trainer_step(t, &rec));
+        busy += rec.train_seconds;
+        stale += rec.rl.staleness_mean;
+        r.n_traj += rec.rl.n_seqs;
+        r.tokens += rec.completion_tokens;
+        r.truncated += rec.truncated;
     }
-    double wall = now() - t0;
-    rlp_synchronizer_close(sync);
-    rlp_replay_buffer_close(buf);
-    pthread_join(th, NULL);
-    *idle = 1.0 - busy / wall;
-    *stale_mean = stale / steps;
-    rlp_replay_buffer_free(buf);
-    rlp_synchronizer_free(sync);
-    rlp_rollout_engine_free(e);
-    rlp_policy_free(rp);
+    r.wall = now() - t0;
+    r.idle = 1.0 - busy / r.wall;
+    r.stale_mean = stale / steps;
+    rlp_trainer_free(t);
+    rlp_reward_fn_free(reward);
+    rlp_task_free(task);
     rlp_policy_free(p);
-    rlp_context_free(ctx_roll);
-    rlp_context_free(ctx_train);
-    return wall;
+    return r;
 }
 
 int main(int argc, char **argv)
@@ -228,33 +195,64 @@ int main(int argc, char **argv)
     else
         snprintf(path, sizeof path, "%s/../shared/data/llama2c/stories260K.bin", root ? root : ".");
     int steps = argc > 2 ? atoi(argv[2]) : 8;
-    if (steps > 16)
-        steps = 16;
-    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
-    co.n_threads = argc > 3 ? atoi(argv[3]) : 2;
-    rlp_context *ctx;
-    CHECK(rlp_context_create(&ctx, &co));
-    rlp_model_info info = {0};
+    if (steps < 1 || steps > 16)
+        steps = steps < 1 ? 1 : 16;
+    int threads = argc > 3 ? atoi(argv[3]) : 2;
+    rlp_model_info info = {.version = RLP_MODEL_INFO_VERSION};
     if (rlp_model_inspect(&info, path) != RLP_OK) {
         fprintf(stderr, "bench_async: %s: %s\n", path, rlp_error_last());
         return 77;
     }
-    static workload w;
-    make_workload(&w, steps, info.vocab_size);
-    printf("%s: %d steps × %d prompts × %d samples, long-tailed lengths (Pareto α 1.2, 12–200 tokens), "
-           "%d threads\n", path, steps, PROMPTS, GROUP, co.n_threads);
-    double idle_s, idle_a, stale;
-    size_t ns, na;
-    double ws = run_sync(ctx, path, &w, steps, &idle_s, &ns);
-    printf("synchronous:        %6.1f s, %5.2f trajectories/s, trainer idle %4.1f %%\n", ws, ns / ws,
-           100 * idle_s);
+    char dir[] = "/tmp/rlpost-bench-async-XXXXXX", tok_path[64];
+    if (!mkdtemp(dir))
+        return 1;
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", dir);
+    if (write_tokenizer(tok_path, info.vocab_size) != 0) {
+        fprintf(stderr, "bench_async: cannot write %s\n", tok_path);
+        return 1;
+    }
+    rlp_tokenizer *tok;
+    CHECK(rlp_tokenizer_load(&tok, tok_path));
+    unlink(tok_path);
+    rmdir(dir);
+
+    /* sync: one context with every thread; async: the trainer and the
+     * rollout worker get a context each with half the threads, so that
+     * they share the cores instead of oversubscribing them */
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = threads;
+    rlp_context *ctx, *ctx_train, *ctx_roll;
+    CHECK(rlp_context_create(&ctx, &co));
+    co.n_threads = threads > 1 ? threads / 2 : 1;
+    CHECK(rlp_context_create(&ctx_train, &co));
+    co.n_threads = threads > 1 ? threads - threads / 2 : 1;
+    CHECK(rlp_context_create(&ctx_roll, &co));
+
+    printf("%s: %d steps × %d prompts × %d samples, long-tailed lengths (stop tokens, at most %d), "
+           "%d threads, through rlp_trainer\n", path, steps, PROMPTS, GROUP, MAX_NEW, threads);
+    const int32_t *stops = info.vocab_size == 512 ? stories260k_stops : NULL;
+    static uint32_t len_buf[16 * PROMPTS * GROUP];
+    lengths lens = {0, sizeof len_buf / sizeof *len_buf, len_buf};
+    result s = run(RLP_TRAIN_SYNC, 0, ctx, NULL, path, tok, stops, &lens, steps);
+    qsort(lens.len, lens.n, sizeof *lens.len, cmp_u32);
+    if (lens.n)
+        printf("completion lengths: mean %.1f, median %u, p90 %u, max %u tokens; %llu of %zu at the cap\n",
+               (double)s.tokens / (double)s.n_traj, lens.len[lens.n / 2], lens.len[lens.n * 9 / 10],
+               lens.len[lens.n - 1], (unsigned long long)s.truncated, s.n_traj);
+    printf("synchronous:        %6.1f s, %5.2f trajectories/s, trainer idle %4.1f %%\n", s.wall,
+           (double)s.n_traj / s.wall, 100 * s.idle);
     const uint32_t etas[] = {1, 4};
     for (int k = 0; k < 2; k++) {
-        double wa = run_async(co.n_threads, path, &w, steps, etas[k], &idle_a, &na, &stale);
+        lengths ignored = {0, 0, NULL};
+        result a = run(RLP_TRAIN_ASYNC, etas[k], ctx_train, ctx_roll, path, tok, stops, &ignored, steps);
         printf("async push-pull η=%u: %6.1f s, %5.2f trajectories/s, trainer idle %4.1f %%, mean staleness %.2f; "
                "async / sync = %.2fx\n",
-               etas[k], wa, na / wa, 100 * idle_a, stale, (na / wa) / (ns / ws));
+               etas[k], a.wall, (double)a.n_traj / a.wall, 100 * a.idle, a.stale_mean,
+               ((double)a.n_traj / a.wall) / ((double)s.n_traj / s.wall));
     }
+    rlp_tokenizer_free(tok);
+    rlp_context_free(ctx_roll);
+    rlp_context_free(ctx_train);
     rlp_context_free(ctx);
     return 0;
 }

@@ -102,12 +102,11 @@ bad "sampling.top_p" --set sampling.top_p=true
 bad "model: cannot read" --set 'model="/nonexistent/m.bin"'
 bad "/nonexistent/d.jsonl" --set 'task.path="/nonexistent/d.jsonl"'
 bad "sync.staleness" --set sync.staleness=-1
+bad "sync.staleness: η applies to sync.mode \"async\" only" --set sync.staleness=1
+bad "sync.staleness: η applies to sync.mode \"async\" only" --set 'sync.mode="pull"' --set sync.staleness=2
 bad "group_size" --set group_size=1
 bad "sync.mode: unknown value \"asink\"" --set 'sync.mode="asink"'
 bad "sync.staleness" --set 'sync.mode="async"' --set sync.staleness=-1
-bad "sync.staleness: must be ≥ 1" --set 'sync.mode="async"' --set algorithm.mini_batches=2
-bad "prompts_per_step" --set 'sync.mode="async"' --set algorithm.mini_batches=3 --set sync.staleness=2
-bad "algorithm.filter_equal_groups" --set 'sync.mode="async"' --set algorithm.filter_equal_groups=true
 bad "sync.weights_dir: must be a string" --set sync.weights_dir=3
 bad "rollout.urls: needs sync.mode" --set 'rollout.urls=["http://127.0.0.1:1"]'
 bad "rollout.urls[0]: \"ftp://h\" is not" --set 'sync.mode="async"' --set 'rollout.urls=["ftp://h"]'

@@ -13,9 +13,12 @@
 # - async with η = 1, Ctrl-C: exit 0 and a checkpoint at the trainer's step
 #   and cursor (the rollout thread had served prompts beyond it); the
 #   resumed run serves every prompt once per epoch;
-# - async with a reward that refuses every sample: the step applies no
-#   optimizer step, the gate can never open again, and the run stops with
-#   one line instead of hanging.
+# - versions count RL steps, so the gate opens after every step whatever
+#   it applied: async with a reward that refuses every sample (no
+#   optimizer step) runs to the end, and so does async with η = 0,
+#   ppo_epochs × mini_batches = 2 and filter_equal_groups, with a constant
+#   reward (every group filtered: no optimizer step) and with a varied one
+#   (2 optimizer steps a step); policy_version is the step in each.
 # Skips (77) without the shared data or python3.
 # Usage: check_train_modes.sh RLPOST REWARD_MODULE
 set -u
@@ -130,12 +133,35 @@ for e in range(len(ids) // 8):
 PY
 [ $? -eq 0 ] || fail "async Ctrl-C and resume"
 
-# --- async, every sample invalid: no optimizer step, the gate cannot open; one line, exit 1, no hang
-T --set "output=\"$out/stall\"" --set "$ASYNC" --set steps=5 --set eval.n=0 --set "reward.library=\"$reward_so\"" \
-  --set 'reward.options={"invalid": true}' >/dev/null 2>"$out/err"
-rc=$?
-[ $rc -eq 1 ] || { cat "$out/err"; fail "stalled gate: exit $rc, wanted 1"; }
-[ "$(grep -c "rlpost train" "$out/err")" -eq 1 ] && grep -q "step 2: the staleness gate admits no more rollouts" "$out/err" ||
-  { cat "$out/err"; fail "stalled gate: message"; }
-[ -f "$out/stall/checkpoints/step_1/state.json" ] || fail "stalled gate: no checkpoint of step 1"
+# --- versions count RL steps: steps that apply no optimizer step, or two, each advance the version by one,
+# so the gate (B = prompts_per_step groups per version) opens after each; every run reaches its last step
+T --set "output=\"$out/invalid\"" --set "$ASYNC" --set steps=3 --set eval.n=0 --set "reward.library=\"$reward_so\"" \
+  --set 'reward.options={"invalid": true}' >/dev/null 2>"$out/err" || { cat "$out/err"; fail "async, every sample invalid"; }
+for scale in 0 1; do
+  T --set "output=\"$out/filter$scale\"" --set "$ASYNC" --set sync.staleness=0 --set steps=3 --set eval.n=0 \
+    --set algorithm.ppo_epochs=2 --set algorithm.mini_batches=1 --set algorithm.filter_equal_groups=true \
+    --set "reward.library=\"$reward_so\"" --set "reward.options={\"scale\": $scale}" >/dev/null 2>"$out/err" ||
+    { cat "$out/err"; fail "async, η = 0, k = 2, filter_equal_groups, reward scale $scale"; }
+done
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+load = lambda p: [json.loads(l) for l in open(d + p)]
+for run in ("invalid", "filter0", "filter1"):
+    m = load("/%s/metrics.jsonl" % run)
+    assert [r["step"] for r in m] == [1, 2, 3], (run, m)
+    assert [r["policy_version"] for r in m] == [1, 2, 3], (run, [r["policy_version"] for r in m])
+    for r in m:
+        if run == "invalid":
+            assert r["invalid_seqs"] == 16 and r["optimizer_steps"] == 0, r
+        elif run == "filter0":  # reward 0 everywhere: every group filtered
+            assert r["filtered_groups"] == 4 and r["optimizer_steps"] == 0, r
+        else:  # rewards = token counts: a group is filtered when all its samples hit max_new_tokens
+            assert r["optimizer_steps"] == (0 if r["filtered_groups"] == 4 else 2), r
+        assert r["buffer_dropped"] == 0, (run, r)
+        if run != "invalid":
+            assert r["staleness_max"] == 0, (run, r)  # η = 0 in RL steps: each batch made by the version it trains
+assert any(r["optimizer_steps"] == 2 for r in load("/filter1/metrics.jsonl"))
+PY
+[ $? -eq 0 ] || fail "RL-step versions in async mode"
 echo "ok"

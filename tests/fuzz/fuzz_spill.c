@@ -4,7 +4,9 @@
  * increasing sequence numbers, trajectories a push would accept), and
  * those groups written back must read back the same. Each input is read
  * twice: as is, and with every checksum recomputed, so that mutations
- * reach the payload parser instead of stopping at a CRC. Built by
+ * reach the payload parser instead of stopping at a CRC. The round trip
+ * keeps the input's header: groups read from a format-1 file have no
+ * provenance, so their records are valid under it. Built by
  * tests/fuzz/run-fuzzers.sh; seeds from tests/reference/make_spill_fixtures.py. */
 #include "buffer/spill.h"
 #include "core/crc32.h"
@@ -89,10 +91,20 @@ static void one(const uint8_t *data, size_t size, int fix)
                 if (rlpi_spill_scan_image(file, sizeof head + img.len, "fuzz-rt", &r) != 0 || r.torn ||
                     r.n_groups != s.n_groups)
                     abort();
-                for (size_t i = 0; i < r.n_groups; i++)
+                for (size_t i = 0; i < r.n_groups; i++) {
                     if (r.groups[i]->seq != s.groups[i]->seq || r.groups[i]->n != s.groups[i]->n ||
                         r.groups[i]->version != s.groups[i]->version)
                         abort();
+                    for (size_t k = 0; k < r.groups[i]->n; k++) {
+                        const rlpi_traj *a = &s.groups[i]->trajs[k], *b = &r.groups[i]->trajs[k];
+                        const rlp_provenance *pa = &a->provenance, *pb = &b->provenance;
+                        if (a->has_provenance != b->has_provenance || pa->version != pb->version ||
+                            pa->prompt_index != pb->prompt_index || pa->epoch != pb->epoch ||
+                            pa->position != pb->position || pa->sampling_seed != pb->sampling_seed ||
+                            pa->batch != pb->batch)
+                            abort();
+                    }
+                }
                 rlpi_spill_scan_free(&r);
                 free(file);
             }

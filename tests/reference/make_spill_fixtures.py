@@ -7,11 +7,14 @@ Regenerate (from the repository root; needs only the standard library):
     python3 tests/reference/make_spill_fixtures.py
 
 Writes tests/fuzz/corpus/spill/*.spill: well-formed files (empty, pushes,
-retires, every optional field, several groups per record), files with a torn
-or corrupt last record (which the reader cuts), and hostile files (counts and
-lengths past the end, a corrupt record in the middle, sequence numbers that
-do not increase, bad floats, unknown types and flags) that must be refused
-without reading out of bounds. The output is deterministic.
+retires, every optional field, provenance, several groups per record, a
+file of the older format 1), files with a torn or corrupt last record (which
+the reader cuts), and hostile files (counts and lengths past the end, a
+corrupt record in the middle, sequence numbers that do not increase, bad
+floats, unknown types and flags, provenance cut short, of an unknown version
+or in a format-1 file) that must be refused without reading out of bounds.
+The files are of format 2 (the one the library writes) unless named
+format1_*. The output is deterministic.
 """
 import os
 import struct
@@ -20,13 +23,15 @@ import zlib
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "spill")
 
 PUSH, RETIRE = 1, 2
+FORMAT = 2  # the format written; 1 is the same without provenance (flag bit 1)
+HAS_TOKEN_REWARDS, HAS_PROVENANCE = 1, 2
 
 
 def crc(b):
     return zlib.crc32(b) & 0xFFFFFFFF
 
 
-def file_header(fmt=1):
+def file_header(fmt=FORMAT):
     h = b"RLPSPILL" + struct.pack("<I", fmt)
     return h + struct.pack("<I", crc(h))
 
@@ -48,10 +53,14 @@ def string(s):
 def traj(gid, version=0, prompt=(1, 2), tokens=(3, 4), logprobs=(-0.5, -1.0), versions=None,
          token_rewards=None, reward=1.0, valid=1, finish=1, temperature=1.0, flags=None,
          texts=("prompt", "completion", None, '{"reference":"4"}'), stop_index=-1, sample=0,
-         n_prompt=None, n_tokens=None):
+         n_prompt=None, n_tokens=None, provenance=None, provenance_version=1):
+    """provenance: (prompt_index, epoch, position, sampling_seed, batch) or None."""
     versions = versions if versions is not None else [version] * len(tokens)
-    fl = (1 if token_rewards is not None else 0) if flags is None else flags
+    fl = ((HAS_TOKEN_REWARDS if token_rewards is not None else 0) |
+          (HAS_PROVENANCE if provenance is not None else 0)) if flags is None else flags
     b = struct.pack("<QQiiffIIII", gid, version, finish, stop_index, temperature, reward, valid, sample, fl, 0)
+    if provenance is not None:
+        b += struct.pack("<II5Q", provenance_version, 0, *provenance)
     b += struct.pack("<Q", len(prompt) if n_prompt is None else n_prompt)
     b += b"".join(struct.pack("<i", t) for t in prompt)
     b += struct.pack("<Q", len(tokens) if n_tokens is None else n_tokens)
@@ -127,6 +136,20 @@ def main():
     files["retire_count_mismatch.spill"] = file_header() + r_push + record(RETIRE, struct.pack("<QQ", 5, 0) +
                                                                            struct.pack("<Q", 0))
     files["trailing_bytes_in_push.spill"] = file_header() + record(PUSH, push([g0]) + b"xyz")
+    # provenance (format 2): a group with it (two samples sharing one) and one without
+    prov = (12345, 2, 17, (1 << 64) - 3, 41)
+    g_prov = group(0, [traj(20, provenance=prov), traj(20, sample=1, provenance=prov, token_rewards=[0.5, 1.0])])
+    files["provenance.spill"] = file_header() + record(PUSH, push([g_prov, group(1, [traj(21)])]))
+    files["provenance_bad_version.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, provenance=prov, provenance_version=2)])]))
+    # the fixed part and the provenance block, then nothing (a reader that
+    # skipped the block would read it as the prompt count)
+    files["provenance_cut_short.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, provenance=prov)[:48 + 48]])]))
+    # format 1 (before provenance): read, without provenance; its flag there is refused
+    files["format1_push.spill"] = file_header(fmt=1) + r_push + record(RETIRE, retire([77]))
+    files["format1_provenance_flag.spill"] = file_header(fmt=1) + record(PUSH, push([group(0, [
+        traj(1, provenance=prov)])]))
     for name, data in sorted(files.items()):
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)

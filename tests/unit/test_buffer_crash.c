@@ -9,7 +9,9 @@
  * compactions too, and on odd rounds a test hook writes records in pieces
  * (a slow disk) so that kills tear records. RLP_CRASH_ROUNDS (default 24) and RLP_CRASH_SEED set
  * the rounds and the seed of the kill delays. Also: a write that fails
- * (file size limit) stops the buffer and leaves the file as it was. */
+ * (file size limit) stops the buffer and leaves the file as it was.
+ * Every other group carries a provenance (a function of its id) that
+ * every restart must give back with it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +48,33 @@ static uint64_t gid_of(int round, int thread, uint32_t i)
     return (uint64_t)round << 32 | (uint64_t)thread << 24 | i;
 }
 
+/* Where group gid "came from": every other group has a provenance that is a
+ * function of its gid, so a restart that lost or mixed it up shows. */
+static bool has_prov(uint64_t gid)
+{
+    return (gid & 1) == 0;
+}
+
+static rlp_provenance prov_of(uint64_t gid)
+{
+    return (rlp_provenance){.version = RLP_PROVENANCE_VERSION,
+                            .prompt_index = gid ^ 0x5555,
+                            .epoch = gid >> 24,
+                            .position = gid & 0xffffff,
+                            .sampling_seed = ~gid,
+                            .batch = gid * 3};
+}
+
+/* The provenance of a trajectory of group gid is what the child set. */
+static bool prov_ok(bool has, const rlp_provenance *p, uint64_t gid)
+{
+    if (!has_prov(gid))
+        return !has;
+    rlp_provenance want = prov_of(gid);
+    return has && p->version == want.version && p->prompt_index == want.prompt_index && p->epoch == want.epoch &&
+        p->position == want.position && p->sampling_seed == want.sampling_seed && p->batch == want.batch;
+}
+
 /* ---- the child ---------------------------------------------------------------- */
 
 typedef struct child_thread {
@@ -77,6 +106,9 @@ static void *child_pusher(void *p)
             if (rlp_batch_append(b, &t))
                 _exit(6);
         }
+        rlp_provenance p = prov_of(gid);
+        if (has_prov(gid) && rlp_batch_set_group_provenance(b, gid, &p))
+            _exit(9);
         if (rlp_replay_buffer_push(c->buf, b) != RLP_OK) {
             uint64_t f = FAILED;
             (void)!write(c->fd, &f, sizeof f);
@@ -187,8 +219,12 @@ static void spill_contents(gid_set *out)
     rlpi_spill_scan scan;
     assert_int_equal(rlpi_spill_scan_image(m.data, m.size, spill_path, &scan), RLP_OK);
     assert_int_equal(scan.torn, 0); /* the buffer that opened it cut any torn tail */
-    for (size_t i = 0; i < scan.n_groups; i++)
-        set_add(out, scan.groups[i]->trajs[0].group_id);
+    for (size_t i = 0; i < scan.n_groups; i++) {
+        const rlpi_group *g = scan.groups[i];
+        for (size_t k = 0; k < g->n; k++)
+            assert_true(prov_ok(g->trajs[k].has_provenance, &g->trajs[k].provenance, g->trajs[0].group_id));
+        set_add(out, g->trajs[0].group_id);
+    }
     rlpi_spill_scan_free(&scan);
     rlpi_unmap_file(&m);
 }
@@ -278,7 +314,12 @@ static void test_kill9_rounds(void **state)
             rlp_batch *out;
             assert_int_equal(rlp_replay_buffer_pull(&out, buf, 1, 0, 0), RLP_OK);
             rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
-            assert_int_equal(rlp_batch_get(&t, out, 0), RLP_OK);
+            size_t n_out;
+            assert_int_equal(rlp_batch_size(&n_out, out), RLP_OK);
+            for (size_t j = n_out; j-- > 0;) { /* every sample; t ends as the first */
+                assert_int_equal(rlp_batch_get(&t, out, j), RLP_OK);
+                assert_true(prov_ok(t.has_provenance, &t.provenance, t.group_id));
+            }
             set_add(&here, t.group_id);
             set_add(&taken, t.group_id);
             rlp_batch_free(out);

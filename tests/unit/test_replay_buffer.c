@@ -2,8 +2,9 @@
  * staleness drops counted and never returned, capacity back-pressure in
  * both policies, timeouts, close; the durable spill restores every field
  * of every unconsumed group, cuts a torn or corrupt last record with a
- * warning, refuses corruption in the middle, compacts, and locks; and the
- * concurrency test: P = 4 producers and C = 3 consumers move 10^5 groups
+ * warning, refuses corruption in the middle, compacts, and locks; η comes
+ * from an attached synchronizer; and the concurrency test: P = 4
+ * producers and C = 3 consumers move 10^5 groups
  * with none lost or duplicated, every pulled group within the staleness
  * bound, and exact drop counts. (The kill -9 test is test_buffer_crash.c.) */
 #include <setjmp.h>
@@ -230,6 +231,67 @@ static void test_staleness_drop(void **state)
     rlp_replay_buffer_free(buf);
 }
 
+/* Attached to a synchronizer, the buffer takes η from it (one bound for
+ * the gate and the buffer); a different η of its own is refused naming
+ * both; a version-1 options struct (before sync) still works. */
+static void test_staleness_from_synchronizer(void **state)
+{
+    (void)state;
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.mode = RLP_SYNC_ASYNC;
+    so.max_staleness = 3;
+    rlp_synchronizer *sync;
+    assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_OK);
+    rlp_buffer_options o = RLP_BUFFER_OPTIONS_INIT;
+    assert_int_equal(o.max_staleness, 1);
+    assert_null(o.sync);
+    o.sync = sync; /* max_staleness left at its default: the synchronizer's 3 applies */
+    rlp_replay_buffer *buf;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    for (uint64_t v = 0; v <= 2; v++)
+        push_groups(buf, &v, 1, v); /* gid = version */
+    rlp_batch *out;
+    /* at version 4: version 0 is 4 > η = 3 steps old (dropped), 1 and 2 are kept (η = 1 would drop 1 and 2) */
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 2, 4, 0), RLP_OK);
+    assert_int_equal(traj_at(out, 0).group_id, 1);
+    assert_int_equal(traj_at(out, 2).group_id, 2);
+    rlp_batch_free(out);
+    rlp_buffer_stats s = stats_of(buf);
+    assert_int_equal(s.dropped_stale, 1);
+    assert_int_equal(s.max_staleness_seen, 3);
+    rlp_replay_buffer_free(buf);
+
+    /* the same η given twice is fine; a different one is refused, naming both */
+    o.max_staleness = 3;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    rlp_replay_buffer_free(buf);
+    o.max_staleness = 2;
+    buf = NULL;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_E_INVALID_ARG);
+    assert_null(buf);
+    assert_non_null(strstr(rlp_error_last(), "max_staleness is 2"));
+    assert_non_null(strstr(rlp_error_last(), "is 3"));
+
+    /* a caller built against version 1: its struct ends at log_payload, and
+     * whatever follows it in memory is not read as sync */
+    rlp_buffer_options v1;
+    memset(&v1, 0xA5, sizeof v1);
+    assert_int_equal(rlp_buffer_options_init(&v1, 1), RLP_OK);
+    assert_int_equal(v1.version, 1);
+    assert_int_equal(v1.max_staleness, 1);
+    unsigned char tail[sizeof v1.sync];
+    memcpy(tail, &v1.sync, sizeof tail);
+    for (size_t i = 0; i < sizeof tail; i++)
+        assert_int_equal(tail[i], 0xA5); /* init wrote only version 1's fields */
+    v1.max_staleness = 2;                /* used as is: the bytes where sync would be are not read */
+    assert_int_equal(rlp_replay_buffer_create(&buf, &v1), RLP_OK);
+    uint64_t g = 0;
+    push_groups(buf, &g, 1, 0);
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 1, 3, 0), RLP_E_AGAIN); /* η = 2 of its own */
+    rlp_replay_buffer_free(buf);
+    rlp_synchronizer_free(sync);
+}
+
 typedef struct pusher_arg {
     rlp_replay_buffer *buf;
     uint64_t gid;
@@ -399,6 +461,15 @@ static void append_rich(rlp_batch *b, uint64_t gid, uint32_t j)
     t.error = j == 1 ? "verifier crashed" : NULL;
     t.metadata_json = "{\"reference\":\"4\"}";
     t.sample_index = j;
+    if (gid % 2 == 0) { /* even groups say where they came from; odd ones do not */
+        t.has_provenance = 1;
+        t.provenance = (rlp_provenance){.version = RLP_PROVENANCE_VERSION,
+                                        .prompt_index = 1000 + gid,
+                                        .epoch = gid << 40,
+                                        .position = 3 * gid + j,
+                                        .sampling_seed = UINT64_MAX - gid,
+                                        .batch = 7 + gid};
+    }
     assert_int_equal(rlp_batch_append(b, &t), RLP_OK);
     if (j == 0) {
         size_t n = batch_n(b);
@@ -436,6 +507,13 @@ static void assert_same_traj(const rlp_trajectory *a, const rlp_trajectory *b)
     assert_true((a->token_rewards == NULL) == (b->token_rewards == NULL));
     if (a->token_rewards)
         assert_memory_equal(a->token_rewards, b->token_rewards, a->n_completion_tokens * 4);
+    assert_int_equal(a->has_provenance, b->has_provenance);
+    assert_int_equal(a->provenance.version, b->provenance.version);
+    assert_int_equal(a->provenance.prompt_index, b->provenance.prompt_index);
+    assert_int_equal(a->provenance.epoch, b->provenance.epoch);
+    assert_int_equal(a->provenance.position, b->provenance.position);
+    assert_int_equal(a->provenance.sampling_seed, b->provenance.sampling_seed);
+    assert_int_equal(a->provenance.batch, b->provenance.batch);
 }
 
 static rlp_replay_buffer *open_spill(const char *path, log_capture *cap, uint64_t compact)
@@ -491,6 +569,10 @@ static void test_spill_round_trip(void **state)
     for (size_t i = 0; i < 9; i++) {
         rlp_trajectory a = traj_at(orig, 3 + i), b = traj_at(out, i);
         assert_same_traj(&a, &b);
+        /* groups 2 and 4 came with provenance, group 3 without */
+        assert_int_equal(b.has_provenance, b.group_id % 2 == 0);
+        if (b.has_provenance)
+            assert_int_equal(b.provenance.sampling_seed, UINT64_MAX - b.group_id);
     }
     rlp_batch_free(out);
     rlp_replay_buffer_free(buf);
@@ -518,6 +600,143 @@ static void flip_byte(const char *path, long off)
     fseek(f, off, SEEK_SET);
     fputc(c ^ 0x40, f);
     fclose(f);
+}
+
+/* Provenance set on a batch is data of its trajectories: a push and a pull
+ * (no spill) hand it back with each group, and a group without any stays
+ * without. */
+static void test_provenance_push_pull(void **state)
+{
+    (void)state;
+    rlp_buffer_options o = RLP_BUFFER_OPTIONS_INIT;
+    o.max_staleness = RLP_STALENESS_UNBOUNDED;
+    rlp_replay_buffer *buf;
+    assert_int_equal(rlp_replay_buffer_create(&buf, &o), RLP_OK);
+    const uint64_t gids[3] = {5, 6, 7};
+    rlp_batch *b = batch_of(gids, 3, 2, 1);
+    for (uint64_t g = 5; g <= 7; g += 2) {
+        rlp_provenance p = {.version = RLP_PROVENANCE_VERSION,
+                            .prompt_index = 100 + g,
+                            .epoch = 2,
+                            .position = g,
+                            .sampling_seed = 0xABCDEF0123456789ull ^ g,
+                            .batch = 41};
+        assert_int_equal(rlp_batch_set_group_provenance(b, g, &p), RLP_OK);
+    }
+    assert_int_equal(rlp_replay_buffer_push(buf, b), RLP_OK);
+    rlp_batch_free(b);
+    rlp_batch *out;
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 3, 1, 0), RLP_OK);
+    assert_int_equal(batch_n(out), 6);
+    for (size_t i = 0; i < 6; i++) {
+        rlp_trajectory t = traj_at(out, i);
+        assert_int_equal(t.group_id, gids[i / 2]);
+        if (t.group_id == 6) {
+            assert_int_equal(t.has_provenance, 0);
+            continue;
+        }
+        assert_int_equal(t.has_provenance, 1);
+        assert_int_equal(t.provenance.version, RLP_PROVENANCE_VERSION);
+        assert_int_equal(t.provenance.prompt_index, 100 + t.group_id);
+        assert_int_equal(t.provenance.epoch, 2);
+        assert_int_equal(t.provenance.position, t.group_id);
+        assert_int_equal(t.provenance.sampling_seed, 0xABCDEF0123456789ull ^ t.group_id);
+        assert_int_equal(t.provenance.batch, 41);
+    }
+    rlp_batch_free(out);
+    rlp_replay_buffer_free(buf);
+}
+
+/* A spill file of format 1 (before provenance; the same records without
+ * its flag), written by the encoder under a format-1 header with a torn
+ * tail: a buffer restores its group, rewrites the file as format 2 (so a
+ * record with provenance appended later matches its header) and cuts the
+ * tail; the next buffer restores both groups, the second with provenance. */
+static void test_spill_format1_upgraded(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_tmp(path, sizeof path, "format1.spill");
+    unlink(path);
+    int32_t tok[2] = {3, 4};
+    float lp[2] = {-1, -0.5f};
+    uint64_t ver[2] = {2, 2};
+    rlpi_traj t;
+    memset(&t, 0, sizeof t);
+    t.group_id = 55;
+    t.tokens = tok;
+    t.logprobs = lp;
+    t.versions = ver;
+    t.n_tokens = 2;
+    t.policy_version = 2;
+    t.finish_reason = RLP_FINISH_STOP;
+    t.stop_index = -1;
+    t.valid = 1;
+    t.reward = 0.25f;
+    t.temperature = 1;
+    t.text = "old";
+    rlpi_group g = {.seq = 3, .trajs = &t, .n = 1};
+    rlpi_group *gp = &g;
+    rlpi_bytes img = {0};
+    uint8_t head[RLPI_SPILL_HEADER_BYTES] = {'R', 'L', 'P', 'S', 'P', 'I', 'L', 'L', 1, 0, 0, 0};
+    uint32_t crc = rlpi_crc32(0, head, 12);
+    for (int i = 0; i < 4; i++)
+        head[12 + i] = (uint8_t)(crc >> (8 * i));
+    assert_int_equal(rlpi_spill_encode_push(&img, &gp, 1), RLP_OK);
+    append_bytes(path, head, sizeof head);
+    append_bytes(path, img.p, img.len);
+    append_bytes(path, img.p, 10); /* a torn record header */
+    long v1_bytes = (long)(sizeof head + img.len);
+    rlpi_bytes_free(&img);
+
+    log_capture cap = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    rlp_replay_buffer *buf = open_spill(path, &cap, 0);
+    rlp_buffer_stats s = stats_of(buf);
+    assert_int_equal(s.restored, 1);
+    assert_int_equal(s.torn_bytes, 10);
+    assert_int_equal(cap.n_warn, 1); /* the torn tail */
+    assert_int_equal(file_size(path), v1_bytes);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t now[RLPI_SPILL_HEADER_BYTES];
+    assert_int_equal(fread(now, 1, sizeof now, f), sizeof now);
+    fclose(f);
+    assert_int_equal(now[8], 2); /* format 2 now */
+    assert_int_equal(rlpi_crc32(0, now, 12),
+                     (uint32_t)now[12] | (uint32_t)now[13] << 8 | (uint32_t)now[14] << 16 | (uint32_t)now[15] << 24);
+    const uint64_t gid = 56;
+    rlp_batch *b = batch_of(&gid, 1, 2, 3);
+    rlp_provenance p = {.version = RLP_PROVENANCE_VERSION,
+                        .prompt_index = 9,
+                        .epoch = 1,
+                        .position = 4,
+                        .sampling_seed = 77,
+                        .batch = 2};
+    assert_int_equal(rlp_batch_set_group_provenance(b, gid, &p), RLP_OK);
+    assert_int_equal(rlp_replay_buffer_push(buf, b), RLP_OK);
+    rlp_batch_free(b);
+    rlp_replay_buffer_free(buf);
+
+    buf = open_spill(path, NULL, 0);
+    s = stats_of(buf);
+    assert_int_equal(s.restored, 2);
+    assert_int_equal(s.torn_bytes, 0);
+    rlp_batch *out;
+    assert_int_equal(rlp_replay_buffer_pull(&out, buf, 2, 3, 0), RLP_OK);
+    assert_int_equal(batch_n(out), 3);
+    rlp_trajectory a = traj_at(out, 0), c = traj_at(out, 2);
+    assert_int_equal(a.group_id, 55);
+    assert_string_equal(a.completion_text, "old");
+    assert_int_equal(a.has_provenance, 0);
+    assert_int_equal(c.group_id, 56);
+    assert_int_equal(c.has_provenance, 1);
+    assert_int_equal(c.provenance.prompt_index, 9);
+    assert_int_equal(c.provenance.position, 4);
+    assert_int_equal(c.provenance.sampling_seed, 77);
+    assert_int_equal(c.provenance.batch, 2);
+    rlp_batch_free(out);
+    rlp_replay_buffer_free(buf);
+    unlink(path);
 }
 
 /* Two groups pushed; the file then damaged in ways a crash can and cannot
@@ -976,6 +1195,11 @@ static void test_scan_python_fixtures(void **state)
         {"unknown_type", RLP_E_FORMAT, 0, 0, 0},
         {"retire_count_mismatch", RLP_E_FORMAT, 0, 0, 0},
         {"trailing_bytes_in_push", RLP_E_FORMAT, 0, 0, 0},
+        {"provenance", RLP_OK, 2, 3, 0},
+        {"provenance_bad_version", RLP_E_FORMAT, 0, 0, 0},
+        {"provenance_cut_short", RLP_E_FORMAT, 0, 0, 0},
+        {"format1_push", RLP_OK, 1, 2, 0},
+        {"format1_provenance_flag", RLP_E_FORMAT, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];
@@ -1008,6 +1232,27 @@ static void test_scan_python_fixtures(void **state)
             assert_true(t->token_rewards[1] == -0.25f && t->temperature == 0.7f && t->finish_reason == 2);
             assert_int_equal(sc.next_seq, 3);
         }
+        if (!strcmp(cases[i].name, "provenance")) {
+            /* group 20: both samples with (12345, 2, 17, 2^64 - 3, 41); group 21 without */
+            for (size_t k = 0; k < 2; k++) {
+                const rlpi_traj *t = &sc.groups[0]->trajs[k];
+                assert_true(t->has_provenance);
+                assert_int_equal(t->provenance.version, 1);
+                assert_int_equal(t->provenance.prompt_index, 12345);
+                assert_int_equal(t->provenance.epoch, 2);
+                assert_int_equal(t->provenance.position, 17);
+                assert_int_equal(t->provenance.sampling_seed, UINT64_MAX - 2);
+                assert_int_equal(t->provenance.batch, 41);
+            }
+            assert_non_null(sc.groups[0]->trajs[1].token_rewards);
+            assert_true(sc.groups[0]->trajs[1].token_rewards[1] == 1.0f);
+            assert_false(sc.groups[1]->trajs[0].has_provenance);
+            assert_int_equal(sc.format, 2);
+        }
+        if (!strcmp(cases[i].name, "format1_push")) {
+            assert_int_equal(sc.format, 1);
+            assert_false(sc.groups[0]->trajs[0].has_provenance || sc.groups[0]->trajs[1].has_provenance);
+        }
         rlpi_spill_scan_free(&sc);
     }
 }
@@ -1031,9 +1276,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_groups_whole_and_fifo),
         cmocka_unit_test(test_staleness_drop),
+        cmocka_unit_test(test_staleness_from_synchronizer),
         cmocka_unit_test(test_capacity_and_close),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_spill_round_trip),
+        cmocka_unit_test(test_provenance_push_pull),
+        cmocka_unit_test(test_spill_format1_upgraded),
         cmocka_unit_test(test_spill_torn_and_corrupt),
         cmocka_unit_test(test_spill_compaction_and_lock),
         cmocka_unit_test(test_spill_group_commit),

@@ -2,8 +2,10 @@
  * engine, rewards, the RL step. Checks that the first mini-batch sees
  * ratio 1 (π_θ = π_prox), that micro-batching does not change the update,
  * that epochs × mini-batches optimizer steps are applied, DAPO filtering,
- * invalid and unscored trajectories, a KL against an identical reference
- * being 0, and that GRPO raises a simple reward within a few steps. */
+ * invalid and unscored trajectories, that the version counts RL steps (one
+ * per call, whatever it applied) while the optimizer counts its updates, a
+ * KL against an identical reference being 0, and that GRPO raises a simple
+ * reward within a few steps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +17,9 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static rlp_context *ctx;
 
@@ -151,7 +155,7 @@ static void test_epochs_minibatches_filter_invalid(void **state)
     rlp_rl_stats st;
     assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
     assert_int_equal(st.optimizer_steps, 6);
-    assert_int_equal(st.policy_version, 6);
+    assert_int_equal(st.policy_version, 1);                                              /* one RL step, one version */
     assert_true(st.ratio_max > 1.0 + 1e-4 || st.clip_frac_low + st.clip_frac_high >= 0); /* later steps move */
     /* all groups equal → everything filtered, nothing applied */
     for (size_t i = 0; i < 12; i++)
@@ -161,7 +165,7 @@ static void test_epochs_minibatches_filter_invalid(void **state)
     assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
     assert_int_equal(st.filtered_groups, 3);
     assert_int_equal(st.optimizer_steps, 0);
-    assert_int_equal(st.policy_version, 6);
+    assert_int_equal(st.policy_version, 2); /* nothing applied, still a step */
     /* without filtering they still give zero advantage (case #8) */
     o.filter_equal_groups = 0;
     assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
@@ -188,6 +192,91 @@ static void test_epochs_minibatches_filter_invalid(void **state)
     o.kl_coef = 0.1f;
     assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_E_INVALID_ARG); /* KL needs a reference */
     rlp_batch_free(u);
+    rlp_batch_free(b);
+    rlp_policy_free(p);
+}
+
+/* Versions count RL steps: +1 per rlp_policy_train_rl() call whether it
+ * applied ppo_epochs × mini_batches updates or none; the optimizer's own
+ * count (schedule, bias correction) counts updates, and both survive a
+ * save/load of the optimizer state. */
+static void test_versions_count_rl_steps(void **state)
+{
+    (void)state;
+    rlp_policy *p = tiny(6);
+    rlp_batch *b = rollout(p, 6, NULL), *c = rollout(p, 7, NULL); /* both made at version 0 */
+    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+    o.ppo_epochs = 2;
+    o.mini_batches = 2;
+    o.filter_equal_groups = 1;
+    rlp_rl_stats st;
+    uint64_t v;
+    assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
+    assert_int_equal(st.optimizer_steps, 4);
+    assert_int_equal(st.skipped_steps, 0);
+    assert_int_equal(st.policy_version, 1);
+    assert_int_equal(rlp_policy_version(&v, p), RLP_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(p->opt.step, 4); /* the learning-rate schedule and AdamW count updates */
+    assert_true(st.staleness_max == 0);
+
+    /* every group filtered: no update, one version */
+    for (size_t i = 0; i < 12; i++)
+        assert_int_equal(rlp_batch_set_reward(b, i, 0.5f), RLP_OK);
+    assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
+    assert_int_equal(st.filtered_groups, 3);
+    assert_int_equal(st.optimizer_steps, 0);
+    assert_int_equal(st.policy_version, 2);
+    assert_int_equal(p->opt.step, 4);
+    assert_true(st.staleness_mean == 0); /* no trajectory used */
+
+    /* every sample invalid: no update, one version */
+    for (size_t i = 0; i < 12; i++)
+        assert_int_equal(rlp_batch_set_invalid(b, i, "refused"), RLP_OK);
+    assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_OK);
+    assert_int_equal(st.invalid_seqs, 12);
+    assert_int_equal(st.policy_version, 3);
+    assert_int_equal(p->opt.step, 4);
+
+    /* a failed call before any update leaves the version */
+    o.kl_estimator = RLP_KL_K3;
+    o.kl_coef = 0.1f;
+    assert_int_equal(rlp_policy_train_rl(p, b, NULL, &o, &st), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_policy_version(&v, p), RLP_OK);
+    assert_int_equal(v, 3);
+
+    /* staleness is in RL steps: a batch of version 0 trained at version 3 */
+    o = (rlp_rl_options)RLP_RL_OPTIONS_INIT;
+    o.ppo_epochs = 2;
+    o.mini_batches = 2;
+    assert_int_equal(rlp_policy_train_rl(p, c, NULL, &o, &st), RLP_OK);
+    assert_true(st.staleness_max == 3 && st.staleness_mean == 3);
+    assert_int_equal(st.policy_version, 4);
+    assert_int_equal(p->opt.step, 8);
+
+    /* the SFT step API still advances the version by one per update */
+    int32_t ids[] = {1, 2, 3, 4, 5};
+    rlp_sequence sq = {ids, 5, 2};
+    rlp_train_stats ts;
+    assert_int_equal(rlp_policy_train_step(p, &sq, 1, rlp_loss_nll, NULL, NULL, &ts), RLP_OK);
+    assert_int_equal(ts.policy_version, 5);
+    assert_int_equal(p->opt.step, 9);
+
+    /* the checkpoint keeps both counts */
+    char dir[] = "/tmp/rlpost-rlstep-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    assert_int_equal(rlp_policy_save_optimizer(p, path), RLP_OK);
+    rlp_policy *q = tiny(6);
+    assert_int_equal(rlp_policy_load_optimizer(q, path), RLP_OK);
+    assert_int_equal(rlp_policy_version(&v, q), RLP_OK);
+    assert_int_equal(v, 5);
+    assert_int_equal(q->opt.step, 9);
+    remove(path);
+    rmdir(dir);
+    rlp_policy_free(q);
+    rlp_batch_free(c);
     rlp_batch_free(b);
     rlp_policy_free(p);
 }
@@ -252,11 +341,9 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_first_step_ratio_and_stats),
-        cmocka_unit_test(test_micro_batching_same_update),
-        cmocka_unit_test(test_epochs_minibatches_filter_invalid),
-        cmocka_unit_test(test_kl_to_identical_reference_is_zero),
-        cmocka_unit_test(test_grpo_learns),
+        cmocka_unit_test(test_first_step_ratio_and_stats),        cmocka_unit_test(test_micro_batching_same_update),
+        cmocka_unit_test(test_epochs_minibatches_filter_invalid), cmocka_unit_test(test_versions_count_rl_steps),
+        cmocka_unit_test(test_kl_to_identical_reference_is_zero), cmocka_unit_test(test_grpo_learns),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -154,7 +154,7 @@ def main():
             # prompts and decode the completions with --tokenizer's, as for local engines)
             engines = [rlpost.RolloutEngine.remote(urls, tokenizer=policy.tokenizer, timeout_ms=120000,
                                                    max_retries=3)]
-        buf = rlpost.ReplayBuffer(max_staleness=args.eta)
+        buf = rlpost.ReplayBuffer(sync=sync)  # one η: the gate's
         reward = rlpost.RewardFn(even_share, name="even_share", n_threads=2)
         sync.publish(policy)  # version 0: where every worker starts
         # each rollout thread admits ceil(B / N) groups per batch: N workers holding part of

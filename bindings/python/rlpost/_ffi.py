@@ -160,6 +160,10 @@ MemoryStats = _struct("rlp_memory_stats", [
     ("version", c_uint32), ("weights", c_uint64), ("gradients", c_uint64), ("optimizer", c_uint64),
     ("activations", c_uint64)])
 
+Provenance = _struct("rlp_provenance", [
+    ("version", c_uint32), ("prompt_index", c_uint64), ("epoch", c_uint64), ("position", c_uint64),
+    ("sampling_seed", c_uint64), ("batch", c_uint64)])
+
 Trajectory = _struct("rlp_trajectory", [
     ("version", c_uint32), ("group_id", c_uint64), ("prompt_tokens", POINTER(c_int32)),
     ("n_prompt_tokens", c_size_t), ("completion_tokens", POINTER(c_int32)),
@@ -167,7 +171,8 @@ Trajectory = _struct("rlp_trajectory", [
     ("token_versions", POINTER(c_uint64)), ("prompt_text", c_char_p), ("completion_text", c_char_p),
     ("policy_version", c_uint64), ("finish_reason", c_int32), ("stop_index", c_int32),
     ("temperature", c_float), ("reward", c_float), ("valid", c_int32), ("error", c_char_p),
-    ("metadata_json", c_char_p), ("sample_index", c_uint32), ("token_rewards", POINTER(c_float))])
+    ("metadata_json", c_char_p), ("sample_index", c_uint32), ("token_rewards", POINTER(c_float)),
+    ("has_provenance", c_int32), ("provenance", Provenance)], version=2)
 
 SamplingOptions = _struct("rlp_sampling_options", [
     ("version", c_uint32), ("n", c_uint32), ("temperature", c_float), ("top_k", c_int32),
@@ -274,7 +279,7 @@ BUFFER_STALENESS_BINS = 16
 BufferOptions = _struct("rlp_buffer_options", [
     ("version", c_uint32), ("capacity", c_uint64), ("max_staleness", c_uint32), ("full_policy", c_int32),
     ("push_timeout_ms", c_uint32), ("spill_path", c_char_p), ("compact_bytes", c_uint64),
-    ("log_fn", LogFn), ("log_payload", c_void_p)])
+    ("log_fn", LogFn), ("log_payload", c_void_p), ("sync", c_void_p)], version=2)
 
 BufferStats = _struct("rlp_buffer_stats", [
     ("version", c_uint32), ("size", c_uint64), ("trajectories", c_uint64), ("accepted", c_uint64),
@@ -429,6 +434,8 @@ FUNCTIONS = [
     ("rlp_batch_set_reward", c_int, [_h, c_size_t, c_float]),
     ("rlp_batch_set_token_rewards", c_int, [_h, c_size_t, P(c_float), c_size_t]),
     ("rlp_batch_set_invalid", c_int, [_h, c_size_t, _cs]),
+    ("rlp_batch_set_provenance", c_int, [_h, c_size_t, P(Provenance)]),
+    ("rlp_batch_set_group_provenance", c_int, [_h, c_uint64, P(Provenance)]),
     # rollout engine
     ("rlp_sampling_options_init", c_int, [P(SamplingOptions), c_uint32]),
     ("rlp_rollout_options_init", c_int, [P(RolloutOptions), c_uint32]),

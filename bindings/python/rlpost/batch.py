@@ -23,12 +23,43 @@ class FinishReason(enum.IntEnum):
     ERROR = 4
 
 
+class Provenance(Record):
+    """Where a trajectory came from (rlp_provenance): prompt_index (the
+    prompt's record index in its task), epoch and position (the task epoch
+    it was served in and its place in that epoch's order), sampling_seed
+    (the seed its group was drawn with) and batch (the producer's 0-based
+    batch number: the RL step it was made for, - 1)."""
+
+
+_PROVENANCE_KEYS = ("prompt_index", "epoch", "position", "sampling_seed", "batch")
+
+
+def _c_provenance(value, fields, what):
+    """A Provenance, a dict and/or keywords -> rlp_provenance (missing fields 0)."""
+    values = {}
+    if value is not None:
+        values.update(value if isinstance(value, dict) else vars(value))
+    values.update(fields)
+    unknown = set(values) - set(_PROVENANCE_KEYS)
+    if unknown:
+        raise TypeError("%s: unknown provenance field(s) %s" % (what, ", ".join(sorted(unknown))))
+    p = _ffi.Provenance()
+    p.version = p._version_
+    for key in _PROVENANCE_KEYS:
+        v = int(values.get(key, 0))
+        if not 0 <= v < 2 ** 64:
+            raise ValueError("%s: provenance %s = %d is outside 0 .. 2**64 - 1" % (what, key, v))
+        setattr(p, key, v)
+    return p
+
+
 class Trajectory(Record):
     """One prompt and one sampled completion, copied out of a batch:
     group_id, prompt_tokens, completion_tokens, logprobs (behaviour, nats),
     token_versions, prompt_text, completion_text, policy_version,
     finish_reason, stop_index, temperature, reward (NaN until scored),
-    valid, error, metadata_json, sample_index, token_rewards (or None).
+    valid, error, metadata_json, sample_index, token_rewards (or None),
+    provenance (a Provenance, or None when the producer set none).
     `metadata` parses metadata_json."""
 
     @property
@@ -38,7 +69,7 @@ class Trajectory(Record):
 
 _APPEND_KEYS = ("group_id", "prompt_tokens", "completion_tokens", "logprobs", "token_versions", "prompt_text",
                 "completion_text", "policy_version", "finish_reason", "stop_index", "temperature", "reward",
-                "valid", "error", "metadata_json", "metadata", "sample_index", "token_rewards")
+                "valid", "error", "metadata_json", "metadata", "sample_index", "token_rewards", "provenance")
 
 
 def _or_empty(v):
@@ -94,7 +125,9 @@ class Batch(Handle):
                 policy_version=t.policy_version, finish_reason=FinishReason(t.finish_reason),
                 stop_index=t.stop_index, temperature=t.temperature, reward=t.reward, valid=bool(t.valid),
                 error=text(t.error), metadata_json=text(t.metadata_json), sample_index=t.sample_index,
-                token_rewards=from_c(t.token_rewards, nc, c_float) if t.token_rewards else None)
+                token_rewards=from_c(t.token_rewards, nc, c_float) if t.token_rewards else None,
+                provenance=Provenance(**{k: getattr(t.provenance, k) for k in _PROVENANCE_KEYS})
+                if t.has_provenance else None)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -106,8 +139,9 @@ class Batch(Handle):
         completion_tokens, logprobs, token_versions, prompt_text,
         completion_text, policy_version, finish_reason, stop_index,
         temperature, reward, valid, error, metadata / metadata_json,
-        sample_index, token_rewards). Defaults: finish STOP, stop_index -1,
-        temperature 1, reward NaN (unscored), valid."""
+        sample_index, token_rewards, provenance: a Provenance or a dict).
+        Defaults: finish STOP, stop_index -1, temperature 1, reward NaN
+        (unscored), valid, no provenance."""
         self._check_writable("append")
         values = {}
         if trajectory is not None:
@@ -151,6 +185,9 @@ class Batch(Handle):
         t.reward = math.nan if r is None else float(r)
         t.valid = 1 if values.get("valid", True) else 0
         t.sample_index = int(values.get("sample_index", 0))
+        if values.get("provenance") is not None:
+            t.has_provenance = 1
+            t.provenance = _c_provenance(values["provenance"], {}, "append")
         with self._use() as p:
             check(F.rlp_batch_append(p, byref(t)), "rlp_batch_append")
 
@@ -181,6 +218,24 @@ class Batch(Handle):
         self._check_writable("set_invalid")
         with self._use() as p:
             check(F.rlp_batch_set_invalid(p, int(index), to_bytes(reason, "reason")), "rlp_batch_set_invalid")
+
+    def set_provenance(self, index, provenance=None, **fields):
+        """Sets where trajectory @p index came from: a Provenance, a dict
+        and/or keywords (prompt_index, epoch, position, sampling_seed,
+        batch; missing ones are 0). An index outside the batch raises
+        InvalidArgumentError."""
+        self._check_writable("set_provenance")
+        c = _c_provenance(provenance, fields, "set_provenance")
+        with self._use() as p:
+            check(F.rlp_batch_set_provenance(p, int(index), byref(c)), "rlp_batch_set_provenance")
+
+    def set_group_provenance(self, group_id, provenance=None, **fields):
+        """Sets the provenance (as set_provenance) of every trajectory of
+        group @p group_id; NotFoundError when the batch has none."""
+        self._check_writable("set_group_provenance")
+        c = _c_provenance(provenance, fields, "set_group_provenance")
+        with self._use() as p:
+            check(F.rlp_batch_set_group_provenance(p, int(group_id), byref(c)), "rlp_batch_set_group_provenance")
 
     def advantages(self, **kw):
         """The advantage each trajectory gets from the RL step's estimator

@@ -50,7 +50,13 @@ class ReplayBuffer(Handle):
     group_id), tagged with their policy version.
 
     ReplayBuffer(capacity=0, max_staleness=1, full_policy=BufferFullPolicy.BLOCK,
-                 push_timeout_ms=WAIT_FOREVER, spill_path=None, compact_bytes=0, log=None)
+                 push_timeout_ms=WAIT_FOREVER, spill_path=None, compact_bytes=0, log=None, sync=None)
+
+    With @p sync (a Synchronizer) the buffer takes η from it: one bound for
+    the gate and the buffer (max_staleness must then be left at 1 or equal
+    the synchronizer's; another value raises InvalidArgumentError). The buffer
+    keeps the synchronizer alive, and closing the synchronizer closes the
+    buffer first.
 
     push() and pull() may run on any number of threads at once. close()
     first shuts the buffer down (waking blocked pushes and pulls) and then
@@ -60,7 +66,7 @@ class ReplayBuffer(Handle):
     _free = "rlp_replay_buffer_free"
 
     def __init__(self, capacity=0, max_staleness=1, full_policy=BufferFullPolicy.BLOCK,
-                 push_timeout_ms=WAIT_FOREVER, spill_path=None, compact_bytes=0, log=None):
+                 push_timeout_ms=WAIT_FOREVER, spill_path=None, compact_bytes=0, log=None, sync=None):
         keep = []
         holder = [None]
         opts = options(_ffi.BufferOptions, "rlp_buffer_options_init",
@@ -73,8 +79,14 @@ class ReplayBuffer(Handle):
             keep.append(fn)
             opts.log_fn = fn
         out = c_void_p()
-        check(F.rlp_replay_buffer_create(byref(out), byref(opts)), "rlp_replay_buffer_create")
-        Handle.__init__(self, out.value)
+        if sync is not None:
+            with sync._use() as s:
+                opts.sync = s
+                check(F.rlp_replay_buffer_create(byref(out), byref(opts)), "rlp_replay_buffer_create")
+        else:
+            check(F.rlp_replay_buffer_create(byref(out), byref(opts)), "rlp_replay_buffer_create")
+        # the C buffer borrows the synchronizer: as its parent, closing it closes the buffer first
+        Handle.__init__(self, out.value, parents=(sync,))
         self._keep = keep
         holder[0] = weakref.ref(self)
 

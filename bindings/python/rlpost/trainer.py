@@ -383,8 +383,8 @@ class RolloutWorker(Handle):
     engine without a tokenizer. remote: the engine is `rlpost serve`
     workers (None: whether it was made by RolloutEngine.remote()). log: a
     callable(level, message) for warnings (None: stderr). The buffer
-    should judge staleness by the synchronizer's η (the same
-    max_staleness).
+    should judge staleness by the synchronizer's η: make it with
+    ReplayBuffer(sync=synchronizer).
 
     The worker keeps engine, task, reward, synchronizer, buffer and
     tokenizer alive, and closing any of them closes it first. run_once()

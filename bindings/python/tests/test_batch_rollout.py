@@ -71,6 +71,34 @@ def test_batch_edits_and_extend():
         a.extend(a)
 
 
+def test_batch_provenance():
+    a = make_batch(groups=2, group_size=2)
+    assert all(t.provenance is None for t in a)
+    a.set_group_provenance(2, prompt_index=17, epoch=3, position=5, sampling_seed=2 ** 64 - 1, batch=9)
+    a.set_provenance(0, {"prompt_index": 4})
+    assert a[0].provenance == rlpost.Provenance(prompt_index=4, epoch=0, position=0, sampling_seed=0, batch=0)
+    assert a[1].provenance is None
+    for t in (a[2], a[3]):
+        assert t.provenance == rlpost.Provenance(prompt_index=17, epoch=3, position=5, sampling_seed=2 ** 64 - 1,
+                                                 batch=9)
+    # copies keep it, given as a Provenance or a dict
+    c = rlpost.Batch()
+    for t in a:
+        c.append(t)
+    c.append(a[1], provenance={"epoch": 8})
+    assert [t.provenance for t in c][:4] == [t.provenance for t in a]
+    assert c[4].provenance.epoch == 8 and c[4].provenance.prompt_index == 0
+    with pytest.raises(rlpost.NotFoundError, match="group_id 7"):
+        a.set_group_provenance(7, prompt_index=1)
+    with pytest.raises(rlpost.InvalidArgumentError, match="outside the batch"):
+        a.set_provenance(4, prompt_index=1)
+    with pytest.raises(TypeError, match="unknown provenance"):
+        a.set_provenance(0, seed=1)
+    with pytest.raises(ValueError, match="outside"):
+        a.set_provenance(0, batch=-1)
+    assert a[1].provenance is None
+
+
 PROMPTS = [[1, 45, 60], {"tokens": [1, 7, 8], "group_id": 42, "metadata": {"reference": "x"}}]
 
 

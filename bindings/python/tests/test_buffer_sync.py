@@ -112,6 +112,22 @@ def test_durable_spill_survives_and_reports_a_torn_record(tmp_path):
     assert any(level == rlpost.LogLevel.WARN and "truncating 13 bytes" in msg for level, msg in logs), logs
 
 
+def test_provenance_survives_push_pull_and_a_restart(tmp_path):
+    spill = tmp_path / "spill.bin"
+    b = scored(groups=3)
+    for g in (1, 3):
+        b.set_group_provenance(g, prompt_index=100 + g, epoch=1, position=g, sampling_seed=7 * g, batch=4)
+    with rlpost.ReplayBuffer(spill_path=spill) as buf:
+        buf.push(b)
+        first = buf.pull(1, 0)
+        assert [t.provenance.prompt_index for t in first] == [101, 101]
+    with rlpost.ReplayBuffer(spill_path=spill) as buf:
+        rest = buf.pull(2, 0)
+    assert [t.group_id for t in rest] == [2, 2, 3, 3]
+    assert rest[0].provenance is None and rest[1].provenance is None
+    assert rest[2].provenance == rlpost.Provenance(prompt_index=103, epoch=1, position=3, sampling_seed=21, batch=4)
+
+
 def test_synchronizer_in_process(policy):
     engine = rlpost.RolloutEngine(policy, max_batch=2, max_seq_len=32)
     with rlpost.Synchronizer(max_staleness=1, batch_groups=2) as sync:
@@ -142,6 +158,24 @@ def test_synchronizer_in_process(policy):
             sync.acquire()
         sync.publish(policy)  # publish still works
     engine.close()
+
+
+def test_buffer_takes_eta_from_its_synchronizer():
+    with rlpost.Synchronizer(max_staleness=2, batch_groups=1) as sync:
+        # the buffer's own η left at its default (1): the synchronizer's η = 2 applies
+        with rlpost.ReplayBuffer(sync=sync) as buf:
+            buf.push(scored(groups=1, version=0))
+            buf.push(scored(groups=1, version=0, start=10))
+            assert len(buf.pull(1, version=2, timeout_ms=0)) == 2  # staleness 2 ≤ η = 2: kept
+            with pytest.raises(rlpost.AgainError):
+                buf.pull(1, version=3, timeout_ms=0)  # staleness 3 > η: dropped
+            assert buf.stats().dropped_stale == 1
+        with pytest.raises(rlpost.InvalidArgumentError, match="max_staleness is 3 .* is 2"):
+            rlpost.ReplayBuffer(max_staleness=3, sync=sync)
+        with rlpost.ReplayBuffer(max_staleness=2, sync=sync):
+            pass
+        buf = rlpost.ReplayBuffer(sync=sync)
+    assert buf.closed  # closing the synchronizer closed the buffer that borrows it
 
 
 def test_blocked_acquire_is_woken_by_publish(policy):

@@ -310,7 +310,7 @@ def test_trainer_keeps_what_c_borrows_alive(ctx, stories_path, tok512_path):
 def test_rollout_worker(ctx, policy, tok512, reward):
     with rlpost.Task("kk", KK) as task, rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=512) as eng, \
             rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=1, batch_groups=2) as sync, \
-            rlpost.ReplayBuffer(max_staleness=1) as buf:
+            rlpost.ReplayBuffer(sync=sync) as buf:
         sync.publish(policy)  # version 0
         logs = []
         w = rlpost.RolloutWorker(eng, task, reward, sync, buf, prompts_per_batch=2, seed=3, tokenizer=tok512,
@@ -350,7 +350,7 @@ def test_rollout_worker(ctx, policy, tok512, reward):
 def test_rollout_worker_stop_aborts_a_generation(ctx, policy, tok512, reward):
     with rlpost.Task("kk", KK) as task, rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=512) as eng, \
             rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=4, batch_groups=2) as sync, \
-            rlpost.ReplayBuffer(max_staleness=4) as buf:
+            rlpost.ReplayBuffer(sync=sync) as buf:
         sync.publish(policy)
         w = rlpost.RolloutWorker(eng, task, reward, sync, buf, prompts_per_batch=2, tokenizer=tok512,
                                  sampling={"n": 4, "max_new_tokens": 200, "ignore_eos": True})
@@ -372,7 +372,7 @@ def test_two_rollout_workers_push_distinct_groups(ctx, policy, tok512, reward):
             rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=512) as e1, \
             rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=512) as e2, \
             rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=1, batch_groups=2) as sync, \
-            rlpost.ReplayBuffer(max_staleness=1) as buf:
+            rlpost.ReplayBuffer(sync=sync) as buf:
         sync.publish(policy)
         kw = dict(prompts_per_batch=2, tokenizer=tok512, sampling={"n": 2, "max_new_tokens": 4})
         with rlpost.RolloutWorker(e1, t1, reward, sync, buf, **kw) as w1, \
@@ -390,7 +390,7 @@ def test_rollout_worker_keeps_its_handles_alive(stories_path, tok512_path):
     pol = rlpost.Policy(ctx, stories_path)
     sync = rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=1, batch_groups=1)
     sync.publish(pol)  # a copy of the weights on ctx
-    buf = rlpost.ReplayBuffer(max_staleness=1)
+    buf = rlpost.ReplayBuffer(sync=sync)
     w = rlpost.RolloutWorker(rlpost.RolloutEngine(pol, max_batch=4, max_seq_len=512), rlpost.Task("kk", KK),
                              rlpost.RewardFn(length_reward), sync, buf, prompts_per_batch=1,
                              tokenizer=rlpost.Tokenizer(tok512_path), sampling={"n": 2, "max_new_tokens": 4})

@@ -1,0 +1,643 @@
+/* rlp_trainer and rlp_rollout_worker on a tiny random Llama (vocab 128)
+ * with a llama2.c tokenizer written by the test (the model has none) and
+ * the "arith" task as plain text: sync steps and their record and JSON,
+ * async η = 0 equal to sync bit for bit, a pull run, checkpoint and resume
+ * (the resumed step equals the uninterrupted run's), the errors of misuse,
+ * an interrupt from another thread, and the rollout worker on its own
+ * (run_once, its thread, its counters). One thread, a few tokens per
+ * sample: the whole file runs in seconds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "model/policy.h"
+#include "tiny_model.h"
+
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { VOCAB = 128, G = 2, N = 4, MAX_NEW = 6 };
+
+static rlp_context *ctx;
+static rlp_tokenizer *tok;
+static char tmpdir[256];
+
+/* ---- fixtures -------------------------------------------------------------------- */
+
+/* A llama2.c tokenizer.bin of VOCAB pieces: <unk>, BOS, EOS, the 95
+ * printable ASCII characters, then letter pairs (int32 max_len, then per
+ * piece float32 score, int32 length, bytes). */
+static void write_tokenizer(const char *path)
+{
+    char pieces[VOCAB][8];
+    int n = 0;
+    snprintf(pieces[n++], 8, "<unk>");
+    snprintf(pieces[n++], 8, "\n<s>\n");
+    snprintf(pieces[n++], 8, "\n</s>\n");
+    for (int c = 32; c < 127; c++)
+        snprintf(pieces[n++], 8, "%c", c);
+    for (int a = 'a'; n < VOCAB; a++)
+        for (int b = 'a'; b <= 'z' && n < VOCAB; b++)
+            snprintf(pieces[n++], 8, "%c%c", a, b);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    int32_t max_len = 6;
+    fwrite(&max_len, 4, 1, f);
+    for (int i = 0; i < VOCAB; i++) {
+        float score = -(float)i;
+        int32_t len = (int32_t)strlen(pieces[i]);
+        fwrite(&score, 4, 1, f);
+        fwrite(&len, 4, 1, f);
+        fwrite(pieces[i], 1, (size_t)len, f);
+    }
+    fclose(f);
+}
+
+static rlp_policy *tiny(uint64_t seed)
+{
+    rlpi_model_config cfg;
+    tiny_config(&cfg, "llama", true);
+    cfg.vocab_size = VOCAB;
+    rlpi_weights w;
+    assert_int_equal(tiny_weights(&cfg, &w, seed), RLP_OK);
+    rlp_policy *p;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &cfg, &w, NULL), RLP_OK);
+    rlpi_weights_free(&w);
+    rlp_optimizer_options oo = RLP_OPTIMIZER_OPTIONS_INIT;
+    oo.lr = 3e-3f;
+    oo.weight_decay = 0;
+    assert_int_equal(rlp_policy_set_optimizer(p, &oo), RLP_OK);
+    return p;
+}
+
+static rlp_task *arith(void)
+{
+    rlp_task *t;
+    assert_int_equal(rlp_task_create(&t, "arith", "{\"seed\": 3}"), RLP_OK);
+    return t;
+}
+
+/* the reward: share of even token ids; while *hold is set, it waits (a
+ * rollout side kept busy on purpose) */
+static int even_share(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
+{
+    atomic_int *hold = payload;
+    while (hold && atomic_load(hold)) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    size_t even = 0;
+    for (size_t k = 0; k < req->n_completion_tokens; k++)
+        even += req->completion_tokens[k] % 2 == 0;
+    res->score = req->n_completion_tokens ? (double)even / (double)req->n_completion_tokens : 0;
+    return 0;
+}
+
+static rlp_reward_fn *reward(atomic_int *hold)
+{
+    rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
+    ro.n_threads = 1;
+    ro.timeout_ms = 0;
+    rlp_reward_fn *r;
+    assert_int_equal(rlp_reward_fn_create_callback(&r, even_share, &ro, hold), RLP_OK);
+    return r;
+}
+
+static rlp_trainer_options options(int mode, uint32_t eta)
+{
+    rlp_trainer_options o;
+    assert_int_equal(rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION), RLP_OK);
+    o.mode = mode;
+    o.max_staleness = eta;
+    o.prompts_per_step = G;
+    o.seed = 42;
+    o.sampling.n = N;
+    o.sampling.max_new_tokens = MAX_NEW;
+    o.sampling.ignore_eos = 1;
+    o.tokenizer = tok;
+    o.max_seq_len = 64;
+    return o;
+}
+
+/* one run: a policy, a task, a reward and a trainer over them */
+typedef struct run {
+    rlp_policy *policy;
+    rlp_task *task;
+    rlp_reward_fn *reward;
+    rlp_trainer *trainer;
+} run;
+
+static void run_open(run *r, const rlp_trainer_options *o, atomic_int *hold)
+{
+    r->policy = tiny(7);
+    r->task = arith();
+    r->reward = reward(hold);
+    assert_int_equal(rlp_trainer_create(&r->trainer, r->policy, r->task, r->reward, o), RLP_OK);
+}
+
+static void run_close(run *r)
+{
+    rlp_trainer_free(r->trainer);
+    rlp_reward_fn_free(r->reward);
+    rlp_task_free(r->task);
+    rlp_policy_free(r->policy);
+}
+
+static rlp_step_record step(rlp_trainer *t)
+{
+    rlp_step_record rec = {.version = RLP_STEP_RECORD_VERSION};
+    int rc = rlp_trainer_step(t, &rec);
+    if (rc)
+        fail_msg("rlp_trainer_step: %s (%s)", rlp_error_last(), rlp_status_str(rc));
+    return rec;
+}
+
+static void check_record(const rlp_step_record *r, uint64_t k)
+{
+    assert_int_equal(r->step, k);
+    assert_int_equal(r->policy_version, k);
+    assert_int_equal(r->n_prompts, G);
+    assert_non_null(r->prompt_index);
+    assert_int_equal(r->completions, G * N);
+    assert_int_equal(r->completion_tokens, G * N * MAX_NEW);
+    assert_int_equal(r->reward_valid, G * N);
+    assert_true(r->reward_min >= 0 && r->reward_min <= r->reward_mean && r->reward_mean <= r->reward_max &&
+                r->reward_max <= 1);
+    assert_true(isfinite(r->rl.loss) && isfinite(r->rl.grad_norm));
+    assert_int_equal(r->rl.n_seqs, G * N);
+    assert_true(r->step_seconds >= r->train_seconds && r->train_seconds > 0);
+}
+
+/* ---- trainer ----------------------------------------------------------------------- */
+
+static void test_sync_steps(void **state)
+{
+    (void)state;
+    rlp_reward_fn *metric = reward(NULL);
+    rlp_trainer_metric m = {metric, "even_mean", "even_rate", 0.5};
+    rlp_trainer_options o = options(RLP_TRAIN_SYNC, 0);
+    o.metrics = &m;
+    o.n_metrics = 1;
+    run r;
+    run_open(&r, &o, NULL);
+    for (uint64_t k = 1; k <= 2; k++) {
+        rlp_step_record rec = step(r.trainer);
+        check_record(&rec, k);
+        assert_int_equal(rec.buffer_dropped, 0);
+        /* the metric is the training reward here: the same mean */
+        assert_true(fabs(rec.metric_mean[0] - rec.reward_mean) < 1e-6);
+        assert_true(rec.metric_rate[0] >= 0 && rec.metric_rate[0] <= 1);
+        assert_true(isnan(rec.metric_mean[1]));
+        uint64_t done = 0;
+        assert_int_equal(rlp_trainer_steps_done(&done, r.trainer), RLP_OK);
+        assert_int_equal(done, k);
+    }
+    char buf[8192];
+    size_t len = 0;
+    assert_int_equal(rlp_trainer_step_json(r.trainer, buf, sizeof buf, &len), RLP_OK);
+    assert_int_equal(len, strlen(buf));
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j)
+        fail_msg("step_json is not JSON (%s): %s", je.text, buf);
+    assert_int_equal(json_integer_value(json_object_get(j, "step")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "policy_version")), 2);
+    assert_true(json_is_number(json_object_get(j, "reward_mean")));
+    assert_true(json_is_number(json_object_get(j, "even_mean")));
+    assert_true(json_is_number(json_object_get(j, "even_rate")));
+    assert_true(json_is_array(json_object_get(j, "prompt_index")));
+    assert_int_equal(json_array_size(json_object_get(j, "prompt_index")), G);
+    json_decref(j);
+    /* too small a buffer: the length it needs, nothing written past cap */
+    char small[16];
+    size_t need = 0;
+    memset(small, 'x', sizeof small);
+    assert_int_equal(rlp_trainer_step_json(r.trainer, small, 8, &need), RLP_E_OVERFLOW);
+    assert_int_equal(need, len);
+    assert_int_equal(small[8], 'x');
+    run_close(&r);
+    rlp_reward_fn_free(metric);
+}
+
+/* η = 0: the rollout thread may generate step k's groups only once
+ * version k − 1 is published, with step k's seed — the groups of a sync
+ * run, so every figure of the step is the same bit for bit */
+static void test_async_eta0_equals_sync(void **state)
+{
+    (void)state;
+    rlp_trainer_options os = options(RLP_TRAIN_SYNC, 0), oa = options(RLP_TRAIN_ASYNC, 0);
+    run s, a;
+    run_open(&s, &os, NULL);
+    run_open(&a, &oa, NULL);
+    for (uint64_t k = 1; k <= 3; k++) {
+        rlp_step_record rs = step(s.trainer), ra = step(a.trainer);
+        check_record(&rs, k);
+        check_record(&ra, k);
+        assert_memory_equal(&rs.reward_mean, &ra.reward_mean, sizeof(double));
+        assert_memory_equal(&rs.reward_std, &ra.reward_std, sizeof(double));
+        assert_memory_equal(&rs.rl.loss, &ra.rl.loss, sizeof rs.rl.loss);
+        assert_memory_equal(&rs.rl.grad_norm, &ra.rl.grad_norm, sizeof rs.rl.grad_norm);
+        assert_int_equal(rs.policy_version, ra.policy_version);
+        assert_int_equal(rs.sampling_seed, ra.sampling_seed);
+        assert_memory_equal(rs.prompt_index, ra.prompt_index, G * sizeof(uint64_t));
+        assert_true(ra.rl.staleness_max == 0);
+        assert_int_equal(ra.buffer_dropped, 0);
+    }
+    run_close(&s);
+    run_close(&a);
+}
+
+static void test_pull(void **state)
+{
+    (void)state;
+    rlp_trainer_options o = options(RLP_TRAIN_PULL, 0);
+    run r;
+    run_open(&r, &o, NULL);
+    for (uint64_t k = 1; k <= 2; k++) {
+        rlp_step_record rec = step(r.trainer);
+        check_record(&rec, k);
+        assert_true(rec.rl.staleness_max == 0);
+    }
+    /* generation with the current weights, for an evaluation */
+    rlp_task *t = arith();
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 3, NULL), RLP_OK);
+    rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
+    so.n = 2;
+    so.max_new_tokens = 4;
+    so.ignore_eos = 1;
+    rlp_batch *b = NULL;
+    assert_int_equal(rlp_trainer_generate(&b, r.trainer, set, &so), RLP_OK);
+    size_t n = 0;
+    rlp_batch_size(&n, b);
+    assert_int_equal(n, 6);
+    rlp_batch_free(b);
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+    run_close(&r);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* 2 steps, a checkpoint, a fresh trainer and task resumed from it: step 3
+ * equals step 3 of the run that never stopped */
+static void test_checkpoint_resume(void **state)
+{
+    (void)state;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+    rlp_trainer_options o = options(RLP_TRAIN_SYNC, 0);
+    run whole, r;
+    run_open(&whole, &o, NULL);
+    run_open(&r, &o, NULL);
+    for (int k = 0; k < 2; k++) {
+        step(whole.trainer);
+        step(r.trainer);
+    }
+    rlp_step_record expect = step(whole.trainer);
+    assert_int_equal(rlp_trainer_checkpoint(r.trainer, dir, RLP_DTYPE_F32, "{\"host\": 1}"), RLP_OK);
+    assert_int_equal(rlp_trainer_checkpoint(r.trainer, dir, RLP_DTYPE_F32, "[1]"), RLP_E_INVALID_ARG);
+    /* a resume after a step */
+    assert_int_equal(rlp_trainer_resume(r.trainer, dir), RLP_E_STATE);
+    assert_non_null(strstr(rlp_error_last(), "before the first step"));
+    rlp_trainer_free(r.trainer);
+    rlp_task_free(r.task);
+    r.task = arith(); /* at its start: the cursor comes from the checkpoint */
+    /* another prompts_per_step */
+    rlp_trainer_options o3 = o;
+    o3.prompts_per_step = 3;
+    assert_int_equal(rlp_trainer_create(&r.trainer, r.policy, r.task, r.reward, &o3), RLP_OK);
+    assert_int_equal(rlp_trainer_resume(r.trainer, dir), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "prompts_per_step"));
+    rlp_trainer_free(r.trainer);
+    /* no checkpoint there */
+    assert_int_equal(rlp_trainer_create(&r.trainer, r.policy, r.task, r.reward, &o), RLP_OK);
+    assert_int_equal(rlp_trainer_resume(r.trainer, tmpdir), RLP_E_NOT_FOUND);
+    assert_int_equal(rlp_trainer_resume(r.trainer, dir), RLP_OK);
+    uint64_t done = 0;
+    assert_int_equal(rlp_trainer_steps_done(&done, r.trainer), RLP_OK);
+    assert_int_equal(done, 2);
+    rlp_step_record got = step(r.trainer);
+    check_record(&got, 3);
+    assert_int_equal(got.sampling_seed, expect.sampling_seed);
+    assert_memory_equal(got.prompt_index, expect.prompt_index, G * sizeof(uint64_t));
+    assert_int_equal(got.epoch, expect.epoch);
+    assert_memory_equal(&got.reward_mean, &expect.reward_mean, sizeof(double));
+    assert_memory_equal(&got.rl.loss, &expect.rl.loss, sizeof got.rl.loss);
+    run_close(&r);
+    run_close(&whole);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static int fail_batch(const rlp_batch *b, uint64_t k, void *payload)
+{
+    (void)b;
+    *(uint64_t *)payload = k;
+    return 1;
+}
+
+static void test_misuse(void **state)
+{
+    (void)state;
+    rlp_policy *p = tiny(7);
+    rlp_task *task = arith();
+    rlp_reward_fn *rw = reward(NULL);
+    rlp_trainer *t = NULL;
+    /* η ≠ 0 outside ASYNC */
+    rlp_trainer_options o = options(RLP_TRAIN_SYNC, 1);
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "max_staleness"));
+    assert_null(t);
+    o = options(RLP_TRAIN_PULL, 2);
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_E_INVALID_ARG);
+    /* NULL arguments, a bad mode, no tokenizer for a model without one */
+    o = options(RLP_TRAIN_SYNC, 0);
+    assert_int_equal(rlp_trainer_create(NULL, p, task, rw, &o), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_trainer_create(&t, NULL, task, rw, &o), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_trainer_create(&t, p, NULL, rw, &o), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_trainer_create(&t, p, task, NULL, &o), RLP_E_INVALID_ARG);
+    o.mode = 7;
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_E_INVALID_ARG);
+    o = options(RLP_TRAIN_SYNC, 0);
+    o.tokenizer = NULL;
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "tokenizer"));
+    assert_null(t);
+    assert_int_equal(rlp_trainer_step(NULL, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_trainer_interrupt(NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_trainer_steps_done(NULL, NULL), RLP_E_INVALID_ARG);
+    rlp_trainer_free(NULL);
+
+    /* the JSON before any step; a record of an unknown version */
+    o = options(RLP_TRAIN_SYNC, 0);
+    uint64_t failed_at = 0;
+    o.on_batch = fail_batch;
+    o.on_batch_payload = &failed_at;
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_OK);
+    char buf[64];
+    size_t len = 0;
+    assert_int_equal(rlp_trainer_step_json(t, buf, sizeof buf, &len), RLP_E_STATE);
+    assert_int_equal(rlp_trainer_step_json(t, NULL, 0, NULL), RLP_E_INVALID_ARG);
+    rlp_step_record rec = {.version = 99};
+    assert_int_equal(rlp_trainer_step(t, &rec), RLP_E_INVALID_ARG);
+    /* a failing on_batch fails the step, nothing trained; then the trainer is failed */
+    rec.version = RLP_STEP_RECORD_VERSION;
+    assert_int_equal(rlp_trainer_step(t, &rec), RLP_E_CALLBACK);
+    assert_int_equal(failed_at, 1);
+    uint64_t v = 9;
+    rlp_policy_version(&v, p);
+    assert_int_equal(v, 0);
+    assert_int_equal(rlp_trainer_step(t, &rec), RLP_E_STATE);
+    assert_non_null(strstr(rlp_error_last(), "earlier step failed"));
+    assert_int_equal(rlp_trainer_step_json(t, buf, sizeof buf, &len), RLP_E_STATE);
+    rlp_trainer_free(t);
+    rlp_reward_fn_free(rw);
+    rlp_task_free(task);
+    rlp_policy_free(p);
+}
+
+typedef struct interrupter {
+    rlp_trainer *t;
+    atomic_int done;
+} interrupter;
+
+static void *interrupt_later(void *arg)
+{
+    interrupter *it = arg;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    rlp_trainer_interrupt(it->t);
+    atomic_store(&it->done, 1);
+    return NULL;
+}
+
+/* a step waiting for rollouts (the reward holds the rollout side) returns
+ * RLP_E_CLOSED when interrupted from another thread; then it runs on */
+static void test_interrupt(void **state)
+{
+    (void)state;
+    static atomic_int hold;
+    atomic_store(&hold, 1);
+    rlp_trainer_options o = options(RLP_TRAIN_ASYNC, 1);
+    o.stall_polls = 1000; /* the worker sits in the reward, not at the gate: no stall anyway */
+    run r;
+    run_open(&r, &o, &hold);
+    interrupter it = {.t = r.trainer};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, interrupt_later, &it), 0);
+    rlp_step_record rec = {.version = RLP_STEP_RECORD_VERSION};
+    assert_int_equal(rlp_trainer_step(r.trainer, &rec), RLP_E_CLOSED);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&it.done), 1);
+    uint64_t done = 9, v = 9;
+    rlp_trainer_steps_done(&done, r.trainer);
+    rlp_policy_version(&v, r.policy);
+    assert_int_equal(done, 0);
+    assert_int_equal(v, 0);
+    atomic_store(&hold, 0);
+    for (uint64_t k = 1; k <= 2; k++) {
+        rec = step(r.trainer);
+        check_record(&rec, k);
+        assert_true(rec.rl.staleness_max <= 1);
+    }
+    /* stopped: a later step is refused, the trainer can still be freed */
+    assert_int_equal(rlp_trainer_stop(r.trainer), RLP_OK);
+    assert_int_equal(rlp_trainer_step(r.trainer, &rec), RLP_E_CLOSED);
+    run_close(&r);
+}
+
+/* ---- rollout worker ---------------------------------------------------------------- */
+
+typedef struct producer {
+    rlp_policy *policy;
+    rlp_rollout_engine *engine;
+    rlp_task *task;
+    rlp_reward_fn *reward;
+    rlp_synchronizer *sync;
+    rlp_replay_buffer *buf;
+    rlp_rollout_worker *worker;
+} producer;
+
+static void producer_open(producer *pr, uint32_t eta)
+{
+    pr->policy = tiny(7);
+    pr->task = arith();
+    pr->reward = reward(NULL);
+    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+    ro.max_batch = G * N;
+    ro.max_seq_len = 64;
+    assert_int_equal(rlp_rollout_engine_create(&pr->engine, pr->policy, &ro), RLP_OK);
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.mode = RLP_SYNC_ASYNC;
+    so.max_staleness = eta;
+    so.batch_groups = G;
+    assert_int_equal(rlp_synchronizer_create(&pr->sync, &so), RLP_OK);
+    rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
+    bo.sync = pr->sync; /* one η: the gate's */
+    assert_int_equal(rlp_replay_buffer_create(&pr->buf, &bo), RLP_OK);
+    assert_int_equal(rlp_synchronizer_publish(pr->sync, pr->policy), RLP_OK);
+    rlp_rollout_worker_options wo;
+    assert_int_equal(rlp_rollout_worker_options_init(&wo, RLP_ROLLOUT_WORKER_OPTIONS_VERSION), RLP_OK);
+    wo.prompts_per_batch = G;
+    wo.seed = 42;
+    wo.sampling.n = N;
+    wo.sampling.max_new_tokens = MAX_NEW;
+    wo.sampling.ignore_eos = 1;
+    wo.tokenizer = tok;
+    assert_int_equal(rlp_rollout_worker_create(&pr->worker, pr->engine, pr->task, pr->reward, pr->sync, pr->buf, &wo),
+                     RLP_OK);
+}
+
+static void producer_close(producer *pr)
+{
+    rlp_rollout_worker_free(pr->worker);
+    rlp_replay_buffer_free(pr->buf);
+    rlp_synchronizer_free(pr->sync);
+    rlp_rollout_engine_free(pr->engine);
+    rlp_reward_fn_free(pr->reward);
+    rlp_task_free(pr->task);
+    rlp_policy_free(pr->policy);
+}
+
+static rlp_rollout_worker_stats worker_stats(const rlp_rollout_worker *w)
+{
+    rlp_rollout_worker_stats st = {.version = 1};
+    assert_int_equal(rlp_rollout_worker_stats_get(&st, w), RLP_OK);
+    return st;
+}
+
+static void test_worker_run_once(void **state)
+{
+    (void)state;
+    producer pr;
+    producer_open(&pr, 1);
+    rlp_rollout_worker *w = NULL;
+    assert_int_equal(rlp_rollout_worker_create(&w, NULL, pr.task, pr.reward, pr.sync, pr.buf, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_worker_run_once(NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_worker_run_once(pr.worker), RLP_OK);
+    rlp_rollout_worker_stats st = worker_stats(pr.worker);
+    assert_int_equal(st.batches, 1);
+    assert_int_equal(st.groups_pushed, G);
+    assert_int_equal(st.groups_released, 0);
+    assert_int_equal(st.tokens, G * N * MAX_NEW);
+    assert_int_equal(st.reward_errors, 0);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.at_gate, 0);
+    rlp_buffer_stats bs = {.version = 1};
+    rlp_replay_buffer_stats(&bs, pr.buf);
+    assert_int_equal(bs.size, G);
+    /* the G groups, whole and scored, generated at version 0 */
+    rlp_batch *b = NULL;
+    assert_int_equal(rlp_replay_buffer_pull(&b, pr.buf, G, 0, 0), RLP_OK);
+    size_t n = 0;
+    rlp_batch_size(&n, b);
+    assert_int_equal(n, G * N);
+    uint64_t groups = 0, last = 0;
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        assert_int_equal(rlp_batch_get(&t, b, i), RLP_OK);
+        assert_true(t.valid && t.reward >= 0 && t.reward <= 1);
+        assert_int_equal(t.policy_version, 0);
+        groups += i == 0 || t.group_id != last;
+        last = t.group_id;
+    }
+    assert_int_equal(groups, G);
+    rlp_batch_free(b);
+    assert_int_equal(rlp_rollout_worker_error(pr.worker, NULL), RLP_OK);
+    /* stopped: run_once refuses */
+    assert_int_equal(rlp_rollout_worker_stop(pr.worker), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_run_once(pr.worker), RLP_E_CLOSED);
+    producer_close(&pr);
+}
+
+/* the thread fills the gate's window ((η + 1)·G groups at version 0),
+ * then waits at the gate; stop returns and nothing more is pushed */
+static void test_worker_thread(void **state)
+{
+    (void)state;
+    producer pr;
+    producer_open(&pr, 1);
+    assert_int_equal(rlp_rollout_worker_start(pr.worker), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_start(pr.worker), RLP_E_STATE);
+    rlp_rollout_worker_stats st;
+    for (int i = 0; i < 3000; i++) { /* at most 30 s; a few ms here */
+        st = worker_stats(pr.worker);
+        if (st.at_gate && st.groups_pushed == 2 * G)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(st.running, 1);
+    assert_int_equal(st.at_gate, 1);
+    assert_int_equal(st.groups_pushed, 2 * G);
+    assert_int_equal(st.batches, 2);
+    assert_int_equal(rlp_rollout_worker_stop(pr.worker), RLP_OK);
+    st = worker_stats(pr.worker);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.at_gate, 0);
+    assert_int_equal(st.groups_pushed, 2 * G);
+    assert_int_equal(st.tokens, 2 * G * N * MAX_NEW);
+    assert_true(st.idle_seconds > 0 && st.generate_seconds > 0);
+    /* a stop is not a failure */
+    const char *why = NULL;
+    assert_int_equal(rlp_rollout_worker_error(pr.worker, &why), RLP_OK);
+    assert_string_equal(why, "");
+    assert_int_equal(rlp_rollout_worker_stop(pr.worker), RLP_OK);
+    producer_close(&pr);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = 1;
+    if (rlp_context_create(&ctx, &co) != RLP_OK)
+        return -1;
+    snprintf(tmpdir, sizeof tmpdir, "%s/rlp_trainer_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir))
+        return -1;
+    char path[300];
+    snprintf(path, sizeof path, "%s/tok128.bin", tmpdir);
+    write_tokenizer(path);
+    return rlp_tokenizer_load(&tok, path) == RLP_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rlp_tokenizer_free(tok);
+    rlp_context_free(ctx);
+    nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_steps),
+        cmocka_unit_test(test_async_eta0_equals_sync),
+        cmocka_unit_test(test_pull),
+        cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_interrupt),
+        cmocka_unit_test(test_worker_run_once),
+        cmocka_unit_test(test_worker_thread),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
