@@ -51,15 +51,19 @@ static uint64_t gate_bound(const rlp_synchronizer *s)
 
 /* A newer version: record it and open the gate. accepted never lags v·B:
  * a fresh or resumed synchronizer starts there (AReaL: after resume
- * accepted = v·B). mu held. */
+ * accepted = v·B). Groups still running count towards the floor: a
+ * producer that pushes a group and then releases it lets the trainer
+ * consume it, train and publish in between, and raising accepted then
+ * would count that group twice once it is released (the gate would close
+ * one step early, for good). mu held. */
 static void advance_version(rlp_synchronizer *s, uint64_t v)
 {
     if (v < s->version)
         return;
     s->version = v;
-    uint64_t floor = sat_mul(v, s->opts.batch_groups);
-    if (s->accepted < floor)
-        s->accepted = floor;
+    uint64_t floor = sat_mul(v, s->opts.batch_groups), have = sat_add(s->accepted, s->running);
+    if (have < floor)
+        s->accepted = floor - s->running;
     s->st.policy_version = v;
     pthread_cond_broadcast(&s->gate_cv);
 }

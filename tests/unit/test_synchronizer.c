@@ -269,6 +269,35 @@ static void *gate_thread(void *arg)
 
 /* Four rollout threads at the gate while a trainer publishes: the bounds
  * hold in every snapshot, and close ends the waiting ones. */
+/* A producer pushes a group and then releases it (the rollout worker's
+ * order), so the trainer can consume it, train and publish the next
+ * version in between. The version's floor (accepted ≥ v·B) must count the
+ * groups still running, or they are counted twice at release and the gate
+ * closes one step early for good: with η = 0 the next batch never starts
+ * (it failed so about once in ten async runs of test_trainer). */
+static void test_gate_floor_counts_running(void **state)
+{
+    (void)state;
+    const uint32_t B = 2;
+    rlp_policy *p = tiny_policy(1, 0);
+    p->version = 0;
+    rlp_synchronizer *s = make_sync(RLP_SYNC_COLOCATED, RLP_TRANSPORT_IN_PROCESS, 0, B, 0);
+    for (uint32_t i = 0; i < B; i++)
+        assert_int_equal(rlp_synchronizer_acquire(s, 0), RLP_OK);
+    assert_int_equal(rlp_synchronizer_acquire(s, 0), RLP_E_AGAIN); /* bound (η + v + 1)·B = 2 */
+    p->version = 1; /* trained on the pushed, not yet released groups */
+    assert_int_equal(rlp_synchronizer_publish(s, p), RLP_OK);
+    for (uint32_t i = 0; i < B; i++)
+        assert_int_equal(rlp_synchronizer_release(s, 1), RLP_OK);
+    rlp_sync_stats st = sync_stats(s);
+    assert_int_equal(st.accepted, B); /* not 2B */
+    for (uint32_t i = 0; i < B; i++)
+        assert_int_equal(rlp_synchronizer_acquire(s, 0), RLP_OK); /* the next batch starts */
+    assert_int_equal(rlp_synchronizer_acquire(s, 0), RLP_E_AGAIN);
+    rlp_synchronizer_free(s);
+    rlp_policy_free(p);
+}
+
 static void test_gate_threads(void **state)
 {
     (void)state;
@@ -982,6 +1011,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate_property),
+        cmocka_unit_test(test_gate_floor_counts_running),
         cmocka_unit_test(test_gate_threads),
         cmocka_unit_test(test_gate_api),
         cmocka_unit_test(test_sequential_pull_in_process),
