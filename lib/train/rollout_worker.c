@@ -8,6 +8,7 @@
  * and scoring on the rollout side overlaps with training. */
 #include "trainer_impl.h"
 
+#include "core/batch.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -43,6 +44,22 @@ void rlpi_train_pull_warning(unsigned *count, rlp_log_fn fn, void *payload, int 
         fprintf(stderr, "rlpost: %s\n", msg);
 }
 
+/* An engine numbers the groups it is not given ids for (1 << 63 | k, k
+ * from 0 on every engine), so two workers over one buffer would push groups
+ * with the same ids, and the RL step, which groups trajectories by id,
+ * would merge them. Each worker moves its engine's ids into a space of its
+ * own (bits 48–62: a tag per worker of the process); the order of ids within
+ * a batch, and so every result, is unchanged, and the sampling streams were
+ * drawn with the engine's ids. */
+static atomic_uint_fast64_t workers_created;
+
+static void tag_group_ids(const rlp_rollout_worker *w, rlp_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->items[i].group_id >> 63)
+            b->items[i].group_id |= w->id_tag;
+}
+
 int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engine, rlp_task *task,
                               rlp_reward_fn *reward, rlp_synchronizer *sync, rlp_replay_buffer *buffer,
                               const rlp_rollout_worker_options *opts)
@@ -73,6 +90,7 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
     w->ext_tok = o.tokenizer && o.tokenizer != own ? o.tokenizer : NULL;
     w->tok = w->ext_tok ? NULL : own;
     w->next_batch = o.first_batch;
+    w->id_tag = (atomic_fetch_add(&workers_created, 1) % 0x7fff + 1) << 48;
     w->st.version = 1;
     pthread_mutex_init(&w->mu, NULL);
     *out = w;
@@ -172,6 +190,8 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     if (!rc && (rc = rlpi_train_generate(&b, w->engine, set, 0, SIZE_MAX, &s, w->ext_tok, w->o.retries)) != RLP_OK &&
         !atomic_load(&w->stopping))
         fail(w, rc, "generate");
+    if (!rc)
+        tag_group_ids(w, b);
     uint64_t tokens = 0;
     size_t n = 0;
     if (!rc)

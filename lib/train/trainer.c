@@ -55,6 +55,23 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
     if ((o->api_key && !(t->api_key = strdup(o->api_key))) ||
         (o->weights_dir && !(t->weights_dir = strdup(o->weights_dir))))
         return RLP_E_NOMEM;
+    /* the sampling options' arrays are the caller's too: every step (and the
+     * rollout worker) reads them long after create returned */
+    rlp_sampling_options *s = &t->o.sampling;
+    if (s->n_stop && s->stop) {
+        if (!(t->stops = calloc(s->n_stop, sizeof *t->stops)))
+            return RLP_E_NOMEM;
+        for (size_t i = 0; i < s->n_stop; i++)
+            if (s->stop[i] && !(t->stops[i] = strdup(s->stop[i])))
+                return RLP_E_NOMEM;
+        s->stop = (const char *const *)t->stops;
+    }
+    if (s->n_stop_token_ids && s->stop_token_ids) {
+        if (!(t->stop_ids = malloc(s->n_stop_token_ids * sizeof *t->stop_ids)))
+            return RLP_E_NOMEM;
+        memcpy(t->stop_ids, s->stop_token_ids, s->n_stop_token_ids * sizeof *t->stop_ids);
+        s->stop_token_ids = t->stop_ids;
+    }
     return RLP_OK;
 }
 
@@ -116,7 +133,12 @@ static int create_rollout_engine(rlp_trainer *t)
         rem.api_key = t->api_key;
         rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
         rem.max_retries = 3;
-        const rlp_tokenizer *tok = t->ext_tok ? t->ext_tok : rlp_policy_tokenizer(t->policy);
+        /* a model without a tokenizer: the prompts go out encoded with the
+         * host's and the completions are decoded with it on return
+         * (rlpi_train_generate); the engine must not have it too, or the
+         * rollout worker takes it for the engine's own and keeps the text the
+         * workers sent, empty for such a model */
+        const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
         if ((rc = rlp_rollout_engine_create_remote(&t->ro_engine, tok, &rem)))
             return rlpi_error_wrap("worker_urls");
     } else {
@@ -281,6 +303,10 @@ void rlp_trainer_free(rlp_trainer *t)
         free(t->urls[i]);
     free(t->api_key);
     free(t->weights_dir);
+    for (size_t i = 0; t->stops && i < t->o.sampling.n_stop; i++)
+        free(t->stops[i]);
+    free(t->stops);
+    free(t->stop_ids);
     free(t->prompt_ids);
     free(t);
 }

@@ -20,6 +20,7 @@ struct rlp_rollout_worker {
     const rlp_tokenizer *tok;     /* renders the prompts (NULL with ext_tok) */
     const rlp_tokenizer *ext_tok; /* encodes prompts / decodes completions for a model without a tokenizer */
     uint64_t next_batch;
+    uint64_t id_tag;              /* bits 48–62 of its engine-numbered group ids (see rollout_worker.c) */
     pthread_t th;
     int started;
     atomic_int stopping, running, at_gate, failed_rc;
@@ -35,6 +36,8 @@ struct rlp_trainer {
     size_t n_metrics;
     char *urls[RLPI_MAX_URLS];
     char *api_key, *weights_dir;
+    char **stops;                  /* (o.sampling.n_stop) copies of the stop strings o.sampling points to */
+    int32_t *stop_ids;             /* (o.sampling.n_stop_token_ids) a copy of the stop token ids */
     rlp_policy *policy;
     rlp_task *task;
     rlp_reward_fn *reward;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """An asynchronous push-pull run (Echo / AReaL) driven from Python.
 
-    swarm.py MODEL [--workers N] [--rlpost PATH | --local] [--steps S] [--eta η]
-             [--group G] [--prompts B] [--max-new-tokens T] [--threads t] [--dir DIR]
+    swarm.py MODEL [--tokenizer PATH] [--workers N] [--rlpost PATH | --local] [--steps S]
+             [--eta η] [--group G] [--prompts B] [--max-new-tokens T] [--threads t] [--dir DIR]
 
 Rollout side and trainer run at the same time, joined by a replay buffer
 (groups older than v − η are dropped) and a synchronizer (RLP_SYNC_ASYNC:
@@ -17,34 +17,34 @@ admit groups through the staleness gate).
 - --local: N rollout threads in this process, each with its own local
   engine (a copy of the weights), and the in-process transport.
 
-Each rollout thread loops: acquire up to B groups through the gate → pull
-the latest weights → generate G samples of B random token prompts → score
-them with a reward written in Python (the share of even token ids: cheap
-and learnable; the library calls it on its reward worker threads) → push
-the groups whose requests all succeeded → release the gate slots. The
-trainer loop (this thread): pull B groups at version v → one GRPO step →
-publish v + 1. ctypes releases the GIL in every library call, so
-generation, scoring and training overlap.
+The producers are rlpost.RolloutWorker threads (the library's producer
+half, rlp_rollout_worker), one per engine, each drawing K&K prompts from a
+task of its own (rendered and encoded with the model's tokenizer, or with
+--tokenizer for a model without one such as stories260K.bin). Per batch of
+ceil(B / N) groups a worker admits them through the gate → pulls the
+latest weights → generates G samples per prompt → scores them with a
+reward written in Python (the share of even token ids in the completion:
+cheap and learnable; the library calls it on its reward worker threads) →
+pushes the groups whole. The trainer loop (this thread): pull B groups at
+version v → one GRPO step → publish v + 1. ctypes releases the GIL in
+every library call, so generation, scoring and training overlap.
 
 stdout: a JSON line per step, then a summary line with the bookkeeping
 checks (every pushed group was consumed, dropped as stale or is still
-held; none consumed twice). Exit 0 when they hold, 1 otherwise, 2 on bad
-arguments, 77 when the model is missing.
+held; none consumed twice; every worker stopped healthy). Exit 0 when they
+hold, 1 otherwise, 2 on bad arguments, 77 when the model is missing.
 """
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-PROMPT_LEN = 8
 
 
 from _host import import_rlpost  # noqa: E402  (beside this file)
@@ -62,7 +62,7 @@ class Worker:
     def __init__(self, driver, model, folder, index, threads):
         self.log_path = os.path.join(folder, "worker%d.log" % index)
         cmd = [driver, "serve", model, "--port", "0", "--weights-dir", folder, "--threads", str(threads),
-               "--max-batch", "32", "--max-seq-len", "256"]
+               "--max-batch", "32", "--max-seq-len", "512"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"), text=True)
         line = self.proc.stdout.readline()  # {"listening": URL, ..., "weight_version": V}
         try:
@@ -92,78 +92,10 @@ def find_driver(given):
 
 # ---- the rollout side --------------------------------------------------------------
 
-class Shared:
-    def __init__(self, sync, buf, reward, vocab, args):
-        self.sync, self.buf, self.reward, self.vocab, self.args = sync, buf, reward, vocab, args
-        self.lock = threading.Lock()
-        self.next_group = 1
-        self.pushed = self.error_groups = self.unpushed = self.pull_failures = self.generated = 0
-        self.failure = None
-
-
 def even_share(req):
     """The reward, in Python: the share of even token ids in the completion."""
     toks = req.completion_tokens
     return sum(1 for t in toks if t % 2 == 0) / len(toks) if len(toks) else 0.0
-
-
-def rollout_loop(sh, engine):
-    B, G = sh.args.prompts, sh.args.group
-    try:
-        while True:
-            try:
-                sh.sync.acquire()  # one slot, waiting as long as the gate says
-            except rlpost.ClosedError:
-                return
-            k = 1
-            while k < B:
-                try:
-                    sh.sync.acquire(timeout_ms=0)
-                    k += 1
-                except (rlpost.AgainError, rlpost.ClosedError):
-                    break
-            try:
-                sh.sync.pull(engine)
-            except rlpost.Error as e:  # a dead worker: the others were updated, the next pull retries
-                log("pull: %s" % e)
-                with sh.lock:
-                    sh.pull_failures += 1
-            with sh.lock:
-                g0 = sh.next_group
-                sh.next_group += k
-            prompts = [{"tokens": [random.Random(g0 + i).randrange(sh.vocab) for _ in range(PROMPT_LEN)],
-                        "group_id": g0 + i} for i in range(k)]
-            batch = engine.generate(prompts, n=G, max_new_tokens=sh.args.max_new_tokens, ignore_eos=True, seed=7)
-            bad = {t.group_id for t in batch if t.finish_reason == rlpost.FinishReason.ERROR or not t.valid}
-            sh.reward.score(batch)
-            good = rlpost.Batch()
-            for t in batch:
-                if t.group_id not in bad:
-                    good.append(t)
-            n_good = k - len(bad)
-            accepted = True
-            try:
-                if n_good:
-                    sh.buf.push(good)
-            except rlpost.ClosedError:
-                accepted = False  # the run is over
-            for i in range(k):
-                sh.sync.release(accepted=accepted and (g0 + i) not in bad)
-            with sh.lock:
-                sh.generated += len(batch)
-                sh.error_groups += len(bad)
-                if accepted:
-                    sh.pushed += n_good
-                else:
-                    sh.unpushed += n_good
-            batch.close()
-            good.close()
-            if not accepted:
-                return
-    except BaseException as e:  # anything else ends the run as a failure
-        sh.failure = e
-        sh.sync.shutdown()
-        sh.buf.shutdown()
 
 
 # ---- main: the trainer ---------------------------------------------------------------
@@ -171,6 +103,7 @@ def rollout_loop(sh, engine):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
+    ap.add_argument("--tokenizer", help="tokenizer file for a model without one (e.g. stories260K.bin)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rlpost", help="the rlpost driver for the worker processes")
     ap.add_argument("--local", action="store_true", help="rollout threads with local engines instead of processes")
@@ -186,7 +119,7 @@ def main():
             and 1 <= args.max_new_tokens <= 200):
         ap.error("bad numbers")
     try:
-        info = rlpost.model_inspect(args.model)
+        rlpost.model_inspect(args.model)
     except rlpost.Error as e:
         log("%s (skipped)" % e)
         return 77
@@ -197,32 +130,46 @@ def main():
             ap.error("no rlpost driver: give --rlpost PATH or use --local")
     folder = args.dir or tempfile.mkdtemp(prefix="rlpost-pyswarm-")
     os.makedirs(folder, exist_ok=True)
-    workers, threads, engines = [], [], []
+    processes, engines, rollout = [], [], []
     ctx = rlpost.Context(n_threads=args.threads)
     policy = rlpost.Policy(ctx, args.model)
     policy.set_optimizer(lr=1e-3)
+    tok = rlpost.Tokenizer(args.tokenizer) if args.tokenizer else policy.tokenizer
+    if tok is None:
+        ap.error("%s has no tokenizer of its own: give --tokenizer" % args.model)
     try:
         if args.local:
             sync = rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.IN_PROCESS,
                                        max_staleness=args.eta, batch_groups=args.prompts)
-            engines = [rlpost.RolloutEngine(policy, max_batch=args.prompts * args.group, max_seq_len=256)
+            engines = [rlpost.RolloutEngine(policy, max_batch=args.prompts * args.group, max_seq_len=512)
                        for _ in range(args.workers)]
         else:
-            workers = [Worker(driver, args.model, folder, i, args.threads) for i in range(args.workers)]
-            urls = [w.url for w in workers]
+            processes = [Worker(driver, args.model, folder, i, args.threads) for i in range(args.workers)]
+            urls = [w.url for w in processes]
             log("%d workers at %s" % (len(urls), ", ".join(urls)))
             sync = rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.HTTP,
                                        max_staleness=args.eta, batch_groups=args.prompts, dir=folder, urls=urls,
                                        timeout_ms=60000, max_retries=2)
+            # the model's own tokenizer (None for stories260K: the workers then encode the
+            # prompts and decode the completions with --tokenizer's, as for local engines)
             engines = [rlpost.RolloutEngine.remote(urls, tokenizer=policy.tokenizer, timeout_ms=120000,
                                                    max_retries=3)]
         buf = rlpost.ReplayBuffer(sync=sync)  # one η: the gate's
         reward = rlpost.RewardFn(even_share, name="even_share", n_threads=2)
         sync.publish(policy)  # version 0: where every worker starts
-        sh = Shared(sync, buf, reward, info.vocab_size, args)
-        threads = [threading.Thread(target=rollout_loop, args=(sh, e), daemon=True) for e in engines]
-        for t in threads:
-            t.start()
+        # each rollout thread admits ceil(B / N) groups per batch: N workers holding part of
+        # their slots each can never fill the gate's (η + 1)·B between them and wait forever
+        per_batch = -(-args.prompts // len(engines))
+        warnings = []
+        for i, e in enumerate(engines):
+            task = rlpost.Task("kk", {"seed": 1 + i, "people": 2, "template": "none"})  # one task per thread
+            rollout.append(rlpost.RolloutWorker(e, task, reward, sync, buf, prompts_per_batch=per_batch, seed=7 + i,
+                                                tokenizer=tok, sampling={"n": args.group,
+                                                                         "max_new_tokens": args.max_new_tokens,
+                                                                         "ignore_eos": True},
+                                                log=lambda level, msg: warnings.append(msg) or log(msg)))
+        for w in rollout:
+            w.start()
 
         seen = {}
         t0, train_s, trained, failed = time.monotonic(), 0.0, 0, False
@@ -230,7 +177,7 @@ def main():
             try:
                 b = buf.pull(args.prompts, policy.version, timeout_ms=300000)
             except rlpost.Error as e:
-                log("step %d: no batch: %s" % (step, e))
+                log("step %d: no batch: %s%s" % (step, e, "".join("; " + w.error for w in rollout if w.error)))
                 failed = True
                 break
             for t in b:
@@ -250,32 +197,35 @@ def main():
                               "seconds": round(time.monotonic() - t0, 3)}), flush=True)
             b.close()
         wall = time.monotonic() - t0
-        # stop the rollout side: a generate call in flight finishes, its push then fails
-        # with ClosedError and its slots are released unaccepted
-        sync.shutdown()
-        buf.shutdown()
-        for t in threads:
-            t.join(300)
+        # stop the rollout side: the gate and the buffer close, a generation in flight is
+        # aborted and its slots are released unaccepted; nothing half-done is pushed
+        for w in rollout:
+            w.stop()
+        ws = [w.stats() for w in rollout]
+        errors = [w.error for w in rollout if w.error]
         bs, ss = buf.stats(), sync.stats()
+        pushed = sum(s.groups_pushed for s in ws)
         duplicates = sum(c - 1 for c in seen.values())
-        books = (sh.pushed == bs.accepted == bs.consumed + bs.dropped_stale + bs.size
+        books = (pushed == bs.accepted == bs.consumed + bs.dropped_stale + bs.size
                  and len(seen) == bs.consumed and duplicates == 0)
-        ok = not failed and books and sh.failure is None and not any(t.is_alive() for t in threads)
+        ok = not failed and books and not errors and not any(s.running for s in ws)
         print(json.dumps({"summary": True, "ok": ok, "mode": "local" if args.local else "processes",
-                          "steps": args.steps, "workers": args.workers, "eta": args.eta,
-                          "seconds": round(wall, 3), "trained_trajectories": trained,
+                          "steps": args.steps, "workers": args.workers, "rollout_threads": len(rollout),
+                          "eta": args.eta, "seconds": round(wall, 3), "trained_trajectories": trained,
                           "trajectories_per_s": trained / wall if wall > 0 else 0.0,
-                          "generated_trajectories": sh.generated,
+                          "pushed_trajectories": pushed * args.group,
                           "trainer_busy_fraction": train_s / wall if wall > 0 else 0.0,
-                          "pushed_groups": sh.pushed, "accepted": bs.accepted, "consumed": bs.consumed,
+                          "pushed_groups": pushed, "accepted": bs.accepted, "consumed": bs.consumed,
                           "dropped_stale": bs.dropped_stale, "held": bs.size, "consumed_distinct_ids": len(seen),
-                          "duplicates": duplicates, "error_groups": sh.error_groups,
-                          "unpushed_at_close": sh.unpushed, "pull_failures": sh.pull_failures,
+                          "duplicates": duplicates, "released_unpushed": sum(s.groups_released for s in ws),
+                          "rollout_idle_seconds": sum(s.idle_seconds for s in ws), "warnings": len(warnings),
                           "publishes": ss.publishes, "weight_loads": ss.weight_loads}), flush=True)
-        if sh.failure is not None:
-            log("a rollout thread failed: %r" % (sh.failure,))
+        for msg in errors:
+            log("a rollout thread failed: %s" % msg)
         if not ok:
             log("FAILED: the run stopped early or the group bookkeeping does not add up")
+        for w in rollout:
+            w.close()
         reward.close()
         buf.close()
         for e in engines:
@@ -283,10 +233,14 @@ def main():
         sync.close()
         return 0 if ok else 1
     finally:
-        for w in workers:
+        for w in rollout:
+            w.close()  # before the engines and processes they use (safe twice)
+        for w in processes:
             w.stop()
         policy.close()
         ctx.close()
+        if args.tokenizer:
+            tok.close()
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -17,6 +17,9 @@ numpy is installed, as lists otherwise (HAVE_NUMPY says which).
         batch = engine.generate(["What is 2+2?"], n=4, max_new_tokens=64)
         reward.score(batch)
         print(policy.train_rl(batch))
+
+The run loop itself is rlpost.Trainer (sync, pull and async RL runs over
+a policy, a task and a reward); rlpost.RolloutWorker is its producer half.
 """
 from . import _ffi
 from ._util import HAVE_NUMPY, Record
@@ -35,6 +38,8 @@ from .rollout import InterruptMode, LogprobsMode, RolloutEngine, StreamEvent
 from .sync import Synchronizer, SyncMode, SyncTransport
 from .task import PromptSet, Task
 from .tokenizer import DecodeFlags, Detokenizer, EncodeFlags, Tokenizer, TokenRole
+from .trainer import (BatchView, EvalResult, RolloutWorker, StepRecord, TrainMode, Trainer, stats_bootstrap_mean,
+                      stats_bootstrap_paired, stats_wilson)
 
 # rlpost.IOError, rlpost.TimeoutError and rlpost.OverflowError subclass the built-ins of
 # the same name but are left out of __all__, so `from rlpost import *` never hides a built-in.
@@ -48,13 +53,14 @@ __all__ = [
     "NetworkError", "CallbackError", "ClosedError", "AgainError", "NotFoundError", "StateError", "InternalError",
     # handles
     "Context", "Tokenizer", "Detokenizer", "Policy", "LossContext", "model_inspect", "Batch", "Trajectory",
-    "Provenance", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward", "InvalidSample",
-    "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm",
+    "Provenance", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward",
+    "InvalidSample", "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm", "Trainer", "RolloutWorker",
+    "BatchView", "StepRecord", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
-    "STALENESS_UNBOUNDED",
+    "STALENESS_UNBOUNDED", "TrainMode",
 ]
 
 #: Version of these bindings (the library's own is version_string()).

@@ -307,6 +307,53 @@ CommOptions = _struct("rlp_comm_options", [
     ("version", c_uint32), ("transport", c_int32), ("rank", c_int32), ("world_size", c_int32),
     ("rendezvous", c_char_p), ("timeout_ms", c_uint32)])
 
+#: RLP_TRAINER_MAX_METRICS
+TRAINER_MAX_METRICS = 8
+
+TrainerMetric = _struct("rlp_trainer_metric", [
+    ("fn", c_void_p), ("mean_key", c_char_p), ("rate_key", c_char_p), ("threshold", c_double)])
+
+#: rlp_trainer_batch_fn: int (const rlp_batch *batch, uint64_t step, void *payload)
+TrainerBatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, c_void_p)
+
+TrainerOptions = _struct("rlp_trainer_options", [
+    ("version", c_uint32), ("mode", c_int32), ("max_staleness", c_uint32), ("prompts_per_step", c_uint32),
+    ("seed", c_uint64), ("sampling", SamplingOptions), ("rl", RLOptions), ("ref", c_void_p),
+    ("tokenizer", c_void_p), ("max_seq_len", c_uint32), ("max_batch", c_uint32), ("rollout_policy", c_void_p),
+    ("worker_urls", POINTER(c_char_p)), ("n_worker_urls", c_size_t), ("api_key", c_char_p),
+    ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
+    ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
+    ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32)])
+
+StepRecord = _struct("rlp_step_record", [
+    ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
+    ("sampling_seed", c_uint64), ("prompt_index", POINTER(c_uint64)), ("n_prompts", c_size_t),
+    ("reward_mean", c_double), ("reward_std", c_double), ("reward_min", c_double), ("reward_max", c_double),
+    ("reward_valid", c_uint64), ("reward_errors", c_uint64), ("reward_timeouts", c_uint64),
+    ("reward_nonfinite", c_uint64), ("reward_crashed", c_uint64), ("completions", c_uint64),
+    ("completion_tokens", c_uint64), ("truncated", c_uint64),
+    ("metric_mean", c_double * TRAINER_MAX_METRICS), ("metric_rate", c_double * TRAINER_MAX_METRICS),
+    ("rl", RLStats), ("buffer_dropped", c_uint64), ("buffer_dropped_total", c_uint64), ("buffer_size", c_uint64),
+    ("rollout_seconds", c_double), ("reward_seconds", c_double), ("train_seconds", c_double),
+    ("publish_seconds", c_double), ("trainer_idle_seconds", c_double), ("rollout_idle_seconds", c_double),
+    ("step_seconds", c_double), ("rollout_tokens", c_uint64), ("tokens_per_second", c_double)])
+
+EvalResult = _struct("rlp_eval_result", [
+    ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),
+    ("accuracy", c_double), ("accuracy_low", c_double), ("accuracy_high", c_double), ("reward_mean", c_double),
+    ("mean_completion_tokens", c_double), ("truncated", c_uint64), ("seconds", c_double)])
+
+RolloutWorkerOptions = _struct("rlp_rollout_worker_options", [
+    ("version", c_uint32), ("prompts_per_batch", c_uint32), ("seed", c_uint64), ("first_batch", c_uint64),
+    ("sampling", SamplingOptions), ("tokenizer", c_void_p), ("retries", c_uint32), ("remote", c_int32),
+    ("log_fn", LogFn), ("log_payload", c_void_p)])
+
+RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
+    ("version", c_uint32), ("batches", c_uint64), ("groups_pushed", c_uint64), ("groups_released", c_uint64),
+    ("tokens", c_uint64), ("generate_seconds", c_double), ("reward_seconds", c_double), ("idle_seconds", c_double),
+    ("reward_errors", c_uint64), ("reward_timeouts", c_uint64), ("reward_nonfinite", c_uint64),
+    ("reward_crashed", c_uint64), ("at_gate", c_int32), ("running", c_int32)])
+
 # ---------------------------------------------------------------------------
 # Functions: (name, restype, argtypes), in the order of the header
 # ---------------------------------------------------------------------------
@@ -472,6 +519,33 @@ FUNCTIONS = [
     ("rlp_comm_broadcast", c_int, [_h, c_void_p, c_size_t, c_int32]),
     ("rlp_policy_set_comm", c_int, [_h, _h]),
     ("rlp_policy_broadcast", c_int, [_h, _h, c_int32]),
+    # trainer
+    ("rlp_trainer_options_init", c_int, [P(TrainerOptions), c_uint32]),
+    ("rlp_trainer_create", c_int, [_out_h, _h, _h, _h, P(TrainerOptions)]),
+    ("rlp_trainer_step", c_int, [_h, P(StepRecord)]),
+    ("rlp_trainer_step_json", c_int, [_h, _buf, c_size_t, P(c_size_t)]),
+    ("rlp_trainer_interrupt", c_int, [_h]),
+    ("rlp_trainer_stop", c_int, [_h]),
+    ("rlp_trainer_steps_done", c_int, [P(c_uint64), _h]),
+    ("rlp_trainer_checkpoint", c_int, [_h, _cs, c_int, _cs]),
+    ("rlp_trainer_resume", c_int, [_h, _cs]),
+    ("rlp_trainer_generate", c_int, [_out_h, _h, _h, P(SamplingOptions)]),
+    ("rlp_trainer_evaluate", c_int,
+     [P(EvalResult), _h, _h, P(SamplingOptions), _h, c_double, P(c_double), _out_h]),
+    ("rlp_stats_wilson", c_int, [P(c_double), P(c_double), c_uint64, c_uint64, c_double]),
+    ("rlp_stats_bootstrap_mean", c_int, [P(c_double), P(c_double), P(c_double), c_size_t, c_uint32, c_uint64]),
+    ("rlp_stats_bootstrap_paired", c_int,
+     [P(c_double), P(c_double), P(c_double), P(c_double), c_size_t, c_uint32, c_uint64]),
+    ("rlp_trainer_free", None, [_h]),
+    # rollout worker
+    ("rlp_rollout_worker_options_init", c_int, [P(RolloutWorkerOptions), c_uint32]),
+    ("rlp_rollout_worker_create", c_int, [_out_h, _h, _h, _h, _h, _h, P(RolloutWorkerOptions)]),
+    ("rlp_rollout_worker_run_once", c_int, [_h]),
+    ("rlp_rollout_worker_start", c_int, [_h]),
+    ("rlp_rollout_worker_stop", c_int, [_h]),
+    ("rlp_rollout_worker_error", c_int, [_h, P(c_char_p)]),
+    ("rlp_rollout_worker_stats_get", c_int, [P(RolloutWorkerStats), _h]),
+    ("rlp_rollout_worker_free", None, [_h]),
 ]
 
 

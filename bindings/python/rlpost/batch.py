@@ -7,7 +7,9 @@ from ctypes import byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
-from ._util import CArray, Record, from_c, json_text, options, struct_record, text, to_bytes
+from .errors import STATUS_STATE, StateError
+from ._util import CArray, Record, from_c, json_text, struct_record, text, to_bytes
+from .policy import rl_options
 
 F = _ffi.F
 
@@ -80,6 +82,12 @@ class Batch(Handle):
     Trajectory copy) and iteration read it."""
 
     _free = "rlp_batch_free"
+    _read_only = False  # a batch borrowed from the library for a callback (trainer.BatchView)
+
+    def _check_writable(self, what):
+        if self._read_only:
+            raise StateError("%s: this batch is borrowed read-only for a callback; copy its trajectories into "
+                             "a Batch of your own (Batch().append(t))" % what, STATUS_STATE, None)
 
     def __init__(self, _ptr=None):
         if _ptr is None:
@@ -134,6 +142,7 @@ class Batch(Handle):
         sample_index, token_rewards, provenance: a Provenance or a dict).
         Defaults: finish STOP, stop_index -1, temperature 1, reward NaN
         (unscored), valid, no provenance."""
+        self._check_writable("append")
         values = {}
         if trajectory is not None:
             values.update(trajectory if isinstance(trajectory, dict) else vars(trajectory))
@@ -185,23 +194,28 @@ class Batch(Handle):
     def extend(self, other):
         """Moves every trajectory of another Batch to the end of this one
         (the other becomes empty)."""
+        self._check_writable("extend")
         if other is self:
             raise ValueError("extend: a batch cannot be extended with itself")
+        other._check_writable("extend")
         with self._use() as p, other._use() as o:
             check(F.rlp_batch_extend(p, o), "rlp_batch_extend")
 
     def set_reward(self, index, reward):
+        self._check_writable("set_reward")
         with self._use() as p:
             check(F.rlp_batch_set_reward(p, int(index), float(reward)), "rlp_batch_set_reward")
 
     def set_token_rewards(self, index, rewards):
         """Per-token (process) rewards of trajectory @p index, one per
         completion token; None clears them."""
+        self._check_writable("set_token_rewards")
         a = CArray(rewards, c_float, "rewards", allow_none=True)
         with self._use() as p:
             check(F.rlp_batch_set_token_rewards(p, int(index), a.ptr, a.n), "rlp_batch_set_token_rewards")
 
     def set_invalid(self, index, reason):
+        self._check_writable("set_invalid")
         with self._use() as p:
             check(F.rlp_batch_set_invalid(p, int(index), to_bytes(reason, "reason")), "rlp_batch_set_invalid")
 
@@ -210,6 +224,7 @@ class Batch(Handle):
         and/or keywords (prompt_index, epoch, position, sampling_seed,
         batch; missing ones are 0). An index outside the batch raises
         InvalidArgumentError."""
+        self._check_writable("set_provenance")
         c = _c_provenance(provenance, fields, "set_provenance")
         with self._use() as p:
             check(F.rlp_batch_set_provenance(p, int(index), byref(c)), "rlp_batch_set_provenance")
@@ -217,6 +232,7 @@ class Batch(Handle):
     def set_group_provenance(self, group_id, provenance=None, **fields):
         """Sets the provenance (as set_provenance) of every trajectory of
         group @p group_id; NotFoundError when the batch has none."""
+        self._check_writable("set_group_provenance")
         c = _c_provenance(provenance, fields, "set_group_provenance")
         with self._use() as p:
             check(F.rlp_batch_set_group_provenance(p, int(group_id), byref(c)), "rlp_batch_set_group_provenance")
@@ -226,10 +242,7 @@ class Batch(Handle):
         (rlp_rl_advantages()): a list of floats, NaN where the step would
         drop the trajectory. Keywords are rlp_rl_options fields (advantage,
         adv_eps, adv_batch_norm, gamma, ...), as for Policy.train_rl()."""
-        for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
-            if k in kw:
-                kw[k] = int(kw[k])
-        opts = options(_ffi.RLOptions, "rlp_rl_options_init", kw, [], what="advantages")
+        opts = rl_options(kw, what="advantages")
         n = len(self)
         out = (c_float * max(n, 1))()
         with self._use() as p:

@@ -96,6 +96,7 @@ class ReplayBuffer(Handle):
     def push(self, batch):
         """Adds the batch's trajectories as whole groups (all or none). On
         success the batch is left empty."""
+        batch._check_writable("push")
         with self._use() as p, batch._use() as b:
             check(F.rlp_replay_buffer_push(p, b), "rlp_replay_buffer_push")
 

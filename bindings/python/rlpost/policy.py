@@ -62,6 +62,17 @@ class LossAgg(enum.IntEnum):
     SEQ_MEAN_TOKEN_SUM_NORM = 3
 
 
+def rl_options(values, what="rl"):
+    """An rlp_rl_options from keywords (its fields: advantage, policy_loss,
+    clip_low, clip_high, kl_estimator, kl_coef, loss_agg, ppo_epochs, ...);
+    the enum fields take the enums above or their values."""
+    values = dict(values or {})
+    for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
+        if k in values:
+            values[k] = int(values[k])
+    return options(_ffi.RLOptions, "rlp_rl_options_init", values, [], what=what)
+
+
 def model_inspect(path):
     """Describes a model file or folder without loading the weights
     (rlp_model_inspect()): architecture, sizes, dtypes..."""
@@ -320,10 +331,7 @@ class Policy(Handle):
         steps. Keywords are the fields of rlp_rl_options (advantage,
         policy_loss, clip_low, clip_high, kl_estimator, kl_coef, loss_agg,
         ...); ref is a frozen Policy for the KL. Returns the stats."""
-        for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
-            if k in kw:
-                kw[k] = int(kw[k])
-        opts = options(_ffi.RLOptions, "rlp_rl_options_init", kw, [], what="train_rl")
+        opts = rl_options(kw, what="train_rl")
         stats = _ffi.RLStats()
         stats.version = stats._version_
         with self._use() as p, batch._use() as b:

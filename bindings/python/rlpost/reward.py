@@ -365,6 +365,7 @@ class RewardFn(Handle):
         a reason); returns the call's counts: scored, skipped, valid,
         invalid, errors, timeouts, nonfinite, abandoned_running,
         mean_score, min_score, max_score, seconds, crashed."""
+        batch._check_writable("score")
         st = _ffi.RewardStats()
         st.version = st._version_
         with self._use() as p, batch._use() as b:

@@ -37,7 +37,10 @@ class Synchronizer(Handle):
                  timeout_ms=0, max_retries=3, verify_retries=5, log=None, comm=None, root=0)
 
     Thread-safe like the C handle. In COLOCATED mode publish() borrows the
-    policy: the synchronizer then keeps it alive and is closed with it.
+    policy: the synchronizer then keeps it alive and is closed with it. With
+    the in-process transport otherwise, publish() keeps a copy of the
+    weights on the policy's context: the synchronizer then keeps that
+    context alive and is closed with it.
     close() first closes the gate (waking acquire()) and frees the handle
     once running calls have returned.
     """
@@ -72,6 +75,7 @@ class Synchronizer(Handle):
         keep.append(comm)  # COLLECTIVE borrows the group: keep it alive as long as this
         self._keep = keep
         self.mode = SyncMode(mode)
+        self.transport = SyncTransport(transport)
         self._borrowed = None
         holder[0] = weakref.ref(self)
 
@@ -86,6 +90,11 @@ class Synchronizer(Handle):
             if self.mode == SyncMode.COLOCATED and self._borrowed is not policy:
                 policy._adopt(self)  # the C side now points at the policy
                 self._borrowed = policy
+            elif self.transport == SyncTransport.IN_PROCESS and policy.context not in self._parents:
+                # the published snapshot is a clone on the policy's context: it must
+                # outlive the synchronizer, which is closed with it
+                policy.context._adopt(self)
+                self._parents += (policy.context,)
 
     def pull(self, engine=None):
         """Brings a rollout engine to the latest published version (None,

@@ -58,18 +58,23 @@ def check_swarm(r, lines, steps):
     return summary
 
 
-def test_swarm_example_in_process(stories_path):
-    r, lines = run_example("swarm.py", stories_path, "--local", "--workers", 2, "--steps", 4, "--eta", 1,
+def test_swarm_example_in_process(stories_path, tok512_path):
+    r, lines = run_example("swarm.py", stories_path, "--tokenizer", tok512_path, "--local", "--workers", 2, "--steps", 4, "--eta", 1,
                            "--max-new-tokens", 16)
     s = check_swarm(r, lines, 4)
-    assert s["mode"] == "local" and s["weight_loads"] >= 1
+    assert s["mode"] == "local" and s["weight_loads"] >= 1 and s["rollout_threads"] == 2
 
 
-def test_swarm_example_with_worker_processes(stories_path):
+def test_swarm_example_needs_a_tokenizer(stories_path):
+    r, _ = run_example("swarm.py", stories_path, "--local", "--steps", 1)
+    assert r.returncode == 2 and "--tokenizer" in r.stderr
+
+
+def test_swarm_example_with_worker_processes(stories_path, tok512_path):
     driver = os.environ.get("RLPOST_DRIVER") or str(ROOT / "build" / "examples" / "rlpost" / "rlpost")
     if not os.access(driver, os.X_OK):
         pytest.skip("no rlpost driver (RLPOST_DRIVER)")
-    r, lines = run_example("swarm.py", stories_path, "--rlpost", driver, "--workers", 2, "--steps", 4,
+    r, lines = run_example("swarm.py", stories_path, "--tokenizer", tok512_path, "--rlpost", driver, "--workers", 2, "--steps", 4,
                            "--max-new-tokens", 16)
     if r.returncode != 0 and "needs libmicrohttpd" in r.stderr:
         pytest.skip("the driver was built without libmicrohttpd")

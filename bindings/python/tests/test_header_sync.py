@@ -50,7 +50,8 @@ SCALARS = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "int32_t": ctypes.c_i
            "uint8_t": ctypes.c_uint8, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
            "double": ctypes.c_double, "char": ctypes.c_char}
 CALLBACKS = {"rlp_log_fn": _ffi.LogFn, "rlp_loss_fn": _ffi.LossFn, "rlp_stream_fn": _ffi.StreamFn,
-             "rlp_reward_callback": _ffi.RewardCallback, "rlp_reward_batch_callback": _ffi.RewardBatchCallback}
+             "rlp_reward_callback": _ffi.RewardCallback, "rlp_reward_batch_callback": _ffi.RewardBatchCallback,
+             "rlp_trainer_batch_fn": _ffi.TrainerBatchFn}
 PY_STRUCTS = {cls._c_name_: cls for cls in vars(_ffi).values()
               if isinstance(cls, type) and issubclass(cls, ctypes.Structure) and hasattr(cls, "_c_name_")}
 
@@ -214,6 +215,7 @@ def test_struct_versions_match_the_macros():
 def test_constants_match_the_macros():
     assert int(DEFINES["RLP_REWARD_REASON_MAX"]) == _ffi.REWARD_REASON_MAX
     assert int(DEFINES["RLP_BUFFER_STALENESS_BINS"]) == _ffi.BUFFER_STALENESS_BINS
+    assert int(DEFINES["RLP_TRAINER_MAX_METRICS"]) == _ffi.TRAINER_MAX_METRICS
     assert DEFINES["RLP_WAIT_FOREVER"] == "UINT32_MAX" and rlpost.WAIT_FOREVER == 2 ** 32 - 1
     assert DEFINES["RLP_STALENESS_UNBOUNDED"] == "UINT32_MAX" and rlpost.STALENESS_UNBOUNDED == 2 ** 32 - 1
     assert int(DEFINES["RLP_BACKEND_COUNT"]) == len(rlpost.Backend)
@@ -233,6 +235,7 @@ ENUM_MAP = {
     "rlp_buffer_full_policy": (rlpost.BufferFullPolicy, "RLP_BUFFER_FULL_"),
     "rlp_sync_mode": (rlpost.SyncMode, "RLP_SYNC_"), "rlp_sync_transport": (rlpost.SyncTransport, "RLP_TRANSPORT_"),
     "rlp_comm_transport": (rlpost.CommTransport, "RLP_COMM_"), "rlp_reduce_op": (rlpost.ReduceOp, "RLP_REDUCE_"),
+    "rlp_train_mode": (rlpost.TrainMode, "RLP_TRAIN_"),
 }
 
 

@@ -18,6 +18,10 @@ def _every_handle(ctx, stories_path, tok512_path):
     pol = rlpost.Policy(ctx, stories_path)
     tok = rlpost.Tokenizer(tok512_path)
     task = rlpost.Task("countdown", {"seed": 1})
+    eng = rlpost.RolloutEngine(pol, max_batch=2, max_seq_len=16)
+    rew = rlpost.RewardFn(lambda r: 1.0)
+    buf = rlpost.ReplayBuffer()
+    sync = rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC)
     return [
         (rlpost.Context(n_threads=1), lambda h: h.n_threads),
         (tok, lambda h: h.encode("a")),
@@ -25,19 +29,22 @@ def _every_handle(ctx, stories_path, tok512_path):
         (pol, lambda h: h.version),
         (pol.clone(), lambda h: h.logprobs([[1, 2, 3]])),
         (rlpost.Batch(), lambda h: len(h)),
-        (rlpost.RolloutEngine(pol, max_batch=2, max_seq_len=16), lambda h: h.version),
+        (eng, lambda h: h.version),
         (task, lambda h: h.position),
         (task.next_batch(1), lambda h: len(h)),
-        (rlpost.RewardFn(lambda r: 1.0), lambda h: h.score_one("x")),
+        (rew, lambda h: h.score_one("x")),
         (rlpost.RewardFn.builtin("gsm8k"), lambda h: h.name),
-        (rlpost.ReplayBuffer(), lambda h: h.stats()),
-        (rlpost.Synchronizer(), lambda h: h.version),
+        (buf, lambda h: h.stats()),
+        (sync, lambda h: h.version),
+        (rlpost.Trainer(pol, task, rew, tokenizer=tok), lambda h: h.steps_done),
+        (rlpost.RolloutWorker(eng, rlpost.Task("kk", {"seed": 1}), rew, sync, buf, tokenizer=tok),
+         lambda h: h.stats()),
     ]
 
 
 def test_close_twice_and_use_after_close(ctx, stories_path, tok512_path):
     handles = _every_handle(ctx, stories_path, tok512_path)
-    assert len({type(h) for h, _ in handles}) == 11  # every handle class
+    assert len({type(h) for h, _ in handles}) == 13  # every handle class
     for h, use in reversed(handles):
         use(h)  # works while open
         assert not h.closed
