@@ -319,7 +319,7 @@ TrainerBatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, c_void_p)
 TrainerOptions = _struct("rlp_trainer_options", [
     ("version", c_uint32), ("mode", c_int32), ("max_staleness", c_uint32), ("prompts_per_step", c_uint32),
     ("seed", c_uint64), ("sampling", SamplingOptions), ("rl", RLOptions), ("ref", c_void_p),
-    ("tokenizer", c_void_p), ("max_seq_len", c_uint32), ("max_batch", c_uint32), ("rollout_policy", c_void_p),
+    ("tokenizer", c_void_p), ("max_seq_len", c_uint32), ("max_batch", c_uint32), ("rollout_threads", c_uint32),
     ("worker_urls", POINTER(c_char_p)), ("n_worker_urls", c_size_t), ("api_key", c_char_p),
     ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
@@ -415,6 +415,7 @@ FUNCTIONS = [
     ("rlp_model_inspect", c_int, [P(ModelInfo), _cs]),
     ("rlp_policy_free", None, [_h]),
     ("rlp_policy_clone", c_int, [_out_h, _h, c_int]),
+    ("rlp_policy_clone_to", c_int, [_out_h, _h, _h, c_int]),
     ("rlp_policy_tokenizer", _h, [_h]),
     ("rlp_policy_version", c_int, [P(c_uint64), _h]),
     ("rlp_policy_n_params", c_int, [P(c_uint64), _h]),

@@ -192,15 +192,24 @@ class Policy(Handle):
         with self._use() as p:
             check(F.rlp_policy_load_optimizer(p, to_path(path)), "rlp_policy_load_optimizer")
 
-    def clone(self, trainable=False):
-        """A copy of the current weights as a new policy on the same
-        context (frozen by default: a reference policy or a snapshot)."""
+    def clone(self, trainable=False, context=None):
+        """A copy of the current weights as a new policy (frozen by default:
+        a reference policy or a snapshot), on the same context or on
+        `context` (its own threads or device, e.g. for a rollout engine)."""
+        from .context import Context
+        if context is not None and not isinstance(context, Context):
+            raise TypeError("context must be an rlpost.Context, not %s" % type(context).__name__)
+        ctx = self.context if context is None else context
         out = c_void_p()
         with self._use() as p:
-            check(F.rlp_policy_clone(byref(out), p, 1 if trainable else 0), "rlp_policy_clone")
+            if context is None:
+                check(F.rlp_policy_clone(byref(out), p, 1 if trainable else 0), "rlp_policy_clone")
+            else:
+                with context._use() as c:
+                    check(F.rlp_policy_clone_to(byref(out), p, c, 1 if trainable else 0), "rlp_policy_clone_to")
         pol = Policy.__new__(Policy)
-        Handle.__init__(pol, out.value, parents=(self.context,))
-        pol.context = self.context
+        Handle.__init__(pol, out.value, parents=(ctx,))
+        pol.context = ctx
         pol._tokenizer = None
         return pol
 

@@ -124,7 +124,7 @@ class Trainer(Handle):
 
     Trainer(policy, task, reward, mode=TrainMode.SYNC, max_staleness=None,
             prompts_per_step=8, seed=0, sampling=None, rl=None, ref=None,
-            tokenizer=None, max_seq_len=0, max_batch=0, rollout_policy=None,
+            tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
             worker_urls=None, api_key=None, weights_dir=None,
             worker_timeout_ms=0, worker_retries=2, metrics=None,
             on_batch=None, comm=None, stall_polls=10)
@@ -138,9 +138,9 @@ class Trainer(Handle):
       (n is the group size; its seed is ignored); rl: a dict of the options
       of Policy.train_rl() (advantage, policy_loss, kl_coef, ppo_epochs...).
     - ref: a frozen Policy for a KL; tokenizer: a Tokenizer for a model
-      without one (llama2.c checkpoints); rollout_policy: ASYNC with a local
-      engine, a copy of the policy on a context of its own (the engine
-      copies its weights at creation; its context is kept alive).
+      without one (llama2.c checkpoints); rollout_threads: ASYNC with a local
+      engine, 0 = the rollout side works on the policy's context, N = on a
+      context of its own with N threads (same backend, device and seed).
     - worker_urls, api_key, weights_dir, worker_timeout_ms: `rlpost serve`
       workers for PULL and ASYNC; worker_retries: failed groups are
       generated again this many times.
@@ -156,7 +156,7 @@ class Trainer(Handle):
       fails as stalled.
 
     The trainer keeps policy, task, reward, the metrics' functions, ref,
-    tokenizer, comm and rollout_policy's context alive while it exists (the
+    tokenizer and comm alive while it exists (the
     C trainer borrows them), and closing any of them closes the trainer
     first. A trainer is used by one thread at a time; interrupt() may come
     from any thread.
@@ -165,7 +165,7 @@ class Trainer(Handle):
     _free = "rlp_trainer_free"
 
     def __init__(self, policy, task, reward, mode=TrainMode.SYNC, max_staleness=None, prompts_per_step=8, seed=0,
-                 sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_policy=None,
+                 sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
                  metrics=None, on_batch=None, comm=None, stall_polls=10):
         keep = []
@@ -173,7 +173,7 @@ class Trainer(Handle):
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
         opts = options(_ffi.TrainerOptions, "rlp_trainer_options_init",
                        {"mode": int(mode), "max_staleness": max_staleness, "prompts_per_step": prompts_per_step,
-                        "seed": seed, "max_seq_len": max_seq_len, "max_batch": max_batch,
+                        "seed": seed, "max_seq_len": max_seq_len, "max_batch": max_batch, "rollout_threads": rollout_threads,
                         "worker_timeout_ms": worker_timeout_ms, "worker_retries": worker_retries,
                         "stall_polls": stall_polls, "worker_urls": worker_urls or [], "api_key": api_key,
                         "weights_dir": None if weights_dir is None else str(weights_dir)}, keep,
@@ -212,8 +212,6 @@ class Trainer(Handle):
             opts.on_batch = fn
         self._failure = failure
         parents = [policy, task, reward] + [m[0] for m in metrics] + [ref, tokenizer, comm]
-        if rollout_policy is not None:
-            parents.append(rollout_policy.context)  # the engine's copy runs on it
         out = c_void_p()
         with contextlib.ExitStack() as uses:
             p, t, r = (uses.enter_context(h._use()) for h in (policy, task, reward))
@@ -224,8 +222,7 @@ class Trainer(Handle):
                     keep.append(b)
                     setattr(arr[i], field, b)
                 arr[i].threshold = m[3]
-            for field, h in (("ref", ref), ("tokenizer", tokenizer), ("comm", comm),
-                             ("rollout_policy", rollout_policy)):
+            for field, h in (("ref", ref), ("tokenizer", tokenizer), ("comm", comm)):
                 if h is not None:
                     setattr(opts, field, uses.enter_context(h._use()))
             check(F.rlp_trainer_create(byref(out), p, t, r, byref(opts)), "rlp_trainer_create")

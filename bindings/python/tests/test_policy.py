@@ -71,6 +71,18 @@ def test_train_step_python_loss_equals_builtin(policy):
     b.close()
 
 
+def test_clone_to_another_context(policy):
+    """rlp_policy_clone_to: the same weights on a context of its own (its own
+    threads); the copy lives on that context and gives the same logprobs."""
+    with rlpost.Context(n_threads=1) as other:
+        c = policy.clone(context=other)
+        assert c.context is other
+        assert close(c.logprobs(SEQS), policy.logprobs(SEQS), 1e-6)
+        c.close()
+    with pytest.raises(TypeError):
+        policy.clone(context="not a context")
+
+
 def test_loss_context_nll_and_micro_batches(policy):
     p = policy.clone(trainable=True)
     seen = []
