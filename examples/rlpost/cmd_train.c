@@ -344,16 +344,15 @@ int cmd_train(int argc, char **argv)
             json_decref(m);
         }
         double per = (now_s() - loop_start) / (double)(k - start);
-        char eta[32], idle[96] = "";
+        char eta[32];
         fmt_eta(per * (double)(steps - k), eta, sizeof eta);
-        if (r->async)
-            fmt(idle, sizeof idle, " | idle trainer %.1f s, rollout %.1f s | buffer %llu", rec.trainer_idle_seconds,
-                rec.rollout_idle_seconds, (unsigned long long)rec.buffer_size);
+        /* every mode's idle times (sync: each side waits while the other works) */
         if (lead)
             fprintf(stderr, "step %lld/%lld | reward %.3f | format %.3f | acc %.3f | loss %.4f | %.0f tok/s | stale %.0f "
-                "| %.1f s/step%s | ETA %s\n", k, steps, reward, format_rate, accuracy, rec.rl.loss,
-                isfinite(rec.tokens_per_second) ? rec.tokens_per_second : 0.0, rec.rl.staleness_max,
-                rec.step_seconds, idle, eta);
+                "| %.1f s/step | idle trainer %.1f s, rollout %.1f s | buffer %llu | ETA %s\n", k, steps, reward,
+                format_rate, accuracy, rec.rl.loss, isfinite(rec.tokens_per_second) ? rec.tokens_per_second : 0.0,
+                rec.rl.staleness_max, rec.step_seconds, rec.trainer_idle_seconds, rec.rollout_idle_seconds,
+                (unsigned long long)rec.buffer_size, eta);
 
         /* Read the flag once: with several ranks every rank must act on the
          * reduced value, not on a signal that lands after the reduction

@@ -372,7 +372,9 @@ typedef struct rlp_rollout_worker_stats {
  * (prompt index, epoch, task position, sampling seed) and pushes it whole
  * into @p buffer; a failure releases its gate slots unaccepted.
  *
- * All handles are borrowed and must outlive the worker; @p buffer should
+ * The options are copied (the sampling options' stop strings and stop ids
+ * too; the tokenizer is borrowed). All handles are borrowed and must
+ * outlive the worker; @p buffer should
  * be attached to @p sync (rlp_buffer_options::sync) so that both judge
  * staleness by one version and one η.
  * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOMEM.

@@ -182,3 +182,33 @@ int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_p
     *out = b;
     return RLP_OK;
 }
+
+int rlpi_sampling_copy_make(rlpi_sampling_copy *c, rlp_sampling_options *s)
+{
+    memset(c, 0, sizeof *c);
+    if (s->n_stop && s->stop) {
+        if (!(c->stops = calloc(s->n_stop, sizeof *c->stops)))
+            return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+        c->n = s->n_stop;
+        for (size_t i = 0; i < s->n_stop; i++)
+            if (s->stop[i] && !(c->stops[i] = strdup(s->stop[i])))
+                return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+        s->stop = (const char *const *)c->stops;
+    }
+    if (s->n_stop_token_ids && s->stop_token_ids) {
+        if (!(c->stop_ids = malloc(s->n_stop_token_ids * sizeof *c->stop_ids)))
+            return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+        memcpy(c->stop_ids, s->stop_token_ids, s->n_stop_token_ids * sizeof *c->stop_ids);
+        s->stop_token_ids = c->stop_ids;
+    }
+    return RLP_OK;
+}
+
+void rlpi_sampling_copy_free(rlpi_sampling_copy *c)
+{
+    for (size_t i = 0; c->stops && i < c->n; i++)
+        free(c->stops[i]);
+    free(c->stops);
+    free(c->stop_ids);
+    memset(c, 0, sizeof *c);
+}

@@ -79,6 +79,11 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
     if (!w)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     w->o = o;
+    if (rlpi_sampling_copy_make(&w->sampling_copy, &w->o.sampling)) {
+        rlpi_sampling_copy_free(&w->sampling_copy);
+        free(w);
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    }
     w->engine = engine;
     w->task = task;
     w->reward = reward;
@@ -319,5 +324,6 @@ void rlp_rollout_worker_free(rlp_rollout_worker *w)
         return;
     rlp_rollout_worker_stop(w);
     pthread_mutex_destroy(&w->mu);
+    rlpi_sampling_copy_free(&w->sampling_copy);
     free(w);
 }

@@ -30,6 +30,18 @@ static inline uint64_t rlpi_train_mix_seed(uint64_t seed, uint64_t step)
 int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
                         size_t count, const rlp_sampling_options *s, const rlp_tokenizer *ext_tok, uint32_t retries);
 
+/* generate.c: the arrays a sampling options struct points to (stop strings,
+ * stop token ids), copied so that a handle can read them long after its
+ * create call returned; @p s is made to point to the copies. */
+typedef struct rlpi_sampling_copy {
+    char **stops;      /* (n) */
+    size_t n;
+    int32_t *stop_ids;
+} rlpi_sampling_copy;
+
+int rlpi_sampling_copy_make(rlpi_sampling_copy *c, rlp_sampling_options *s);
+void rlpi_sampling_copy_free(rlpi_sampling_copy *c);
+
 /* step_record.c: the reward's summary of a scored batch (mean, spread,
  * valid samples, tokens, truncations) into @p rec. */
 void rlpi_train_reward_summary(rlp_step_record *rec, const rlp_batch *batch);

@@ -57,21 +57,8 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
         return RLP_E_NOMEM;
     /* the sampling options' arrays are the caller's too: every step (and the
      * rollout worker) reads them long after create returned */
-    rlp_sampling_options *s = &t->o.sampling;
-    if (s->n_stop && s->stop) {
-        if (!(t->stops = calloc(s->n_stop, sizeof *t->stops)))
-            return RLP_E_NOMEM;
-        for (size_t i = 0; i < s->n_stop; i++)
-            if (s->stop[i] && !(t->stops[i] = strdup(s->stop[i])))
-                return RLP_E_NOMEM;
-        s->stop = (const char *const *)t->stops;
-    }
-    if (s->n_stop_token_ids && s->stop_token_ids) {
-        if (!(t->stop_ids = malloc(s->n_stop_token_ids * sizeof *t->stop_ids)))
-            return RLP_E_NOMEM;
-        memcpy(t->stop_ids, s->stop_token_ids, s->n_stop_token_ids * sizeof *t->stop_ids);
-        s->stop_token_ids = t->stop_ids;
-    }
+    if (rlpi_sampling_copy_make(&t->sampling_copy, &t->o.sampling))
+        return RLP_E_NOMEM;
     return RLP_OK;
 }
 
@@ -303,10 +290,7 @@ void rlp_trainer_free(rlp_trainer *t)
         free(t->urls[i]);
     free(t->api_key);
     free(t->weights_dir);
-    for (size_t i = 0; t->stops && i < t->o.sampling.n_stop; i++)
-        free(t->stops[i]);
-    free(t->stops);
-    free(t->stop_ids);
+    rlpi_sampling_copy_free(&t->sampling_copy);
     free(t->prompt_ids);
     free(t);
 }

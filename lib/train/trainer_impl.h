@@ -28,6 +28,7 @@ struct rlp_rollout_worker {
     pthread_mutex_t mu;           /* stats */
     rlp_rollout_worker_stats st;
     unsigned pull_warnings;
+    rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
 };
 
 struct rlp_trainer {
@@ -36,8 +37,7 @@ struct rlp_trainer {
     size_t n_metrics;
     char *urls[RLPI_MAX_URLS];
     char *api_key, *weights_dir;
-    char **stops;                  /* (o.sampling.n_stop) copies of the stop strings o.sampling points to */
-    int32_t *stop_ids;             /* (o.sampling.n_stop_token_ids) a copy of the stop token ids */
+    rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
     rlp_policy *policy;
     rlp_task *task;
     rlp_reward_fn *reward;
