@@ -171,6 +171,48 @@ RLP_API int rlp_replay_buffer_pull(rlp_batch **out, rlp_replay_buffer *buf, size
  */
 RLP_API int rlp_replay_buffer_close(rlp_replay_buffer *buf);
 
+/* ------------------------------------------------------------------------ */
+/* Batch files: scored groups between processes                              */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Writes @p batch (scored groups; a group is its trajectories with one
+ * group_id) to @p path as one batch file: the spill format's header and one
+ * push record, checksummed, with provenance; written under a temporary
+ * name, fsynced and renamed, so that a reader never sees half of it. This
+ * is how a rollout worker in another process — or on another machine,
+ * over a shared folder — hands its groups to a trainer
+ * (rlp_rollout_worker_options::outbox_dir, rlp_replay_buffer_ingest_dir()).
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, an empty batch, a trajectory the
+ *         buffer would refuse — the message names the rule); RLP_E_IO;
+ *         RLP_E_NOMEM.
+ */
+RLP_API int rlp_batch_write_file(const rlp_batch *batch, const char *path);
+
+/**
+ * Reads a batch file written by rlp_batch_write_file(). The file is
+ * untrusted input: every length, count and checksum is checked before use.
+ * @return RLP_OK; RLP_E_NOT_FOUND (no such file); RLP_E_IO (cannot read
+ *         it); RLP_E_FORMAT (not one whole,
+ *         well-formed batch: the message names the offset and the field);
+ *         RLP_E_UNSUPPORTED (a newer format); RLP_E_NOMEM.
+ */
+RLP_API int rlp_batch_read_file(rlp_batch **out, const char *path);
+
+/**
+ * Takes in the batch files of folder @p dir (names ending in ".rlpb", in
+ * name order; names starting with '.' are writes in progress): each is
+ * pushed whole into the buffer (rlp_replay_buffer_push: staleness is judged
+ * at pull as for any push) and removed. A file that is malformed, or holds
+ * what a push refuses, is renamed NAME.bad and logged: its groups are lost,
+ * the run goes on. A file the buffer has no room for stays for a later
+ * call. Thread-safe like a push.
+ * @param[out] out_groups  groups taken in; may be NULL
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_IO (the folder cannot be read);
+ *         RLP_E_CLOSED; RLP_E_NOMEM.
+ */
+RLP_API int rlp_replay_buffer_ingest_dir(rlp_replay_buffer *buf, const char *dir, size_t *out_groups);
+
 /** Counters of a replay buffer (groups unless said otherwise). */
 typedef struct rlp_buffer_stats {
     uint32_t version;            /**< set by the library (1) */

@@ -118,6 +118,13 @@ typedef struct rlp_trainer_options {
                                          alone. Borrowed, must outlive the trainer */
     uint32_t stall_polls;           /**< ASYNC: 200 ms waits with the gate closed and too few groups
                                          buffered before a step fails as stalled; default 10 */
+    const char *rollout_inbox;      /**< ASYNC with rollout workers in other processes (or machines, over a
+                                         shared folder): no rollout thread here; each step takes in the
+                                         batch files those workers write into this folder
+                                         (rlp_replay_buffer_ingest_dir), and versions are published as
+                                         files in weights_dir (required then) for them to load. Their gate
+                                         is their own synchronizer's; the buffer drops what is older than
+                                         η. Not with worker_urls. Copied */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -348,6 +355,13 @@ typedef struct rlp_rollout_worker_options {
                                          warning — generation goes on, the next pull retries; default 0 */
     rlp_log_fn log_fn;              /**< warnings; NULL = stderr */
     void *log_payload;
+    const char *outbox_dir;         /**< or NULL: write each batch as a batch file into this folder
+                                         (rlp_batch_write_file; a trainer in another process takes them in
+                                         with rlp_trainer_options::rollout_inbox) instead of pushing into a
+                                         buffer (then NULL); the gate slots are released as accepted once
+                                         the file is written. Group ids get a tag of this process and
+                                         worker, so that workers of several processes never share one.
+                                         Copied */
 } rlp_rollout_worker_options;
 
 /** Fills @p opts with the defaults. */
@@ -374,8 +388,8 @@ typedef struct rlp_rollout_worker_stats {
  *
  * The options are copied (the sampling options' stop strings and stop ids
  * too; the tokenizer is borrowed). All handles are borrowed and must
- * outlive the worker; @p buffer should
- * be attached to @p sync (rlp_buffer_options::sync) so that both judge
+ * outlive the worker; @p buffer is NULL with outbox_dir, and otherwise
+ * should be attached to @p sync (rlp_buffer_options::sync) so that both judge
  * staleness by one version and one η.
  * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOMEM.
  */

@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "buffer_internal.h"
 #include "core/sync_eta.h"
 
 #include <errno.h>
@@ -139,7 +140,7 @@ static void list_insert(rlp_replay_buffer *b, rlpi_group *g)
 }
 
 /* Frees a group's shell only: its trajectories are owned elsewhere. */
-static void group_free_shell(rlpi_group *g)
+void rlpi_buffer_group_free_shell(rlpi_group *g)
 {
     if (g) {
         free(g->trajs);
@@ -427,7 +428,7 @@ static int cmp_first(const void *a, const void *b)
 /* Splits the batch into groups by group_id, in order of first appearance.
  * The groups hold shallow copies: the batch still owns the memory until
  * the push succeeds. */
-static int make_groups(const rlp_batch *batch, rlpi_group ***out, size_t *n_out)
+int rlpi_buffer_make_groups(const rlp_batch *batch, rlpi_group ***out, size_t *n_out)
 {
     size_t n = batch->n;
     idx_key *keys = malloc(n * sizeof *keys);
@@ -464,7 +465,7 @@ static int make_groups(const rlp_batch *batch, rlpi_group ***out, size_t *n_out)
     free(keys);
     if (rc) {
         for (size_t i = 0; i < ng; i++)
-            group_free_shell(groups[i]);
+            rlpi_buffer_group_free_shell(groups[i]);
         free(groups);
         return rc;
     }
@@ -488,7 +489,7 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
     }
     rlpi_group **groups = NULL;
     size_t k = 0;
-    int rc = make_groups(batch, &groups, &k);
+    int rc = rlpi_buffer_make_groups(batch, &groups, &k);
     if (rc)
         return rc;
     uint64_t record_bytes;
@@ -500,7 +501,7 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
                             __func__);
     if (rc) {
         for (size_t i = 0; i < k; i++)
-            group_free_shell(groups[i]);
+            rlpi_buffer_group_free_shell(groups[i]);
         free(groups);
         return rc;
     }
@@ -553,7 +554,7 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
     pthread_mutex_unlock(&buf->mu);
     if (rc) {
         for (size_t i = 0; i < k; i++)
-            group_free_shell(groups[i]);
+            rlpi_buffer_group_free_shell(groups[i]);
         free(groups);
         return rc;
     }
@@ -684,7 +685,7 @@ int rlp_replay_buffer_pull(rlp_batch **out, rlp_replay_buffer *buf, size_t n_gro
         next = t->next;
         for (size_t i = 0; i < t->n; i++)
             batch->items[batch->n++] = t->trajs[i]; /* reserved above: cannot fail */
-        group_free_shell(t);
+        rlpi_buffer_group_free_shell(t);
     }
     *out = batch;
     return RLP_OK;
@@ -705,4 +706,9 @@ int rlp_replay_buffer_stats(rlp_buffer_stats *out, const rlp_replay_buffer *buf)
     pthread_mutex_unlock(&b->mu);
     *out = s;
     return RLP_OK;
+}
+
+const rlpi_logger *rlpi_buffer_logger(const rlp_replay_buffer *b)
+{
+    return &b->log;
 }

@@ -738,7 +738,7 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
-static void file_header(uint8_t h[RLPI_SPILL_HEADER_BYTES])
+void rlpi_spill_file_header(uint8_t h[RLPI_SPILL_HEADER_BYTES])
 {
     memcpy(h, FILE_MAGIC, 8);
     put_u32_at(h + 8, FORMAT_VERSION);
@@ -853,7 +853,7 @@ int rlpi_spill_open(rlpi_spill *s, const char *path, const rlpi_logger *log, rlp
         /* rlpi_spill_rewrite set s->fd and s->bytes */
     } else if (st.st_size == 0 || scan->valid_bytes < RLPI_SPILL_HEADER_BYTES) {
         uint8_t h[RLPI_SPILL_HEADER_BYTES];
-        file_header(h);
+        rlpi_spill_file_header(h);
         if (ftruncate(fd, 0) != 0 || write_all(fd, h, sizeof h, 0) != 0 || fsync(fd) != 0) {
             int e = errno;
             rlpi_spill_scan_free(scan);
@@ -902,7 +902,7 @@ int rlpi_spill_rewrite(rlpi_spill *s, const void *image, size_t len)
     }
     (void)fchmod(fd, 0644);
     uint8_t h[RLPI_SPILL_HEADER_BYTES];
-    file_header(h);
+    rlpi_spill_file_header(h);
     const char *step = "write";
     int ok = write_all(fd, h, sizeof h, 0) == 0 && write_all(fd, image, len, sizeof h) == 0;
     if (ok && !(ok = fsync(fd) == 0))

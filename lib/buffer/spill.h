@@ -53,6 +53,9 @@ const char *rlpi_spill_check_traj(const rlpi_traj *t);
 /* Frees the trajectories and the group. NULL is a no-op. */
 void rlpi_group_free(rlpi_group *g);
 
+/* The file header of the current format. */
+void rlpi_spill_file_header(uint8_t h[RLPI_SPILL_HEADER_BYTES]);
+
 /* A growable byte buffer for encoding. */
 typedef struct rlpi_bytes {
     uint8_t *p;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int rlp_rollout_worker_options_init(rlp_rollout_worker_options *opts, uint32_t version)
 {
@@ -65,7 +66,7 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
                               const rlp_rollout_worker_options *opts)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
-    RLPI_CHECK_ARG(engine && task && reward && sync && buffer, "engine, task, reward, sync and buffer are required");
+    RLPI_CHECK_ARG(engine && task && reward && sync, "engine, task, reward and sync are required");
     rlp_rollout_worker_options o;
     rlp_rollout_worker_options_init(&o, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
     if (opts) {
@@ -73,13 +74,18 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
         o = *opts;
     }
     RLPI_CHECK_ARG(o.prompts_per_batch >= 1, "opts->prompts_per_batch must be ≥ 1");
+    RLPI_CHECK_ARG(!buffer != !(o.outbox_dir && *o.outbox_dir),
+                   "give a buffer, or opts->outbox_dir (a worker in another process than the trainer), not both");
     RLPI_CHECK_ARG(o.sampling.version == RLP_SAMPLING_OPTIONS_VERSION, "opts->sampling.version: unknown version");
     RLPI_CHECK_ARG(o.sampling.n >= 1, "opts->sampling.n (the group size) must be ≥ 1");
     rlp_rollout_worker *w = calloc(1, sizeof *w);
     if (!w)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     w->o = o;
-    if (rlpi_sampling_copy_make(&w->sampling_copy, &w->o.sampling)) {
+    w->o.outbox_dir = NULL;
+    if ((o.outbox_dir && !(w->outbox = strdup(o.outbox_dir))) ||
+        rlpi_sampling_copy_make(&w->sampling_copy, &w->o.sampling)) {
+        free(w->outbox);
         rlpi_sampling_copy_free(&w->sampling_copy);
         free(w);
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
@@ -96,6 +102,14 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
     w->tok = w->ext_tok ? NULL : own;
     w->next_batch = o.first_batch;
     w->id_tag = (atomic_fetch_add(&workers_created, 1) % 0x7fff + 1) << 48;
+    if (w->outbox) {
+        /* workers of other processes write into the same inbox: bits 32–47
+         * from this process's id, 48–62 from a random draw */
+        uint64_t r = (uint64_t)rlpi_now_ns() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)w;
+        r = rlpi_train_mix_seed(r, w->id_tag);
+        w->id_tag = ((r % 0x7fff + 1) << 48) | (((uint64_t)getpid() & 0xffff) << 32);
+        w->outbox_nonce = r;
+    }
     w->st.version = 1;
     pthread_mutex_init(&w->mu, NULL);
     *out = w;
@@ -149,6 +163,21 @@ static int tag_provenance(rlp_rollout_worker *w, rlp_batch *b, const rlp_prompt_
         }
     }
     return rc;
+}
+
+/* A worker in another process than its trainer: the batch goes into the
+ * outbox as one file. Names begin with the wall-clock time, so that the
+ * trainer's name order is about the order of production. */
+static int write_outbox(rlp_rollout_worker *w, const rlp_batch *b, uint64_t j)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char path[4096];
+    int len = snprintf(path, sizeof path, "%s/%011lld%09ld-%016llx-%08llu.rlpb", w->outbox, (long long)now.tv_sec,
+                       now.tv_nsec, (unsigned long long)w->outbox_nonce, (unsigned long long)j);
+    if (len < 0 || (size_t)len >= sizeof path)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "outbox_dir: the path is too long");
+    return rlp_batch_write_file(b, path);
 }
 
 int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
@@ -236,7 +265,7 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
         return rc ? rc : rlpi_error_set(RLP_E_CLOSED, "the rollout worker was stopped");
     }
     t = rlpi_now_s();
-    rc = rlp_replay_buffer_push(w->buf, b);
+    rc = w->outbox ? write_outbox(w, b, j) : rlp_replay_buffer_push(w->buf, b);
     rlp_batch_free(b);
     release_all(w, G, rc == RLP_OK);
     pthread_mutex_lock(&w->mu);
@@ -247,7 +276,7 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     }
     pthread_mutex_unlock(&w->mu);
     if (rc)
-        return rc == RLP_E_CLOSED ? rc : fail(w, rc, "replay buffer");
+        return rc == RLP_E_CLOSED ? rc : fail(w, rc, w->outbox ? "outbox" : "replay buffer");
     w->next_batch = j + 1;
     return RLP_OK;
 }
@@ -286,7 +315,8 @@ int rlp_rollout_worker_stop(rlp_rollout_worker *w)
      * abort a generate call in flight (again until the thread is out: an
      * abort before the call starts is reset by it) */
     rlp_synchronizer_close(w->sync);
-    rlp_replay_buffer_close(w->buf);
+    if (w->buf)
+        rlp_replay_buffer_close(w->buf);
     while (atomic_load(&w->running)) {
         rlp_rollout_engine_abort(w->engine);
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -325,5 +355,6 @@ void rlp_rollout_worker_free(rlp_rollout_worker *w)
     rlp_rollout_worker_stop(w);
     pthread_mutex_destroy(&w->mu);
     rlpi_sampling_copy_free(&w->sampling_copy);
+    free(w->outbox);
     free(w);
 }

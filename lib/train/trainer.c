@@ -40,7 +40,9 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
     t->o = *o;
     t->o.metrics = NULL;
     t->o.worker_urls = NULL;
-    t->o.api_key = t->o.weights_dir = NULL;
+    t->o.api_key = t->o.weights_dir = t->o.rollout_inbox = NULL;
+    if (o->rollout_inbox && !(t->inbox = strdup(o->rollout_inbox)))
+        return RLP_E_NOMEM;
     t->n_metrics = o->n_metrics;
     for (size_t i = 0; i < o->n_metrics; i++) {
         t->metrics[i] = o->metrics[i];
@@ -87,6 +89,10 @@ static int check_options(const rlp_trainer_options *o)
     if (o->n_worker_urls && o->mode == RLP_TRAIN_SYNC)
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need RLP_TRAIN_PULL or "
                               "RLP_TRAIN_ASYNC (a sync run generates with the trainer's own weights)");
+    if (o->rollout_inbox && (o->mode != RLP_TRAIN_ASYNC || o->n_worker_urls || !o->weights_dir || !*o->weights_dir ||
+                             !*o->rollout_inbox))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: rollout_inbox needs RLP_TRAIN_ASYNC and "
+                              "weights_dir (where the workers load each version from), and not worker_urls");
     if (o->n_worker_urls && (!o->weights_dir || !*o->weights_dir))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
                               "the workers load each published version from)");
@@ -168,10 +174,12 @@ static int create_sync(rlp_trainer *t)
     rlp_policy_version(&version, t->policy);
     rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
     so.mode = async ? RLP_SYNC_ASYNC : RLP_SYNC_SEQUENTIAL_PULL;
-    so.transport = t->remote ? RLP_TRANSPORT_HTTP : RLP_TRANSPORT_IN_PROCESS;
+    so.transport = t->remote ? RLP_TRANSPORT_HTTP : t->inbox ? RLP_TRANSPORT_FILE : RLP_TRANSPORT_IN_PROCESS;
     so.max_staleness = t->o.max_staleness;
     so.batch_groups = t->o.prompts_per_step; /* versions count RL steps: a step trains on G groups */
     so.initial_version = version;
+    if (t->inbox)
+        so.dir = t->weights_dir; /* the workers of other processes read the manifest there */
     if (t->remote) {
         so.dir = t->weights_dir;
         so.urls = (const char *const *)t->urls;
@@ -179,7 +187,7 @@ static int create_sync(rlp_trainer *t)
         so.api_key = t->api_key;
     }
     if ((rc = rlp_synchronizer_create(&t->sync, &so)))
-        return rlpi_error_wrap("%s", t->remote ? "weights_dir" : "synchronizer");
+        return rlpi_error_wrap("%s", t->remote || t->inbox ? "weights_dir" : "synchronizer");
     if (async) {
         rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
         bo.sync = t->sync; /* one η: the gate's */
@@ -249,7 +257,7 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     const int separate = o.mode == RLP_TRAIN_ASYNC || t->remote;
     if (!separate)
         rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC, engine_batch(t));
-    else
+    else if (!t->inbox)
         rc = create_rollout_engine(t);
     if (rc) {
         rlpi_error_wrap("%s", __func__);
@@ -290,6 +298,7 @@ void rlp_trainer_free(rlp_trainer *t)
         free(t->urls[i]);
     free(t->api_key);
     free(t->weights_dir);
+    free(t->inbox);
     rlpi_sampling_copy_free(&t->sampling_copy);
     free(t->prompt_ids);
     free(t);
@@ -491,7 +500,7 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
     int rc;
     if (!t->sync && (rc = create_sync(t)))
         return rc;
-    if (!t->worker) {
+    if (!t->worker && !t->inbox) {
         rlp_rollout_worker_options wo;
         rlp_rollout_worker_options_init(&wo, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
         wo.prompts_per_batch = t->o.prompts_per_step;
@@ -511,6 +520,9 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
     unsigned stalled = 0;
     rlp_batch *b = NULL;
     for (;;) {
+        /* workers of other processes: what they wrote into the inbox */
+        if (t->inbox && (rc = rlp_replay_buffer_ingest_dir(t->buf, t->inbox, NULL)))
+            return rlpi_error_wrap("rollout_inbox");
         rc = rlp_replay_buffer_pull(&b, t->buf, t->o.prompts_per_step, v, 200);
         if (rc == RLP_OK)
             break;
@@ -518,6 +530,8 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
             return rlpi_error_wrap("replay buffer");
         if (atomic_exchange(&t->interrupt, 0))
             return rlpi_error_set(RLP_E_CLOSED, "interrupted while waiting for rollouts");
+        if (t->inbox)
+            continue; /* their gates are theirs: the host interrupts a wait that lasts */
         const char *why = NULL;
         if ((rc = rlp_rollout_worker_error(t->worker, &why)) != RLP_OK)
             return rlpi_error_set(rc, "%s", why);
@@ -598,9 +612,13 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
     }
     rlpi_train_reward_summary(rec, b);
     (void)t1;
-    /* the rollout side's figures since the previous step */
+    /* the rollout side's figures since the previous step (workers of
+     * other processes: only what the batch itself tells) */
     rlp_rollout_worker_stats ws = {.version = 1};
-    rlp_rollout_worker_stats_get(&ws, t->worker);
+    if (t->worker)
+        rlp_rollout_worker_stats_get(&ws, t->worker);
+    else
+        ws = t->seen, ws.tokens += rec->completion_tokens;
     rec->rollout_seconds = ws.generate_seconds - t->seen.generate_seconds;
     rec->reward_seconds = ws.reward_seconds - t->seen.reward_seconds;
     rec->rollout_idle_seconds = ws.idle_seconds - t->seen.idle_seconds;
@@ -638,7 +656,8 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     double t0 = rlpi_now_s();
     rlp_batch *b = NULL;
     int rc = t->o.mode == RLP_TRAIN_ASYNC ? collect_async(t, &rec, &b) : collect_sync(t, &rec, &b);
-    if (rc == RLP_E_CLOSED && !t->stopped && t->o.mode == RLP_TRAIN_ASYNC && !rlp_rollout_worker_error(t->worker, NULL))
+    if (rc == RLP_E_CLOSED && !t->stopped && t->o.mode == RLP_TRAIN_ASYNC &&
+        (!t->worker || !rlp_rollout_worker_error(t->worker, NULL)))
         return rc; /* interrupted while waiting: nothing happened, the trainer stays usable */
     if (!rc && t->o.on_batch && t->o.on_batch(b, rec.step, t->o.on_batch_payload))
         rc = rlpi_error_set(RLP_E_CALLBACK, "on_batch failed at step %llu", (unsigned long long)rec.step);

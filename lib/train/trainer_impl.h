@@ -20,6 +20,8 @@ struct rlp_rollout_worker {
     const rlp_tokenizer *tok;     /* renders the prompts (NULL with ext_tok) */
     const rlp_tokenizer *ext_tok; /* encodes prompts / decodes completions for a model without a tokenizer */
     uint64_t next_batch;
+    char *outbox;                 /* o.outbox_dir's copy, or NULL */
+    uint64_t outbox_nonce;        /* in the outbox's file names */
     uint64_t id_tag;              /* bits 48–62 of its engine-numbered group ids (see rollout_worker.c) */
     pthread_t th;
     int started;
@@ -37,6 +39,7 @@ struct rlp_trainer {
     size_t n_metrics;
     char *urls[RLPI_MAX_URLS];
     char *api_key, *weights_dir;
+    char *inbox;                   /* rollout_inbox's copy, or NULL */
     rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
     rlp_policy *policy;
     rlp_task *task;

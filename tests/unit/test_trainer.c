@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { VOCAB = 128, G = 2, N = 4, MAX_NEW = 6 };
@@ -602,6 +603,179 @@ static void test_worker_thread(void **state)
     producer_close(&pr);
 }
 
+/* ---- a rollout worker in another process ------------------------------------------ */
+
+enum { XP_BATCHES = 3 };
+
+/* The worker process (this program run with --rollout-worker DIR): its own
+ * context, policy, engine, task and reward, and a FILE synchronizer that
+ * reads the versions the trainer publishes in DIR/weights; it writes
+ * XP_BATCHES batches into DIR/inbox through its own gate (η = 1), then
+ * exits 0 if it loaded a version the trainer published after its first
+ * step (it did take the trainer's weights). */
+static int worker_process(const char *dir)
+{
+    char path[600], wdir[600], inbox[600];
+    snprintf(path, sizeof path, "%s/tok128.bin", dir);
+    snprintf(wdir, sizeof wdir, "%s/xp-weights", dir);
+    snprintf(inbox, sizeof inbox, "%s/xp-inbox", dir);
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = 1;
+    if (rlp_context_create(&ctx, &co) || rlp_tokenizer_load(&tok, path))
+        return 10;
+    rlp_policy *p = tiny(7);
+    rlp_task *task = arith();
+    rlp_reward_fn *r = reward(NULL);
+    rlp_rollout_options eo = RLP_ROLLOUT_OPTIONS_INIT;
+    eo.max_batch = G * N;
+    eo.max_seq_len = 64;
+    rlp_rollout_engine *e = NULL;
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.mode = RLP_SYNC_ASYNC;
+    so.transport = RLP_TRANSPORT_FILE;
+    so.dir = wdir;
+    so.max_staleness = 1;
+    so.batch_groups = G;
+    rlp_synchronizer *sync = NULL;
+    if (rlp_rollout_engine_create(&e, p, &eo) || rlp_synchronizer_create(&sync, &so))
+        return 11;
+    rlp_rollout_worker_options wo;
+    rlp_rollout_worker_options_init(&wo, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
+    wo.prompts_per_batch = G;
+    wo.seed = 42;
+    wo.sampling.n = N;
+    wo.sampling.max_new_tokens = MAX_NEW;
+    wo.sampling.ignore_eos = 1;
+    wo.tokenizer = tok;
+    wo.outbox_dir = inbox;
+    rlp_rollout_worker *w = NULL;
+    int rc = rlp_rollout_worker_create(&w, e, task, r, sync, NULL, &wo);
+    for (int k = 0; !rc && k < XP_BATCHES; k++)
+        rc = rlp_rollout_worker_run_once(w);
+    if (rc)
+        fprintf(stderr, "worker process: %s\n", rlp_error_last());
+    uint64_t v = 0;
+    rlp_rollout_engine_version(&v, e);
+    rlp_rollout_worker_free(w);
+    rlp_synchronizer_free(sync);
+    rlp_rollout_engine_free(e);
+    rlp_reward_fn_free(r);
+    rlp_task_free(task);
+    rlp_policy_free(p);
+    rlp_tokenizer_free(tok);
+    rlp_context_free(ctx);
+    return rc ? 12 : v >= 1 ? 0 : 13;
+}
+
+/* An ASYNC trainer with rollout_inbox, fed by a worker process: its steps
+ * train on the other process's groups (their provenance came through the
+ * file), that process loads the versions published as files, and a
+ * malformed file in the inbox is set aside without stopping the run. */
+static void test_worker_other_process(void **state)
+{
+    (void)state;
+    char wdir[600], inbox[600], junk[700];
+    snprintf(wdir, sizeof wdir, "%s/xp-weights", tmpdir);
+    snprintf(inbox, sizeof inbox, "%s/xp-inbox", tmpdir);
+    assert_int_equal(mkdir(wdir, 0777), 0);
+    assert_int_equal(mkdir(inbox, 0777), 0);
+    snprintf(junk, sizeof junk, "%s/0-junk.rlpb", inbox);
+    FILE *f = fopen(junk, "w");
+    assert_non_null(f);
+    fputs("not a batch file", f);
+    fclose(f);
+    rlp_trainer_options o = options(RLP_TRAIN_ASYNC, 1);
+    o.rollout_inbox = inbox;
+    o.weights_dir = wdir;
+    run r;
+    run_open(&r, &o, NULL);
+    /* misuse: an inbox outside ASYNC, or without weights_dir */
+    rlp_trainer_options bad = options(RLP_TRAIN_SYNC, 0);
+    bad.rollout_inbox = inbox;
+    bad.weights_dir = wdir;
+    rlp_trainer *t = NULL;
+    assert_int_equal(rlp_trainer_create(&t, r.policy, r.task, r.reward, &bad), RLP_E_INVALID_ARG);
+    bad = options(RLP_TRAIN_ASYNC, 1);
+    bad.rollout_inbox = inbox;
+    assert_int_equal(rlp_trainer_create(&t, r.policy, r.task, r.reward, &bad), RLP_E_INVALID_ARG);
+
+    char *argv[] = {"/proc/self/exe", "--rollout-worker", tmpdir, NULL};
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    for (uint64_t k = 1; k <= XP_BATCHES; k++) {
+        rlp_step_record rec = step(r.trainer);
+        assert_int_equal(rec.step, k);
+        assert_int_equal(rec.policy_version, k);
+        assert_int_equal(rec.n_prompts, G);
+        assert_int_equal(rec.reward_valid, G * N);
+        assert_true(rec.rl.staleness_max <= 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* the junk was set aside, the worker's files taken in */
+    struct stat st;
+    char bad_path[720];
+    snprintf(bad_path, sizeof bad_path, "%s.bad", junk);
+    assert_int_equal(stat(bad_path, &st), 0);
+    run_close(&r);
+}
+
+/* a batch file round trip, and refusals */
+static void test_batch_file(void **state)
+{
+    (void)state;
+    producer pr;
+    producer_open(&pr, 1);
+    assert_int_equal(rlp_rollout_worker_run_once(pr.worker), RLP_OK);
+    rlp_batch *b = NULL, *back = NULL;
+    assert_int_equal(rlp_replay_buffer_pull(&b, pr.buf, G, 0, 0), RLP_OK);
+    char path[600];
+    snprintf(path, sizeof path, "%s/one.rlpb", tmpdir);
+    assert_int_equal(rlp_batch_write_file(b, path), RLP_OK);
+    assert_int_equal(rlp_batch_read_file(&back, path), RLP_OK);
+    size_t n = 0, m = 0;
+    rlp_batch_size(&n, b);
+    rlp_batch_size(&m, back);
+    assert_int_equal(n, m);
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory x = {.version = RLP_TRAJECTORY_VERSION}, y = {.version = RLP_TRAJECTORY_VERSION};
+        rlp_batch_get(&x, b, i);
+        rlp_batch_get(&y, back, i);
+        assert_int_equal(x.group_id, y.group_id);
+        assert_true(x.reward == y.reward);
+        assert_int_equal(x.n_completion_tokens, y.n_completion_tokens);
+        assert_memory_equal(x.completion_tokens, y.completion_tokens, x.n_completion_tokens * sizeof(int32_t));
+        assert_memory_equal(x.logprobs, y.logprobs, x.n_completion_tokens * sizeof(float));
+        assert_true(y.has_provenance && x.provenance.prompt_index == y.provenance.prompt_index &&
+                    x.provenance.sampling_seed == y.provenance.sampling_seed);
+    }
+    rlp_batch_free(back);
+    /* a cut file is refused with a clear error, and nothing is returned */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    assert_int_equal(truncate(path, size / 2), 0);
+    back = NULL;
+    assert_int_equal(rlp_batch_read_file(&back, path), RLP_E_FORMAT);
+    assert_null(back);
+    assert_int_equal(rlp_batch_read_file(&back, "/nonexistent/x.rlpb"), RLP_E_NOT_FOUND);
+    rlp_batch *empty = NULL;
+    rlp_batch_create(&empty);
+    assert_int_equal(rlp_batch_write_file(empty, path), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_batch_write_file(NULL, path), RLP_E_INVALID_ARG);
+    rlp_batch_free(empty);
+    rlp_batch_free(b);
+    producer_close(&pr);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -627,8 +801,10 @@ static int teardown(void **state)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "--rollout-worker"))
+        return worker_process(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_steps),
         cmocka_unit_test(test_async_eta0_equals_sync),
@@ -638,6 +814,8 @@ int main(void)
         cmocka_unit_test(test_interrupt),
         cmocka_unit_test(test_worker_run_once),
         cmocka_unit_test(test_worker_thread),
+        cmocka_unit_test(test_batch_file),
+        cmocka_unit_test(test_worker_other_process),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -323,7 +323,8 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("worker_urls", POINTER(c_char_p)), ("n_worker_urls", c_size_t), ("api_key", c_char_p),
     ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
-    ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32)])
+    ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
+    ("rollout_inbox", c_char_p)])
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -346,7 +347,7 @@ EvalResult = _struct("rlp_eval_result", [
 RolloutWorkerOptions = _struct("rlp_rollout_worker_options", [
     ("version", c_uint32), ("prompts_per_batch", c_uint32), ("seed", c_uint64), ("first_batch", c_uint64),
     ("sampling", SamplingOptions), ("tokenizer", c_void_p), ("retries", c_uint32), ("remote", c_int32),
-    ("log_fn", LogFn), ("log_payload", c_void_p)])
+    ("log_fn", LogFn), ("log_payload", c_void_p), ("outbox_dir", c_char_p)])
 
 RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
     ("version", c_uint32), ("batches", c_uint64), ("groups_pushed", c_uint64), ("groups_released", c_uint64),
@@ -498,6 +499,9 @@ FUNCTIONS = [
     ("rlp_replay_buffer_push", c_int, [_h, _h]),
     ("rlp_replay_buffer_pull", c_int, [_out_h, _h, c_size_t, c_uint64, c_uint32]),
     ("rlp_replay_buffer_close", c_int, [_h]),
+    ("rlp_batch_write_file", c_int, [_h, c_char_p]),
+    ("rlp_batch_read_file", c_int, [_out_h, c_char_p]),
+    ("rlp_replay_buffer_ingest_dir", c_int, [_h, c_char_p, P(c_size_t)]),
     ("rlp_replay_buffer_stats", c_int, [P(BufferStats), _h]),
     # synchronizer
     ("rlp_sync_options_init", c_int, [P(SyncOptions), c_uint32]),

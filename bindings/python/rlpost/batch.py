@@ -8,7 +8,7 @@ from ctypes import byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
 from . import _ffi
 from ._handle import Handle, check
 from .errors import STATUS_STATE, StateError
-from ._util import CArray, Record, from_c, json_text, struct_record, text, to_bytes
+from ._util import CArray, Record, from_c, json_text, struct_record, text, to_bytes, to_path
 from .policy import rl_options
 
 F = _ffi.F
@@ -132,6 +132,21 @@ class Batch(Handle):
     def __iter__(self):
         for i in range(len(self)):
             yield self[i]
+
+    def write_file(self, path):
+        """rlp_batch_write_file(): the batch's scored groups as one batch
+        file (spill format, checksummed, written atomically): how a rollout
+        worker in another process hands groups to a trainer's inbox."""
+        with self._use() as p:
+            check(F.rlp_batch_write_file(p, to_path(path)), "rlp_batch_write_file")
+
+    @classmethod
+    def read_file(cls, path):
+        """rlp_batch_read_file(): a batch file as a new Batch (every length,
+        count and checksum checked: FormatError on a damaged file)."""
+        out = c_void_p()
+        check(F.rlp_batch_read_file(byref(out), to_path(path)), "rlp_batch_read_file")
+        return cls(_ptr=out.value)
 
     def append(self, trajectory=None, **fields):
         """Appends a copy of a trajectory: a Trajectory (e.g. another batch's

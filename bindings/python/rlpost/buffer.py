@@ -3,11 +3,11 @@ optionally durable store of scored trajectory groups."""
 import enum
 import time
 import weakref
-from ctypes import byref, c_void_p
+from ctypes import byref, c_size_t, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
-from ._util import optional_str, options, struct_record
+from ._util import optional_str, options, struct_record, to_path
 from .batch import Batch
 from .context import make_log_fn
 from .errors import STATUS_TIMEOUT
@@ -99,6 +99,15 @@ class ReplayBuffer(Handle):
         batch._check_writable("push")
         with self._use() as p, batch._use() as b:
             check(F.rlp_replay_buffer_push(p, b), "rlp_replay_buffer_push")
+
+    def ingest_dir(self, path):
+        """rlp_replay_buffer_ingest_dir(): pushes every batch file of the
+        folder (*.rlpb, in name order) and removes it; a malformed one is
+        set aside as NAME.bad. Returns the number of groups taken in."""
+        n = c_size_t()
+        with self._use() as p:
+            check(F.rlp_replay_buffer_ingest_dir(p, to_path(path), byref(n)), "rlp_replay_buffer_ingest_dir")
+        return n.value
 
     def pull(self, n_groups, version, timeout_ms=WAIT_FOREVER):
         """Takes @p n_groups whole groups for a consumer at policy

@@ -127,7 +127,7 @@ class Trainer(Handle):
             tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
             worker_urls=None, api_key=None, weights_dir=None,
             worker_timeout_ms=0, worker_retries=2, metrics=None,
-            on_batch=None, comm=None, stall_polls=10)
+            on_batch=None, comm=None, stall_polls=10, rollout_inbox=None)
 
     The keywords are the fields of rlp_trainer_options (trainer.h):
     - mode: a TrainMode. max_staleness: η of ASYNC (None: 1 in ASYNC, 0
@@ -154,6 +154,9 @@ class Trainer(Handle):
     - comm: a Comm for data parallelism (set it on the policy too).
     - stall_polls: ASYNC, 200 ms waits at a closed gate before a step
       fails as stalled.
+    - rollout_inbox: ASYNC fed by rollout workers of other processes
+      (RolloutWorker(..., buffer=None, outbox_dir=that folder)): each step
+      takes in their batch files; versions go to weights_dir as files.
 
     The trainer keeps policy, task, reward, the metrics' functions, ref,
     tokenizer and comm alive while it exists (the
@@ -167,7 +170,7 @@ class Trainer(Handle):
     def __init__(self, policy, task, reward, mode=TrainMode.SYNC, max_staleness=None, prompts_per_step=8, seed=0,
                  sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
-                 metrics=None, on_batch=None, comm=None, stall_polls=10):
+                 metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None):
         keep = []
         if max_staleness is None:
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
@@ -176,9 +179,11 @@ class Trainer(Handle):
                         "seed": seed, "max_seq_len": max_seq_len, "max_batch": max_batch, "rollout_threads": rollout_threads,
                         "worker_timeout_ms": worker_timeout_ms, "worker_retries": worker_retries,
                         "stall_polls": stall_polls, "worker_urls": worker_urls or [], "api_key": api_key,
-                        "weights_dir": None if weights_dir is None else str(weights_dir)}, keep,
+                        "weights_dir": None if weights_dir is None else str(weights_dir),
+                        "rollout_inbox": None if rollout_inbox is None else str(rollout_inbox)}, keep,
                        {"worker_urls": string_list("worker_urls", "n_worker_urls"),
-                        "api_key": optional_str("api_key"), "weights_dir": optional_str("weights_dir")},
+                        "api_key": optional_str("api_key"), "weights_dir": optional_str("weights_dir"),
+                        "rollout_inbox": optional_str("rollout_inbox")},
                        what="Trainer")
         opts.sampling = sampling_options(sampling or {}, keep)
         opts.rl = rl_options(rl, what="Trainer rl")
@@ -371,7 +376,7 @@ class RolloutWorker(Handle):
 
     RolloutWorker(engine, task, reward, synchronizer, buffer,
                   prompts_per_batch=8, seed=0, first_batch=0, sampling=None,
-                  tokenizer=None, retries=2, remote=None, log=None)
+                  tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None)
 
     sampling: a dict of the sampling options of RolloutEngine.generate() (n
     is the group size; its seed is ignored: batch j draws with a seed that
@@ -379,7 +384,9 @@ class RolloutWorker(Handle):
     first batch). tokenizer: renders prompts and decodes completions for an
     engine without a tokenizer. remote: the engine is `rlpost serve`
     workers (None: whether it was made by RolloutEngine.remote()). log: a
-    callable(level, message) for warnings (None: stderr). The buffer
+    callable(level, message) for warnings (None: stderr). outbox_dir: a
+    worker in another process than its trainer writes each batch there as
+    a batch file (buffer None; the trainer's rollout_inbox). The buffer
     should judge staleness by the synchronizer's η: make it with
     ReplayBuffer(sync=synchronizer).
 
@@ -392,14 +399,16 @@ class RolloutWorker(Handle):
     _free = "rlp_rollout_worker_free"
 
     def __init__(self, engine, task, reward, synchronizer, buffer, prompts_per_batch=8, seed=0, first_batch=0,
-                 sampling=None, tokenizer=None, retries=2, remote=None, log=None):
+                 sampling=None, tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None):
         keep = []
         holder = [None]
         if remote is None:
             remote = getattr(engine, "policy", None) is None
         opts = options(_ffi.RolloutWorkerOptions, "rlp_rollout_worker_options_init",
                        {"prompts_per_batch": prompts_per_batch, "seed": seed, "first_batch": first_batch,
-                        "retries": retries, "remote": bool(remote)}, keep, what="RolloutWorker")
+                        "retries": retries, "remote": bool(remote),
+                        "outbox_dir": None if outbox_dir is None else str(outbox_dir)}, keep,
+                       {"outbox_dir": optional_str("outbox_dir")}, what="RolloutWorker")
         opts.sampling = sampling_options(sampling or {}, keep)
         if log is not None:
             fn = make_log_fn(holder, log, "the rollout worker's log callback")
@@ -407,7 +416,8 @@ class RolloutWorker(Handle):
             opts.log_fn = fn
         out = c_void_p()
         with contextlib.ExitStack() as uses:
-            ptrs = [uses.enter_context(h._use()) for h in (engine, task, reward, synchronizer, buffer)]
+            ptrs = [uses.enter_context(h._use()) if h is not None else None
+                    for h in (engine, task, reward, synchronizer, buffer)]
             if tokenizer is not None:
                 opts.tokenizer = uses.enter_context(tokenizer._use())
             check(F.rlp_rollout_worker_create(byref(out), *ptrs, byref(opts)), "rlp_rollout_worker_create")
@@ -428,7 +438,7 @@ class RolloutWorker(Handle):
             for h, close in ((self.synchronizer, F.rlp_synchronizer_close),
                              (self.buffer, F.rlp_replay_buffer_close),
                              (self.engine, F.rlp_rollout_engine_abort)):
-                if h._ptr is not None:
+                if h is not None and h._ptr is not None:
                     close(h._ptr)
         else:
             with self._stop_lock:

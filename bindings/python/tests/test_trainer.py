@@ -347,6 +347,52 @@ def test_rollout_worker(ctx, policy, tok512, reward):
         w.close()
 
 
+def test_worker_outbox_feeds_a_trainer_inbox(ctx, stories_path, tok512, reward, tmp_path):
+    """A rollout worker writes batch files into a folder (as one in another
+    process would: a FILE synchronizer reading weights_dir); an ASYNC
+    trainer with rollout_inbox takes them in and trains on them; the files
+    themselves round-trip through Batch.write_file / read_file, and a
+    damaged one is refused with FormatError."""
+    wdir, inbox = tmp_path / "weights", tmp_path / "inbox"
+    wdir.mkdir()
+    inbox.mkdir()
+    with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, mode=rlpost.TrainMode.ASYNC, max_staleness=1,
+                           weights_dir=wdir, rollout_inbox=inbox, **OPTS) as tr, \
+            rlpost.Policy(ctx, stories_path, trainable=False) as wpol, rlpost.Task("kk", KK) as wtask, \
+            rlpost.RolloutEngine(wpol, max_batch=8, max_seq_len=512) as eng, \
+            rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.FILE, dir=wdir,
+                                max_staleness=1, batch_groups=2) as sync:
+        w = rlpost.RolloutWorker(eng, wtask, reward, sync, None, prompts_per_batch=2, seed=5, tokenizer=tok512,
+                                 sampling=OPTS["sampling"], outbox_dir=inbox)
+        w.run_once()
+        files = sorted(inbox.iterdir())
+        assert len(files) == 1 and files[0].suffix == ".rlpb"
+        b = rlpost.Batch.read_file(files[0])
+        assert len(b) == 4 and all(t.provenance is not None for t in b)
+        copy = tmp_path / "copy.rlpb"
+        b.write_file(copy)
+        assert [list(t.completion_tokens) for t in rlpost.Batch.read_file(copy)] == \
+            [list(t.completion_tokens) for t in b]
+        side = tmp_path / "side"
+        side.mkdir()
+        b.write_file(side / "a.rlpb")
+        (side / "b.rlpb").write_bytes(b"junk")
+        with rlpost.ReplayBuffer(max_staleness=1) as b2:
+            assert b2.ingest_dir(side) == 2 and b2.stats().size == 2  # the junk is set aside
+        assert sorted(p.name for p in side.iterdir()) == ["b.rlpb.bad"]
+        copy.write_bytes(copy.read_bytes()[:40])
+        with pytest.raises(rlpost.FormatError):
+            rlpost.Batch.read_file(copy)
+        rec = tr.step()  # takes the file in, trains on the worker's groups
+        assert rec.step == 1 and rec.reward_valid == 4 and rec.prompt_index == [0, 1]
+        assert list(inbox.iterdir()) == []
+        w.close()
+    with pytest.raises(rlpost.InvalidArgumentError):
+        with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task:
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, rollout_inbox=inbox, **OPTS)  # not ASYNC
+
+
 def test_rollout_worker_stop_aborts_a_generation(ctx, policy, tok512, reward):
     with rlpost.Task("kk", KK) as task, rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=512) as eng, \
             rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=4, batch_groups=2) as sync, \
