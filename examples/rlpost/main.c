@@ -24,13 +24,15 @@ static const command commands[] = {
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
     {"train", cmd_train, "CONFIG.json [--set key=value]... [--resume DIR]: RL post-training (the main job)"},
     {"eval", cmd_eval, "CONFIG.json [--checkpoint DIR]: held-out accuracy and format rate"},
+    {"rollout-worker", cmd_rollout_worker, "CONFIG.json [--batches N]: rollouts for a trainer's rollout.inbox, "
+                                           "in a process of its own"},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: rlpost COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv)

@@ -46,6 +46,7 @@ typedef struct run {
     int threads_train, threads_rollout; /* async, local engine: the two contexts' shares of `threads` */
     char weights[PATH_MAX];      /* what the policy was loaded from (the model, or the resumed checkpoint) */
     char out[PATH_MAX];
+    int no_trainer;              /* `rlpost rollout-worker`: train_setup() makes no trainer */
     int rank, world;             /* data parallelism: this process's rank of `world` (0 of 1 alone) */
     rlp_comm *comm;              /* world > 1: the ranks' process group (train_dist.c) */
     int shared_gpu;              /* backend cuda: some ranks share a GPU (the group then uses SHM, not NCCL) */

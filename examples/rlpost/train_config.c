@@ -35,7 +35,7 @@ static const char defaults_json[] =
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
-    "\"rollout\": {\"max_seq_len\": 0, \"urls\": []},"
+    "\"rollout\": {\"max_seq_len\": 0, \"urls\": [], \"inbox\": null},"
     "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"task_options\": {},"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
@@ -52,7 +52,7 @@ static const struct {
     {"tokenizer", JSON_STRING},         {"task.path", JSON_STRING},     {"task.template", JSON_STRING},
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
-    {"sync.weights_dir", JSON_STRING},  {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
+    {"sync.weights_dir", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

@@ -190,6 +190,11 @@ int train_check_config(run *r)
     r->pull = !strcmp(mode, "pull");
     r->async = !strcmp(mode, "async");
     r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0;
+    if (cfg_str(c, "rollout.inbox") && (!r->async || r->remote || !*cfg_str(c, "rollout.inbox"))) {
+        fmt(r->err, ERR_CAP, "rollout.inbox: needs sync.mode \"async\" and no rollout.urls (the rollouts come "
+            "from `rlpost rollout-worker` processes writing into that folder)");
+        return -1;
+    }
     if (!r->async && cfg_int(c, "sync.staleness") != 0) {
         fmt(r->err, ERR_CAP, "sync.staleness: η applies to sync.mode \"async\" only (\"%s\" is on-policy: every "
             "step generates with the weights it trains); set it to 0 or choose \"async\"", mode);
@@ -656,6 +661,11 @@ static int make_trainer(run *r, int need_train)
     if (!wd)
         fmt(wdir, sizeof wdir, "%s/weights", r->out);
     o.weights_dir = wdir;
+    o.rollout_inbox = need_train ? cfg_str(r->cfg, "rollout.inbox") : NULL;
+    if (o.rollout_inbox && train_mkdir_p(o.rollout_inbox)) {
+        fmt(r->err, ERR_CAP, "rollout.inbox: cannot create '%s': %s", o.rollout_inbox, strerror(errno));
+        return EXIT_USAGE;
+    }
     /* what metrics.jsonl reports besides the reward */
     rlp_trainer_metric m[3];
     if (r->format_fn)
@@ -667,7 +677,7 @@ static int make_trainer(run *r, int need_train)
     o.metrics = m;
     o.on_batch = train_on_batch;
     o.on_batch_payload = r;
-    o.rollout_threads = need_train && r->async && !r->remote ? (uint32_t)r->threads_rollout : 0;
+    o.rollout_threads = need_train && r->async && !r->remote && !o.rollout_inbox ? (uint32_t)r->threads_rollout : 0;
     int rc = rlp_trainer_create(&r->trainer, r->policy, r->task, r->reward, &o);
     if (rc) {
         fmt(r->err, ERR_CAP, "%s", rlp_error_last());
@@ -700,7 +710,7 @@ int train_setup(run *r, const char *weights, int need_train)
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = (int32_t)cfg_int(r->cfg, "threads");
     co.seed = (uint64_t)cfg_int(r->cfg, "seed");
-    if (need_train && r->async && !r->remote) {
+    if (need_train && r->async && !r->remote && !cfg_str(r->cfg, "rollout.inbox")) {
         /* the trainer and the rollout thread each get a context of their
          * own, sharing the cores instead of oversubscribing them */
         long t = co.n_threads > 0 ? co.n_threads : sysconf(_SC_NPROCESSORS_ONLN);
@@ -780,7 +790,7 @@ int train_setup(run *r, const char *weights, int need_train)
     }
     if (need_train && train_dist_agree(r))
         return 1;
-    return make_trainer(r, need_train);
+    return r->no_trainer ? 0 : make_trainer(r, need_train);
 }
 
 void train_teardown(run *r)
