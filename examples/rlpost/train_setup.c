@@ -815,7 +815,7 @@ void train_teardown(run *r)
 /* Parses CONFIG.json [--set k=v]... [--resume DIR | --checkpoint DIR]. */
 int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_flag, run *r, const char **dir)
 {
-    const char *config = NULL;
+    const char *config = NULL, *what = strcmp(dir_flag, "--batches") ? "DIR" : "N";
     char **sets = calloc((size_t)argc, sizeof *sets);
     size_t n_sets = 0;
     *dir = NULL;
@@ -830,13 +830,13 @@ int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_fla
             config = argv[i];
         else {
             fprintf(stderr, "rlpost %s: unexpected argument '%s'\nusage: rlpost %s CONFIG.json [--set key=value]... "
-                    "[%s DIR]\n", cmd, argv[i], cmd, dir_flag);
+                    "[%s %s]\n", cmd, argv[i], cmd, dir_flag, what);
             free(sets);
             return EXIT_USAGE;
         }
     }
     if (!config) {
-        fprintf(stderr, "usage: rlpost %s CONFIG.json [--set key=value]... [%s DIR]\n", cmd, dir_flag);
+        fprintf(stderr, "usage: rlpost %s CONFIG.json [--set key=value]... [%s %s]\n", cmd, dir_flag, what);
         free(sets);
         return EXIT_USAGE;
     }

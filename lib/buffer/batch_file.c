@@ -25,15 +25,12 @@ int rlp_batch_write_file(const rlp_batch *batch, const char *path)
     RLPI_CHECK_ARG(batch && path && *path, "batch and path are required");
     if (batch->n == 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the batch is empty", __func__);
-    for (size_t i = 0; i < batch->n; i++) {
-        const char *why = rlpi_spill_check_traj(&batch->items[i]);
-        if (why)
-            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: trajectory %zu (group %llu): %s", __func__, i,
-                                  (unsigned long long)batch->items[i].group_id, why);
-    }
     rlpi_group **groups = NULL;
     size_t k = 0;
-    int rc = rlpi_buffer_make_groups(batch, &groups, &k);
+    int rc = rlpi_buffer_check_batch(batch, __func__);
+    if (rc)
+        return rc;
+    rc = rlpi_buffer_make_groups(batch, &groups, &k);
     if (rc)
         return rc;
     rlpi_bytes img = {0};
@@ -88,6 +85,18 @@ int rlp_batch_read_file(rlp_batch **out, const char *path)
     return RLP_OK;
 }
 
+/* A file of the inbox that cannot be taken in: renamed NAME.bad (removed
+ * if that fails) and logged with the reason rlp_error_last() holds. */
+static void set_aside(rlp_replay_buffer *buf, const char *path)
+{
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    rlpi_log(rlpi_buffer_logger(buf), RLP_LOG_WARN, "replay buffer: %s: %s (set aside as %s)", path, rlp_error_last(),
+             bad);
+    if (rename(path, bad))
+        unlink(path);
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -133,13 +142,7 @@ int rlp_replay_buffer_ingest_dir(rlp_replay_buffer *buf, const char *dir, size_t
         rlp_batch *b = NULL;
         int r = rlp_batch_read_file(&b, path);
         if (r == RLP_E_FORMAT || r == RLP_E_UNSUPPORTED) {
-            /* untrusted input: set it aside, the run goes on */
-            char bad[4200];
-            snprintf(bad, sizeof bad, "%s.bad", path);
-            rlpi_log(rlpi_buffer_logger(buf), RLP_LOG_WARN, "replay buffer: %s (set aside as %s)", rlp_error_last(),
-                     bad);
-            if (rename(path, bad))
-                unlink(path);
+            set_aside(buf, path); /* untrusted input: the run goes on */
             continue;
         }
         if (r) {
@@ -154,12 +157,7 @@ int rlp_replay_buffer_ingest_dir(rlp_replay_buffer *buf, const char *dir, size_t
         if (r == RLP_E_AGAIN || r == RLP_E_TIMEOUT)
             break; /* no room: the file stays for a later call */
         if (r == RLP_E_INVALID_ARG) {
-            char bad[4200];
-            snprintf(bad, sizeof bad, "%s.bad", path);
-            rlpi_log(rlpi_buffer_logger(buf), RLP_LOG_WARN, "replay buffer: %s: %s (set aside as %s)", path,
-                     rlp_error_last(), bad);
-            if (rename(path, bad))
-                unlink(path);
+            set_aside(buf, path); /* what a push refuses */
             continue;
         }
         if (r) {

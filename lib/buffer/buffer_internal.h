@@ -8,6 +8,10 @@
 #include "core/log.h"
 #include "spill.h"
 
+/* RLP_E_INVALID_ARG naming @p caller, the trajectory and the rule when a
+ * trajectory of @p batch may not be pushed (rlpi_spill_check_traj). */
+int rlpi_buffer_check_batch(const rlp_batch *batch, const char *caller);
+
 /* The groups of @p batch (by group_id, in order of first appearance of
  * their lowest index), as shells whose trajectories are the batch's (not
  * copies): free them with rlpi_buffer_group_free_shell(). */

@@ -428,6 +428,17 @@ static int cmp_first(const void *a, const void *b)
 /* Splits the batch into groups by group_id, in order of first appearance.
  * The groups hold shallow copies: the batch still owns the memory until
  * the push succeeds. */
+int rlpi_buffer_check_batch(const rlp_batch *batch, const char *caller)
+{
+    for (size_t i = 0; i < batch->n; i++) {
+        const char *why = rlpi_spill_check_traj(&batch->items[i]);
+        if (why)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: trajectory %zu (group %llu): %s", caller, i,
+                                  (unsigned long long)batch->items[i].group_id, why);
+    }
+    return RLP_OK;
+}
+
 int rlpi_buffer_make_groups(const rlp_batch *batch, rlpi_group ***out, size_t *n_out)
 {
     size_t n = batch->n;
@@ -481,15 +492,12 @@ int rlp_replay_buffer_push(rlp_replay_buffer *buf, rlp_batch *batch)
     RLPI_CHECK_ARG(batch, "batch is NULL");
     if (batch->n == 0)
         return RLP_OK;
-    for (size_t i = 0; i < batch->n; i++) {
-        const char *why = rlpi_spill_check_traj(&batch->items[i]);
-        if (why)
-            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: trajectory %zu (group %llu): %s", __func__, i,
-                                  (unsigned long long)batch->items[i].group_id, why);
-    }
     rlpi_group **groups = NULL;
     size_t k = 0;
-    int rc = rlpi_buffer_make_groups(batch, &groups, &k);
+    int rc = rlpi_buffer_check_batch(batch, __func__);
+    if (rc)
+        return rc;
+    rc = rlpi_buffer_make_groups(batch, &groups, &k);
     if (rc)
         return rc;
     uint64_t record_bytes;

@@ -168,11 +168,13 @@ void rlpi_http_read_answer(const char *url, const char *body, size_t len, rlp_re
                 rlpi_reason(r, "malformed score entry %zu (want a number, null or {\"score\": x, ...})", i - b);
                 continue;
             }
-            if (reason)
-                rlpi_reason(r, "%s", json_string_value(reason));
+            /* an empty reason says nothing: an invalid sample always gets one */
+            const char *why = reason && *json_string_value(reason) ? json_string_value(reason) : NULL;
+            if (why)
+                rlpi_reason(r, "%s", why);
             if (json_is_false(valid)) {
                 r->valid = 0;
-                if (!reason)
+                if (!why)
                     rlpi_reason(r, "verifier marked it invalid");
                 continue;
             }
