@@ -343,15 +343,23 @@ static void rank_share(const rlp_trainer *t, size_t n, size_t *first, size_t *co
     *count = hi - lo;
 }
 
-/* Scores the metrics, then the reward (what stays in the batch is the
- * reward the step trains on). */
-static int score_batch(rlp_trainer *t, rlp_batch *b, rlp_step_record *rec)
+/* The host's metrics over @p b into the record. Each overwrites the batch's
+ * rewards: score them before the reward, or on a copy. */
+static int score_metrics(rlp_trainer *t, rlp_batch *b, rlp_step_record *rec)
 {
     int rc = RLP_OK;
     for (size_t i = 0; !rc && i < t->n_metrics; i++)
         if ((rc = rlpi_train_score_metric(t->metrics[i].fn, b, t->metrics[i].threshold, &rec->metric_rate[i],
                                           &rec->metric_mean[i])))
             rlpi_error_wrap("metric %zu", i);
+    return rc;
+}
+
+/* Scores the metrics, then the reward (what stays in the batch is the
+ * reward the step trains on). */
+static int score_batch(rlp_trainer *t, rlp_batch *b, rlp_step_record *rec)
+{
+    int rc = score_metrics(t, b, rec);
     rlp_reward_stats st = {.version = RLP_REWARD_STATS_VERSION};
     if (!rc && (rc = rlp_reward_fn_score(t->reward, b, &st)) != RLP_OK)
         rlpi_error_wrap("reward");
@@ -598,20 +606,16 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
     }
     rec->n_prompts = n_groups;
     /* the metrics on a copy: the batch keeps the reward it was pushed with */
-    double t1 = rlpi_now_s();
     rlp_batch *copy = NULL;
     if (t->n_metrics && (rc = rlpi_train_batch_copy(&copy, b)) == RLP_OK) {
-        for (size_t i = 0; !rc && i < t->n_metrics; i++)
-            rc = rlpi_train_score_metric(t->metrics[i].fn, copy, t->metrics[i].threshold, &rec->metric_rate[i],
-                                         &rec->metric_mean[i]);
+        rc = score_metrics(t, copy, rec);
         rlp_batch_free(copy);
     }
     if (rc) {
         rlp_batch_free(b);
-        return rlpi_error_wrap("metrics");
+        return rc;
     }
     rlpi_train_reward_summary(rec, b);
-    (void)t1;
     /* the rollout side's figures since the previous step (workers of
      * other processes: only what the batch itself tells) */
     rlp_rollout_worker_stats ws = {.version = 1};
