@@ -36,6 +36,7 @@
 #include "rlpost/tokenizer.h"
 #include "rlpost/policy.h"
 #include "rlpost/batch.h"
+#include "rlpost/env.h"
 #include "rlpost/rollout.h"
 #include "rlpost/algo.h"
 #include "rlpost/task.h"

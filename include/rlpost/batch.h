@@ -51,12 +51,39 @@ typedef struct rlp_provenance {
     uint64_t batch;         /**< the producer's 0-based batch number: the 1-based RL step it was made for, − 1 */
 } rlp_provenance;
 
+/** How an episode ended (values fixed). */
+typedef enum rlp_episode_end {
+    RLP_EPISODE_RUNNING = 0,    /**< not ended (never in a returned batch) */
+    RLP_EPISODE_DONE = 1,       /**< the environment said done */
+    RLP_EPISODE_MAX_TURNS = 2,  /**< the turn limit was reached */
+    RLP_EPISODE_BUDGET = 3,     /**< the token budget or the KV capacity was reached (truncated) */
+    RLP_EPISODE_ERROR = 4,      /**< an environment call failed or timed out (sample invalid) */
+    RLP_EPISODE_ABORT = 5       /**< the generation was aborted */
+} rlp_episode_end;
+
+/** Version of rlp_episode_stats understood by this header. */
+#define RLP_EPISODE_STATS_VERSION 1
+
+/** What happened in one episode (rlp_trajectory::episode). */
+typedef struct rlp_episode_stats {
+    uint32_t version;             /**< RLP_EPISODE_STATS_VERSION */
+    uint32_t turns;               /**< model turns */
+    uint32_t tool_calls;          /**< steps the environment answered as a tool call */
+    uint32_t tool_errors;         /**< tool failures the episode survived, plus a failed call that ended it */
+    uint32_t tool_timeouts;       /**< calls abandoned at their deadline */
+    uint32_t observation_tokens;  /**< tokens appended with loss mask 0 */
+    uint32_t observations_cut;    /**< observations cut at max_observation_bytes or by the budget */
+    int32_t end;                  /**< rlp_episode_end */
+    double tool_seconds;          /**< wall time of the environment's calls, summed */
+} rlp_episode_stats;
+
 /**
  * Version of rlp_trajectory understood by this header. 2 added
- * has_provenance and provenance; a caller that sets version 1 gets and
- * gives the version-1 fields only (its struct is the shorter one).
+ * has_provenance and provenance, 3 loss_mask and the episode record; a
+ * caller that sets an older version gets and gives that version's fields
+ * only (its struct is the shorter one).
  */
-#define RLP_TRAJECTORY_VERSION 2
+#define RLP_TRAJECTORY_VERSION 3
 
 /**
  * One prompt and one sampled completion with everything the losses need,
@@ -67,7 +94,9 @@ typedef struct rlp_provenance {
  * Per-token arrays have n_completion_tokens entries: the i-th completion
  * token was drawn from the rollout policy at version token_versions[i] with
  * behaviour logprob logprobs[i] (see rlp_logprobs_mode for which
- * distribution). After a stop string the ids and logprobs of every sampled
+ * distribution). In a multi-turn episode the completion is the turns and
+ * the observations between them, in order; loss_mask tells them apart.
+ * After a stop string the ids and logprobs of every sampled
  * token are kept (they are training data) while completion_text ends at the
  * stop.
  */
@@ -96,6 +125,12 @@ typedef struct rlp_trajectory {
     int32_t has_provenance;            /**< (version 2) 1: provenance says where it came from; 0: unknown
                                             (provenance is then all zero on get and ignored on append) */
     rlp_provenance provenance;         /**< (version 2) see rlp_provenance; version RLP_PROVENANCE_VERSION on get */
+    const uint8_t *loss_mask;          /**< (version 3) (n_completion_tokens) 1: a model token, trained on;
+                                            0: an observation token of a multi-turn episode (tool output):
+                                            no gradient, not counted by any loss or token mean, its logprob
+                                            is 0; NULL = every token is the model's */
+    int32_t has_episode;               /**< (version 3) 1: a multi-turn episode; episode says what happened */
+    rlp_episode_stats episode;         /**< (version 3) see rlp_episode_stats; all zero when has_episode is 0 */
 } rlp_trajectory;
 
 /** Creates an empty batch. RLP_OK, RLP_E_INVALID_ARG or RLP_E_NOMEM. */

@@ -10,6 +10,7 @@
 #define RLPOST_ROLLOUT_H
 
 #include "rlpost/core.h"
+#include "rlpost/env.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -209,6 +210,37 @@ RLP_API int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, co
                                  size_t n_prompts, const rlp_sampling_options *sampling,
                                  rlp_stream_fn on_token, void *payload);
 
+/**
+ * Runs multi-turn episodes: like rlp_rollout_generate(), but every sample
+ * is an episode against mt->env (rlp_env_callbacks says how a call goes).
+ * A turn ends where a completion of rlp_rollout_generate() would (a stop
+ * string such as "</search>", a stop token, EOS, max_new_tokens); the
+ * environment then reads the turn and ends the episode or answers with an
+ * observation, whose ids are appended after the turn's tokens with loss
+ * mask 0, logprob 0 and the engine's current version, and the model's next
+ * turn follows. The ids of an episode are exactly the ids the engine
+ * sampled and the observations' ids, concatenated: nothing is re-encoded.
+ * A local engine keeps the sequence's KV cache across turns, keeps
+ * decoding the other sequences while a call runs (mt->overlap) and applies
+ * weight updates between and inside turns as in rlp_rollout_generate()
+ * (token_versions show them). A remote engine sends each turn as a
+ * completion request with the episode's ids so far.
+ *
+ * Every trajectory has has_episode = 1, a loss_mask, and token_rewards
+ * when the environment gave turn rewards; completion_text is the turns'
+ * and the observations' text in order. An environment call that fails or
+ * overruns its deadline marks that sample invalid (episode.end =
+ * RLP_EPISODE_ERROR) and the others go on; a turn limit or token budget
+ * ends the episode with RLP_EPISODE_MAX_TURNS / RLP_EPISODE_BUDGET.
+ *
+ * @return as rlp_rollout_generate(); RLP_E_INVALID_ARG also for NULL
+ *         mt / mt->env or bad options, RLP_E_STATE for an engine without
+ *         a tokenizer (actions are decoded, observations encoded).
+ */
+RLP_API int rlp_rollout_generate_episodes(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *prompts,
+                                          size_t n_prompts, const rlp_sampling_options *sampling,
+                                          const rlp_multiturn_options *mt, rlp_stream_fn on_token,
+                                          void *payload);
 /**
  * Copies @p policy's weights into a local engine (same architecture) and
  * takes its version. Thread-safe with a running generate call: the copy

@@ -23,6 +23,7 @@ void rlpi_traj_clear(rlpi_traj *t)
     free(t->error);
     free(t->metadata);
     free(t->token_rewards);
+    free(t->loss_mask);
     memset(t, 0, sizeof *t);
 }
 
@@ -39,14 +40,38 @@ int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t ve
         uint64_t *ver = realloc(t->versions, cap * sizeof *ver);
         if (ver)
             t->versions = ver;
-        if (!tok || !lp || !ver)
+        uint8_t *mask = t->loss_mask;
+        if (mask && (mask = realloc(t->loss_mask, cap)) != NULL)
+            t->loss_mask = mask;
+        if (!tok || !lp || !ver || (t->loss_mask && !mask))
             return rlpi_error_set(RLP_E_NOMEM, "trajectory: out of memory");
         t->cap = cap;
     }
     t->tokens[t->n_tokens] = token;
     t->logprobs[t->n_tokens] = logprob;
     t->versions[t->n_tokens] = version;
+    if (t->loss_mask)
+        t->loss_mask[t->n_tokens] = 1;
     t->n_tokens++;
+    return RLP_OK;
+}
+
+int rlpi_traj_push_observation(rlpi_traj *t, const int32_t *ids, size_t n, uint64_t version)
+{
+    if (n == 0)
+        return RLP_OK;
+    if (!t->loss_mask) {
+        t->loss_mask = malloc(t->cap ? t->cap : 1);
+        if (!t->loss_mask)
+            return rlpi_error_set(RLP_E_NOMEM, "trajectory: out of memory");
+        memset(t->loss_mask, 1, t->cap ? t->cap : 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int rc = rlpi_traj_push_token(t, ids[i], 0.0f, version);
+        if (rc)
+            return rc;
+        t->loss_mask[t->n_tokens - 1] = 0;
+    }
     return RLP_OK;
 }
 
@@ -107,6 +132,7 @@ int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
     dst->versions = NULL;
     dst->prompt_text = dst->text = dst->error = dst->metadata = NULL;
     dst->token_rewards = NULL;
+    dst->loss_mask = NULL;
     dst->cap = src->n_tokens;
     int rc;
     if ((rc = dup_mem((void **)&dst->prompt, src->prompt, src->n_prompt, sizeof(int32_t))) ||
@@ -115,7 +141,8 @@ int rlpi_traj_copy(rlpi_traj *dst, const rlpi_traj *src)
         (rc = dup_mem((void **)&dst->versions, src->versions, src->n_tokens, sizeof(uint64_t))) ||
         (rc = dup_str(&dst->prompt_text, src->prompt_text)) || (rc = dup_str(&dst->text, src->text)) ||
         (rc = dup_str(&dst->error, src->error)) || (rc = dup_str(&dst->metadata, src->metadata)) ||
-        (rc = dup_mem((void **)&dst->token_rewards, src->token_rewards, src->n_tokens, sizeof(float)))) {
+        (rc = dup_mem((void **)&dst->token_rewards, src->token_rewards, src->n_tokens, sizeof(float))) ||
+        (rc = dup_mem((void **)&dst->loss_mask, src->loss_mask, src->n_tokens, 1))) {
         rlpi_traj_clear(dst);
         return rc;
     }
@@ -205,12 +232,19 @@ int rlp_batch_get(rlp_trajectory *out, const rlp_batch *batch, size_t index)
     v.has_provenance = t->has_provenance;
     if (t->has_provenance)
         v.provenance = t->provenance;
+    v.loss_mask = t->loss_mask;
+    v.has_episode = t->has_episode;
+    if (t->has_episode)
+        v.episode = t->episode;
     /* a caller built against an older header gets only the fields it knows:
-     * its struct ends where the version-2 fields begin */
+     * its struct ends where the next version's fields begin */
     size_t n = sizeof v;
     if (out->version < 2) {
         v.version = out->version;
         n = offsetof(rlp_trajectory, has_provenance);
+    } else if (out->version < 3) {
+        v.version = out->version;
+        n = offsetof(rlp_trajectory, loss_mask);
     }
     memcpy(out, &v, n);
     return RLP_OK;
@@ -242,6 +276,17 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
         if (traj->prompt_tokens[i] < 0)
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: prompt token %zu has negative id %d", i,
                                   traj->prompt_tokens[i]);
+    /* the version-3 fields exist only in a version-3 caller's struct */
+    const uint8_t *mask = traj->version >= 3 ? traj->loss_mask : NULL;
+    for (size_t i = 0; mask && i < traj->n_completion_tokens; i++)
+        if (mask[i] > 1)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_batch_append: loss_mask[%zu] is %u (must be 0 or 1)", i,
+                                  (unsigned)mask[i]);
+    bool has_episode = traj->version >= 3 && traj->has_episode;
+    if (has_episode && (traj->episode.version < 1 || traj->episode.end < RLP_EPISODE_RUNNING ||
+                        traj->episode.end > RLP_EPISODE_ABORT || !(traj->episode.tool_seconds >= 0)))
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "rlp_batch_append: episode needs version >= 1, an rlp_episode_end and tool_seconds >= 0");
     /* the version-2 fields exist only in a version-2 caller's struct */
     bool has_prov = traj->version >= 2 && traj->has_provenance;
     rlp_provenance prov;
@@ -273,7 +318,13 @@ int rlp_batch_append(rlp_batch *batch, const rlp_trajectory *traj)
         .token_rewards = (float *)traj->token_rewards,
         .has_provenance = has_prov,
         .provenance = prov,
+        .loss_mask = (uint8_t *)mask,
+        .has_episode = has_episode,
     };
+    if (has_episode) {
+        src.episode = traj->episode;
+        src.episode.version = RLP_EPISODE_STATS_VERSION;
+    }
     rlpi_traj t;
     int rc = rlpi_traj_copy(&t, &src);
     if (rc)

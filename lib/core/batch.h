@@ -33,6 +33,9 @@ typedef struct rlpi_traj {
     float *token_rewards;   /* (n_tokens) owned, or NULL */
     bool has_provenance;    /* false: where it came from is unknown (provenance all zero) */
     rlp_provenance provenance; /* version RLP_PROVENANCE_VERSION when set; plain data, copied with the struct */
+    uint8_t *loss_mask;     /* (n_tokens, cap) owned, or NULL = every token is the model's */
+    bool has_episode;       /* a multi-turn episode: episode is its record */
+    rlp_episode_stats episode; /* plain data, copied with the struct */
 } rlpi_traj;
 
 struct rlp_batch {
@@ -44,6 +47,9 @@ struct rlp_batch {
 void rlpi_traj_clear(rlpi_traj *t);
 /* Appends one completion token (grows the arrays). */
 int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t version);
+/* Appends n observation tokens (loss mask 0, logprob 0, version v);
+ * creates the mask (all 1 so far) on first use. */
+int rlpi_traj_push_observation(rlpi_traj *t, const int32_t *ids, size_t n, uint64_t version);
 /* Moves *t into the batch (t is zeroed; on failure t is untouched). */
 int rlpi_batch_take(rlp_batch *b, rlpi_traj *t);
 /* Reserve room for n more trajectories. */

@@ -1,0 +1,27 @@
+/* Tool calls in a model's text, parsed without running anything: the
+ * Qwen/Hermes form "<tool_call>{"name": …, "arguments": {…}}</tool_call>"
+ * that `rlpost serve` turns into OpenAI tool_calls and the built-in tool
+ * environment runs. Pure functions over bytes (fuzzed); no I/O. */
+#ifndef RLPI_TOOLS_TOOL_CALL_H
+#define RLPI_TOOLS_TOOL_CALL_H
+
+#include <stddef.h>
+
+typedef struct rlpi_tool_call {
+    char *name;       /* owned, NUL-terminated */
+    char *arguments;  /* owned: the arguments as compact JSON object text ("{}" when absent) */
+    size_t start;     /* byte offset of "<tool_call>" in the text */
+    size_t end;       /* byte offset just past "</tool_call>" (or the text's end when unclosed) */
+} rlpi_tool_call;
+
+/* Parses every <tool_call>…</tool_call> block of text[0, len) in order.
+ * A block whose body is not a JSON object with a string "name" and an
+ * object (or JSON-string-encoded object) "arguments" is skipped and
+ * counted in *n_bad (may be NULL). An unclosed last block is parsed when
+ * its body is complete JSON. *out is malloc'd (NULL when none); free with
+ * rlpi_tool_calls_free(). RLP_OK or RLP_E_NOMEM. */
+int rlpi_tool_calls_parse_hermes(rlpi_tool_call **out, size_t *n_out, size_t *n_bad, const char *text, size_t len);
+
+void rlpi_tool_calls_free(rlpi_tool_call *calls, size_t n);
+
+#endif
