@@ -733,7 +733,7 @@ static void test_provenance_push_pull(void **state)
 
 /* A spill file of format 1 (before provenance; the same records without
  * its flag), written by the encoder under a format-1 header with a torn
- * tail: a buffer restores its group, rewrites the file as format 2 (so a
+ * tail: a buffer restores its group, rewrites the file in the current format (so a
  * record with provenance appended later matches its header) and cuts the
  * tail; the next buffer restores both groups, the second with provenance. */
 static void test_spill_format1_upgraded(void **state)
