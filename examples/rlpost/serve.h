@@ -107,6 +107,8 @@ struct serve_job {
     int tokens_as_ids;             /* vLLM return_tokens_as_token_ids */
     int return_token_ids;          /* also send prompt_token_ids */
     int stream, include_usage;
+    int tool_parse;                /* chat with tools, tool_choice "auto": <tool_call> blocks → tool_calls */
+    int tool_parallel;             /* parallel_tool_calls (0: the first call only) */
     int client_fd;                 /* the connection's socket, for hang-up checks (-1: unknown) */
 
     /* state, under srv->mu */

@@ -11,6 +11,7 @@
 #include "serve.h"
 
 #include "json_out.h"
+#include "serve_tools.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -611,7 +612,7 @@ static char *message_content(pctx *c, const json_t *m, size_t i)
 /* messages → chat template → prompt ids. Message content is never parsed
  * for special tokens (the template API encodes it apart from its
  * scaffolding: public-bugs case #1). */
-static int parse_messages(pctx *c, const json_t *o, serve_job *job)
+static int parse_messages(pctx *c, const json_t *o, serve_job *job, const serve_tools *tools)
 {
     const json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > SERVE_MAX_MESSAGES)
@@ -620,8 +621,10 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job)
     int agp = 1;
     if (get_bool(c, o, "add_generation_prompt", 1, &agp))
         return -1;
-    rlp_chat_message *cm = calloc(n, sizeof *cm);
-    char **contents = calloc(n, sizeof *contents);
+    /* one more slot: the system message that carries the tools when the
+     * request has none */
+    rlp_chat_message *cm = calloc(n + 1, sizeof *cm);
+    char **contents = calloc(n + 1, sizeof *contents);
     int rc = cm && contents ? 0 : fail(c, "out of memory");
     for (size_t i = 0; !rc && i < n; i++) {
         const json_t *m = json_array_get(msgs, i);
@@ -634,8 +637,45 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job)
             rc = -1;
             break;
         }
+        const json_t *calls = json_object_get(m, "tool_calls"), *call_id = json_object_get(m, "tool_call_id");
+        if (!absent(calls)) {
+            if (strcmp(json_string_value(role), "assistant") != 0) {
+                rc = fail(c, "'messages'[%zu].tool_calls: only assistant messages carry tool calls", i);
+                break;
+            }
+            char *with_calls = serve_tools_assistant(contents[i], calls, i, c->err, c->errlen);
+            if (!with_calls) {
+                rc = -1;
+                break;
+            }
+            free(contents[i]);
+            contents[i] = with_calls;
+        }
+        if (!absent(call_id) && !json_is_string(call_id)) {
+            rc = fail(c, "'messages'[%zu].tool_call_id must be a string", i);
+            break;
+        }
         cm[i].role = json_string_value(role);
         cm[i].content = contents[i];
+    }
+    if (!rc && tools->tools) {
+        bool has_system = strcmp(cm[0].role, "system") == 0;
+        const char *name = c->srv->tok ? rlp_tokenizer_chat_template(c->srv->tok) : NULL;
+        char *sys = serve_tools_system(name, has_system ? contents[0] : NULL, tools->tools);
+        if (!sys) {
+            rc = fail(c, "out of memory");
+        } else if (has_system) {
+            free(contents[0]);
+            contents[0] = sys;
+            cm[0].content = sys;
+        } else {
+            memmove(cm + 1, cm, n * sizeof *cm);
+            memmove(contents + 1, contents, n * sizeof *contents);
+            contents[0] = sys;
+            cm[0].role = "system";
+            cm[0].content = sys;
+            n++;
+        }
     }
     size_t need = 0, got = 0;
     int32_t *ids = NULL;
@@ -668,8 +708,11 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
     serve_job *job = job_new(srv, JOB_CHAT);
     int rc = job ? 0 : fail(&c, "out of memory"), logprobs = 0;
     long long top = 0;
+    serve_tools tools = {0};
+    if (!rc && serve_tools_parse(&tools, o, err, errlen))
+        rc = -1;
     if (!rc)
-        rc = parse_messages(&c, o, job);
+        rc = parse_messages(&c, o, job, &tools);
     if (!rc) {
         /* OpenAI's newer name wins; the default fills the context */
         const char *key = absent(json_object_get(o, "max_completion_tokens")) ? "max_tokens"
@@ -682,6 +725,15 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
              get_int(&c, o, "top_logprobs", 0, 0, SERVE_MAX_LOGPROBS, &top);
     if (!rc && top > 0 && !logprobs)
         rc = fail(&c, "'top_logprobs' needs 'logprobs': true");
+    /* tool calls are parsed from the whole completion, after streamed
+     * deltas would have sent their text as content */
+    if (!rc && job->stream && tools.parse)
+        rc = fail(&c, "'stream': true with 'tools' is not supported by this server (tool calls are parsed "
+                      "from the whole completion): send 'stream': false, or 'tool_choice': \"none\"");
+    if (!rc) {
+        job->tool_parse = tools.parse;
+        job->tool_parallel = tools.parallel;
+    }
     if (!rc)
         rc = finish_job(&c, job);
     json_decref(o);
@@ -808,8 +860,16 @@ json_t *serve_response(serve_server *srv, const serve_job *job)
         }
         json_array_append_new(choices, ch);
         if (job->kind == JOB_CHAT) {
-            json_object_set_new(ch, "message", json_pack("{s:s, s:o?}", "role", "assistant", "content",
-                                                         serve_json_text(text, strlen(text))));
+            size_t called = 0;
+            json_t *msg = serve_tools_message(text, strlen(text), job->tool_parse, job->tool_parallel, job->id,
+                                              i, &called);
+            if (!msg) {
+                ok = false;
+                break;
+            }
+            if (called)
+                fr = "tool_calls"; /* as vLLM: also when the calls ended at max_tokens */
+            json_object_set_new(ch, "message", msg);
             json_object_set_new(ch, "logprobs", job->logprobs > 0 ? chat_logprobs(srv, &t) : json_null());
         } else {
             json_object_set_new(ch, "text", serve_json_text(text, strlen(text)));
