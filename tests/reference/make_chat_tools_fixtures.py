@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Reference prompts of `rlpost serve` chat requests with tools.
 
-Writes fixtures/chat_qwen25_tools.jsonl, one object per line:
+Writes fixtures/chat_qwen25_tools.jsonl and chat_qwen3_tools.jsonl, one
+object per line:
   {"request": {"messages": [...], "tools": [...]?}, "add_generation_prompt": bool,
    "text": str, "ids": [...]}
 "request" is what an OpenAI client sends (tool_calls' arguments as JSON
 text, content null beside tool calls); "text" is transformers'
 apply_chat_template with Qwen2.5-Instruct's Jinja template (below, as in
-Qwen/Qwen2.5-*-Instruct's tokenizer_config.json) after vLLM's
+Qwen/Qwen2.5-*-Instruct's tokenizer_config.json), or with Qwen3's (from
+the tokenizer_config.json beside --qwen3), after vLLM's
 preprocessing (tool_calls' arguments decoded into objects); "ids" are
 `tokenizers` on the text with Qwen3's tokenizer.json (the same byte-level
 vocabulary and <tool_call>/<tool_response> tokens as Qwen2.5).
 
 tests/unit/test_serve_tools.c sends each request through the server's
-request parser with the "chatml" template and checks the decoded prompt
+request parser with the "chatml" (or "qwen3") template and checks the decoded prompt
 equals "text" exactly (with a tokenizer committed in fixtures/) and, when
 ../shared/data has Qwen3's tokenizer, the ids too.
 
@@ -141,9 +143,12 @@ def cases():
 
 
 def vllm_messages(msgs):
-    """vLLM decodes tool_calls' JSON-text arguments before the template."""
+    """vLLM decodes tool_calls' JSON-text arguments before the template
+    (and a null content is "", which Qwen3's template needs)."""
     out = copy.deepcopy(msgs)
     for m in out:
+        if m.get("content") is None:
+            m["content"] = ""
         for tc in m.get("tool_calls") or []:
             fn = tc["function"]
             a = fn.get("arguments")
@@ -160,21 +165,24 @@ def main():
     from transformers import PreTrainedTokenizerFast
     hf = PreTrainedTokenizerFast(tokenizer_file=a.qwen3)
     tok = Tokenizer.from_file(a.qwen3)
-    rows = []
-    for req in cases():
-        for gen in (True, False):
-            if not gen and req["messages"][-1]["role"] == "user":
-                continue
-            text = hf.apply_chat_template(vllm_messages(req["messages"]), tools=req.get("tools"),
-                                          chat_template=QWEN25_TEMPLATE, tokenize=False,
-                                          add_generation_prompt=gen)
-            rows.append({"request": req, "add_generation_prompt": gen, "text": text,
-                         "ids": tok.encode(text, add_special_tokens=False).ids})
-    path = os.path.join(a.out, "chat_qwen25_tools.jsonl")
-    with open(path, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
-    print(f"{path}: {len(rows)} requests")
+    with open(os.path.join(os.path.dirname(a.qwen3), "tokenizer_config.json"), encoding="utf-8") as f:
+        qwen3_template = json.load(f)["chat_template"]
+    for name, template in (("chat_qwen25_tools.jsonl", QWEN25_TEMPLATE), ("chat_qwen3_tools.jsonl", qwen3_template)):
+        rows = []
+        for req in cases():
+            for gen in (True, False):
+                if not gen and req["messages"][-1]["role"] == "user":
+                    continue
+                text = hf.apply_chat_template(vllm_messages(req["messages"]), tools=req.get("tools"),
+                                              chat_template=template, tokenize=False,
+                                              add_generation_prompt=gen)
+                rows.append({"request": req, "add_generation_prompt": gen, "text": text,
+                             "ids": tok.encode(text, add_special_tokens=False).ids})
+        path = os.path.join(a.out, name)
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
+        print(f"{path}: {len(rows)} requests")
 
 
 if __name__ == "__main__":

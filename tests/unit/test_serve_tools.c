@@ -348,12 +348,12 @@ static char *decode(const rlp_tokenizer *tok, const int32_t *ids, size_t n)
 
 /* Every fixture request through the server's parser: the prompt decodes
  * to transformers' text exactly; with_ids: and is its very ids. */
-static void run_fixture(const char *tok_path, bool with_ids)
+static void run_fixture(const char *tok_path, const char *template_name, const char *fixture_name, bool with_ids)
 {
     fixture f;
-    assert_int_equal(setup_tok(&f, tok_path, "chatml"), 0);
+    assert_int_equal(setup_tok(&f, tok_path, template_name), 0);
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/reference/fixtures/chat_qwen25_tools.jsonl", src_root());
+    snprintf(path, sizeof path, "%s/tests/reference/fixtures/%s", src_root(), fixture_name);
     FILE *fp = fopen(path, "r");
     assert_non_null(fp);
     char *line = NULL;
@@ -394,7 +394,8 @@ static void run_fixture(const char *tok_path, bool with_ids)
     free(line);
     fclose(fp);
     rlp_tokenizer_free(f.tok);
-    printf("%s: %zu requests, %zu match%s\n", tok_path, rows, ok, with_ids ? " (text and ids)" : " (text)");
+    printf("%s, %s: %zu requests, %zu match%s\n", fixture_name, tok_path, rows, ok,
+           with_ids ? " (text and ids)" : " (text)");
     assert_true(rows >= 10);
     assert_int_equal(ok, rows);
 }
@@ -402,20 +403,39 @@ static void run_fixture(const char *tok_path, bool with_ids)
 static void prompts_match_qwen25_text(void **state)
 {
     (void)state;
-    run_fixture(smollm2_path(), false);
+    run_fixture(smollm2_path(), "chatml", "chat_qwen25_tools.jsonl", false);
+}
+
+static const char *qwen3_tokenizer(void)
+{
+    const char *data = getenv("RLPOST_SHARED_DATA");
+    static char p[4096];
+    snprintf(p, sizeof p, "%s/tokenizers/qwen3/tokenizer.json", data ? data : "../shared/data");
+    if (access(p, R_OK) != 0) {
+        fprintf(stderr, "skip: %s not present\n", p);
+        return NULL;
+    }
+    return p;
 }
 
 static void prompts_match_qwen25_ids(void **state)
 {
     (void)state;
-    const char *data = getenv("RLPOST_SHARED_DATA");
-    char p[4096];
-    snprintf(p, sizeof p, "%s/tokenizers/qwen3/tokenizer.json", data ? data : "../shared/data");
-    if (access(p, R_OK) != 0) {
-        fprintf(stderr, "skip: %s not present\n", p);
+    const char *p = qwen3_tokenizer();
+    if (!p)
         skip();
-    }
-    run_fixture(p, true);
+    run_fixture(p, "chatml", "chat_qwen25_tools.jsonl", true);
+}
+
+/* Qwen3's own template (tools block without a default system prompt,
+ * <think> handling around tool calls) */
+static void prompts_match_qwen3(void **state)
+{
+    (void)state;
+    run_fixture(smollm2_path(), "qwen3", "chat_qwen3_tools.jsonl", false);
+    const char *p = qwen3_tokenizer();
+    if (p)
+        run_fixture(p, "qwen3", "chat_qwen3_tools.jsonl", true);
 }
 
 /* Other templates get the same tools block: Qwen3's without a default
@@ -452,6 +472,7 @@ int main(void)
         cmocka_unit_test(requests_are_checked),
         cmocka_unit_test(prompts_match_qwen25_text),
         cmocka_unit_test(prompts_match_qwen25_ids),
+        cmocka_unit_test(prompts_match_qwen3),
         cmocka_unit_test(system_prompts_per_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
