@@ -25,12 +25,12 @@
 #define SMOLLM_SYSTEM "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 /* The "# Tools" block of Qwen2.5's and Qwen3's templates, around the tool list. */
-#define TOOLS_HEAD                                                                                              \
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "  \
+#define TOOLS_HEAD                                                                                                     \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "           \
     "function signatures within <tools></tools> XML tags:\n<tools>"
-#define TOOLS_TAIL                                                                                              \
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "     \
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "             \
+#define TOOLS_TAIL                                                                                                     \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "              \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "                      \
     "<args-json-object>}\n</tool_call>"
 
 static int efail(char *err, size_t errlen, const char *fmt, ...)
@@ -177,7 +177,8 @@ static void py_json(sbuf *b, const json_t *v)
         json_t *x;
         bool first = true;
         put(b, "{", 1);
-        json_object_foreach((json_t *)v, k, x) {
+        json_object_foreach((json_t *)v, k, x)
+        {
             if (!first)
                 put(b, ", ", 2);
             first = false;
@@ -192,7 +193,8 @@ static void py_json(sbuf *b, const json_t *v)
         size_t i;
         json_t *x;
         put(b, "[", 1);
-        json_array_foreach(v, i, x) {
+        json_array_foreach(v, i, x)
+        {
             if (i)
                 put(b, ", ", 2);
             py_json(b, x);
@@ -236,8 +238,8 @@ static bool good_name(const json_t *name)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-              c == '-' || c == '.' || c == ':'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.' || c == ':'))
             return false;
     }
     return true;
@@ -258,7 +260,8 @@ int serve_tools_parse(serve_tools *out, const json_t *req, char *err, size_t err
             return efail(err, errlen, "'tools' has %zu tools; at most %d", json_array_size(tools), MAX_TOOLS);
         size_t i;
         const json_t *t;
-        json_array_foreach(tools, i, t) {
+        json_array_foreach(tools, i, t)
+        {
             if (!json_is_object(t))
                 return efail(err, errlen, "'tools'[%zu] must be an object", i);
             const json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
@@ -284,14 +287,16 @@ int serve_tools_parse(serve_tools *out, const json_t *req, char *err, size_t err
     int none = 0;
     if (!absent(choice)) {
         if (json_is_object(choice))
-            return efail(err, errlen, "'tool_choice': forcing a named function is not supported by this server "
-                                      "(only \"auto\" or \"none\")");
+            return efail(err, errlen,
+                         "'tool_choice': forcing a named function is not supported by this server "
+                         "(only \"auto\" or \"none\")");
         if (!json_is_string(choice))
             return efail(err, errlen, "'tool_choice' must be \"auto\" or \"none\"");
         const char *c = json_string_value(choice);
         if (strcmp(c, "required") == 0)
-            return efail(err, errlen, "'tool_choice' = \"required\" is not supported by this server (only "
-                                      "\"auto\" or \"none\")");
+            return efail(err, errlen,
+                         "'tool_choice' = \"required\" is not supported by this server (only "
+                         "\"auto\" or \"none\")");
         if (strcmp(c, "auto") != 0 && strcmp(c, "none") != 0)
             return efail(err, errlen, "'tool_choice' must be \"auto\" or \"none\"");
         none = strcmp(c, "none") == 0;
@@ -322,7 +327,8 @@ char *serve_tools_system(const char *template_name, const char *system, const js
     puts_(&b, TOOLS_HEAD);
     size_t i;
     const json_t *t;
-    json_array_foreach(tools, i, t) {
+    json_array_foreach(tools, i, t)
+    {
         char *s = serve_tools_pyjson(t);
         if (!s) {
             b.oom = true;
@@ -354,7 +360,8 @@ char *serve_tools_assistant(const char *content, const json_t *tool_calls, size_
     puts_(&b, content);
     size_t k;
     const json_t *tc;
-    json_array_foreach(tool_calls, k, tc) {
+    json_array_foreach(tool_calls, k, tc)
+    {
         const json_t *type = json_object_get(tc, "type"), *id = json_object_get(tc, "id");
         const json_t *fn = json_object_get(tc, "function");
         const char *bad = NULL;
@@ -426,12 +433,12 @@ static json_t *call_json(const rlpi_tool_call *c, const char *id_base, size_t ch
     uint64_t a = mix64(h ^ ((uint64_t)choice << 32) ^ k), b2 = mix64(a);
     char id[48];
     snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b2 >> 32));
-    return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name", c->name,
-                     "arguments", c->arguments);
+    return json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name", c->name, "arguments",
+                     c->arguments);
 }
 
-json_t *serve_tools_message(const char *text, size_t len, int parse, int parallel, const char *id_base,
-                            size_t choice, size_t *called)
+json_t *serve_tools_message(const char *text, size_t len, int parse, int parallel, const char *id_base, size_t choice,
+                            size_t *called)
 {
     *called = 0;
     rlpi_tool_call *calls = NULL;

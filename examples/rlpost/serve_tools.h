@@ -39,8 +39,8 @@ char *serve_tools_assistant(const char *content, const json_t *tool_calls, size_
  * "arguments": JSON text}}] with "content" the text outside the blocks
  * (trimmed; null when empty). Call ids derive from id_base and choice.
  * *called is set to the number of calls. NULL when out of memory. */
-json_t *serve_tools_message(const char *text, size_t len, int parse, int parallel, const char *id_base,
-                            size_t choice, size_t *called);
+json_t *serve_tools_message(const char *text, size_t len, int parse, int parallel, const char *id_base, size_t choice,
+                            size_t *called);
 
 /* v as Python's json.dumps(v, ensure_ascii=False) writes it (the "tojson"
  * of transformers' chat templates): ", " and ": " separators, key order

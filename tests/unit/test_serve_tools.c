@@ -69,9 +69,10 @@ static void one_call_content_null(void **state)
 {
     (void)state;
     size_t called = 0;
-    json_t *m = message("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, 2.5]}}\n"
-                        "</tool_call>",
-                        1, 1, &called);
+    json_t *m =
+        message("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, 2.5]}}\n"
+                "</tool_call>",
+                1, 1, &called);
     assert_int_equal(called, 1);
     assert_true(json_is_null(json_object_get(m, "content")));
     const json_t *calls = json_object_get(m, "tool_calls");
@@ -146,7 +147,8 @@ static void round_trip_is_the_generation(void **state)
 {
     (void)state;
     const char *gens[] = {
-        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Paris weather\", \"top_k\": 3}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Paris weather\", \"top_k\": "
+        "3}}\n</tool_call>",
         "I will look.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, 2.5, null, true]}}\n</tool_call>\n"
         "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
     };
@@ -197,9 +199,10 @@ static void pyjson_matches_python(void **state)
                            0, NULL);
     assert_non_null(v);
     char *s = serve_tools_pyjson(v);
-    assert_string_equal(s, "[0.1, 1e+16, 1000000000000000.0, 1e-05, 0.0001, -0.0, 123.0, 1.5e+300, 5e-324, 2.5, "
-                           "100.0, 0.3333333333333333, 1e+22, 9007199254740992.0, 0.000123, 7, -3, true, false, "
-                           "null, {}, [], {\"b\": 1, \"a\": [\"x\"]}]");
+    assert_string_equal(s,
+                        "[0.1, 1e+16, 1000000000000000.0, 1e-05, 0.0001, -0.0, 123.0, 1.5e+300, 5e-324, 2.5, "
+                        "100.0, 0.3333333333333333, 1e+22, 9007199254740992.0, 0.000123, 7, -3, true, false, "
+                        "null, {}, [], {\"b\": 1, \"a\": [\"x\"]}]");
     free(s);
     json_decref(v);
     v = json_pack("{s:s}", "k\x01", "\x01\t\"\xC3\xA9/\\\x7f\xE2\x80\xA8");
@@ -277,15 +280,18 @@ static void requests_are_checked(void **state)
                "'tools'[0].function.name");
     expect_400(&f, "{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {\"description\": \"x\"}}]}",
                "'tools'[0].function.name");
-    expect_400(&f, "{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
-                   "\"parameters\": []}}]}",
+    expect_400(&f,
+               "{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
+               "\"parameters\": []}}]}",
                "'tools'[0].function.parameters");
-    expect_400(&f, "{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
-                   "\"description\": 3}}]}",
+    expect_400(&f,
+               "{" USER ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
+               "\"description\": 3}}]}",
                "'tools'[0].function.description");
     expect_400(&f, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": \"required\"}", "'tool_choice' = \"required\"");
-    expect_400(&f, "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": {\"type\": \"function\", \"function\": "
-                   "{\"name\": \"f\"}}}",
+    expect_400(&f,
+               "{" USER ", \"tools\": [" TOOL "], \"tool_choice\": {\"type\": \"function\", \"function\": "
+               "{\"name\": \"f\"}}}",
                "'tool_choice': forcing a named function is not supported");
     expect_400(&f, "{" USER ", \"tool_choice\": \"sometimes\"}", "'tool_choice' must be \"auto\" or \"none\"");
     expect_400(&f, "{" USER ", \"tool_choice\": 1}", "'tool_choice' must be");
@@ -293,22 +299,27 @@ static void requests_are_checked(void **state)
     expect_400(&f, "{" USER ", \"tools\": [" TOOL "], \"stream\": true}", "'stream': true with 'tools'");
     expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"tool_calls\": []}]}",
                "'messages'[0].tool_calls: only assistant messages");
-    expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
-                   "\"tool_calls\": {}}]}",
+    expect_400(&f,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+               "\"tool_calls\": {}}]}",
                "'messages'[1].tool_calls must be an array");
-    expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
-                   "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
-                   "\"[1]\"}}]}]}",
+    expect_400(&f,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+               "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+               "\"[1]\"}}]}]}",
                "'messages'[1].tool_calls[0].function.arguments must be a JSON object");
-    expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
-                   "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
-                   "\"{oops\"}}]}]}",
+    expect_400(&f,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+               "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": "
+               "\"{oops\"}}]}]}",
                "'messages'[1].tool_calls[0].function.arguments");
-    expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
-                   "\"tool_calls\": [{\"type\": \"function\"}]}]}",
+    expect_400(&f,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+               "\"tool_calls\": [{\"type\": \"function\"}]}]}",
                "'messages'[1].tool_calls[0].function must be an object");
-    expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
-                   "\"tool_calls\": [7]}]}",
+    expect_400(&f,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+               "\"tool_calls\": [7]}]}",
                "'messages'[1].tool_calls[0] must be an object");
     expect_400(&f, "{\"messages\": [{\"role\": \"tool\", \"content\": \"1\", \"tool_call_id\": 5}]}",
                "'messages'[0].tool_call_id must be a string");
@@ -450,8 +461,9 @@ static void system_prompts_per_template(void **state)
     assert_int_equal(strncmp(q3s, "Be brief.\n\n# Tools\n\n", 20), 0);
     assert_int_equal(strncmp(sm, "You are a helpful AI assistant named SmolLM", 43), 0);
     assert_int_equal(strncmp(q25, "You are Qwen, created by Alibaba Cloud.", 39), 0);
-    assert_non_null(strstr(q3, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
-                               "{\"type\": \"object\"}}}\n</tools>"));
+    assert_non_null(strstr(q3,
+                           "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                           "{\"type\": \"object\"}}}\n</tools>"));
     free(q3);
     free(q3s);
     free(sm);
@@ -462,18 +474,12 @@ static void system_prompts_per_template(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(plain_text_is_content),
-        cmocka_unit_test(one_call_content_null),
-        cmocka_unit_test(two_calls_with_text),
-        cmocka_unit_test(bad_blocks_stay_text),
-        cmocka_unit_test(round_trip_is_the_generation),
-        cmocka_unit_test(ids_are_deterministic_per_response),
-        cmocka_unit_test(pyjson_matches_python),
-        cmocka_unit_test(requests_are_checked),
-        cmocka_unit_test(prompts_match_qwen25_text),
-        cmocka_unit_test(prompts_match_qwen25_ids),
-        cmocka_unit_test(prompts_match_qwen3),
-        cmocka_unit_test(system_prompts_per_template),
+        cmocka_unit_test(plain_text_is_content),        cmocka_unit_test(one_call_content_null),
+        cmocka_unit_test(two_calls_with_text),          cmocka_unit_test(bad_blocks_stay_text),
+        cmocka_unit_test(round_trip_is_the_generation), cmocka_unit_test(ids_are_deterministic_per_response),
+        cmocka_unit_test(pyjson_matches_python),        cmocka_unit_test(requests_are_checked),
+        cmocka_unit_test(prompts_match_qwen25_text),    cmocka_unit_test(prompts_match_qwen25_ids),
+        cmocka_unit_test(prompts_match_qwen3),          cmocka_unit_test(system_prompts_per_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
