@@ -728,8 +728,9 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
     /* tool calls are parsed from the whole completion, after streamed
      * deltas would have sent their text as content */
     if (!rc && job->stream && tools.parse)
-        rc = fail(&c, "'stream': true with 'tools' is not supported by this server (tool calls are parsed "
-                      "from the whole completion): send 'stream': false, or 'tool_choice': \"none\"");
+        rc = fail(&c,
+                  "'stream': true with 'tools' is not supported by this server (tool calls are parsed "
+                  "from the whole completion): send 'stream': false, or 'tool_choice': \"none\"");
     if (!rc) {
         job->tool_parse = tools.parse;
         job->tool_parallel = tools.parallel;
@@ -861,8 +862,8 @@ json_t *serve_response(serve_server *srv, const serve_job *job)
         json_array_append_new(choices, ch);
         if (job->kind == JOB_CHAT) {
             size_t called = 0;
-            json_t *msg = serve_tools_message(text, strlen(text), job->tool_parse, job->tool_parallel, job->id,
-                                              i, &called);
+            json_t *msg =
+                serve_tools_message(text, strlen(text), job->tool_parse, job->tool_parallel, job->id, i, &called);
             if (!msg) {
                 ok = false;
                 break;

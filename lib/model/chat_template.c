@@ -157,8 +157,7 @@ static int render_tool_result(segs *s, const rlpi_chat_msg *m, size_t n, size_t 
     int rc;
     if ((i == 0 || strcmp(m[i - 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_start|>user")))
         return rc;
-    if ((rc = SCAF(s, "\n<tool_response>\n")) || (rc = TEXT(s, m[i].content)) ||
-        (rc = SCAF(s, "\n</tool_response>")))
+    if ((rc = SCAF(s, "\n<tool_response>\n")) || (rc = TEXT(s, m[i].content)) || (rc = SCAF(s, "\n</tool_response>")))
         return rc;
     if (i == n - 1 || strcmp(m[i + 1].role, "tool") != 0)
         return SCAF(s, "<|im_end|>\n");

@@ -739,8 +739,9 @@ static void test_chat_tools(void **state)
                       "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
     rlp_chat_message cm[4] = {{"system", sys},
                               {"user", "Weather in Paris?"},
-                              {"assistant", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
-                                            "\"Paris\"}}\n</tool_call>"},
+                              {"assistant",
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                               "\"Paris\"}}\n</tool_call>"},
                               {"tool", "18C, clear"}};
     int32_t want[1024];
     size_t n_want = 0;
