@@ -274,6 +274,9 @@ void serve_job_free(serve_job *job)
     free(job->choice_chars);
     free(job->choice_started);
     free(job->choice_version);
+    for (size_t i = 0; job->choice_text && i < job->n_prompts * job->sampling.n; i++)
+        free(job->choice_text[i].p);
+    free(job->choice_text);
     pthread_cond_destroy(&job->cv);
     free(job);
 }
@@ -526,6 +529,10 @@ static int finish_job(pctx *c, serve_job *job)
     job->choice_version = calloc(total, sizeof *job->choice_version);
     if (!job->choice_chars || !job->choice_started || !job->choice_version)
         return fail(c, "out of memory");
+    /* tool calls are parsed from a choice's whole text: streamed, it is
+     * held back and sent with the calls in the choice's last chunk */
+    if (job->stream && job->tool_parse && !(job->choice_text = calloc(total, sizeof *job->choice_text)))
+        return fail(c, "out of memory");
     return 0;
 }
 
@@ -725,12 +732,6 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
              get_int(&c, o, "top_logprobs", 0, 0, SERVE_MAX_LOGPROBS, &top);
     if (!rc && top > 0 && !logprobs)
         rc = fail(&c, "'top_logprobs' needs 'logprobs': true");
-    /* tool calls are parsed from the whole completion, after streamed
-     * deltas would have sent their text as content */
-    if (!rc && job->stream && tools.parse)
-        rc = fail(&c,
-                  "'stream': true with 'tools' is not supported by this server (tool calls are parsed "
-                  "from the whole completion): send 'stream': false, or 'tool_choice': \"none\"");
     if (!rc) {
         job->tool_parse = tools.parse;
         job->tool_parallel = tools.parallel;
@@ -948,6 +949,50 @@ void serve_stream_fail(serve_job *job, const char *message)
     json_decref(e);
 }
 
+/* A chat choice with tools: its text is kept until it ends; the last
+ * chunk's delta then holds the content outside the tool calls and the
+ * calls (each with its "index", as OpenAI streams them), and its
+ * finish_reason is "tool_calls" when there are any. Earlier chunks carry
+ * the token ids and logprobs without content. */
+static void stream_tools(serve_job *job, size_t choice, const rlp_stream_event *ev, bool final, json_t *ch,
+                         json_t *delta)
+{
+    serve_text *t = &job->choice_text[choice];
+    size_t add = ev->text ? ev->text_len : 0;
+    if (add && t->n + add > t->cap) {
+        size_t cap = (t->n + add) * 2;
+        char *p = realloc(t->p, cap);
+        if (p) {
+            t->p = p;
+            t->cap = cap;
+        }
+    }
+    if (add && t->n + add <= t->cap) {
+        memcpy(t->p + t->n, ev->text, add);
+        t->n += add;
+    }
+    if (!final)
+        return;
+    size_t called = 0;
+    json_t *msg = serve_tools_message(t->p ? t->p : "", t->n, 1, job->tool_parallel, job->id, choice, &called);
+    if (!msg) { /* out of memory: the text as it is */
+        json_object_set_new(delta, "content", serve_json_text(t->p ? t->p : "", t->n));
+        return;
+    }
+    const json_t *content = json_object_get(msg, "content"), *calls = json_object_get(msg, "tool_calls");
+    if (json_is_string(content))
+        json_object_set(delta, "content", (json_t *)content);
+    if (calls) {
+        size_t k;
+        json_t *call;
+        json_array_foreach(calls, k, call)
+            json_object_set_new(call, "index", json_integer((json_int_t)k));
+        json_object_set(delta, "tool_calls", (json_t *)calls);
+        json_object_set_new(ch, "finish_reason", json_string("tool_calls"));
+    }
+    json_decref(msg);
+}
+
 void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const rlp_stream_event *ev)
 {
     size_t choice = prompt * job->sampling.n + ev->sample_index;
@@ -965,7 +1010,9 @@ void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const 
             json_object_set_new(delta, "role", json_string("assistant"));
             job->choice_started[choice] = 1;
         }
-        if (!final || ev->text_len > 0)
+        if (job->choice_text)
+            stream_tools(job, choice, ev, final, ch, delta);
+        else if (!final || ev->text_len > 0)
             json_object_set(delta, "content", text);
         json_object_set_new(ch, "delta", delta);
         json_object_set_new(ch, "logprobs", job->logprobs > 0 && has_token

@@ -750,21 +750,29 @@ static void test_chat_tools(void **state)
     assert_int_equal(json_array_size(pids), n_want);
     for (size_t i = 0; i < n_want; i++)
         assert_int_equal(json_integer_value(json_array_get(pids, i)), want[i]);
-    json_decref(r);
 
-    /* tool_choice "none": the text as it is, streaming allowed */
+    /* streamed: the same tokens; the text (and any calls) in the last chunk */
     snprintf(body, sizeof body,
-             "{\"messages\": %s, \"tools\": %s, \"tool_choice\": \"none\", \"max_tokens\": 4, \"stream\": true}", msgs,
+             "{\"messages\": %s, \"tools\": %s, \"max_tokens\": 12, \"temperature\": 0, \"stream\": true}", msgs,
              tools);
     char *resp = NULL;
     assert_int_equal(http("POST", "/v1/chat/completions", body, TOKEN, &resp), 200);
     assert_non_null(strstr(resp, "data: [DONE]"));
+    json_t *sids = json_array();
+    char fin[32] = "";
+    json_int_t v0 = -1, v1 = -1;
+    char *stext = parse_sse(resp, true, sids, fin, sizeof fin, &v0, &v1);
     free(resp);
+    assert_true(json_equal(sids, json_object_get(c, "token_ids")));
+    assert_string_equal(fin, fr);
+    if (!calls)
+        assert_string_equal(stext, json_string_value(json_object_get(m, "content")));
+    free(stext);
+    json_decref(sids);
+    json_decref(r);
 
     /* refused, naming the field */
     snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s, \"tool_choice\": \"required\"}", msgs, tools);
-    expect_error("POST", "/v1/chat/completions", body, TOKEN, 400, "invalid_request_error");
-    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s, \"stream\": true}", msgs, tools);
     expect_error("POST", "/v1/chat/completions", body, TOKEN, 400, "invalid_request_error");
     snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}", msgs);
     expect_error("POST", "/v1/chat/completions", body, TOKEN, 400, "invalid_request_error");

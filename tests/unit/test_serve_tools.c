@@ -296,7 +296,6 @@ static void requests_are_checked(void **state)
     expect_400(&f, "{" USER ", \"tool_choice\": \"sometimes\"}", "'tool_choice' must be \"auto\" or \"none\"");
     expect_400(&f, "{" USER ", \"tool_choice\": 1}", "'tool_choice' must be");
     expect_400(&f, "{" USER ", \"tools\": [" TOOL "], \"parallel_tool_calls\": \"yes\"}", "'parallel_tool_calls'");
-    expect_400(&f, "{" USER ", \"tools\": [" TOOL "], \"stream\": true}", "'stream': true with 'tools'");
     expect_400(&f, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"tool_calls\": []}]}",
                "'messages'[0].tool_calls: only assistant messages");
     expect_400(&f,
@@ -339,6 +338,98 @@ static void requests_are_checked(void **state)
     assert_non_null(job);
     assert_int_equal(job->tool_parse, 0); /* no tools: nothing to parse */
     serve_job_free(job);
+    rlp_tokenizer_free(f.tok);
+}
+
+/* ---- streaming with tools ----------------------------------------------------- */
+
+static void event(serve_server *srv, serve_job *job, uint32_t sample, int32_t token, const char *text, int32_t fr)
+{
+    rlp_stream_event ev = {.version = 1,
+                           .sample_index = sample,
+                           .token = token,
+                           .text = text,
+                           .text_len = strlen(text),
+                           .finish_reason = fr};
+    serve_stream_event(srv, job, 0, &ev);
+}
+
+/* The events of job->sse (its JSON chunks, "[DONE]" not included). */
+static json_t *sse_chunks(const serve_job *job, bool *done)
+{
+    json_t *out = json_array();
+    *done = false;
+    const char *p = job->sse, *end = job->sse + job->sse_len;
+    while (p && p < end) {
+        assert_int_equal(strncmp(p, "data: ", 6), 0);
+        const char *e = strstr(p, "\n\n");
+        assert_non_null(e);
+        if (strncmp(p + 6, "[DONE]", 6) == 0)
+            *done = true;
+        else
+            json_array_append_new(out, json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL));
+        p = e + 2;
+    }
+    return out;
+}
+
+/* Streamed with tools: chunks carry ids but no content until the choice
+ * ends; its last chunk has the content outside the calls and the calls
+ * (with "index"), finish_reason "tool_calls"; a choice without calls gets
+ * its whole text there. */
+static void streaming_holds_text_for_tools(void **state)
+{
+    (void)state;
+    fixture f;
+    assert_int_equal(setup_tok(&f, smollm2_path(), "chatml"), 0);
+    pthread_mutex_init(&f.srv.mu, NULL);
+    char err[512];
+    serve_job *job = chat(&f, "{" USER ", \"tools\": [" TOOL "], \"stream\": true, \"n\": 2}", err, sizeof err);
+    assert_non_null(job);
+    assert_non_null(job->choice_text);
+    event(&f.srv, job, 0, 5, "Let me look.\n", RLP_FINISH_NONE);
+    event(&f.srv, job, 1, 6, "Just ", RLP_FINISH_NONE);
+    event(&f.srv, job, 0, 7, "<tool_call>\n{\"name\": \"f\", ", RLP_FINISH_NONE);
+    event(&f.srv, job, 1, 8, "text.", RLP_FINISH_NONE);
+    event(&f.srv, job, 0, 9, "\"arguments\": {\"x\": 1}}\n</tool_call>", RLP_FINISH_NONE);
+    event(&f.srv, job, 1, -1, "", RLP_FINISH_STOP);
+    event(&f.srv, job, 0, -1, "", RLP_FINISH_STOP);
+    bool done = false;
+    json_t *chunks = sse_chunks(job, &done);
+    assert_true(done);
+    assert_int_equal(json_array_size(chunks), 7);
+    size_t i;
+    const json_t *ck;
+    json_array_foreach(chunks, i, ck) {
+        const json_t *ch = json_array_get(json_object_get(ck, "choices"), 0);
+        const json_t *delta = json_object_get(ch, "delta"), *fr = json_object_get(ch, "finish_reason");
+        json_int_t index = json_integer_value(json_object_get(ch, "index"));
+        if (i < 5) {
+            assert_null(json_object_get(delta, "content"));
+            assert_true(json_is_null(fr));
+            assert_int_equal(json_array_size(json_object_get(ch, "token_ids")), 1);
+        } else if (index == 1) {
+            assert_string_equal(json_string_value(json_object_get(delta, "content")), "Just text.");
+            assert_null(json_object_get(delta, "tool_calls"));
+            assert_string_equal(json_string_value(fr), "stop");
+        } else {
+            assert_string_equal(json_string_value(json_object_get(delta, "content")), "Let me look.");
+            const json_t *calls = json_object_get(delta, "tool_calls");
+            assert_int_equal(json_array_size(calls), 1);
+            assert_int_equal(json_integer_value(json_object_get(json_array_get(calls, 0), "index")), 0);
+            assert_args(json_array_get(calls, 0), "f", "{\"x\": 1}");
+            assert_string_equal(json_string_value(fr), "tool_calls");
+        }
+    }
+    json_decref(chunks);
+    serve_job_free(job);
+    /* tool_choice "none": streamed as text, nothing held back */
+    job = chat(&f, "{" USER ", \"tools\": [" TOOL "], \"stream\": true, \"tool_choice\": \"none\"}", err,
+               sizeof err);
+    assert_non_null(job);
+    assert_null(job->choice_text);
+    serve_job_free(job);
+    pthread_mutex_destroy(&f.srv.mu);
     rlp_tokenizer_free(f.tok);
 }
 
@@ -478,6 +569,7 @@ int main(void)
         cmocka_unit_test(two_calls_with_text),          cmocka_unit_test(bad_blocks_stay_text),
         cmocka_unit_test(round_trip_is_the_generation), cmocka_unit_test(ids_are_deterministic_per_response),
         cmocka_unit_test(pyjson_matches_python),        cmocka_unit_test(requests_are_checked),
+        cmocka_unit_test(streaming_holds_text_for_tools),
         cmocka_unit_test(prompts_match_qwen25_text),    cmocka_unit_test(prompts_match_qwen25_ids),
         cmocka_unit_test(prompts_match_qwen3),          cmocka_unit_test(system_prompts_per_template),
     };
