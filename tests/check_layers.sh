@@ -13,8 +13,11 @@ allowed() {  # folder -> the folders it may include
     model) echo "core backend optim dist" ;;
     algo | rollout) echo "core backend optim dist model" ;;
     sync) echo "core backend optim dist model rollout" ;;
-    reward | task | buffer) echo "core" ;;
-    train) echo "core backend optim dist model algo rollout sync reward task buffer" ;;
+    tools) echo "core" ;;
+    reward | task) echo "core tools" ;;
+    buffer) echo "core" ;;
+    env) echo "core tools task reward" ;;
+    train) echo "core backend optim dist model algo rollout sync reward task buffer tools env" ;;
     *) echo "?" ;;
   esac
 }
