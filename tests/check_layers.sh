@@ -11,7 +11,8 @@ allowed() {  # folder -> the folders it may include
     backend) echo "core" ;;
     optim | dist) echo "core backend" ;;
     model) echo "core backend optim dist" ;;
-    algo | rollout) echo "core backend optim dist model" ;;
+    algo) echo "core backend optim dist model" ;;
+    rollout) echo "core backend optim dist model env" ;;
     sync) echo "core backend optim dist model rollout" ;;
     tools) echo "core" ;;
     reward | task) echo "core tools" ;;
