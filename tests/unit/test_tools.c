@@ -4,6 +4,7 @@
  * generated multi-hop lookup task. */
 #include "rlpost.h"
 
+#include "task/lookup.h"
 #include "tools/tool_call.h"
 
 #include <jansson.h>
@@ -127,12 +128,138 @@ static void test_tags(void **state)
     assert_int_equal(tag("", b, sizeof b), RLPI_TAG_NONE);
 }
 
+/* ---- the lookup task ----------------------------------------------------- */
+
+/* The sentence of entity a's document that states relation rel, read
+ * back from the text alone (not from the generator's tables). */
+static void expect_fact(const rlpi_lookup_kb *kb, int32_t a, int rel, int32_t b)
+{
+    static const char *const forms[RLPI_LOOKUP_N_RELATIONS] = {
+        "%s was born in the city of %s.", "%s works for %s.",  "%s is a city in the country of %s.",
+        "The capital of %s is %s.",       "%s was founded by %s.", "%s is headquartered in the city of %s.",
+    };
+    char want[256];
+    snprintf(want, sizeof want, forms[rel], kb->ents[a].name, kb->ents[b].name);
+    if (!strstr(kb->texts[a], want))
+        fail_msg("document of %s (\"%s\") does not say \"%s\"", kb->ents[a].name, kb->texts[a], want);
+}
+
+static void test_lookup_kb(void **state)
+{
+    (void)state;
+    rlpi_lookup_kb *a, *b, *c;
+    assert_int_equal(rlpi_lookup_kb_generate(&a, 5, 200), RLP_OK);
+    assert_int_equal(rlpi_lookup_kb_generate(&b, 5, 200), RLP_OK);
+    assert_int_equal(rlpi_lookup_kb_generate(&c, 6, 200), RLP_OK);
+    assert_int_equal(a->n, 200);
+    int differs = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        /* deterministic in the seed, different across seeds */
+        assert_string_equal(a->ents[i].name, b->ents[i].name);
+        assert_string_equal(a->texts[i], b->texts[i]);
+        differs += strcmp(a->ents[i].name, c->ents[i].name) != 0;
+        /* names are unique, and no name is a word of another's */
+        for (size_t j = 0; j < i; j++)
+            assert_true(strcmp(a->ents[i].name, a->ents[j].name) != 0);
+        /* every relation stated in the entity's document */
+        for (int r = 0; r < RLPI_LOOKUP_N_RELATIONS; r++)
+            if (a->ents[i].rel[r] >= 0)
+                expect_fact(a, (int32_t)i, r, a->ents[i].rel[r]);
+        /* a country's capital lies in it */
+        if (a->ents[i].kind == RLPI_LOOKUP_COUNTRY)
+            assert_int_equal(a->ents[a->ents[i].rel[RLPI_LOOKUP_CAPITAL]].rel[RLPI_LOOKUP_LOCATED_IN], (int32_t)i);
+    }
+    assert_true(differs > 150);
+    assert_string_equal(a->ids[7], "e7");
+    rlpi_lookup_kb_free(b);
+    rlpi_lookup_kb_free(c);
+    assert_int_equal(rlpi_lookup_kb_generate(&b, 5, 19), RLP_E_INVALID_ARG);
+
+    int seen[RLPI_LOOKUP_MAX_HOPS + 1] = {0};
+    for (uint64_t k = 0; k < 300; k++) {
+        rlpi_lookup_question q;
+        assert_int_equal(rlpi_lookup_question_generate(&q, a, 11, k, 2, 4), RLP_OK);
+        assert_true(q.hops >= 2 && q.hops <= 4);
+        seen[q.hops]++;
+        /* each hop is a fact of the documents; the question names the
+         * start entity and the answer is the last one */
+        for (int h = 0; h < q.hops; h++) {
+            expect_fact(a, q.path[h], q.rel[h], q.path[h + 1]);
+            for (int j = 0; j <= h; j++)
+                assert_true(q.path[j] != q.path[h + 1]);
+        }
+        assert_non_null(strstr(q.text, a->ents[q.path[0]].name));
+        assert_string_equal(q.answer, a->ents[q.path[q.hops]].name);
+        assert_null(strstr(q.text, q.answer));
+        if (k == 0) {
+            rlpi_lookup_question q2;
+            assert_int_equal(rlpi_lookup_question_generate(&q2, a, 11, k, 2, 4), RLP_OK);
+            assert_string_equal(q.text, q2.text);
+            free(q2.text);
+        }
+        free(q.text);
+    }
+    assert_true(seen[2] > 50 && seen[3] > 50 && seen[4] > 50);
+    rlpi_lookup_question q;
+    assert_int_equal(rlpi_lookup_question_generate(&q, a, 11, 0, 3, 2), RLP_E_INVALID_ARG);
+    rlpi_lookup_kb_free(a);
+}
+
+static void test_lookup_task(void **state)
+{
+    (void)state;
+    rlp_task *t;
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"seed\": 3, \"entities\": 50, \"min_hops\": 3, \"max_hops\": 3}"),
+                     RLP_OK);
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 4, NULL), RLP_OK);
+    const rlp_prompt *p = rlp_prompt_set_prompts(set);
+    rlpi_lookup_kb *kb;
+    assert_int_equal(rlpi_lookup_kb_generate(&kb, 3, 50), RLP_OK);
+    for (size_t i = 0; i < 4; i++) {
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
+        json_t *m = json_loads(it.metadata_json, 0, NULL);
+        assert_non_null(m);
+        assert_int_equal(json_integer_value(json_object_get(m, "hops")), 3);
+        assert_int_equal(json_integer_value(json_object_get(m, "kb_seed")), 3);
+        assert_int_equal(json_integer_value(json_object_get(m, "entities")), 50);
+        assert_string_equal(json_string_value(json_object_get(m, "reference")), it.reference);
+        /* the reference is an entity of the KB the metadata names */
+        int found = 0;
+        for (size_t j = 0; j < kb->n; j++)
+            found |= !strcmp(kb->ents[j].name, it.reference);
+        assert_true(found);
+        /* the default template is the search one */
+        assert_non_null(strstr(p[i].text, "<search> query </search>"));
+        assert_non_null(strstr(p[i].text, it.question));
+        json_decref(m);
+    }
+    rlpi_lookup_kb_free(kb);
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+    /* hermes: the tools are described as JSON */
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"template\": \"hermes\", \"kb_seed\": 9}"), RLP_OK);
+    assert_int_equal(rlp_task_next_batch(&set, t, 1, NULL), RLP_OK);
+    p = rlp_prompt_set_prompts(set);
+    assert_non_null(strstr(p[0].text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"search\""));
+    assert_non_null(strstr(p[0].text, "\"kb_seed\":9") == NULL ? strstr(p[0].metadata_json, "\"kb_seed\":9")
+                                                              : p[0].text);
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"min_hops\": 4, \"max_hops\": 2}"), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"entities\": 5}"), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"hops\": 5}"), RLP_E_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hermes_basic),
         cmocka_unit_test(test_hermes_tricky),
         cmocka_unit_test(test_tags),
+        cmocka_unit_test(test_lookup_kb),
+        cmocka_unit_test(test_lookup_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
