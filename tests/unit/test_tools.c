@@ -5,6 +5,8 @@
 #include "rlpost.h"
 
 #include "task/lookup.h"
+#include "test_support.h"
+#include "tools/bm25.h"
 #include "tools/tool_call.h"
 
 #include <jansson.h>
@@ -126,6 +128,112 @@ static void test_tags(void **state)
     assert_string_equal(b, "");
     assert_int_equal(tag("no tags </search> <Search>x</Search> <search>y", b, sizeof b), RLPI_TAG_NONE);
     assert_int_equal(tag("", b, sizeof b), RLPI_TAG_NONE);
+}
+
+/* ---- BM25 ----------------------------------------------------------------- */
+
+/* Both sides sum the same float64 terms, maybe in another order: 1e-9 is
+ * far above that rounding and far below any score difference that would
+ * come from a wrong idf, tf or length normalisation (those move scores by
+ * 1e-3 or more on this corpus). */
+#define BM25_TOL 1e-9
+
+static json_t *bm25_fixture(void)
+{
+    char path[1024];
+    json_error_t err;
+    json_t *fx = json_load_file(source_path(path, sizeof path, "tests/reference/fixtures/bm25_fixture.json"), 0, &err);
+    if (!fx)
+        fail_msg("%s: %s", path, err.text);
+    return fx;
+}
+
+static void check_against_fixture(const rlpi_bm25 *ix, const json_t *fx)
+{
+    size_t nd = json_array_size(json_object_get(fx, "docs"));
+    assert_int_equal(rlpi_bm25_size(ix), nd);
+    size_t qi;
+    json_t *q;
+    rlpi_bm25_hit hits[16];
+    json_array_foreach(json_object_get(fx, "queries"), qi, q)
+    {
+        const char *text = json_string_value(json_object_get(q, "query"));
+        json_t *want = json_object_get(q, "scores");
+        long n = rlpi_bm25_search(ix, text, strlen(text), nd, hits);
+        assert_true(n >= 0);
+        size_t expect_n = 0;
+        for (size_t d = 0; d < nd; d++)
+            expect_n += json_real_value(json_array_get(want, d)) > 0;
+        assert_int_equal((size_t)n, expect_n);
+        for (long h = 0; h < n; h++) {
+            double ref = json_real_value(json_array_get(want, hits[h].doc));
+            if (ref - hits[h].score > BM25_TOL || hits[h].score - ref > BM25_TOL)
+                fail_msg("query \"%s\" doc %zu: score %.17g, reference %.17g", text, hits[h].doc, hits[h].score, ref);
+            if (h > 0) /* descending, ties by lower index */
+                assert_true(hits[h - 1].score > hits[h].score ||
+                            (hits[h - 1].score == hits[h].score && hits[h - 1].doc < hits[h].doc));
+        }
+    }
+}
+
+static void test_bm25_reference(void **state)
+{
+    (void)state;
+    json_t *fx = bm25_fixture();
+    json_t *docs = json_object_get(fx, "docs");
+    size_t nd = json_array_size(docs);
+    rlpi_doc d[16];
+    assert_true(nd <= 16);
+    for (size_t i = 0; i < nd; i++) {
+        json_t *o = json_array_get(docs, i);
+        d[i] = (rlpi_doc){json_string_value(json_object_get(o, "id")), json_string_value(json_object_get(o, "title")),
+                          json_string_value(json_object_get(o, "text"))};
+    }
+    rlpi_bm25 *ix;
+    assert_int_equal(rlpi_bm25_build(&ix, d, nd), RLP_OK);
+    check_against_fixture(ix, fx);
+    /* the best hit for the company is its own document; k caps the hits */
+    rlpi_bm25_hit hits[2];
+    assert_int_equal(rlpi_bm25_search(ix, "founder of Vexaro Labs", 22, 1, hits), 1);
+    assert_string_equal(rlpi_bm25_doc(ix, hits[0].doc).id, "d2");
+    /* find: id first, then title without case */
+    assert_int_equal(rlpi_bm25_find(ix, "d3", 2), 3);
+    assert_int_equal(rlpi_bm25_find(ix, " talvin MORASEK\n", 16), 3);
+    assert_int_equal(rlpi_bm25_find(ix, "Talvin", 6), -1);
+    rlpi_bm25_free(ix);
+
+    /* the same through a JSONL file (with a blank line and an integer id) */
+    char path[] = "/tmp/rlpost_bm25_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (size_t i = 0; i < nd; i++) {
+        char *line = json_dumps(json_array_get(docs, i), JSON_COMPACT);
+        fprintf(f, "%s\n%s", line, i == 2 ? "\n" : "");
+        free(line);
+    }
+    fprintf(f, "{\"id\": 99, \"text\": \"untitled\"}\n");
+    fclose(f);
+    assert_int_equal(rlpi_bm25_load_jsonl(&ix, path), RLP_OK);
+    assert_int_equal(rlpi_bm25_size(ix), nd + 1);
+    assert_string_equal(rlpi_bm25_doc(ix, nd).id, "99");
+    assert_string_equal(rlpi_bm25_doc(ix, nd).title, "");
+    rlpi_bm25_free(ix);
+    /* a bad line is named */
+    f = fopen(path, "a");
+    fprintf(f, "{\"id\": \"x\", \"title\": 3, \"text\": \"t\"}\n");
+    fclose(f);
+    assert_int_equal(rlpi_bm25_load_jsonl(&ix, path), RLP_E_FORMAT);
+    char where[64];
+    snprintf(where, sizeof where, ":%zu:", nd + 3);
+    assert_non_null(strstr(rlp_error_last(), where));
+    remove(path);
+    assert_int_equal(rlpi_bm25_load_jsonl(&ix, path), RLP_E_IO);
+    /* an empty collection finds nothing */
+    assert_int_equal(rlpi_bm25_build(&ix, NULL, 0), RLP_OK);
+    assert_int_equal(rlpi_bm25_search(ix, "x", 1, 3, hits), 0);
+    rlpi_bm25_free(ix);
+    json_decref(fx);
 }
 
 /* ---- the lookup task ----------------------------------------------------- */
@@ -258,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_hermes_basic),
         cmocka_unit_test(test_hermes_tricky),
         cmocka_unit_test(test_tags),
+        cmocka_unit_test(test_bm25_reference),
         cmocka_unit_test(test_lookup_kb),
         cmocka_unit_test(test_lookup_task),
     };
