@@ -11,12 +11,13 @@ allowed() {  # folder -> the folders it may include
     backend) echo "core" ;;
     optim | dist) echo "core backend" ;;
     model) echo "core backend optim dist" ;;
-    algo | rollout) echo "core backend optim dist model" ;;
-    sync) echo "core backend optim dist model rollout" ;;
+    algo) echo "core backend optim dist model" ;;
+    rollout) echo "core backend optim dist model env" ;;
+    sync) echo "core backend optim dist model rollout env" ;;
     tools) echo "core" ;;
     reward | task) echo "core tools" ;;
     buffer) echo "core" ;;
-    env) echo "core tools task reward" ;;
+    env) echo "core tools task" ;;
     train) echo "core backend optim dist model algo rollout sync reward task buffer tools env" ;;
     *) echo "?" ;;
   esac
