@@ -7,6 +7,7 @@
 #include "task/lookup.h"
 #include "test_support.h"
 #include "tools/bm25.h"
+#include "tools/calculator.h"
 #include "tools/tool_call.h"
 
 #include <jansson.h>
@@ -236,6 +237,81 @@ static void test_bm25_reference(void **state)
     json_decref(fx);
 }
 
+/* ---- calculator ----------------------------------------------------------- */
+
+static void calc_ok(const char *e, const char *want)
+{
+    double v;
+    char msg[128], out[64];
+    if (rlpi_calc_eval(e, strlen(e), &v, msg, sizeof msg))
+        fail_msg("\"%s\": %s", e, msg);
+    rlpi_calc_format(v, out, sizeof out);
+    if (strcmp(out, want))
+        fail_msg("\"%s\" = %s, want %s", e, out, want);
+}
+
+static void calc_err(const char *e, const char *want_in_msg)
+{
+    double v;
+    char msg[128];
+    assert_int_equal(rlpi_calc_eval(e, strlen(e), &v, msg, sizeof msg), -1);
+    if (!strstr(msg, want_in_msg))
+        fail_msg("\"%s\": message \"%s\" lacks \"%s\"", e, msg, want_in_msg);
+}
+
+static void test_calculator(void **state)
+{
+    (void)state;
+    /* values as Python 3 prints them (ints when integral) */
+    calc_ok("6*7", "42");
+    calc_ok(" 1 + 2 * 3 ", "7");
+    calc_ok("(1 + 2) * 3", "9");
+    calc_ok("7 / 2", "3.5");
+    calc_ok("1/3", "0.3333333333");
+    calc_ok("-2^2", "-4");
+    calc_ok("-2**2", "-4");
+    calc_ok("2^3^2", "512");
+    calc_ok("2**-1", "0.5");
+    calc_ok("(-2)^3", "-8");
+    calc_ok("--3", "3");
+    calc_ok("7 % 3", "1");
+    calc_ok("-7 % 3", "2");
+    calc_ok("7 % -3", "-2");
+    calc_ok("7.5 % 2", "1.5");
+    calc_ok("0.1 + 0.2", "0.3");
+    calc_ok(".5 * 4", "2");
+    calc_ok("1.5e3 + 1", "1501");
+    calc_ok("-0", "0");
+    calc_ok("2^60", "1.152921505e+18");
+    calc_ok("123456789 * 1000", "123456789000");
+    calc_err("1/0", "division by zero");
+    calc_err("5 % 0", "modulo by zero");
+    calc_err("0^-1", "division by zero");
+    calc_err("10^400", "not finite");
+    calc_err("1e308 * 10", "not finite");
+    calc_err("(-8)^(1/3)", "not a real number");
+    calc_err("2 +", "syntax error at the end");
+    calc_err("2 + x", "syntax error at offset 4");
+    calc_err("(1 + 2", "expected ')'");
+    calc_err("1 + 2)", "unbalanced ')'");
+    calc_err("import os", "syntax error at offset 0");
+    calc_err("", "empty expression");
+    calc_err("2 3", "unexpected character");
+    char deep[200];
+    memset(deep, '(', 100);
+    deep[100] = '1';
+    memset(deep + 101, ')', 98);
+    deep[199] = '\0';
+    calc_err(deep, "nested too deeply");
+    memset(deep, '-', 199);
+    calc_err(deep, "nested too deeply");
+    char *longe = malloc(RLPI_CALC_MAX_LEN + 2);
+    memset(longe, '1', RLPI_CALC_MAX_LEN + 1);
+    longe[RLPI_CALC_MAX_LEN + 1] = '\0';
+    calc_err(longe, "too long");
+    free(longe);
+}
+
 /* ---- the lookup task ----------------------------------------------------- */
 
 /* The sentence of entity a's document that states relation rel, read
@@ -367,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_hermes_tricky),
         cmocka_unit_test(test_tags),
         cmocka_unit_test(test_bm25_reference),
+        cmocka_unit_test(test_calculator),
         cmocka_unit_test(test_lookup_kb),
         cmocka_unit_test(test_lookup_task),
     };
