@@ -436,6 +436,232 @@ static void test_lookup_task(void **state)
     assert_int_equal(rlp_task_create(&t, "lookup", "{\"hops\": 5}"), RLP_E_INVALID_ARG);
 }
 
+/* ---- the "tools" environment ---------------------------------------------- */
+
+static const char INLINE[] =
+    "\"corpus_inline\": [{\"id\": \"d0\", \"title\": \"Velmora\", \"text\": \"Velmora is a city in Zorvia.\"},"
+    "{\"id\": \"d1\", \"title\": \"Vexaro Labs\", \"text\": \"Vexaro Labs was founded by Talvin Morasek.\"},"
+    "{\"id\": 7, \"title\": \"Talvin Morasek\", \"text\": \"Talvin Morasek was born in Velmora.\"}]";
+
+static rlp_env *make_env(const char *opts_body)
+{
+    char opts[2048];
+    snprintf(opts, sizeof opts, "{%s}", opts_body);
+    rlp_env *env = NULL;
+    if (rlp_env_create_builtin(&env, "tools", opts, NULL) != RLP_OK)
+        fail_msg("tools env %s: %s", opts, rlp_error_last());
+    return env;
+}
+
+static void step(rlp_env_episode *ep, const char *action, rlp_env_outcome *o)
+{
+    o->version = RLP_ENV_OUTCOME_VERSION;
+    assert_int_equal(rlp_env_episode_step(o, ep, action, strlen(action), NULL, 0), RLP_OK);
+    assert_int_equal(o->status, RLP_OK);
+}
+
+static void test_env_search_template(void **state)
+{
+    (void)state;
+    char body[1024];
+    snprintf(body, sizeof body, "\"template\": \"search\", \"top_k\": 2, %s", INLINE);
+    rlp_env *env = make_env(body);
+    assert_string_equal(rlp_env_name(env), "tools");
+    rlp_env_episode *ep;
+    rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+    assert_int_equal(rlp_env_episode_start(&ep, env, "{\"reference\": \"Velmora\"}", &o), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    assert_int_equal(o.observation_len, 0); /* reset: no observation */
+
+    step(ep, "<think>Find the founder.</think>\n<search> founder of Vexaro Labs </search>", &o);
+    assert_int_equal(o.done, 0);
+    assert_int_equal(o.tool_call, 1);
+    assert_null(o.tool_error);
+    assert_string_equal(o.observation, "\n\n<information>\n[1] Title: Vexaro Labs (id: d1)\nVexaro Labs was founded "
+                                       "by Talvin Morasek.\n</information>\n\n");
+
+    step(ep, "<access> talvin morasek </access>", &o);
+    assert_int_equal(o.tool_call, 1);
+    assert_string_equal(o.observation, "\n\n<information>\nTitle: Talvin Morasek (id: 7)\nTalvin Morasek was born "
+                                       "in Velmora.\n</information>\n\n");
+    step(ep, "<access>7</access>", &o); /* by id */
+    assert_non_null(strstr(o.observation, "Title: Talvin Morasek"));
+
+    /* two hits, best first; a query matching nothing; a missing document */
+    step(ep, "<search>Velmora</search>", &o);
+    assert_non_null(strstr(o.observation, "[1] Title: Velmora (id: d0)"));
+    assert_non_null(strstr(o.observation, "\n[2] Title: Talvin Morasek"));
+    step(ep, "<search>zzz</search>", &o);
+    assert_string_equal(o.observation, "\n\n<information>\nNo results.\n</information>\n\n");
+    assert_null(o.tool_error);
+    step(ep, "<access>Nowhere</access>", &o);
+    assert_int_equal(o.done, 0);
+    assert_non_null(o.tool_error);
+    assert_non_null(strstr(o.tool_error, "Nowhere"));
+    assert_non_null(strstr(o.observation, "Error: no document"));
+    step(ep, "<search>  </search>", &o);
+    assert_non_null(o.tool_error);
+
+    /* the answer ends it */
+    step(ep, "<think>so</think><answer>Velmora</answer>", &o);
+    assert_int_equal(o.done, 1);
+    assert_int_equal(o.tool_call, 0);
+    rlp_env_episode_free(ep);
+
+    /* no tag at all ends it too */
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, NULL), RLP_OK);
+    step(ep, "I do not know.", &o);
+    assert_int_equal(o.done, 1);
+    assert_int_equal(o.tool_call, 0);
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+
+    /* only search enabled: access is a tool error */
+    snprintf(body, sizeof body, "\"tools\": [\"search\"], %s", INLINE);
+    env = make_env(body);
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, NULL), RLP_OK);
+    step(ep, "<access>d0</access>", &o);
+    assert_non_null(o.tool_error);
+    assert_non_null(strstr(o.tool_error, "not enabled"));
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+}
+
+static void test_env_hermes_template(void **state)
+{
+    (void)state;
+    char body[1024];
+    snprintf(body, sizeof body, "\"template\": \"hermes\", \"top_k\": 1, %s", INLINE);
+    rlp_env *env = make_env(body);
+    rlp_env_episode *ep;
+    rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, NULL), RLP_OK);
+
+    step(ep, "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call>", &o);
+    assert_int_equal(o.tool_call, 1);
+    assert_int_equal(o.done, 0);
+    assert_null(o.tool_error);
+    assert_string_equal(o.observation, "<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
+                                       "<|im_end|>\n<|im_start|>assistant\n");
+
+    /* two calls (search, open by an integer id): two responses in one user turn */
+    step(ep, "<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"Vexaro\"}}</tool_call>\n"
+             "<tool_call>{\"name\": \"open\", \"arguments\": \"{\\\"id\\\": 7}\"}</tool_call>",
+         &o);
+    assert_string_equal(o.observation,
+                        "<|im_end|>\n<|im_start|>user\n<tool_response>\n[1] Title: Vexaro Labs (id: d1)\nVexaro Labs was "
+                        "founded by Talvin Morasek.\n</tool_response>\n<tool_response>\nTitle: Talvin Morasek (id: 7)\n"
+                        "Talvin Morasek was born in Velmora.\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+
+    /* an unknown tool, bad arguments, a block that does not parse: tool
+     * errors, the episode goes on */
+    step(ep, "<tool_call>{\"name\": \"browse\", \"arguments\": {}}</tool_call>", &o);
+    assert_int_equal(o.done, 0);
+    assert_non_null(o.tool_error);
+    assert_non_null(strstr(o.tool_error, "unknown tool \"browse\""));
+    assert_non_null(strstr(o.observation, "<tool_response>\nError: unknown tool"));
+    step(ep, "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1/0\"}}</tool_call>", &o);
+    assert_non_null(o.tool_error);
+    assert_non_null(strstr(o.observation, "Error: division by zero"));
+    step(ep, "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}</tool_call>", &o);
+    assert_non_null(strstr(o.tool_error, "query"));
+    step(ep, "<tool_call>{name: search}</tool_call>", &o);
+    assert_int_equal(o.tool_call, 1);
+    assert_non_null(strstr(o.tool_error, "could not be parsed"));
+    /* a turn that already ended with <|im_end|> is not closed twice */
+    step(ep, "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2^10\"}}</tool_call><|im_end|>", &o);
+    assert_string_equal(o.observation, "\n<|im_start|>user\n<tool_response>\n1024\n</tool_response>"
+                                       "<|im_end|>\n<|im_start|>assistant\n");
+
+    step(ep, "<answer>Velmora</answer>", &o);
+    assert_int_equal(o.done, 1);
+    assert_int_equal(o.tool_call, 0);
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+}
+
+/* An oracle agent on the lookup task: it follows the question's path
+ * through the environment, one search per hop for the current entity's
+ * name, and must find that entity's document among the hits and the next
+ * entity's name in it: the task is solvable with the tools it gets. */
+static void test_env_lookup_oracle(void **state)
+{
+    (void)state;
+    const char *const modes[] = {"\"lookup_kb\": {\"seed\": 4, \"entities\": 200}", "\"lookup_kb\": \"metadata\""};
+    rlpi_lookup_kb *kb;
+    assert_int_equal(rlpi_lookup_kb_generate(&kb, 4, 200), RLP_OK);
+    for (int m = 0; m < 2; m++) {
+        rlp_env *env = make_env(modes[m]);
+        int found_top1 = 0, total = 0;
+        for (uint64_t k = 0; k < 40; k++) {
+            rlpi_lookup_question q;
+            assert_int_equal(rlpi_lookup_question_generate(&q, kb, 99, k, 2, 4), RLP_OK);
+            rlp_env_episode *ep;
+            rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+            assert_int_equal(rlp_env_episode_start(&ep, env, "{\"kb_seed\": 4, \"entities\": 200}", &o), RLP_OK);
+            assert_int_equal(o.status, RLP_OK);
+            for (int h = 0; h < q.hops; h++) {
+                char action[256], want[160];
+                snprintf(action, sizeof action, "<search>%s</search>", kb->ents[q.path[h]].name);
+                step(ep, action, &o);
+                snprintf(want, sizeof want, "Title: %s (id: e%d)", kb->ents[q.path[h]].name, (int)q.path[h]);
+                const char *hit = strstr(o.observation, want);
+                if (!hit)
+                    fail_msg("search \"%s\" did not find its document:\n%s", kb->ents[q.path[h]].name, o.observation);
+                found_top1 += strstr(o.observation, "[1] ") + 4 == hit;
+                total++;
+                step(ep, "<access>", &o); /* no complete tag: the episode would end; use a fresh one */
+                rlp_env_episode_free(ep);
+                assert_int_equal(rlp_env_episode_start(&ep, env, "{\"kb_seed\": 4, \"entities\": 200}", NULL), RLP_OK);
+                snprintf(action, sizeof action, "<access>%s</access>", kb->ents[q.path[h]].name);
+                step(ep, action, &o);
+                assert_non_null(strstr(o.observation, kb->ents[q.path[h + 1]].name));
+            }
+            step(ep, "<answer>x</answer>", &o);
+            assert_int_equal(o.done, 1);
+            rlp_env_episode_free(ep);
+            free(q.text);
+        }
+        /* the name's own document is almost always the best hit */
+        assert_true(found_top1 * 10 >= total * 9);
+        rlp_env_free(env);
+    }
+    rlpi_lookup_kb_free(kb);
+    /* metadata mode without the keys: the reset fails, the sample is invalid */
+    rlp_env *env = make_env(modes[1]);
+    rlp_env_episode *ep;
+    rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+    assert_int_equal(rlp_env_episode_start(&ep, env, "{}", &o), RLP_OK);
+    assert_int_equal(o.status, RLP_E_CALLBACK);
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+}
+
+static void test_env_options(void **state)
+{
+    (void)state;
+    rlp_env *env = NULL;
+    assert_int_equal(rlp_env_create_builtin(&env, "browser", "{}", NULL), RLP_E_NOT_FOUND);
+    assert_non_null(strstr(rlp_error_last(), "tools"));
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{}", NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", NULL, NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"corpus\": \"/nonexistent/c.jsonl\"}", NULL), RLP_E_IO);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"lookup_kb\": {\"seed\": 1}, \"top_k\": 0}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"lookup_kb\": {\"seed\": 1}, \"tools\": [\"calculator\"]}", NULL),
+                     RLP_E_INVALID_ARG); /* the search template has no calculator */
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"lookup_kb\": {\"seed\": 1}, \"template\": \"x\"}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"lookup_kb\": {\"seed\": 1, \"entities\": 3}}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"lookup_kb\": {\"seed\": 1}, \"colour\": 1}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"corpus_inline\": [{\"id\": \"a\"}]}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_null(env);
+    assert_int_equal(rlp_env_create_builtin(NULL, "tools", "{}", NULL), RLP_E_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -446,6 +672,10 @@ int main(void)
         cmocka_unit_test(test_calculator),
         cmocka_unit_test(test_lookup_kb),
         cmocka_unit_test(test_lookup_task),
+        cmocka_unit_test(test_env_search_template),
+        cmocka_unit_test(test_env_hermes_template),
+        cmocka_unit_test(test_env_lookup_oracle),
+        cmocka_unit_test(test_env_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
