@@ -58,6 +58,7 @@ struct rlp_env {
     uint32_t n_abandoned;       /* written-off workers still inside a callback */
     uint64_t completions;
     bool closing;               /* rlp_env_free() was called */
+    bool freeing;               /* rlp_env_free() is waiting: it, not a worker, decides who destroys */
 };
 
 /* ---- replies ---- */
@@ -297,7 +298,7 @@ const rlp_env_options *rlpi_env_options(const rlp_env *env)
 /* Whether nothing keeps a closing environment alive any more (under mu). */
 static bool env_finished(const rlp_env *env)
 {
-    return env->closing && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
+    return env->closing && !env->freeing && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
 }
 
 void rlp_env_free(rlp_env *env)
@@ -306,6 +307,7 @@ void rlp_env_free(rlp_env *env)
         return;
     pthread_mutex_lock(&env->mu);
     env->closing = true;
+    env->freeing = true; /* a worker that exits meanwhile must not destroy env under our feet */
     pthread_cond_broadcast(&env->work_cv);
     /* live workers drain the queue (closes of finished episodes) and exit;
      * past the call deadline the ones still busy are left to end alone:
@@ -314,6 +316,7 @@ void rlp_env_free(rlp_env *env)
     rlpi_deadline_after(&ts, env->opts.timeout_ms ? env->opts.timeout_ms : 30000);
     while ((env->n_workers > 0 || env->head) && pthread_cond_timedwait(&env->done_cv, &env->mu, &ts) == 0) {
     }
+    env->freeing = false;
     bool now = env_finished(env);
     pthread_mutex_unlock(&env->mu);
     if (now)
