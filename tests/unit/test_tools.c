@@ -637,6 +637,72 @@ static void test_env_lookup_oracle(void **state)
     rlp_env_free(env);
 }
 
+/* Task, environment and reward together, through the public API only:
+ * prompts of the lookup task, an environment that takes each episode's KB
+ * from the prompt's metadata, an oracle that reads the answer out of the
+ * documents it opens, and lookup_em + search_format on the episode text. */
+static void test_lookup_end_to_end(void **state)
+{
+    (void)state;
+    rlp_task *t;
+    assert_int_equal(rlp_task_create(&t, "lookup", "{\"seed\": 21, \"entities\": 60, \"min_hops\": 2, \"max_hops\": 2}"),
+                     RLP_OK);
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 5, NULL), RLP_OK);
+    rlp_env *env = make_env("\"lookup_kb\": \"metadata\", \"top_k\": 1");
+    rlp_reward_fn *em, *fmt;
+    assert_int_equal(rlp_reward_fn_create_builtin(&em, "lookup_em", "{\"threads\": 1}"), RLP_OK);
+    assert_int_equal(rlp_reward_fn_create_builtin(&fmt, "search_format", "{\"threads\": 1}"), RLP_OK);
+    rlpi_lookup_kb *kb;
+    assert_int_equal(rlpi_lookup_kb_generate(&kb, 21, 60), RLP_OK);
+    for (size_t i = 0; i < 5; i++) {
+        rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+        assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
+        /* the oracle: the question's start entity is the name it contains;
+         * two hops, each read off the opened document */
+        rlpi_lookup_question q;
+        assert_int_equal(rlpi_lookup_question_generate(&q, kb, 21, it.index, 2, 2), RLP_OK);
+        assert_string_equal(q.text, it.question);
+        rlp_env_episode *ep;
+        rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+        assert_int_equal(rlp_env_episode_start(&ep, env, it.metadata_json, &o), RLP_OK);
+        assert_int_equal(o.status, RLP_OK);
+        char episode[4096] = "", action[256];
+        for (int h = 0; h < 2; h++) {
+            snprintf(action, sizeof action, "<think>hop %d</think><access>%s</access>", h, kb->ents[q.path[h]].name);
+            step(ep, action, &o);
+            strncat(episode, action, sizeof episode - strlen(episode) - 1);
+            strncat(episode, o.observation, sizeof episode - strlen(episode) - 1);
+        }
+        /* the last observation names the answer */
+        assert_non_null(strstr(o.observation, it.reference));
+        snprintf(action, sizeof action, "<answer> %s </answer>", it.reference);
+        step(ep, action, &o);
+        assert_int_equal(o.done, 1);
+        strncat(episode, action, sizeof episode - strlen(episode) - 1);
+        rlp_env_episode_free(ep);
+        rlp_reward_request req = {0};
+        req.version = RLP_REWARD_REQUEST_VERSION;
+        req.prompt_text = "";
+        req.completion_text = episode;
+        req.completion_len = strlen(episode);
+        req.metadata_json = it.metadata_json;
+        rlp_reward_result r;
+        assert_int_equal(rlp_reward_fn_score_one(&r, em, &req), RLP_OK);
+        assert_true(r.valid);
+        assert_true(r.score == 1.0f);
+        assert_int_equal(rlp_reward_fn_score_one(&r, fmt, &req), RLP_OK);
+        assert_true(r.score == 1.0f);
+        free(q.text);
+    }
+    rlpi_lookup_kb_free(kb);
+    rlp_reward_fn_free(em);
+    rlp_reward_fn_free(fmt);
+    rlp_env_free(env);
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+}
+
 static void test_env_options(void **state)
 {
     (void)state;
@@ -675,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_env_search_template),
         cmocka_unit_test(test_env_hermes_template),
         cmocka_unit_test(test_env_lookup_oracle),
+        cmocka_unit_test(test_lookup_end_to_end),
         cmocka_unit_test(test_env_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
