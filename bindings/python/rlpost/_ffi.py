@@ -355,6 +355,36 @@ RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
     ("reward_errors", c_uint64), ("reward_timeouts", c_uint64), ("reward_nonfinite", c_uint64),
     ("reward_crashed", c_uint64), ("at_gate", c_int32), ("running", c_int32)])
 
+# ---- environments (rlpost/env.h) ----
+
+EnvOptions = _struct("rlp_env_options", [
+    ("version", c_uint32), ("timeout_ms", c_uint32), ("max_threads", c_uint32), ("max_abandoned", c_uint32),
+    ("max_observation_bytes", c_uint64), ("serialize", c_int32)])
+
+#: rlp_env_callbacks.reset: int (void **episode, rlp_env_reply *reply, const char *metadata_json, void *user)
+EnvResetFn = CFUNCTYPE(c_int, POINTER(c_void_p), c_void_p, c_char_p, c_void_p)
+#: rlp_env_callbacks.step: int (rlp_env_reply *, void *episode, const char *action, size_t action_len,
+#: const int32_t *action_ids, size_t n_action_ids, void *user)
+EnvStepFn = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_char), c_size_t, POINTER(c_int32), c_size_t, c_void_p)
+#: rlp_env_callbacks.close: void (void *episode, void *user)
+EnvCloseFn = CFUNCTYPE(None, c_void_p, c_void_p)
+#: rlp_env_callbacks.free_user: void (void *user)
+EnvFreeUserFn = CFUNCTYPE(None, c_void_p)
+
+EnvCallbacks = _struct("rlp_env_callbacks", [
+    ("version", c_uint32), ("reset", EnvResetFn), ("step", EnvStepFn), ("close", EnvCloseFn),
+    ("free_user", EnvFreeUserFn)])
+
+EnvOutcome = _struct("rlp_env_outcome", [
+    ("version", c_uint32), ("status", c_int32), ("error", c_char_p), ("observation", POINTER(c_char)),
+    ("observation_len", c_size_t), ("n_observation_tokens", c_size_t), ("done", c_int32), ("tool_call", c_int32),
+    ("has_reward", c_int32), ("reward", c_float), ("tool_error", c_char_p), ("metadata_json", c_char_p),
+    ("truncated", c_int32), ("seconds", c_double)])
+
+MultiturnOptions = _struct("rlp_multiturn_options", [
+    ("version", c_uint32), ("env", c_void_p), ("max_turns", c_uint32), ("max_tokens", c_uint32),
+    ("overlap", c_int32)])
+
 # ---------------------------------------------------------------------------
 # Functions: (name, restype, argtypes), in the order of the header
 # ---------------------------------------------------------------------------
@@ -551,6 +581,26 @@ FUNCTIONS = [
     ("rlp_rollout_worker_error", c_int, [_h, P(c_char_p)]),
     ("rlp_rollout_worker_stats_get", c_int, [P(RolloutWorkerStats), _h]),
     ("rlp_rollout_worker_free", None, [_h]),
+    # environments
+    ("rlp_env_reply_add_text", c_int, [_h, _cs, c_size_t, c_uint32]),
+    ("rlp_env_reply_add_tokens", c_int, [_h, P(c_int32), c_size_t]),
+    ("rlp_env_reply_set_reward", c_int, [_h, c_float]),
+    ("rlp_env_reply_set_done", c_int, [_h, c_int]),
+    ("rlp_env_reply_set_tool_call", c_int, [_h, c_int]),
+    ("rlp_env_reply_set_tool_error", c_int, [_h, _cs]),
+    ("rlp_env_reply_set_metadata", c_int, [_h, _cs]),
+    ("rlp_env_options_init", c_int, [P(EnvOptions), c_uint32]),
+    ("rlp_env_create", c_int, [_out_h, _cs, P(EnvCallbacks), c_void_p, P(EnvOptions)]),
+    ("rlp_env_create_http", c_int, [_out_h, _cs, _cs, P(EnvOptions)]),
+    ("rlp_env_create_builtin", c_int, [_out_h, _cs, _cs, P(EnvOptions)]),
+    ("rlp_env_name", _cs, [_h]),
+    ("rlp_env_free", None, [_h]),
+    ("rlp_env_episode_start", c_int, [_out_h, _h, _cs, P(EnvOutcome)]),
+    ("rlp_env_episode_step", c_int, [P(EnvOutcome), _h, _cs, c_size_t, P(c_int32), c_size_t]),
+    ("rlp_env_episode_free", None, [_h]),
+    ("rlp_multiturn_options_init", c_int, [P(MultiturnOptions), c_uint32]),
+    ("rlp_rollout_generate_episodes", c_int,
+     [_out_h, _h, P(Prompt), c_size_t, P(SamplingOptions), P(MultiturnOptions), StreamFn, c_void_p]),
 ]
 
 
