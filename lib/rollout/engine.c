@@ -204,8 +204,9 @@ void rlp_rollout_engine_free(rlp_rollout_engine *engine)
     free(engine);
 }
 
-int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *prompts, size_t n_prompts,
-                         const rlp_sampling_options *sampling, rlp_stream_fn on_token, void *payload)
+static int generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *prompts, size_t n_prompts,
+                    const rlp_sampling_options *sampling, const rlp_multiturn_options *mt, rlp_stream_fn on_token,
+                    void *payload)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(engine, "engine is NULL");
@@ -245,8 +246,9 @@ int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_
     rc = rlp_batch_create(&b);
     if (!rc)
         rc = engine->kind == RLPI_ENGINE_LOCAL
-                 ? rlpi_engine_local_generate(engine, b, prompts, n_prompts, sp, on_token, payload)
-                 : rlpi_engine_remote_generate(engine, b, prompts, n_prompts, sp, on_token, payload);
+                 ? rlpi_engine_local_generate(engine, b, prompts, n_prompts, sp, mt, on_token, payload)
+             : mt ? rlpi_engine_remote_episodes(engine, b, prompts, n_prompts, sp, mt, on_token, payload)
+                  : rlpi_engine_remote_generate(engine, b, prompts, n_prompts, sp, on_token, payload);
     free(sp);
     pthread_mutex_lock(&engine->mu);
     engine->generating = false;
@@ -258,6 +260,29 @@ int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_
     }
     *out = b;
     return RLP_OK;
+}
+
+int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *prompts, size_t n_prompts,
+                         const rlp_sampling_options *sampling, rlp_stream_fn on_token, void *payload)
+{
+    return generate(out, engine, prompts, n_prompts, sampling, NULL, on_token, payload);
+}
+
+int rlp_rollout_generate_episodes(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *prompts,
+                                  size_t n_prompts, const rlp_sampling_options *sampling,
+                                  const rlp_multiturn_options *mt, rlp_stream_fn on_token, void *payload)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(engine, "engine is NULL");
+    RLPI_CHECK_ARG(mt, "mt is NULL");
+    RLPI_CHECK_ARG(mt->version >= 1 && mt->version <= RLP_MULTITURN_OPTIONS_VERSION,
+                   "mt->version must be RLP_MULTITURN_OPTIONS_VERSION");
+    RLPI_CHECK_ARG(mt->env, "mt->env is NULL");
+    RLPI_CHECK_ARG(mt->max_turns >= 1, "mt->max_turns must be >= 1");
+    if (!engine->tok)
+        return rlpi_error_set(RLP_E_STATE, "%s: episodes need an engine with a tokenizer (actions are decoded, "
+                              "observations encoded)", __func__);
+    return generate(out, engine, prompts, n_prompts, sampling, mt, on_token, payload);
 }
 
 /* Runs `swap` with the generate loop parked between two steps (or, in

@@ -57,9 +57,15 @@ int rlpi_engine_prompt_ids(const rlp_rollout_engine *e, const rlp_prompt *p, siz
 /* Generate on each kind; the public rlp_rollout_generate() validates first
  * and passes each prompt's resolved sampling options (n_prompts). */
 int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
-                               const rlp_sampling_options *s, rlp_stream_fn cb, void *payload);
+                               const rlp_sampling_options *s, const rlp_multiturn_options *mt, rlp_stream_fn cb,
+                               void *payload);
 int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
                                 const rlp_sampling_options *s, rlp_stream_fn cb, void *payload);
+/* Episodes on a remote engine: each turn a completion request with the
+ * episode's ids so far (engine_remote_episodes.c). */
+int rlpi_engine_remote_episodes(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
+                                const rlp_sampling_options *s, const rlp_multiturn_options *mt, rlp_stream_fn cb,
+                                void *payload);
 int rlpi_engine_remote_create(rlp_rollout_engine *e);
 void rlpi_engine_remote_destroy(rlp_rollout_engine *e);
 

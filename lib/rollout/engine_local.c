@@ -9,13 +9,11 @@
  * logprobs come back).
  * Sampling never depends on the batch: sample j of group g draws its k-th
  * token with the uniform number (seed, stream(g, j), k). */
-#include "rollout/engine.h"
+#include "rollout/local_gen.h"
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "model/policy.h"
-#include "backend/sampler.h"
-#include "rollout/stop_matcher.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,41 +23,6 @@
 /* most tokens run through one extend call: bounds the workspace of a step
  * (prompts longer than this are prefilled in chunks over several steps) */
 #define PREFILL_BUDGET 2048
-
-enum { SEQ_QUEUED = 0, SEQ_RUNNING = 1, SEQ_DONE = 2 };
-
-typedef struct seq_state {
-    size_t prompt;              /* index in the call */
-    uint32_t j;                 /* sample index within the group */
-    uint64_t stream;
-    const int32_t *ids;         /* (n_prompt) borrowed from the call's prompt table */
-    size_t n_prompt;
-    rlpi_traj traj;
-    rlpi_stop_matcher *sm;      /* NULL without a tokenizer */
-    const rlp_sampling_options *s; /* this prompt's options */
-    rlpi_sampler_params sp;
-    const int32_t *stop_ids;    /* EOS (unless ignored) + the prompt's own, shared by its samples */
-    size_t n_stop_ids;
-    int64_t slot;
-    int64_t filled;             /* context rows whose keys/values are in the slot */
-    uint64_t epoch;             /* weights epoch those rows were computed with */
-    int state;
-    bool started;               /* has a policy_version */
-} seq_state;
-
-typedef struct gen_ctx {
-    rlp_rollout_engine *e;
-    const rlp_sampling_options *sp; /* (n_prompts) resolved */
-    size_t n_prompts;
-    rlp_stream_fn cb;
-    void *payload;
-    seq_state *seqs;            /* (N) prompt-major */
-    size_t N, n_done;
-    int32_t **stop_ids;         /* (n_prompts) */
-    char *delta;                /* stream text of the current event */
-    size_t delta_cap;
-} gen_ctx;
-
 
 static int32_t ctx_token(const seq_state *q, int64_t i)
 {
@@ -89,18 +52,25 @@ static int delta_append(gen_ctx *g, size_t *len, const char *text, size_t n)
 }
 
 /* Ends a sequence: its text, its slot back to the pool, a final stream
- * event (with the text the matcher still held) when `emit` is set. */
-static int finish(gen_ctx *g, seq_state *q, int reason, int64_t *free_slots, int64_t *n_free, bool emit)
+ * event (with the text the matcher still held) when `emit` is set. An
+ * episode's text and record come from episode_local.c. */
+int rlpi_gen_finish(gen_ctx *g, seq_state *q, int reason, int64_t *free_slots, int64_t *n_free, bool emit)
 {
     size_t dlen = 0;
     int rc = RLP_OK;
-    if (q->sm) {
+    bool turn_open = !q->epi || q->epi->turn_open;
+    if (q->sm && turn_open) {
         const char *d = NULL;
         size_t n = 0;
         if (reason != RLP_FINISH_STOP && (rc = rlpi_stop_matcher_finish(q->sm, &d, &n)) != RLP_OK)
             return rc;
         if ((rc = delta_append(g, &dlen, d, n)) != RLP_OK)
             return rc;
+    }
+    if (q->epi) {
+        if ((rc = rlpi_episode_close(g, q, reason)) != RLP_OK)
+            return rc;
+    } else if (q->sm) {
         size_t tl;
         const char *t = rlpi_stop_matcher_text(q->sm, &tl);
         q->traj.text = malloc(tl + 1);
@@ -108,12 +78,13 @@ static int finish(gen_ctx *g, seq_state *q, int reason, int64_t *free_slots, int
             return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
         memcpy(q->traj.text, t, tl);
         q->traj.text[tl] = '\0';
-        q->traj.stop_index = rlpi_stop_matcher_matched_string(q->sm);
     } else {
         q->traj.text = strdup("");
         if (!q->traj.text)
             return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     }
+    if (q->sm)
+        q->traj.stop_index = rlpi_stop_matcher_matched_string(q->sm);
     q->traj.finish_reason = reason;
     if (q->slot >= 0)
         free_slots[(*n_free)++] = q->slot;
@@ -128,6 +99,8 @@ static int finish(gen_ctx *g, seq_state *q, int reason, int64_t *free_slots, int
     }
     return RLP_OK;
 }
+
+#define finish rlpi_gen_finish
 
 /* Records a sampled token, runs the stop rules, streams it. */
 static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_t version, int64_t capacity,
@@ -150,9 +123,12 @@ static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_
         stopped |= s2;
     }
     int reason = RLP_FINISH_NONE;
+    /* max_new_tokens bounds a turn; an episode also has its token budget */
+    size_t turn_tokens = q->traj.n_tokens - (q->epi ? q->epi->turn_start : 0);
     if (stopped)
         reason = RLP_FINISH_STOP;
-    else if (q->traj.n_tokens >= q->s->max_new_tokens || ctx_len(q) >= capacity)
+    else if (turn_tokens >= q->s->max_new_tokens || ctx_len(q) >= capacity ||
+             (q->epi && q->traj.n_tokens >= g->max_tokens))
         reason = RLP_FINISH_LENGTH;
     int verdict = 0;
     if (g->cb) {
@@ -163,6 +139,8 @@ static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_
     }
     if (reason == RLP_FINISH_NONE && verdict != 0)
         reason = RLP_FINISH_ABORT;
+    if (q->epi && (reason == RLP_FINISH_STOP || reason == RLP_FINISH_LENGTH))
+        return rlpi_episode_turn_end(g, q, reason, capacity, free_slots, n_free);
     if (reason != RLP_FINISH_NONE)
         return finish(g, q, reason, free_slots, n_free, true);
     return RLP_OK;
@@ -170,9 +148,10 @@ static int accept_token(gen_ctx *g, seq_state *q, int32_t tok, float lp, uint64_
 
 static void seqs_free(gen_ctx *g)
 {
-    for (size_t i = 0; i < g->N; i++) {
+    for (size_t i = 0; g->seqs && i < g->N; i++) {
         rlpi_traj_clear(&g->seqs[i].traj);
         rlpi_stop_matcher_free(g->seqs[i].sm);
+        rlpi_episode_free(g->seqs[i].epi);
     }
     free(g->seqs);
     for (size_t p = 0; g->stop_ids && p < g->n_prompts; p++)
@@ -213,7 +192,8 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
         for (size_t i = 0; i < s->n_stop_token_ids; i++)
             stops[n_stops++] = s->stop_token_ids[i];
         rlpi_stop_config sc = {.stop = s->stop, .n_stop = s->n_stop, .stop_ids = stops, .n_stop_ids = n_stops,
-                               .include_stop_str = s->include_stop_str != 0};
+                               .include_stop_str = s->include_stop_str != 0 || g->mt != NULL};
+        /* (an episode's text keeps each turn's stop string: "</search>" is part of the action) */
         uint64_t group = rlpi_engine_group_id(&prompts[p], p, group_base);
         uint64_t stream_group = prompts[p].group_id ? prompts[p].group_id : p;
         for (uint32_t j = 0; j < s->n; j++, k++) {
@@ -245,6 +225,11 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
                 return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
             if (e->tok) {
                 int rc = rlpi_stop_matcher_create(&q->sm, e->tok, &sc);
+                if (rc)
+                    return rc;
+            }
+            if (g->mt) {
+                int rc = rlpi_episode_setup(g, q);
                 if (rc)
                     return rc;
             }
@@ -305,16 +290,20 @@ static int run(gen_ctx *g)
         uint64_t interrupts = 0, prefill_tokens = 0, decode_tokens = 0, prompts_prefilled = 0;
         double t0 = rlpi_now_s();
 
+        uint64_t env_seen = g->mt ? rlpi_env_completions(g->mt->env) : 0;
         if (__atomic_load_n(&e->abort_requested, __ATOMIC_SEQ_CST)) {
             for (size_t i = 0; !rc && i < g->N; i++)
                 if (g->seqs[i].state != SEQ_DONE)
                     rc = finish(g, &g->seqs[i], RLP_FINISH_ABORT, free_slots, &n_free, true);
         }
+        /* the environment's answers that have come: observations appended */
+        if (!rc && g->mt)
+            rc = rlpi_episode_poll(g, version, capacity, free_slots, &n_free);
         /* sequences whose cache predates the current weights */
         n_running = 0;
         for (size_t i = 0; !rc && i < g->N; i++) {
             seq_state *q = &g->seqs[i];
-            if (q->state != SEQ_RUNNING)
+            if (q->state != SEQ_RUNNING && q->state != SEQ_ENV)
                 continue;
             if (q->epoch != epoch) {
                 interrupts++;
@@ -325,12 +314,15 @@ static int run(gen_ctx *g)
                 q->filled = 0; /* recompute prompt + tokens so far with the new weights */
                 q->epoch = epoch;
             }
-            running[n_running++] = i;
+            if (q->state == SEQ_RUNNING)
+                running[n_running++] = i;
         }
-        /* refill free slots from the queue */
-        while (!rc && n_free > 0 && next < g->N) {
-            seq_state *q = &g->seqs[next++];
-            if (q->state == SEQ_DONE)
+        /* refill free slots from the queue (episodes once their reset has answered) */
+        while (next < g->N && g->seqs[next].state != SEQ_QUEUED)
+            next++;
+        for (size_t i = next; !rc && n_free > 0 && i < g->N; i++) {
+            seq_state *q = &g->seqs[i];
+            if (q->state != SEQ_QUEUED || (q->epi && q->epi->call))
                 continue;
             q->state = SEQ_RUNNING;
             q->slot = free_slots[--n_free];
@@ -338,9 +330,11 @@ static int run(gen_ctx *g)
             q->epoch = epoch;
             running[n_running++] = (size_t)(q - g->seqs);
         }
-        /* build the step: which sequences feed which tokens */
+        /* build the step: which sequences feed which tokens (none while any
+         * environment call runs, when the batch waits for them all) */
         int64_t n_seq = 0, n_tok = 0, budget = PREFILL_BUDGET;
-        for (size_t r = 0; !rc && r < n_running; r++) {
+        bool batch_wait = g->mt && !g->mt->overlap && g->n_calls > 0;
+        for (size_t r = 0; !rc && !batch_wait && r < n_running; r++) {
             seq_state *q = &g->seqs[running[r]];
             if (q->state != SEQ_RUNNING)
                 continue;
@@ -429,6 +423,17 @@ static int run(gen_ctx *g)
         e->stats.decode_seconds += t2 - t1;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
+        /* nothing to decode: sleep until an environment call ends or a
+         * deadline passes (outside the step, so weight updates go ahead) */
+        if (!rc && n_seq == 0 && g->n_calls > 0 && g->n_done < g->N) {
+            double until = rlpi_now_s() + 0.25;
+            for (size_t i = 0; i < g->N; i++)
+                if (g->seqs[i].epi && g->seqs[i].epi->call) {
+                    double d = rlpi_env_call_deadline(g->seqs[i].epi->call);
+                    until = d < until ? d : until;
+                }
+            rlpi_env_wait(g->mt->env, env_seen, until);
+        }
     }
     free(free_slots);
     free(q_start);
@@ -447,15 +452,19 @@ static int run(gen_ctx *g)
 }
 
 int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,
-                               const rlp_sampling_options *sp, rlp_stream_fn cb, void *payload)
+                               const rlp_sampling_options *sp, const rlp_multiturn_options *mt, rlp_stream_fn cb,
+                               void *payload)
 {
     const rlpi_model_config *cfg = rlpi_transformer_config(e->policy->tf);
     const int32_t **ids = calloc(n_prompts, sizeof *ids);
     size_t *lens = calloc(n_prompts, sizeof *lens);
     int32_t **owned = calloc(n_prompts, sizeof *owned);
-    gen_ctx g = {.e = e, .sp = sp, .n_prompts = n_prompts, .cb = cb, .payload = payload};
+    gen_ctx g = {.e = e, .sp = sp, .n_prompts = n_prompts, .cb = cb, .payload = payload, .mt = mt};
     int rc = ids && lens && owned ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     int64_t capacity = rlpi_kv_cache_capacity(e->kv);
+    g.max_tokens = (uint32_t)capacity;
+    if (mt && mt->max_tokens && mt->max_tokens < g.max_tokens)
+        g.max_tokens = mt->max_tokens;
     for (size_t p = 0; !rc && p < n_prompts; p++) {
         rc = rlpi_engine_prompt_ids(e, &prompts[p], p, &ids[p], &lens[p], &owned[p]);
         if (!rc && (int64_t)lens[p] > capacity - 1)
