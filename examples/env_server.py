@@ -141,6 +141,14 @@ def make_handler(episodes, args):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # a hanging handler does not keep the process alive
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up is not news
+            super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
@@ -150,8 +158,7 @@ def main():
                     default="none")
     ap.add_argument("--pieces", action="store_true")
     args = ap.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(Episodes(args.pieces), args))
-    server.daemon_threads = True  # a hanging handler does not keep the process alive
+    server = Server((args.host, args.port), make_handler(Episodes(args.pieces), args))
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

@@ -44,7 +44,7 @@ static void server_start(server *s, const char *arg1, const char *arg2)
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        execl(python, python, server_py, "--port", "0", arg1, arg2, (char *)NULL);
+        execlp(python, python, server_py, "--port", "0", arg1, arg2, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
