@@ -69,7 +69,10 @@ static int calc_step(rlp_env_reply *reply, void *state, const char *action, size
     case '+': r = x + y; break;
     case '-': r = x - y; break;
     case '*': r = x * y; break;
-    case '/': ok = y != 0; r = ok ? x / y : 0; break;
+    case '/':
+        ok = y != 0;
+        r = ok ? x / y : 0;
+        break;
     default: ok = 0;
     }
     char obs[96];
@@ -105,9 +108,9 @@ int main(void)
     for (size_t i = 0; rc == RLP_OK && o.status == RLP_OK && !o.done && i < 3; i++) {
         rc = rlp_env_episode_step(&o, ep, turns[i], strlen(turns[i]), NULL, 0);
         if (rc == RLP_OK)
-            printf("turn %zu: status %d, observation \"%.*s\", tool_error %s, done %d, reward %g\n", i + 1,
-                   o.status, (int)o.observation_len, o.observation ? o.observation : "",
-                   o.tool_error ? o.tool_error : "-", o.done, o.has_reward ? o.reward : 0.0);
+            printf("turn %zu: status %d, observation \"%.*s\", tool_error %s, done %d, reward %g\n", i + 1, o.status,
+                   (int)o.observation_len, o.observation ? o.observation : "", o.tool_error ? o.tool_error : "-",
+                   o.done, o.has_reward ? o.reward : 0.0);
     }
     int good = rc == RLP_OK && o.status == RLP_OK && o.done && o.has_reward && o.reward == 1.0f;
     rlp_env_episode_free(ep);

@@ -116,10 +116,16 @@ static int post(http_env *h, const char *url, const char *body, long timeout_ms,
     }
     char errbuf[CURL_ERROR_SIZE];
     rlpi_http_response resp = {0};
-    rlpi_http_post p = {.url = url, .body = body, .body_len = strlen(body), .headers = h->headers,
-                        .on_data = on_data, .data = &resp, .errbuf = errbuf,
+    rlpi_http_post p = {.url = url,
+                        .body = body,
+                        .body_len = strlen(body),
+                        .headers = h->headers,
+                        .on_data = on_data,
+                        .data = &resp,
+                        .errbuf = errbuf,
                         .timeout_ms = timeout_ms ? timeout_ms + CURL_GRACE_MS : 0,
-                        .connect_timeout_ms = h->connect_timeout_ms, .max_response = h->max_response};
+                        .connect_timeout_ms = h->connect_timeout_ms,
+                        .max_response = h->max_response};
     if (timeout_ms && p.connect_timeout_ms > timeout_ms)
         p.connect_timeout_ms = timeout_ms;
     uint64_t start = rlpi_now_ns();
@@ -152,15 +158,15 @@ static int post(http_env *h, const char *url, const char *body, long timeout_ms,
         snprintf(msg, MSG, "POST %s: out of memory for the answer", url);
         ret = RLP_E_NOMEM;
     } else if (resp.overflow || rc == CURLE_FILESIZE_EXCEEDED) {
-        snprintf(msg, MSG, "POST %s: answer larger than %zu bytes (max_observation_bytes and 64 KiB of room)",
-                 url, h->max_response);
+        snprintf(msg, MSG, "POST %s: answer larger than %zu bytes (max_observation_bytes and 64 KiB of room)", url,
+                 h->max_response);
         ret = RLP_E_OVERFLOW;
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         snprintf(msg, MSG, "POST %s: no answer within %ld ms", url, timeout_ms);
         ret = RLP_E_TIMEOUT;
     } else if (rc != CURLE_OK) {
-        snprintf(msg, MSG, "POST %s: %s (%d attempt%s)", url, errbuf[0] ? errbuf : curl_easy_strerror(rc),
-                 attempts, attempts == 1 ? "" : "s");
+        snprintf(msg, MSG, "POST %s: %s (%d attempt%s)", url, errbuf[0] ? errbuf : curl_easy_strerror(rc), attempts,
+                 attempts == 1 ? "" : "s");
         ret = RLP_E_NETWORK;
     } else if (code < 200 || code >= 300) {
         char ex[128];
@@ -277,7 +283,8 @@ static int add_observation(rlp_env_reply *reply, json_t *a, const char *url, cha
     }
     size_t i;
     json_t *p;
-    json_array_foreach(pieces, i, p) {
+    json_array_foreach(pieces, i, p)
+    {
         json_t *t = json_object_get(p, "text"), *sp = json_object_get(p, "special");
         if (!json_is_object(p) || !json_is_string(t) || (sp && !json_is_boolean(sp))) {
             snprintf(msg, MSG, "%s: observation_pieces[%zu] is not {\"text\": string, \"special\": bool}", url, i);
@@ -354,8 +361,7 @@ static int http_reset(void **episode, rlp_env_reply *reply, const char *metadata
     json_t *id = json_object_get(a, "episode_id");
     if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > MAX_EPISODE_ID ||
         strlen(json_string_value(id)) != json_string_length(id)) {
-        snprintf(msg, MSG, "%s: the answer has no \"episode_id\" string (1 to %d bytes)", h->url_reset,
-                 MAX_EPISODE_ID);
+        snprintf(msg, MSG, "%s: the answer has no \"episode_id\" string (1 to %d bytes)", h->url_reset, MAX_EPISODE_ID);
         json_decref(a);
         return fail(reply, RLP_E_FORMAT, msg);
     }
@@ -507,8 +513,10 @@ int rlp_env_create_http(rlp_env **out, const char *url, const char *api_key, con
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(url, "url is NULL");
     if (!(strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) || has_ctl(url))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_env_create_http: url \"%.200s\" is not an http:// or "
-                                                 "https:// URL", url);
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "rlp_env_create_http: url \"%.200s\" is not an http:// or "
+                              "https:// URL",
+                              url);
     if (api_key && (!*api_key || has_ctl(api_key)))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_env_create_http: api_key is empty or has control characters");
     rlp_env_options o = RLP_ENV_OPTIONS_INIT;
@@ -538,10 +546,10 @@ int rlp_env_create_http(rlp_env **out, const char *url, const char *api_key, con
         while (n > 0 && h->url[n - 1] == '/')
             h->url[--n] = 0;
         ok = (h->url_reset = join(h->url, "/reset")) && (h->url_step = join(h->url, "/step")) &&
-             (h->url_close = join(h->url, "/close"));
+            (h->url_close = join(h->url, "/close"));
     }
     ok = ok && add_header(&h->headers, "Content-Type: application/json") &&
-         add_header(&h->headers, "Accept: application/json") && add_header(&h->headers, "Expect:");
+        add_header(&h->headers, "Accept: application/json") && add_header(&h->headers, "Expect:");
     if (ok && api_key) {
         char *auth = join("Authorization: Bearer ", api_key);
         ok = auth && add_header(&h->headers, auth);
