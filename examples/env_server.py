@@ -11,8 +11,10 @@ ends the episode with reward 1 when X equals the prompt's metadata
     python3 examples/env_server.py --port 8000
     --port 0            pick a free port and print it on stdout's first line
     --delay-ms N        answer every request N ms late
-    --fail-mode MODE    none | 500 | hang | garbage | huge (a 10 MB observation) |
-                        missing (answers {}) (faults hit /reset and /step; /close always answers)
+    --fail-mode MODE    none | 500 | hang | garbage | huge (a 10 MB observation) | missing
+                        (answers {}) | badutf8 (invalid UTF-8 in a string); faults hit
+                        /reset and /step, /close always answers
+    --api-key KEY       require "Authorization: Bearer KEY" (401 otherwise)
     --pieces            answer with observation_pieces: the tool output wrapped in
                         chat-template turns marked special (ChatML's <|im_start|>)
 """
@@ -113,6 +115,8 @@ def make_handler(episodes, args):
 
         def do_POST(self):
             req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if args.api_key and self.headers.get("Authorization") != "Bearer " + args.api_key:
+                return self.send(401, b"missing or wrong API key", "text/plain")
             time.sleep(args.delay_ms / 1000.0)
             path = self.path.rstrip("/")
             if path != "/close" and args.fail_mode != "none":
@@ -122,6 +126,8 @@ def make_handler(episodes, args):
                     time.sleep(3600)
                 if args.fail_mode == "garbage":
                     return self.send(200, b"{this is not json")
+                if args.fail_mode == "badutf8":
+                    return self.send(200, b'{"episode_id": "\xff\xfe", "observation": "\xc3"}')
                 if args.fail_mode == "missing":
                     return self.send(200, b"{}")
                 if args.fail_mode == "huge" and path == "/step":
@@ -154,9 +160,11 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--delay-ms", type=int, default=0)
-    ap.add_argument("--fail-mode", choices=["none", "500", "hang", "garbage", "huge", "missing"],
+    ap.add_argument("--fail-mode", choices=["none", "500", "hang", "garbage", "huge", "missing",
+                                                 "badutf8"],
                     default="none")
     ap.add_argument("--pieces", action="store_true")
+    ap.add_argument("--api-key")
     args = ap.parse_args()
     server = Server((args.host, args.port), make_handler(Episodes(args.pieces), args))
     print(server.server_address[1], flush=True)

@@ -234,6 +234,37 @@ static void test_missing_fields(void **state)
     reset_fails("missing", "episode_id");
 }
 
+static void test_invalid_utf8(void **state)
+{
+    (void)state;
+    reset_fails("badutf8", "not valid JSON");
+}
+
+/* The key goes out as a bearer token: the server answers 401 without it. */
+static void test_api_key(void **state)
+{
+    (void)state;
+    server s;
+    server_start(&s, "--api-key", "k3y");
+    rlp_env *env = NULL;
+    rlp_env_episode *ep = NULL;
+    rlp_env_outcome o;
+    assert_int_equal(rlp_env_create_http(&env, s.url, "wrong", NULL), RLP_OK);
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, &o), RLP_OK);
+    assert_true(has(o.error, "HTTP 401: missing or wrong API key"));
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+    assert_int_equal(rlp_env_create_http(&env, s.url, "k3y", NULL), RLP_OK);
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, &o), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    assert_int_equal(step(&o, ep, "<answer>0</answer>"), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    assert_int_equal(o.done, 1);
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+    server_stop(&s);
+}
+
 static void test_hang_times_out(void **state)
 {
     (void)state;
@@ -354,6 +385,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_http_500),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_missing_fields),
+        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_hang_times_out),
         cmocka_unit_test(test_connection_refused),
         cmocka_unit_test(test_huge_observation),
