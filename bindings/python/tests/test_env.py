@@ -240,3 +240,18 @@ def test_generate_episodes(smollm2_path):
         # the first turn's ids are what the environment was given
         assert list(t.completion_tokens[:len(calls[0][1])]) == calls[0][1]
         assert "<result>7</result>" in t.completion_text
+
+
+def test_generate_episodes_over_http(smollm2_path, server):
+    url = server()
+    with rlpost.Context(n_threads=2, seed=1) as ctx, rlpost.Policy(ctx, smollm2_path) as policy, \
+            rlpost.RolloutEngine(policy, max_batch=2, max_seq_len=256) as engine, \
+            _http(url, timeout_ms=10000) as env:
+        prompts = [{"text": "What is 2+2?", "metadata": {"answer": "4"}}]
+        b = engine.generate_episodes(prompts, {"n": 2, "max_new_tokens": 5, "temperature": 0.0}, env=env,
+                                     max_turns=2)
+        assert len(b) == 2
+        for t in b:
+            # no turn called a tool: the server's hint follows the first, and the turn limit ends it
+            assert t.valid, t.error
+            assert t.completion_text.count("Use <calculator>expr</calculator>") >= 1
