@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,53 @@ static void test_calculator_episode(void **state)
     }
     for (int i = 0; i < 6; i++)
         rlp_env_episode_free(eps[i]);
+    rlp_env_free(env);
+    server_stop(&s);
+}
+
+/* Episodes on several threads at once share the environment's pooled
+ * connections; each must see only its own answers. */
+typedef struct runner {
+    rlp_env *env;
+    int k, ok;
+} runner;
+
+static void *run_episode(void *arg)
+{
+    runner *r = arg;
+    char meta[64], act[64], want[64];
+    snprintf(meta, sizeof meta, "{\"answer\": \"%d\"}", r->k * 3);
+    snprintf(act, sizeof act, "<calculator>%d*3</calculator>", r->k);
+    snprintf(want, sizeof want, "\n<result>%d</result>\n", r->k * 3);
+    rlp_env_episode *ep = NULL;
+    rlp_env_outcome o;
+    int ok = rlp_env_episode_start(&ep, r->env, meta, &o) == RLP_OK && o.status == RLP_OK;
+    ok = ok && step(&o, ep, act) == RLP_OK && o.status == RLP_OK && o.observation_len == strlen(want) &&
+        memcmp(o.observation, want, o.observation_len) == 0;
+    snprintf(act, sizeof act, "<answer>%d</answer>", r->k * 3);
+    ok = ok && step(&o, ep, act) == RLP_OK && o.status == RLP_OK && o.done && o.has_reward && o.reward == 1.0f;
+    rlp_env_episode_free(ep);
+    r->ok = ok;
+    return NULL;
+}
+
+static void test_concurrent_episodes(void **state)
+{
+    (void)state;
+    server s;
+    server_start(&s, "--delay-ms", "30");
+    rlp_env *env = make_env(s.url, 10000, 0);
+    enum { N = 8 };
+    pthread_t t[N];
+    runner r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (runner){env, i + 1, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, run_episode, &r[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_true(r[i].ok);
+    }
     rlp_env_free(env);
     server_stop(&s);
 }
@@ -381,6 +429,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arguments),
         cmocka_unit_test(test_calculator_episode),
+        cmocka_unit_test(test_concurrent_episodes),
         cmocka_unit_test(test_observation_pieces),
         cmocka_unit_test(test_http_500),
         cmocka_unit_test(test_garbage),
