@@ -2,27 +2,166 @@
  * whose reset/step/close POST JSON to {url}/reset, /step and /close with
  * libcurl, built on the public rlp_env_create() so that deadlines, worker
  * threads and observation cuts stay env.c's. Answers are untrusted: parsed
- * with a depth bound, every field checked for type; any failure fails that
- * call with a message naming the URL. Must not retry a request the server
- * may have received (a step runs a tool), follow redirects or raise signals. */
-#include "rlpost/env.h"
+ * with a depth bound, every field checked for type (the reader has no I/O,
+ * so it is also a fuzz target's entry); any failure fails that call with a
+ * message naming the URL. Must not retry a request the server may have
+ * received (a step runs a tool), follow redirects or raise signals. */
+#include "env/env_http.h"
 
 #include "core/error.h"
+#include "core/json_guard.h"
 
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* An episode id is a handle, not a payload. */
+#define MAX_EPISODE_ID 1024
+
+/* ---- answers -------------------------------------------------------------------- */
+
+/* Adds the answer's observation ("observation" or "observation_pieces")
+ * to the reply. *given says whether the answer had one. */
+static int add_observation(rlp_env_reply *reply, json_t *a, const char *url, char *msg, size_t cap, int *given)
+{
+    json_t *obs = json_object_get(a, "observation"), *pieces = json_object_get(a, "observation_pieces");
+    if (obs && json_is_null(obs))
+        obs = NULL;
+    if (pieces && json_is_null(pieces))
+        pieces = NULL;
+    *given = obs || pieces;
+    if (obs && pieces) {
+        snprintf(msg, cap, "%s: the answer has both \"observation\" and \"observation_pieces\"", url);
+        return RLP_E_FORMAT;
+    }
+    if (obs) {
+        if (!json_is_string(obs)) {
+            snprintf(msg, cap, "%s: \"observation\" is not a string", url);
+            return RLP_E_FORMAT;
+        }
+        return rlp_env_reply_add_text(reply, json_string_value(obs), json_string_length(obs), 0);
+    }
+    if (!pieces)
+        return RLP_OK;
+    if (!json_is_array(pieces)) {
+        snprintf(msg, cap, "%s: \"observation_pieces\" is not an array", url);
+        return RLP_E_FORMAT;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(pieces, i, p)
+    {
+        json_t *t = json_object_get(p, "text"), *sp = json_object_get(p, "special");
+        if (!json_is_object(p) || !json_is_string(t) || (sp && !json_is_boolean(sp))) {
+            snprintf(msg, cap, "%s: observation_pieces[%zu] is not {\"text\": string, \"special\": bool}", url, i);
+            return RLP_E_FORMAT;
+        }
+        uint32_t flags = sp && json_is_true(sp) ? RLP_ENCODE_PARSE_SPECIAL : 0;
+        int rc = rlp_env_reply_add_text(reply, json_string_value(t), json_string_length(t), flags);
+        if (rc != RLP_OK)
+            return rc;
+    }
+    return RLP_OK;
+}
+
+/* A reset answer: {"episode_id": string, "observation"...}. */
+static int read_reset(rlp_env_reply *reply, json_t *a, const char *url, char **episode_id, char *msg, size_t cap)
+{
+    json_t *id = json_object_get(a, "episode_id");
+    if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > MAX_EPISODE_ID ||
+        strlen(json_string_value(id)) != json_string_length(id)) {
+        snprintf(msg, cap, "%s: the answer has no \"episode_id\" string (1 to %d bytes)", url, MAX_EPISODE_ID);
+        return RLP_E_FORMAT;
+    }
+    if (!(*episode_id = strdup(json_string_value(id)))) {
+        snprintf(msg, cap, "%s: out of memory", url);
+        return RLP_E_NOMEM;
+    }
+    int given;
+    return add_observation(reply, a, url, msg, cap, &given);
+}
+
+/* A step answer: {"observation", "reward", "done", "tool_call", "tool_error", "metadata"}. */
+static int read_step(rlp_env_reply *reply, json_t *a, const char *url, char *msg, size_t cap)
+{
+    json_t *reward = json_object_get(a, "reward"), *done = json_object_get(a, "done"),
+           *tool_call = json_object_get(a, "tool_call"), *tool_error = json_object_get(a, "tool_error"),
+           *meta = json_object_get(a, "metadata");
+    const char *field = NULL;
+    if (reward && !json_is_null(reward) &&
+        (!json_is_number(reward) || !isfinite(json_number_value(reward)) || fabs(json_number_value(reward)) > FLT_MAX))
+        field = "\"reward\" is not a finite number";
+    else if (done && !json_is_null(done) && !json_is_boolean(done))
+        field = "\"done\" is not a boolean";
+    else if (tool_call && !json_is_null(tool_call) && !json_is_boolean(tool_call))
+        field = "\"tool_call\" is not a boolean";
+    else if (tool_error && !json_is_null(tool_error) && !json_is_string(tool_error))
+        field = "\"tool_error\" is not a string";
+    else if (meta && !json_is_null(meta) && !json_is_object(meta))
+        field = "\"metadata\" is not an object";
+    if (field) {
+        snprintf(msg, cap, "%s: %s", url, field);
+        return RLP_E_FORMAT;
+    }
+    int is_done = done && json_is_true(done);
+    int given = 0;
+    int rc = add_observation(reply, a, url, msg, cap, &given);
+    if (rc == RLP_OK && !given && !is_done) {
+        snprintf(msg, cap, "%s: the answer has no \"observation\" (required unless \"done\" is true)", url);
+        rc = RLP_E_FORMAT;
+    }
+    if (rc == RLP_OK && reward && json_is_number(reward))
+        rc = rlp_env_reply_set_reward(reply, (float)json_number_value(reward));
+    if (rc == RLP_OK && is_done)
+        rc = rlp_env_reply_set_done(reply, 1);
+    if (rc == RLP_OK && tool_call && json_is_boolean(tool_call))
+        rc = rlp_env_reply_set_tool_call(reply, json_is_true(tool_call));
+    if (rc == RLP_OK && meta && json_is_object(meta)) {
+        char *m = json_dumps(meta, JSON_COMPACT);
+        rc = m ? rlp_env_reply_set_metadata(reply, m) : RLP_E_NOMEM;
+        free(m);
+    }
+    if (rc == RLP_OK && tool_error && json_is_string(tool_error))
+        rc = rlp_env_reply_set_tool_error(reply, json_string_value(tool_error));
+    return rc;
+}
+
+int rlpi_env_http_read_answer(rlp_env_reply *reply, int kind, const char *url, const char *body, size_t len,
+                              char **episode_id, char *msg, size_t cap)
+{
+    msg[0] = 0;
+    if (episode_id)
+        *episode_id = NULL;
+    json_t *a = NULL;
+    int rc;
+    if (rlpi_json_load_guarded(body ? body : "", len, RLPI_JSON_MAX_DEPTH, url, &a) != RLP_OK) {
+        snprintf(msg, cap, "%s: the answer is not valid JSON (%s)", url, rlp_error_last());
+        return RLP_E_FORMAT;
+    }
+    if (!json_is_object(a)) {
+        snprintf(msg, cap, "%s: the answer is not a JSON object", url);
+        rc = RLP_E_FORMAT;
+    } else if (kind == RLPI_ENV_HTTP_RESET) {
+        rc = read_reset(reply, a, url, episode_id, msg, cap);
+    } else {
+        rc = read_step(reply, a, url, msg, cap);
+    }
+    json_decref(a);
+    if (rc != RLP_OK && !msg[0]) /* a reply setter refused: its message */
+        snprintf(msg, cap, "%s: %s", url, rlp_error_last());
+    return rc;
+}
 
 #ifdef RLPI_HAVE_CURL
 
 #include "core/clock.h"
 #include "core/http.h"
-#include "core/json_guard.h"
 
 #include <curl/curl.h>
-#include <jansson.h>
-#include <math.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <string.h>
 #include <strings.h>
 #include <time.h>
 
@@ -39,8 +178,6 @@
 /* Room in a response for everything but the observation (JSON keys,
  * metadata, tool_error). */
 #define RESPONSE_SLACK ((size_t)64 << 10)
-/* An episode id is a handle, not a payload. */
-#define MAX_EPISODE_ID 1024
 #define MSG 512
 
 typedef struct http_env {
@@ -104,11 +241,11 @@ static void body_excerpt(char *dst, size_t cap, const char *s, size_t n)
     dst[o] = 0;
 }
 
-/* POSTs body to url; on RLP_OK *answer holds the parsed JSON object.
- * Otherwise msg says why (naming the URL) and the RLP_E_* code is returned. */
-static int post(http_env *h, const char *url, const char *body, long timeout_ms, json_t **answer, char *msg)
+/* POSTs body to url; on RLP_OK (a 2xx) *resp holds the answer's bytes
+ * (the caller frees it with rlpi_http_response_free). Otherwise msg says
+ * why (naming the URL) and the RLP_E_* code is returned. */
+static int post(http_env *h, const char *url, const char *body, long timeout_ms, rlpi_http_response *out, char *msg)
 {
-    *answer = NULL;
     CURL *e = take_handle(h);
     if (!e) {
         snprintf(msg, MSG, "POST %s: out of memory", url);
@@ -173,20 +310,11 @@ static int post(http_env *h, const char *url, const char *body, long timeout_ms,
         body_excerpt(ex, sizeof ex, resp.data, resp.len);
         snprintf(msg, MSG, "POST %s: HTTP %ld%s%s", url, code, ex[0] ? ": " : "", ex);
         ret = RLP_E_NETWORK;
-    } else {
-        json_t *j = NULL;
-        if (rlpi_json_load_guarded(resp.data ? resp.data : "", resp.len, RLPI_JSON_MAX_DEPTH, url, &j) != RLP_OK) {
-            snprintf(msg, MSG, "POST %s: the answer is not valid JSON (%s)", url, rlp_error_last());
-            ret = RLP_E_FORMAT;
-        } else if (!json_is_object(j)) {
-            snprintf(msg, MSG, "POST %s: the answer is not a JSON object", url);
-            json_decref(j);
-            ret = RLP_E_FORMAT;
-        } else {
-            *answer = j;
-        }
     }
-    rlpi_http_response_free(&resp);
+    if (ret == RLP_OK)
+        *out = resp;
+    else
+        rlpi_http_response_free(&resp);
     return ret;
 }
 
@@ -254,62 +382,11 @@ static char *dump(json_t *body)
     return s;
 }
 
-/* Adds the answer's observation ("observation" or "observation_pieces")
- * to the reply. *given says whether the answer had one. */
-static int add_observation(rlp_env_reply *reply, json_t *a, const char *url, char *msg, int *given)
-{
-    json_t *obs = json_object_get(a, "observation"), *pieces = json_object_get(a, "observation_pieces");
-    if (obs && json_is_null(obs))
-        obs = NULL;
-    if (pieces && json_is_null(pieces))
-        pieces = NULL;
-    *given = obs || pieces;
-    if (obs && pieces) {
-        snprintf(msg, MSG, "%s: the answer has both \"observation\" and \"observation_pieces\"", url);
-        return RLP_E_FORMAT;
-    }
-    if (obs) {
-        if (!json_is_string(obs)) {
-            snprintf(msg, MSG, "%s: \"observation\" is not a string", url);
-            return RLP_E_FORMAT;
-        }
-        return rlp_env_reply_add_text(reply, json_string_value(obs), json_string_length(obs), 0);
-    }
-    if (!pieces)
-        return RLP_OK;
-    if (!json_is_array(pieces)) {
-        snprintf(msg, MSG, "%s: \"observation_pieces\" is not an array", url);
-        return RLP_E_FORMAT;
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(pieces, i, p)
-    {
-        json_t *t = json_object_get(p, "text"), *sp = json_object_get(p, "special");
-        if (!json_is_object(p) || !json_is_string(t) || (sp && !json_is_boolean(sp))) {
-            snprintf(msg, MSG, "%s: observation_pieces[%zu] is not {\"text\": string, \"special\": bool}", url, i);
-            return RLP_E_FORMAT;
-        }
-        uint32_t flags = sp && json_is_true(sp) ? RLP_ENCODE_PARSE_SPECIAL : 0;
-        int rc = rlp_env_reply_add_text(reply, json_string_value(t), json_string_length(t), flags);
-        if (rc != RLP_OK)
-            return rc;
-    }
-    return RLP_OK;
-}
-
 /* Fails a call: the message becomes the sample's reason. */
 static int fail(rlp_env_reply *reply, int rc, const char *msg)
 {
     rlp_env_reply_set_tool_error(reply, msg);
     return rc ? rc : RLP_E_CALLBACK;
-}
-
-static int reply_failed(rlp_env_reply *reply, int rc, const char *url, char *msg)
-{
-    if (!msg[0])
-        snprintf(msg, MSG, "%s: %s", url, rlp_error_last());
-    return fail(reply, rc, msg);
 }
 
 static void post_close(http_env *h, const char *id)
@@ -323,10 +400,10 @@ static void post_close(http_env *h, const char *id)
     if (!body)
         return;
     char msg[MSG];
-    json_t *a = NULL;
+    rlpi_http_response resp = {0};
     long t = h->timeout_ms && h->timeout_ms < CLOSE_TIMEOUT_MS ? h->timeout_ms : CLOSE_TIMEOUT_MS;
-    (void)post(h, h->url_close, body, t, &a, msg); /* the episode is over either way */
-    json_decref(a);
+    if (post(h, h->url_close, body, t, &resp, msg) == RLP_OK) /* the episode is over either way */
+        rlpi_http_response_free(&resp);
     free(body);
 }
 
@@ -353,34 +430,26 @@ static int http_reset(void **episode, rlp_env_reply *reply, const char *metadata
     char *body = dump(b);
     if (!body)
         return fail(reply, RLP_E_NOMEM, "out of memory");
-    json_t *a = NULL;
-    int rc = post(h, h->url_reset, body, h->timeout_ms, &a, msg);
+    rlpi_http_response resp = {0};
+    int rc = post(h, h->url_reset, body, h->timeout_ms, &resp, msg);
     free(body);
     if (rc != RLP_OK)
         return fail(reply, rc, msg);
-    json_t *id = json_object_get(a, "episode_id");
-    if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > MAX_EPISODE_ID ||
-        strlen(json_string_value(id)) != json_string_length(id)) {
-        snprintf(msg, MSG, "%s: the answer has no \"episode_id\" string (1 to %d bytes)", h->url_reset, MAX_EPISODE_ID);
-        json_decref(a);
-        return fail(reply, RLP_E_FORMAT, msg);
+    char *id = NULL;
+    rc = rlpi_env_http_read_answer(reply, RLPI_ENV_HTTP_RESET, h->url_reset, resp.data, resp.len, &id, msg, MSG);
+    rlpi_http_response_free(&resp);
+    http_episode *ep = rc == RLP_OK ? calloc(1, sizeof *ep) : NULL;
+    if (rc == RLP_OK && !ep) {
+        snprintf(msg, MSG, "%s: out of memory", h->url_reset);
+        rc = RLP_E_NOMEM;
     }
-    http_episode *ep = calloc(1, sizeof *ep);
-    if (!ep || !(ep->id = strdup(json_string_value(id)))) {
-        free(ep);
-        json_decref(a);
-        return fail(reply, RLP_E_NOMEM, "out of memory");
-    }
-    int given;
-    rc = add_observation(reply, a, h->url_reset, msg, &given);
-    json_decref(a);
     if (rc != RLP_OK) {
-        /* the server has opened an episode that nobody will step */
-        post_close(h, ep->id);
-        free(ep->id);
-        free(ep);
-        return reply_failed(reply, rc, h->url_reset, msg);
+        if (id) /* the server has opened an episode that nobody will step */
+            post_close(h, id);
+        free(id);
+        return fail(reply, rc, msg);
     }
+    ep->id = id;
     *episode = ep;
     return RLP_OK;
 }
@@ -404,54 +473,14 @@ static int http_step(rlp_env_reply *reply, void *episode, const char *action, si
     char *body = bad ? (json_decref(b), NULL) : dump(b);
     if (!body)
         return fail(reply, RLP_E_NOMEM, "out of memory");
-    json_t *a = NULL;
-    int rc = post(h, h->url_step, body, h->timeout_ms, &a, msg);
+    rlpi_http_response resp = {0};
+    int rc = post(h, h->url_step, body, h->timeout_ms, &resp, msg);
     free(body);
     if (rc != RLP_OK)
         return fail(reply, rc, msg);
-
-    json_t *reward = json_object_get(a, "reward"), *done = json_object_get(a, "done"),
-           *tool_call = json_object_get(a, "tool_call"), *tool_error = json_object_get(a, "tool_error"),
-           *meta = json_object_get(a, "metadata");
-    const char *field = NULL;
-    if (reward && !json_is_null(reward) && (!json_is_number(reward) || !isfinite(json_number_value(reward))))
-        field = "\"reward\" is not a finite number";
-    else if (done && !json_is_null(done) && !json_is_boolean(done))
-        field = "\"done\" is not a boolean";
-    else if (tool_call && !json_is_null(tool_call) && !json_is_boolean(tool_call))
-        field = "\"tool_call\" is not a boolean";
-    else if (tool_error && !json_is_null(tool_error) && !json_is_string(tool_error))
-        field = "\"tool_error\" is not a string";
-    else if (meta && !json_is_null(meta) && !json_is_object(meta))
-        field = "\"metadata\" is not an object";
-    if (field) {
-        snprintf(msg, MSG, "%s: %s", h->url_step, field);
-        json_decref(a);
-        return fail(reply, RLP_E_FORMAT, msg);
-    }
-    int is_done = done && json_is_true(done);
-    int given = 0;
-    rc = add_observation(reply, a, h->url_step, msg, &given);
-    if (rc == RLP_OK && !given && !is_done) {
-        snprintf(msg, MSG, "%s: the answer has no \"observation\" (required unless \"done\" is true)", h->url_step);
-        rc = RLP_E_FORMAT;
-    }
-    if (rc == RLP_OK && reward && json_is_number(reward))
-        rc = rlp_env_reply_set_reward(reply, (float)json_number_value(reward));
-    if (rc == RLP_OK && is_done)
-        rc = rlp_env_reply_set_done(reply, 1);
-    if (rc == RLP_OK && tool_call && json_is_boolean(tool_call))
-        rc = rlp_env_reply_set_tool_call(reply, json_is_true(tool_call));
-    if (rc == RLP_OK && meta && json_is_object(meta)) {
-        char *m = json_dumps(meta, JSON_COMPACT);
-        rc = m ? rlp_env_reply_set_metadata(reply, m) : RLP_E_NOMEM;
-        free(m);
-    }
-    /* last: a failure above replaces it with the reason */
-    if (rc == RLP_OK && tool_error && json_is_string(tool_error))
-        rc = rlp_env_reply_set_tool_error(reply, json_string_value(tool_error));
-    json_decref(a);
-    return rc == RLP_OK ? RLP_OK : reply_failed(reply, rc, h->url_step, msg);
+    rc = rlpi_env_http_read_answer(reply, RLPI_ENV_HTTP_STEP, h->url_step, resp.data, resp.len, NULL, msg, MSG);
+    rlpi_http_response_free(&resp);
+    return rc == RLP_OK ? RLP_OK : fail(reply, rc, msg);
 }
 
 static void http_close(void *episode, void *user)
