@@ -92,6 +92,7 @@ int cmd_rollout_worker(int argc, char **argv)
     wo.sampling = r->sampling;
     wo.tokenizer = r->ext_tok;
     wo.outbox_dir = inbox;
+    train_multiturn(r, &wo.multiturn);
     if ((rc = rlp_rollout_engine_create(&engine, r->policy, &eo)) || (rc = rlp_synchronizer_create(&sync, &so)) ||
         (rc = rlp_rollout_worker_create(&w, engine, r->task, r->reward, sync, NULL, &wo)) ||
         (rc = rlp_rollout_worker_start(w))) {

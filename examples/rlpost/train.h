@@ -40,6 +40,8 @@ typedef struct run {
     double acc_threshold;
     void *reward_lib;
     rlp_sampling_options sampling;
+    const char *stops[16];       /* sampling.stop, borrowed from cfg */
+    rlp_env *env;                /* a multi-turn run's environment (env.name / env.url), or NULL */
     rlp_rl_options rl;
     rlp_optimizer_options opt;
     int pull, async, remote, dtype;
@@ -209,5 +211,8 @@ int train_dist_agree(run *r);
  * URL, no repeats, and (http) answering GET /health. One line in r->err
  * naming the key on failure. */
 int train_check_urls(run *r);
+
+/* The multi-turn options of the run (env NULL: single-turn). */
+void train_multiturn(const run *r, rlp_multiturn_options *mt);
 
 #endif

@@ -25,7 +25,10 @@ static const char defaults_json[] =
     "\"reward\": {\"name\": \"logic_rl_format\", \"library\": null, \"options\": {}, \"isolation\": \"thread\","
     "  \"workers\": 0, \"timeout_ms\": 10000, \"batch_size\": 1, \"max_restarts\": 20},"
     "\"sampling\": {\"temperature\": 1.0, \"top_p\": 1.0, \"top_k\": 0, \"min_p\": 0.0,"
-    "  \"max_new_tokens\": 128},"
+    "  \"max_new_tokens\": 128, \"stop\": []},"
+    "\"env\": {\"name\": null, \"url\": null, \"options\": {}, \"timeout_ms\": 30000, \"threads\": 8,"
+    "  \"max_observation_bytes\": 65536},"
+    "\"multiturn\": {\"max_turns\": 8, \"max_tokens\": 0, \"overlap\": true},"
     "\"algorithm\": {\"advantage\": \"grpo\", \"adv_eps\": 1e-6, \"adv_batch_norm\": false, \"gamma\": 1.0,"
     "  \"filter_equal_groups\": false, \"policy_loss\": \"ppo_clip\", \"clip_low\": 0.2, \"clip_high\": 0.2,"
     "  \"dual_clip\": 0.0, \"tis_cap\": 0.0, \"behav_cap\": 0.0, \"behav_mask\": false, \"kl_coef\": 0.0,"
@@ -52,11 +55,11 @@ static const struct {
     {"tokenizer", JSON_STRING},         {"task.path", JSON_STRING},     {"task.template", JSON_STRING},
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
-    {"sync.weights_dir", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
+    {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */
-static const char *const free_objects[] = {"task.options", "reward.options", "eval.task_options"};
+static const char *const free_objects[] = {"task.options", "reward.options", "eval.task_options", "env.options"};
 
 json_t *train_config_defaults(void)
 {

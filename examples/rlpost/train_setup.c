@@ -111,6 +111,25 @@ int train_check_config(run *r)
           cfg_int(c, "sampling.max_new_tokens") >= 1 && cfg_int(c, "sampling.max_new_tokens") <= 1 << 20,
           "in [1, 1048576]");
     s->max_new_tokens = (uint32_t)cfg_int(c, "sampling.max_new_tokens");
+    /* stop strings: a multi-turn task ends a turn at its tool tags ("</search>") */
+    const json_t *stops = cfg_get(c, "sampling.stop");
+    RANGE("sampling.stop", json_array_size(stops) <= 16, "at most 16 strings");
+    for (size_t i = 0; i < json_array_size(stops); i++) {
+        const char *st = json_string_value(json_array_get(stops, i));
+        RANGE("sampling.stop", st && *st, "an array of non-empty strings");
+        r->stops[i] = st; /* borrowed from the configuration, which outlives the trainer */
+    }
+    s->stop = r->stops;
+    s->n_stop = json_array_size(stops);
+    RANGE("env", !(cfg_str(c, "env.name") && cfg_str(c, "env.url")), "a built-in \"name\" or a service \"url\", not both");
+    RANGE("env.timeout_ms", cfg_int(c, "env.timeout_ms") >= 0 && cfg_int(c, "env.timeout_ms") <= 86400000,
+          "in [0, 86400000]");
+    RANGE("env.threads", cfg_int(c, "env.threads") >= 1 && cfg_int(c, "env.threads") <= 1024, "in [1, 1024]");
+    RANGE("env.max_observation_bytes", cfg_int(c, "env.max_observation_bytes") >= 1, "≥ 1");
+    RANGE("multiturn.max_turns", cfg_int(c, "multiturn.max_turns") >= 1 && cfg_int(c, "multiturn.max_turns") <= 100000,
+          "in [1, 100000]");
+    RANGE("multiturn.max_tokens", cfg_int(c, "multiturn.max_tokens") >= 0 &&
+          cfg_int(c, "multiturn.max_tokens") <= 1 << 24, "in [0, 16777216]");
 
     rlp_rl_options *rl = &r->rl;
     rlp_rl_options_init(rl, RLP_RL_OPTIONS_VERSION);
@@ -629,6 +648,40 @@ const char *train_changed_setting(json_t *saved, const json_t *cfg)
  * sync.mode "async" and a local engine the rollout side gets a context and
  * a copy of the policy of its own (half the threads). `rlpost eval` uses a
  * sync trainer over the frozen policy for its completions. */
+/* The environment of a multi-turn run (env.name or env.url), or none. */
+static int make_env(run *r)
+{
+    const char *name = cfg_str(r->cfg, "env.name"), *url = cfg_str(r->cfg, "env.url");
+    if (!name && !url)
+        return 0;
+    rlp_env_options eo = RLP_ENV_OPTIONS_INIT;
+    eo.timeout_ms = (uint32_t)cfg_int(r->cfg, "env.timeout_ms");
+    eo.max_threads = (uint32_t)cfg_int(r->cfg, "env.threads");
+    eo.max_observation_bytes = (uint64_t)cfg_int(r->cfg, "env.max_observation_bytes");
+    int rc;
+    if (name) {
+        char *opts = json_dumps(cfg_get(r->cfg, "env.options"), JSON_COMPACT);
+        rc = rlp_env_create_builtin(&r->env, name, opts ? opts : "{}", &eo);
+        free(opts);
+    } else {
+        rc = rlp_env_create_http(&r->env, url, getenv("RLPOST_ENV_TOKEN"), &eo);
+    }
+    if (rc) {
+        fmt(r->err, ERR_CAP, "env: %s", rlp_error_last());
+        return 1;
+    }
+    return 0;
+}
+
+void train_multiturn(const run *r, rlp_multiturn_options *mt)
+{
+    rlp_multiturn_options_init(mt, RLP_MULTITURN_OPTIONS_VERSION);
+    mt->env = r->env;
+    mt->max_turns = (uint32_t)cfg_int(r->cfg, "multiturn.max_turns");
+    mt->max_tokens = (uint32_t)cfg_int(r->cfg, "multiturn.max_tokens");
+    mt->overlap = cfg_bool(r->cfg, "multiturn.overlap");
+}
+
 static int make_trainer(run *r, int need_train)
 {
     rlp_trainer_options o;
@@ -675,6 +728,7 @@ static int make_trainer(run *r, int need_train)
     if (r->parse_fn)
         m[o.n_metrics++] = (rlp_trainer_metric){r->parse_fn, NULL, "answer_parse_rate", 0.5};
     o.metrics = m;
+    train_multiturn(r, &o.multiturn);
     o.on_batch = train_on_batch;
     o.on_batch_payload = r;
     o.rollout_threads = need_train && r->async && !r->remote && !o.rollout_inbox ? (uint32_t)r->threads_rollout : 0;
@@ -702,7 +756,7 @@ int train_setup(run *r, const char *weights, int need_train)
             return EXIT_USAGE;
         rlp_task_free(t);
     }
-    if (make_reward(r) || make_metric_scorers(r))
+    if (make_reward(r) || make_metric_scorers(r) || make_env(r))
         return EXIT_USAGE;
     if (need_train && r->remote && train_check_urls(r))
         return EXIT_USAGE;
@@ -807,6 +861,7 @@ void train_teardown(run *r)
     for (size_t i = 0; i < r->n_terms; i++)
         rlp_reward_fn_free(r->terms[i]);
     rlp_comm_free(r->comm); /* peers still waiting for this rank learn that it left */
+    rlp_env_free(r->env);   /* after the trainer: its engines used it */
     rlp_context_free(r->ctx);
     /* the reward library stays loaded: its threads may still run (abandoned calls) */
     json_decref(r->cfg);

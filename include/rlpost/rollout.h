@@ -229,9 +229,12 @@ RLP_API int rlp_rollout_generate(rlp_batch **out, rlp_rollout_engine *engine, co
  * Every trajectory has has_episode = 1, a loss_mask, and token_rewards
  * when the environment gave turn rewards; completion_text is the turns'
  * and the observations' text in order. An environment call that fails or
- * overruns its deadline marks that sample invalid (episode.end =
- * RLP_EPISODE_ERROR) and the others go on; a turn limit or token budget
- * ends the episode with RLP_EPISODE_MAX_TURNS / RLP_EPISODE_BUDGET.
+ * overruns its deadline marks that sample invalid (valid = 0, error says
+ * why, episode.end = RLP_EPISODE_ERROR; finish_reason stays how its last
+ * turn ended, since RLP_FINISH_ERROR means a failed remote request, which
+ * a trainer generates again) and the others go on; a turn limit or the
+ * token budget ends the episode with RLP_EPISODE_MAX_TURNS /
+ * RLP_EPISODE_BUDGET (finish_reason RLP_FINISH_STOP / RLP_FINISH_LENGTH).
  *
  * @return as rlp_rollout_generate(); RLP_E_INVALID_ARG also for NULL
  *         mt / mt->env or bad options, RLP_E_STATE for an engine without

@@ -71,8 +71,9 @@ typedef struct rlp_trainer_metric {
  *  (RLP_E_CALLBACK). The batch is borrowed for the call. */
 typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void *payload);
 
-/** Version of rlp_trainer_options understood by this header. */
-#define RLP_TRAINER_OPTIONS_VERSION 1
+/** Version of rlp_trainer_options understood by this header. 2 added
+ *  multiturn; a version-1 caller's struct ends before it. */
+#define RLP_TRAINER_OPTIONS_VERSION 2
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -125,6 +126,10 @@ typedef struct rlp_trainer_options {
                                          files in weights_dir (required then) for them to load. Their gate
                                          is their own synchronizer's; the buffer drops what is older than
                                          η. Not with worker_urls. Copied */
+    rlp_multiturn_options multiturn; /**< (version 2) multiturn.env non-NULL: every sample is a multi-turn
+                                         episode against that environment (borrowed, must outlive the
+                                         trainer; rlp_rollout_generate_episodes()), in every mode; NULL
+                                         (the default): single-turn completions */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -133,7 +138,7 @@ typedef struct rlp_trainer_options {
 RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
 
 /** Version of rlp_step_record understood by this header. */
-#define RLP_STEP_RECORD_VERSION 1
+#define RLP_STEP_RECORD_VERSION 2
 
 /**
  * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
@@ -165,6 +170,17 @@ typedef struct rlp_step_record {
     double trainer_idle_seconds, rollout_idle_seconds, step_seconds;
     uint64_t rollout_tokens;       /**< completion tokens generated for this step (ASYNC: since the previous) */
     double tokens_per_second;      /**< rollout_tokens / rollout_seconds; NaN when no time */
+    /* (version 2) multi-turn episodes: all zero (rates NaN) when the step's samples are not episodes */
+    uint64_t episodes;             /**< samples that are episodes */
+    double turns_mean;             /**< model turns per episode */
+    uint32_t turns_max;
+    double tool_call_rate;         /**< share of episodes with at least one tool call */
+    uint64_t tool_calls, tool_errors, tool_timeouts; /**< summed over the episodes */
+    double tool_seconds;           /**< environment call time, summed (calls overlap: not wall time) */
+    double masked_token_share;     /**< observation tokens / completion tokens (loss mask 0) */
+    uint64_t episodes_truncated;   /**< ended by the token budget (RLP_EPISODE_BUDGET) */
+    uint64_t episodes_max_turns;   /**< ended by the turn limit */
+    uint64_t episodes_failed;      /**< ended by an environment failure or timeout (invalid) */
 } rlp_step_record;
 
 /**
@@ -338,7 +354,7 @@ RLP_API void rlp_trainer_free(rlp_trainer *trainer);
 /* ------------------------------------------------------------------------ */
 
 /** Version of rlp_rollout_worker_options understood by this header. */
-#define RLP_ROLLOUT_WORKER_OPTIONS_VERSION 1
+#define RLP_ROLLOUT_WORKER_OPTIONS_VERSION 2
 
 /** Options of rlp_rollout_worker_create(). */
 typedef struct rlp_rollout_worker_options {
@@ -362,6 +378,8 @@ typedef struct rlp_rollout_worker_options {
                                          the file is written. Group ids get a tag of this process and
                                          worker, so that workers of several processes never share one.
                                          Copied */
+    rlp_multiturn_options multiturn; /**< (version 2) multiturn.env non-NULL: batches are multi-turn
+                                         episodes against it (borrowed; rlp_rollout_generate_episodes()) */
 } rlp_rollout_worker_options;
 
 /** Fills @p opts with the defaults. */

@@ -53,6 +53,7 @@ int rlpi_episode_setup(gen_ctx *g, seq_state *q)
         return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
     q->epi = epi;
     epi->es.version = RLP_EPISODE_STATS_VERSION;
+    epi->turn_reason = RLP_FINISH_STOP;
     int rc = text_append(epi, "", 0);
     if (!rc)
         rc = rlpi_env_ep_create(&epi->ep, g->mt->env);
@@ -64,7 +65,10 @@ int rlpi_episode_setup(gen_ctx *g, seq_state *q)
     return rc;
 }
 
-/* Ends the episode as failed: the sample is invalid, the others go on. */
+/* Ends the episode as failed: the sample is invalid, the others go on.
+ * Its finish_reason stays how its last turn ended: RLP_FINISH_ERROR means
+ * a failed remote request, which a trainer generates again, while an
+ * environment's failure is the sample's own outcome. */
 static int fail(gen_ctx *g, seq_state *q, const char *what, const char *why, int64_t *free_slots, int64_t *n_free)
 {
     char msg[512];
@@ -76,7 +80,7 @@ static int fail(gen_ctx *g, seq_state *q, const char *what, const char *why, int
         return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
     q->traj.valid = 0;
     q->epi->es.end = RLP_EPISODE_ERROR;
-    return rlpi_gen_finish(g, q, RLP_FINISH_ERROR, free_slots, n_free, true);
+    return rlpi_gen_finish(g, q, q->epi->turn_reason, free_slots, n_free, true);
 }
 
 /* The observation of a reply as ids (*ids malloc'd) and its text. A token
@@ -272,6 +276,7 @@ int rlpi_episode_turn_end(gen_ctx *g, seq_state *q, int reason, int64_t capacity
     if ((rc = text_append(epi, t, tl)) != RLP_OK)
         return rc;
     epi->turn_open = false;
+    epi->turn_reason = reason;
     epi->turn_last = q->traj.n_tokens - 1;
     int64_t ctx = (int64_t)(q->n_prompt + q->traj.n_tokens);
     if (reason == RLP_FINISH_LENGTH && (ctx >= capacity || q->traj.n_tokens >= g->max_tokens)) {

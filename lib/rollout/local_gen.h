@@ -21,6 +21,7 @@ typedef struct seq_episode {
     rlpi_env_call *call;        /* the reset or step in flight, or NULL */
     size_t turn_start;          /* index of the current turn's first token */
     size_t turn_last;           /* index of the last turn's last model token */
+    int turn_reason;            /* how the last turn ended (RLP_FINISH_STOP before any) */
     bool turn_open;             /* the model is writing a turn (its text is still in the matcher) */
     char *text;                 /* turns' and observations' text so far */
     size_t len, cap;

@@ -137,8 +137,17 @@ static int merge_groups(rlp_batch **b, const rlp_batch *redo, size_t n_prompts, 
     return RLP_OK;
 }
 
+/* One generate call: completions, or episodes when mt is given. */
+static int gen_call(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt *p, size_t n,
+                    const rlp_sampling_options *s, const rlp_multiturn_options *mt)
+{
+    return mt ? rlp_rollout_generate_episodes(out, engine, p, n, s, mt, NULL, NULL)
+              : rlp_rollout_generate(out, engine, p, n, s, NULL, NULL);
+}
+
 int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
-                        size_t count, const rlp_sampling_options *s, const rlp_tokenizer *ext_tok, uint32_t retries)
+                        size_t count, const rlp_sampling_options *s, const rlp_multiturn_options *mt,
+                        const rlp_tokenizer *ext_tok, uint32_t retries)
 {
     prompts ps = {0};
     rlp_batch *b = NULL;
@@ -146,7 +155,7 @@ int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_p
     rlp_prompt *redo = NULL;
     int rc = prompts_make(&ps, set, first, count, ext_tok);
     if (!rc)
-        rc = rlp_rollout_generate(&b, engine, ps.p, ps.n, s, NULL, NULL);
+        rc = gen_call(&b, engine, ps.p, ps.n, s, mt);
     if (!rc && (!(failed = malloc(ps.n ? ps.n : 1)) || !(redo = malloc((ps.n ? ps.n : 1) * sizeof *redo))))
         rc = rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
     /* a remote group that failed (its request failed on every URL) is
@@ -166,7 +175,7 @@ int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_p
             if (failed[i])
                 redo[m++] = ps.p[i];
         rlp_batch *again = NULL;
-        if (!(rc = rlp_rollout_generate(&again, engine, redo, m, s, NULL, NULL)))
+        if (!(rc = gen_call(&again, engine, redo, m, s, mt)))
             rc = merge_groups(&b, again, ps.n, failed);
         rlp_batch_free(again);
     }

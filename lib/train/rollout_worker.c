@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,12 +23,17 @@
 int rlp_rollout_worker_options_init(rlp_rollout_worker_options *opts, uint32_t version)
 {
     RLPI_CHECK_ARG(opts, "opts is NULL");
-    RLPI_CHECK_ARG(version == RLP_ROLLOUT_WORKER_OPTIONS_VERSION, "unknown version");
-    memset(opts, 0, sizeof *opts);
-    opts->version = version;
-    opts->prompts_per_batch = 8;
-    opts->retries = 2;
-    rlp_sampling_options_init(&opts->sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    RLPI_CHECK_ARG(version >= 1 && version <= RLP_ROLLOUT_WORKER_OPTIONS_VERSION, "unknown version");
+    rlp_rollout_worker_options d;
+    memset(&d, 0, sizeof d);
+    d.version = version;
+    d.prompts_per_batch = 8;
+    d.retries = 2;
+    rlp_sampling_options_init(&d.sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    rlp_multiturn_options_init(&d.multiturn, RLP_MULTITURN_OPTIONS_VERSION);
+    d.multiturn.env = NULL;
+    /* a version-1 caller's struct ends before multiturn */
+    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_rollout_worker_options, multiturn));
     return RLP_OK;
 }
 
@@ -70,8 +76,10 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
     rlp_rollout_worker_options o;
     rlp_rollout_worker_options_init(&o, RLP_ROLLOUT_WORKER_OPTIONS_VERSION);
     if (opts) {
-        RLPI_CHECK_ARG(opts->version == RLP_ROLLOUT_WORKER_OPTIONS_VERSION, "opts->version: unknown version");
-        o = *opts;
+        RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_ROLLOUT_WORKER_OPTIONS_VERSION,
+                       "opts->version: unknown version");
+        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(rlp_rollout_worker_options, multiturn));
+        o.version = RLP_ROLLOUT_WORKER_OPTIONS_VERSION;
     }
     RLPI_CHECK_ARG(o.prompts_per_batch >= 1, "opts->prompts_per_batch must be ≥ 1");
     RLPI_CHECK_ARG(!buffer != !(o.outbox_dir && *o.outbox_dir),
@@ -221,7 +229,9 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     rlp_batch *b = NULL;
     rlp_sampling_options s = w->o.sampling;
     s.seed = w->o.remote ? seed >> 1 : seed; /* servers take a signed 64-bit seed */
-    if (!rc && (rc = rlpi_train_generate(&b, w->engine, set, 0, SIZE_MAX, &s, w->ext_tok, w->o.retries)) != RLP_OK &&
+    if (!rc && (rc = rlpi_train_generate(&b, w->engine, set, 0, SIZE_MAX, &s,
+                                                   w->o.multiturn.env ? &w->o.multiturn : NULL, w->ext_tok,
+                                                   w->o.retries)) != RLP_OK &&
         !atomic_load(&w->stopping))
         fail(w, rc, "generate");
     if (!rc)

@@ -31,6 +31,7 @@ void rlpi_train_reward_summary(rlp_step_record *rec, const rlp_batch *batch)
         lo = fmin(lo, t.reward);
         hi = fmax(hi, t.reward);
     }
+    rlpi_train_episode_summary(rec, batch);
     rec->reward_valid = valid;
     if (valid) {
         rec->reward_mean = sum / (double)valid;
@@ -40,6 +41,41 @@ void rlpi_train_reward_summary(rlp_step_record *rec, const rlp_batch *batch)
     } else {
         rec->reward_mean = rec->reward_std = rec->reward_min = rec->reward_max = NAN;
     }
+}
+
+void rlpi_train_episode_summary(rlp_step_record *rec, const rlp_batch *batch)
+{
+    size_t n = 0;
+    rlp_batch_size(&n, batch);
+    uint64_t eps = 0, turns = 0, with_call = 0, masked = 0, tokens = 0;
+    rec->turns_max = 0;
+    rec->tool_calls = rec->tool_errors = rec->tool_timeouts = 0;
+    rec->episodes_truncated = rec->episodes_max_turns = rec->episodes_failed = 0;
+    rec->tool_seconds = 0;
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        if (rlp_batch_get(&t, batch, i) || !t.has_episode)
+            continue;
+        const rlp_episode_stats *e = &t.episode;
+        eps++;
+        turns += e->turns;
+        rec->turns_max = e->turns > rec->turns_max ? e->turns : rec->turns_max;
+        with_call += e->tool_calls > 0;
+        rec->tool_calls += e->tool_calls;
+        rec->tool_errors += e->tool_errors;
+        rec->tool_timeouts += e->tool_timeouts;
+        rec->tool_seconds += e->tool_seconds;
+        rec->episodes_truncated += e->end == RLP_EPISODE_BUDGET;
+        rec->episodes_max_turns += e->end == RLP_EPISODE_MAX_TURNS;
+        rec->episodes_failed += e->end == RLP_EPISODE_ERROR;
+        tokens += t.n_completion_tokens;
+        for (size_t k = 0; t.loss_mask && k < t.n_completion_tokens; k++)
+            masked += !t.loss_mask[k];
+    }
+    rec->episodes = eps;
+    rec->turns_mean = eps ? (double)turns / (double)eps : NAN;
+    rec->tool_call_rate = eps ? (double)with_call / (double)eps : NAN;
+    rec->masked_token_share = tokens ? (double)masked / (double)tokens : NAN;
 }
 
 int rlpi_train_score_metric(rlp_reward_fn *fn, rlp_batch *batch, double thr, double *rate, double *mean)
@@ -163,6 +199,20 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r)
     json_object_set_new(m, "rollout_idle_seconds", json_real(r->rollout_idle_seconds));
     json_object_set_new(m, "step_seconds", json_real(r->step_seconds));
     json_object_set_new(m, "tokens_per_second", jnum(r->tokens_per_second));
+    if (r->episodes) { /* multi-turn runs only: single-turn records keep their keys */
+        json_object_set_new(m, "episodes", juint(r->episodes));
+        json_object_set_new(m, "turns_mean", jnum(r->turns_mean));
+        json_object_set_new(m, "turns_max", juint(r->turns_max));
+        json_object_set_new(m, "tool_call_rate", jnum(r->tool_call_rate));
+        json_object_set_new(m, "tool_calls", juint(r->tool_calls));
+        json_object_set_new(m, "tool_errors", juint(r->tool_errors));
+        json_object_set_new(m, "tool_timeouts", juint(r->tool_timeouts));
+        json_object_set_new(m, "tool_seconds", jnum(r->tool_seconds));
+        json_object_set_new(m, "masked_token_share", jnum(r->masked_token_share));
+        json_object_set_new(m, "episodes_truncated", juint(r->episodes_truncated));
+        json_object_set_new(m, "episodes_max_turns", juint(r->episodes_max_turns));
+        json_object_set_new(m, "episodes_failed", juint(r->episodes_failed));
+    }
     char *text = json_dumps(m, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(m);
     return text;

@@ -27,8 +27,12 @@ static inline uint64_t rlpi_train_mix_seed(uint64_t seed, uint64_t step)
  * (a remote request that failed on every URL) is generated again, up to
  * @p retries times, so that every group comes back whole; otherwise
  * RLP_E_NETWORK. Thread-safe for distinct engines. */
+/* step_record.c: the episode fields of a record (turns, tool calls, masked share…). */
+void rlpi_train_episode_summary(rlp_step_record *rec, const rlp_batch *batch);
+
 int rlpi_train_generate(rlp_batch **out, rlp_rollout_engine *engine, const rlp_prompt_set *set, size_t first,
-                        size_t count, const rlp_sampling_options *s, const rlp_tokenizer *ext_tok, uint32_t retries);
+                        size_t count, const rlp_sampling_options *s, const rlp_multiturn_options *mt,
+                        const rlp_tokenizer *ext_tok, uint32_t retries);
 
 /* generate.c: the arrays a sampling options struct points to (stop strings,
  * stop token ids), copied so that a handle can read them long after its

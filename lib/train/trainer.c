@@ -12,22 +12,27 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
 {
     RLPI_CHECK_ARG(opts, "opts is NULL");
-    RLPI_CHECK_ARG(version == RLP_TRAINER_OPTIONS_VERSION, "unknown version");
-    memset(opts, 0, sizeof *opts);
-    opts->version = version;
-    opts->mode = RLP_TRAIN_SYNC;
-    opts->max_staleness = 0;
-    opts->prompts_per_step = 8;
-    opts->worker_retries = 2;
-    opts->stall_polls = 10;
-    rlp_sampling_options_init(&opts->sampling, RLP_SAMPLING_OPTIONS_VERSION);
-    rlp_rl_options_init(&opts->rl, RLP_RL_OPTIONS_VERSION);
+    RLPI_CHECK_ARG(version >= 1 && version <= RLP_TRAINER_OPTIONS_VERSION, "unknown version");
+    rlp_trainer_options d;
+    memset(&d, 0, sizeof d);
+    d.version = version;
+    d.mode = RLP_TRAIN_SYNC;
+    d.max_staleness = 0;
+    d.prompts_per_step = 8;
+    d.worker_retries = 2;
+    d.stall_polls = 10;
+    rlp_sampling_options_init(&d.sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    rlp_rl_options_init(&d.rl, RLP_RL_OPTIONS_VERSION);
+    rlp_multiturn_options_init(&d.multiturn, RLP_MULTITURN_OPTIONS_VERSION);
+    /* a version-1 caller's struct ends before multiturn */
+    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_trainer_options, multiturn));
     return RLP_OK;
 }
 
@@ -67,6 +72,11 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
 static int check_options(const rlp_trainer_options *o)
 {
     RLPI_CHECK_ARG(o->version == RLP_TRAINER_OPTIONS_VERSION, "opts->version: unknown version");
+    if (o->multiturn.env) {
+        RLPI_CHECK_ARG(o->multiturn.version >= 1 && o->multiturn.version <= RLP_MULTITURN_OPTIONS_VERSION,
+                       "opts->multiturn.version: unknown version");
+        RLPI_CHECK_ARG(o->multiturn.max_turns >= 1, "opts->multiturn.max_turns must be ≥ 1");
+    }
     RLPI_CHECK_ARG(o->mode == RLP_TRAIN_SYNC || o->mode == RLP_TRAIN_PULL || o->mode == RLP_TRAIN_ASYNC,
                    "opts->mode: not an rlp_train_mode");
     if (o->mode != RLP_TRAIN_ASYNC && o->max_staleness != 0)
@@ -207,8 +217,13 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     RLPI_CHECK_ARG(policy && task && reward, "policy, task and reward are required");
     rlp_trainer_options o;
     rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION);
-    if (opts)
-        o = *opts;
+    if (opts) {
+        RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_TRAINER_OPTIONS_VERSION,
+                       "opts->version: unknown version");
+        /* a version-1 caller's struct ends before multiturn (kept at its default: none) */
+        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(rlp_trainer_options, multiturn));
+        o.version = RLP_TRAINER_OPTIONS_VERSION;
+    }
     int rc = check_options(&o);
     if (rc)
         return rc;
@@ -467,7 +482,8 @@ static int collect_sync(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         rlpi_error_wrap("weights");
     }
     rlp_batch *b = NULL;
-    if (!rc && (rc = rlpi_train_generate(&b, e, set, first, count, &s, t->ext_tok, t->o.worker_retries)))
+    if (!rc && (rc = rlpi_train_generate(&b, e, set, first, count, &s, t->o.multiturn.env ? &t->o.multiturn : NULL,
+                                             t->ext_tok, t->o.worker_retries)))
         rlpi_error_wrap("generate");
     rlp_prompt_set_free(set);
     double t1 = rlpi_now_s();
@@ -518,6 +534,7 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         wo.tokenizer = t->ext_tok;
         wo.retries = t->o.worker_retries;
         wo.remote = t->remote;
+        wo.multiturn = t->o.multiturn;
         if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)) ||
             (rc = rlp_rollout_worker_start(t->worker)))
             return rc;
@@ -645,7 +662,8 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
 int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
 {
     RLPI_CHECK_ARG(t, "trainer is NULL");
-    RLPI_CHECK_ARG(!out || out->version == RLP_STEP_RECORD_VERSION, "rec->version: unknown version");
+    RLPI_CHECK_ARG(!out || (out->version >= 1 && out->version <= RLP_STEP_RECORD_VERSION),
+                   "rec->version: unknown version");
     if (t->failed)
         return rlpi_error_set(RLP_E_STATE, "rlp_trainer_step: an earlier step failed; free the trainer and resume "
                               "the run from its last checkpoint");
@@ -690,8 +708,11 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     rec.tokens_per_second = rec.rollout_seconds > 0 ? (double)rec.rollout_tokens / rec.rollout_seconds : NAN;
     t->last = rec;
     t->have_last = 1;
-    if (out)
-        *out = rec;
+    if (out) { /* a version-1 caller's record ends before the episode fields */
+        uint32_t v = out->version;
+        memcpy(out, &rec, v >= 2 ? sizeof rec : offsetof(rlp_step_record, episodes));
+        out->version = v;
+    }
     return RLP_OK;
 }
 
@@ -734,7 +755,8 @@ int rlp_trainer_generate(rlp_batch **out, rlp_trainer *t, const rlp_prompt_set *
     } else if (t->o.mode == RLP_TRAIN_PULL && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
         return rlpi_error_wrap("%s: weights", __func__);
     }
-    return rlpi_train_generate(out, e, set, 0, SIZE_MAX, s, t->ext_tok, t->o.worker_retries);
+    return rlpi_train_generate(out, e, set, 0, SIZE_MAX, s, t->o.multiturn.env ? &t->o.multiturn : NULL, t->ext_tok,
+                               t->o.worker_retries);
 }
 
 int rlp_trainer_evaluate(rlp_eval_result *out, rlp_trainer *t, const rlp_prompt_set *set,
