@@ -58,6 +58,7 @@ struct rlp_env {
     uint32_t n_abandoned;       /* written-off workers still inside a callback */
     uint64_t completions;
     bool closing;               /* rlp_env_free() was called */
+    bool freeing;               /* rlp_env_free() is waiting: it destroys, not a worker */
 };
 
 /* ---- replies ---- */
@@ -306,6 +307,7 @@ void rlp_env_free(rlp_env *env)
         return;
     pthread_mutex_lock(&env->mu);
     env->closing = true;
+    env->freeing = true;
     pthread_cond_broadcast(&env->work_cv);
     /* live workers drain the queue (closes of finished episodes) and exit;
      * past the call deadline the ones still busy are left to end alone:
@@ -315,6 +317,7 @@ void rlp_env_free(rlp_env *env)
     while ((env->n_workers > 0 || env->head) && pthread_cond_timedwait(&env->done_cv, &env->mu, &ts) == 0) {
     }
     bool now = env_finished(env);
+    env->freeing = false;
     pthread_mutex_unlock(&env->mu);
     if (now)
         env_destroy(env); /* else the last abandoned worker destroys it */
@@ -501,7 +504,7 @@ static void *worker_main(void *arg)
         }
         if (written_off) {
             env->n_abandoned--;
-            bool last = env_finished(env);
+            bool last = env_finished(env) && !env->freeing;
             pthread_mutex_unlock(&env->mu);
             if (last)
                 env_destroy(env);
@@ -512,7 +515,7 @@ static void *worker_main(void *arg)
     env->n_workers--;
     env->n_idle--;
     pthread_cond_broadcast(&env->done_cv);
-    bool last = env_finished(env);
+    bool last = env_finished(env) && !env->freeing;
     pthread_mutex_unlock(&env->mu);
     if (last)
         env_destroy(env);
