@@ -29,6 +29,7 @@ struct rlpi_env_ep {
 
 struct rlpi_env_call {
     rlpi_env_ep *ep;
+    rlp_env *env;       /* ep->env, kept here: a done call outlives its episode (closed meanwhile) */
     int kind;
     char *text;         /* metadata (reset) or action (step), owned */
     size_t len;
@@ -369,6 +370,7 @@ static void ep_unref_locked(rlpi_env_ep *ep, bool on_worker, bool *close_here)
         return;
     }
     c->ep = ep;
+    c->env = env;
     c->kind = KIND_CLOSE;
     c->refs = 1;
     c->reply.tool_call = -1;
@@ -532,6 +534,7 @@ int rlpi_env_call_submit(rlpi_env_call **out, rlpi_env_ep *ep, int kind, const c
     if (!c)
         return rlpi_error_set(RLP_E_NOMEM, "environment: out of memory");
     c->ep = ep;
+    c->env = env;
     c->kind = kind;
     c->reply.tool_call = -1;
     c->reply.max_bytes = env->opts.max_observation_bytes;
@@ -578,7 +581,7 @@ int rlpi_env_call_submit(rlpi_env_call **out, rlpi_env_ep *ep, int kind, const c
 
 int rlpi_env_call_poll(rlpi_env_call *c, double now)
 {
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     int st = c->state;
     double start = c->t_start;
@@ -592,7 +595,7 @@ int rlpi_env_call_poll(rlpi_env_call *c, double now)
 
 double rlpi_env_call_deadline(const rlpi_env_call *c)
 {
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     double d = c->state == CALL_RUNNING && env->opts.timeout_ms ? c->t_start + 1e-3 * env->opts.timeout_ms
                                                                   : INFINITY;
@@ -628,7 +631,7 @@ void rlpi_env_call_release(rlpi_env_call *c)
 {
     if (!c)
         return;
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     if (c->state == CALL_RUNNING && !c->abandoned) {
         /* write its worker off and start a replacement for the queue */
