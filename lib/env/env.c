@@ -28,8 +28,8 @@ struct rlpi_env_ep {
 };
 
 struct rlpi_env_call {
-    rlpi_env_ep *ep;
-    rlp_env *env;       /* ep->env, kept here: a done call outlives its episode (closed meanwhile) */
+    rlp_env *env;       /* the episode may be gone before the call is released */
+    rlpi_env_ep *ep;    /* unreferenced (and maybe freed) once the call is done */
     int kind;
     char *text;         /* metadata (reset) or action (step), owned */
     size_t len;
@@ -58,8 +58,8 @@ struct rlp_env {
     uint32_t n_workers, n_idle; /* live workers (not written off) */
     uint32_t n_abandoned;       /* written-off workers still inside a callback */
     uint64_t completions;
-    bool closing;               /* rlp_env_free() was called */
-    bool freeing;               /* rlp_env_free() is waiting: it destroys, not a worker */
+    bool closing;               /* rlp_env_free() was called: workers drain the queue and exit */
+    bool host_gone;             /* rlp_env_free() is done waiting: the last thread out destroys it */
 };
 
 /* ---- replies ---- */
@@ -299,7 +299,7 @@ const rlp_env_options *rlpi_env_options(const rlp_env *env)
 /* Whether nothing keeps a closing environment alive any more (under mu). */
 static bool env_finished(const rlp_env *env)
 {
-    return env->closing && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
+    return env->host_gone && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
 }
 
 void rlp_env_free(rlp_env *env)
@@ -308,7 +308,6 @@ void rlp_env_free(rlp_env *env)
         return;
     pthread_mutex_lock(&env->mu);
     env->closing = true;
-    env->freeing = true;
     pthread_cond_broadcast(&env->work_cv);
     /* live workers drain the queue (closes of finished episodes) and exit;
      * past the call deadline the ones still busy are left to end alone:
@@ -317,8 +316,8 @@ void rlp_env_free(rlp_env *env)
     rlpi_deadline_after(&ts, env->opts.timeout_ms ? env->opts.timeout_ms : 30000);
     while ((env->n_workers > 0 || env->head) && pthread_cond_timedwait(&env->done_cv, &env->mu, &ts) == 0) {
     }
+    env->host_gone = true;
     bool now = env_finished(env);
-    env->freeing = false;
     pthread_mutex_unlock(&env->mu);
     if (now)
         env_destroy(env); /* else the last abandoned worker destroys it */
@@ -369,8 +368,8 @@ static void ep_unref_locked(rlpi_env_ep *ep, bool on_worker, bool *close_here)
         *close_here = true;
         return;
     }
-    c->ep = ep;
     c->env = env;
+    c->ep = ep;
     c->kind = KIND_CLOSE;
     c->refs = 1;
     c->reply.tool_call = -1;
@@ -506,7 +505,7 @@ static void *worker_main(void *arg)
         }
         if (written_off) {
             env->n_abandoned--;
-            bool last = env_finished(env) && !env->freeing;
+            bool last = env_finished(env);
             pthread_mutex_unlock(&env->mu);
             if (last)
                 env_destroy(env);
@@ -517,7 +516,7 @@ static void *worker_main(void *arg)
     env->n_workers--;
     env->n_idle--;
     pthread_cond_broadcast(&env->done_cv);
-    bool last = env_finished(env) && !env->freeing;
+    bool last = env_finished(env);
     pthread_mutex_unlock(&env->mu);
     if (last)
         env_destroy(env);
@@ -533,8 +532,8 @@ int rlpi_env_call_submit(rlpi_env_call **out, rlpi_env_ep *ep, int kind, const c
     rlpi_env_call *c = calloc(1, sizeof *c);
     if (!c)
         return rlpi_error_set(RLP_E_NOMEM, "environment: out of memory");
-    c->ep = ep;
     c->env = env;
+    c->ep = ep;
     c->kind = kind;
     c->reply.tool_call = -1;
     c->reply.max_bytes = env->opts.max_observation_bytes;
