@@ -201,13 +201,22 @@ def test_http_environment(server):
         rlpost.Env.http("ftp://127.0.0.1/")
 
 
-def test_builtin_names_are_checked():
-    if "rlp_env_create_builtin" in rlpost._ffi.MISSING:
-        with pytest.raises(rlpost.UnsupportedError):  # the call is still made (and counted)
-            rlpost.Env.builtin("no-such-environment", {})
-        pytest.skip("this librlpost has no built-in environments yet")
+def test_builtin_tools():
     with pytest.raises(rlpost.NotFoundError):
         rlpost.Env.builtin("no-such-environment", {})
+    with pytest.raises(rlpost.InvalidArgumentError):
+        rlpost.Env.builtin("tools", {"template": "search"})  # no corpus
+    docs = [{"id": 1, "title": "Zorbia", "text": "The capital of Zorbia is Quux."},
+            {"id": 2, "title": "Blip", "text": "Blip is a river."}]
+    with rlpost.Env.builtin("tools", {"template": "search", "corpus_inline": docs, "top_k": 1},
+                            timeout_ms=5000) as env:
+        ep = env.start()
+        assert ep.first["status"] == 0
+        out = ep.step("I will look it up. <search>capital of Zorbia</search>")
+        assert out["status"] == 0 and out["tool_call"] and "Quux" in out["observation"]
+        out = ep.step("<answer>Quux</answer>")
+        assert out["status"] == 0 and out["done"]
+        ep.close()
 
 
 def test_generate_episodes_needs_a_tokenizer(policy):
