@@ -319,48 +319,6 @@ TRAINER_MAX_METRICS = 8
 TrainerMetric = _struct("rlp_trainer_metric", [
     ("fn", c_void_p), ("mean_key", c_char_p), ("rate_key", c_char_p), ("threshold", c_double)])
 
-#: rlp_trainer_batch_fn: int (const rlp_batch *batch, uint64_t step, void *payload)
-TrainerBatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, c_void_p)
-
-TrainerOptions = _struct("rlp_trainer_options", [
-    ("version", c_uint32), ("mode", c_int32), ("max_staleness", c_uint32), ("prompts_per_step", c_uint32),
-    ("seed", c_uint64), ("sampling", SamplingOptions), ("rl", RLOptions), ("ref", c_void_p),
-    ("tokenizer", c_void_p), ("max_seq_len", c_uint32), ("max_batch", c_uint32), ("rollout_threads", c_uint32),
-    ("worker_urls", POINTER(c_char_p)), ("n_worker_urls", c_size_t), ("api_key", c_char_p),
-    ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
-    ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
-    ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
-    ("rollout_inbox", c_char_p)])
-
-StepRecord = _struct("rlp_step_record", [
-    ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
-    ("sampling_seed", c_uint64), ("prompt_index", POINTER(c_uint64)), ("n_prompts", c_size_t),
-    ("reward_mean", c_double), ("reward_std", c_double), ("reward_min", c_double), ("reward_max", c_double),
-    ("reward_valid", c_uint64), ("reward_errors", c_uint64), ("reward_timeouts", c_uint64),
-    ("reward_nonfinite", c_uint64), ("reward_crashed", c_uint64), ("completions", c_uint64),
-    ("completion_tokens", c_uint64), ("truncated", c_uint64),
-    ("metric_mean", c_double * TRAINER_MAX_METRICS), ("metric_rate", c_double * TRAINER_MAX_METRICS),
-    ("rl", RLStats), ("buffer_dropped", c_uint64), ("buffer_dropped_total", c_uint64), ("buffer_size", c_uint64),
-    ("rollout_seconds", c_double), ("reward_seconds", c_double), ("train_seconds", c_double),
-    ("publish_seconds", c_double), ("trainer_idle_seconds", c_double), ("rollout_idle_seconds", c_double),
-    ("step_seconds", c_double), ("rollout_tokens", c_uint64), ("tokens_per_second", c_double)])
-
-EvalResult = _struct("rlp_eval_result", [
-    ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),
-    ("accuracy", c_double), ("accuracy_low", c_double), ("accuracy_high", c_double), ("reward_mean", c_double),
-    ("mean_completion_tokens", c_double), ("truncated", c_uint64), ("seconds", c_double)])
-
-RolloutWorkerOptions = _struct("rlp_rollout_worker_options", [
-    ("version", c_uint32), ("prompts_per_batch", c_uint32), ("seed", c_uint64), ("first_batch", c_uint64),
-    ("sampling", SamplingOptions), ("tokenizer", c_void_p), ("retries", c_uint32), ("remote", c_int32),
-    ("log_fn", LogFn), ("log_payload", c_void_p), ("outbox_dir", c_char_p)])
-
-RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
-    ("version", c_uint32), ("batches", c_uint64), ("groups_pushed", c_uint64), ("groups_released", c_uint64),
-    ("tokens", c_uint64), ("generate_seconds", c_double), ("reward_seconds", c_double), ("idle_seconds", c_double),
-    ("reward_errors", c_uint64), ("reward_timeouts", c_uint64), ("reward_nonfinite", c_uint64),
-    ("reward_crashed", c_uint64), ("at_gate", c_int32), ("running", c_int32)])
-
 # ---- environments (rlpost/env.h) ----
 
 EnvOptions = _struct("rlp_env_options", [
@@ -390,6 +348,53 @@ EnvOutcome = _struct("rlp_env_outcome", [
 MultiturnOptions = _struct("rlp_multiturn_options", [
     ("version", c_uint32), ("env", c_void_p), ("max_turns", c_uint32), ("max_tokens", c_uint32),
     ("overlap", c_int32)])
+
+#: rlp_trainer_batch_fn: int (const rlp_batch *batch, uint64_t step, void *payload)
+TrainerBatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, c_void_p)
+
+TrainerOptions = _struct("rlp_trainer_options", [
+    ("version", c_uint32), ("mode", c_int32), ("max_staleness", c_uint32), ("prompts_per_step", c_uint32),
+    ("seed", c_uint64), ("sampling", SamplingOptions), ("rl", RLOptions), ("ref", c_void_p),
+    ("tokenizer", c_void_p), ("max_seq_len", c_uint32), ("max_batch", c_uint32), ("rollout_threads", c_uint32),
+    ("worker_urls", POINTER(c_char_p)), ("n_worker_urls", c_size_t), ("api_key", c_char_p),
+    ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
+    ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
+    ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
+    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions)], version=2)
+
+StepRecord = _struct("rlp_step_record", [
+    ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
+    ("sampling_seed", c_uint64), ("prompt_index", POINTER(c_uint64)), ("n_prompts", c_size_t),
+    ("reward_mean", c_double), ("reward_std", c_double), ("reward_min", c_double), ("reward_max", c_double),
+    ("reward_valid", c_uint64), ("reward_errors", c_uint64), ("reward_timeouts", c_uint64),
+    ("reward_nonfinite", c_uint64), ("reward_crashed", c_uint64), ("completions", c_uint64),
+    ("completion_tokens", c_uint64), ("truncated", c_uint64),
+    ("metric_mean", c_double * TRAINER_MAX_METRICS), ("metric_rate", c_double * TRAINER_MAX_METRICS),
+    ("rl", RLStats), ("buffer_dropped", c_uint64), ("buffer_dropped_total", c_uint64), ("buffer_size", c_uint64),
+    ("rollout_seconds", c_double), ("reward_seconds", c_double), ("train_seconds", c_double),
+    ("publish_seconds", c_double), ("trainer_idle_seconds", c_double), ("rollout_idle_seconds", c_double),
+    ("step_seconds", c_double), ("rollout_tokens", c_uint64), ("tokens_per_second", c_double),
+    ("episodes", c_uint64), ("turns_mean", c_double), ("turns_max", c_uint32), ("tool_call_rate", c_double),
+    ("tool_calls", c_uint64), ("tool_errors", c_uint64), ("tool_timeouts", c_uint64), ("tool_seconds", c_double),
+    ("masked_token_share", c_double), ("episodes_truncated", c_uint64), ("episodes_max_turns", c_uint64),
+    ("episodes_failed", c_uint64)], version=2)
+
+EvalResult = _struct("rlp_eval_result", [
+    ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),
+    ("accuracy", c_double), ("accuracy_low", c_double), ("accuracy_high", c_double), ("reward_mean", c_double),
+    ("mean_completion_tokens", c_double), ("truncated", c_uint64), ("seconds", c_double)])
+
+RolloutWorkerOptions = _struct("rlp_rollout_worker_options", [
+    ("version", c_uint32), ("prompts_per_batch", c_uint32), ("seed", c_uint64), ("first_batch", c_uint64),
+    ("sampling", SamplingOptions), ("tokenizer", c_void_p), ("retries", c_uint32), ("remote", c_int32),
+    ("log_fn", LogFn), ("log_payload", c_void_p), ("outbox_dir", c_char_p), ("multiturn", MultiturnOptions)],
+    version=2)
+
+RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
+    ("version", c_uint32), ("batches", c_uint64), ("groups_pushed", c_uint64), ("groups_released", c_uint64),
+    ("tokens", c_uint64), ("generate_seconds", c_double), ("reward_seconds", c_double), ("idle_seconds", c_double),
+    ("reward_errors", c_uint64), ("reward_timeouts", c_uint64), ("reward_nonfinite", c_uint64),
+    ("reward_crashed", c_uint64), ("at_gate", c_int32), ("running", c_int32)])
 
 # ---------------------------------------------------------------------------
 # Functions: (name, restype, argtypes), in the order of the header
