@@ -264,3 +264,28 @@ def test_generate_episodes_over_http(smollm2_path, server):
             # no turn called a tool: the server's hint follows the first, and the turn limit ends it
             assert t.valid, t.error
             assert t.completion_text.count("Use <calculator>expr</calculator>") >= 1
+
+
+def test_trainer_runs_episodes(smollm2_path):
+    turns = []
+
+    def step(action, action_ids):
+        turns.append(len(action_ids))
+        if len(turns) % 2:
+            return {"observation": " ok", "tool_call": True}
+        return {"done": True, "tool_call": False}
+
+    with rlpost.Context(n_threads=2, seed=1) as ctx, \
+            rlpost.Env.from_callbacks(lambda m: None, step, serialize=True) as env, \
+            rlpost.RewardFn(lambda r: float(len(r.completion) % 2)) as reward, \
+            rlpost.Policy(ctx, smollm2_path) as pol, \
+            rlpost.Task("kk", {"seed": 1, "people": 2, "template": "none"}) as task:
+        with pytest.raises(TypeError):
+            rlpost.Trainer(pol, task, reward, multiturn={"max_turns": 2})
+        with pytest.raises(TypeError):
+            rlpost.Trainer(pol, task, reward, multiturn={"env": env, "turns": 2})
+        with rlpost.Trainer(pol, task, reward, prompts_per_step=1, seed=3, max_seq_len=512,
+                            sampling={"n": 2, "max_new_tokens": 4}, multiturn={"env": env, "max_turns": 3}) as tr:
+            rec = tr.step()
+        assert rec.episodes == 2 and len(turns) >= 2
+        assert rec.turns_mean >= 1 and rec.tool_calls >= 1 and 0 < rec.masked_token_share < 1
