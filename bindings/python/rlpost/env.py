@@ -1,6 +1,6 @@
 """Environments (rlp_env) for multi-turn, tool-using episodes: Python
 callables, HTTP services and built-in tool sets, and the synchronous
-episode API (Env.start -> Episode.step) for harnesses and tests.
+episode API (Env.start -> EnvEpisode.step) for harnesses and tests.
 
 How a Python environment runs. The library calls reset/step/close on its
 own worker threads (several episodes at once unless serialize=True; calls
@@ -303,7 +303,7 @@ class Env(Handle):
             return text(F.rlp_env_name(p))
 
     def start(self, metadata=None):
-        """Starts an episode (runs reset under the deadline): an Episode
+        """Starts an episode (runs reset under the deadline): an EnvEpisode
         whose .first is reset's outcome (a dict: status, error,
         observation, n_observation_tokens, done, tool_call, reward or None,
         tool_error, metadata, truncated, seconds)."""
@@ -312,13 +312,14 @@ class Env(Handle):
         with self._use() as p:
             check(F.rlp_env_episode_start(byref(out), p, json_text(metadata, "metadata"), byref(o)),
                   "rlp_env_episode_start")
-        ep = Episode(out.value, self)
+        ep = EnvEpisode(out.value, self)
         ep.first = _outcome(o)
         return ep
 
 
-class Episode(Handle):
-    """One episode of the synchronous API (Env.start)."""
+class EnvEpisode(Handle):
+    """One episode of the synchronous API (Env.start); what an episode of a
+    batch went through is rlpost.Episode (Trajectory.episode)."""
 
     _free = "rlp_env_episode_free"
 

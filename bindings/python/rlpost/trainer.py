@@ -396,7 +396,8 @@ class RolloutWorker(Handle):
 
     RolloutWorker(engine, task, reward, synchronizer, buffer,
                   prompts_per_batch=8, seed=0, first_batch=0, sampling=None,
-                  tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None)
+                  tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None,
+                  multiturn=None)
 
     sampling: a dict of the sampling options of RolloutEngine.generate() (n
     is the group size; its seed is ignored: batch j draws with a seed that
@@ -408,10 +409,12 @@ class RolloutWorker(Handle):
     worker in another process than its trainer writes each batch there as
     a batch file (buffer None; the trainer's rollout_inbox). The buffer
     should judge staleness by the synchronizer's η: make it with
-    ReplayBuffer(sync=synchronizer).
+    ReplayBuffer(sync=synchronizer). multiturn: as for Trainer, {"env":
+    an rlpost.Env, "max_turns", "max_tokens", "overlap"}: batches are
+    multi-turn episodes against the environment.
 
-    The worker keeps engine, task, reward, synchronizer, buffer and
-    tokenizer alive, and closing any of them closes it first. run_once()
+    The worker keeps engine, task, reward, synchronizer, buffer,
+    tokenizer and the multiturn Env alive, and closing any of them closes it first. run_once()
     works on the calling thread; start() runs batches on a thread of the
     worker until stop() or a failure (see error).
     """
@@ -419,7 +422,8 @@ class RolloutWorker(Handle):
     _free = "rlp_rollout_worker_free"
 
     def __init__(self, engine, task, reward, synchronizer, buffer, prompts_per_batch=8, seed=0, first_batch=0,
-                 sampling=None, tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None):
+                 sampling=None, tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None,
+                 multiturn=None):
         keep = []
         holder = [None]
         if remote is None:
@@ -430,6 +434,7 @@ class RolloutWorker(Handle):
                         "outbox_dir": None if outbox_dir is None else str(outbox_dir)}, keep,
                        {"outbox_dir": optional_str("outbox_dir")}, what="RolloutWorker")
         opts.sampling = sampling_options(sampling or {}, keep)
+        mt_env = _multiturn(opts, multiturn)
         if log is not None:
             fn = make_log_fn(holder, log, "the rollout worker's log callback")
             keep.append(fn)
@@ -440,8 +445,11 @@ class RolloutWorker(Handle):
                     for h in (engine, task, reward, synchronizer, buffer)]
             if tokenizer is not None:
                 opts.tokenizer = uses.enter_context(tokenizer._use())
+            if mt_env is not None:
+                opts.multiturn.env = uses.enter_context(mt_env._use())
             check(F.rlp_rollout_worker_create(byref(out), *ptrs, byref(opts)), "rlp_rollout_worker_create")
-            Handle.__init__(self, out.value, parents=(engine, task, reward, synchronizer, buffer, tokenizer))
+            Handle.__init__(self, out.value,
+                            parents=(engine, task, reward, synchronizer, buffer, tokenizer, mt_env))
         self._keep = keep
         self._stop_lock = threading.Lock()
         holder[0] = weakref.ref(self)

@@ -289,3 +289,28 @@ def test_trainer_runs_episodes(smollm2_path):
             rec = tr.step()
         assert rec.episodes == 2 and len(turns) >= 2
         assert rec.turns_mean >= 1 and rec.tool_calls >= 1 and 0 < rec.masked_token_share < 1
+
+
+def test_rollout_worker_runs_episodes(smollm2_path):
+    def step(action, action_ids):
+        return {"observation": "\n<result>1</result>\n", "tool_call": True}
+
+    with rlpost.Context(n_threads=2, seed=1) as ctx, rlpost.Policy(ctx, smollm2_path) as pol, \
+            rlpost.Env.from_callbacks(lambda m: None, step) as env, \
+            rlpost.RewardFn(lambda r: 1.0) as reward, \
+            rlpost.Task("kk", {"seed": 1, "people": 2, "template": "none"}) as task, \
+            rlpost.RolloutEngine(pol, max_batch=4, max_seq_len=512) as eng, \
+            rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=1, batch_groups=1) as sync, \
+            rlpost.ReplayBuffer(sync=sync) as buf:
+        sync.publish(pol)
+        w = rlpost.RolloutWorker(eng, task, reward, sync, buf, prompts_per_batch=1, seed=3,
+                                 sampling={"n": 2, "max_new_tokens": 3}, multiturn={"env": env, "max_turns": 2})
+        w.run_once()
+        assert w.error is None
+        b = buf.pull(1, 0, timeout_ms=0)
+        assert len(b) == 2
+        for t in b:
+            assert t.episode is not None and t.episode.turns == 2 and t.episode.end == rlpost.EpisodeEnd.MAX_TURNS
+            assert "<result>1</result>" in t.completion_text
+            assert 0 in list(t.loss_mask) and 1 in list(t.loss_mask)
+        w.close()
