@@ -9,7 +9,6 @@
 #include "serve_tools.h"
 
 #include "serve.h"
-#include "tools/tool_call.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -425,7 +424,7 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static json_t *call_json(const rlpi_tool_call *c, const char *id_base, size_t choice, size_t k)
+static json_t *call_json(const rlp_tool_call *c, const char *id_base, size_t choice, size_t k)
 {
     uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a of the response id */
     for (const char *p = id_base ? id_base : ""; *p; p++)
@@ -441,12 +440,26 @@ json_t *serve_tools_message(const char *text, size_t len, int parse, int paralle
                             size_t *called)
 {
     *called = 0;
-    rlpi_tool_call *calls = NULL;
+    rlp_tool_call_list *list = NULL;
     size_t n = 0;
-    if (parse && rlpi_tool_calls_parse_hermes(&calls, &n, NULL, text, len) != 0)
+    if (parse && (rlp_tool_calls_parse(&list, text, len, NULL) != RLP_OK ||
+                  rlp_tool_call_list_size(&n, list) != RLP_OK)) {
+        rlp_tool_call_list_free(list);
         return NULL;
-    if (n == 0)
+    }
+    if (n == 0) {
+        rlp_tool_call_list_free(list);
         return json_pack("{s:s, s:o?}", "role", "assistant", "content", serve_json_text(text, len));
+    }
+    rlp_tool_call *calls = calloc(n, sizeof *calls);
+    if (!calls) {
+        rlp_tool_call_list_free(list);
+        return NULL;
+    }
+    for (size_t k = 0; k < n; k++) {
+        calls[k].version = RLP_TOOL_CALL_VERSION;
+        rlp_tool_call_list_get(&calls[k], list, k);
+    }
     /* the text outside every parsed block (an unparsable block stays
      * text), trimmed: a client sending it back with the calls gets the
      * same prompt from the template, which writes the newline itself */
@@ -477,6 +490,7 @@ json_t *serve_tools_message(const char *text, size_t len, int parse, int paralle
     }
     json_decref(arr);
     free(b.p);
-    rlpi_tool_calls_free(calls, n);
+    free(calls);
+    rlp_tool_call_list_free(list);
     return msg;
 }

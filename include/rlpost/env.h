@@ -188,6 +188,44 @@ RLP_API int rlp_env_episode_step(rlp_env_outcome *out, rlp_env_episode *ep, cons
 RLP_API void rlp_env_episode_free(rlp_env_episode *ep);
 
 /* ------------------------------------------------------------------------ */
+/* Tool calls in a model's text                                              */
+/* ------------------------------------------------------------------------ */
+
+/** A list of tool calls parsed from a model's text (rlp_tool_calls_parse()). */
+typedef struct rlp_tool_call_list rlp_tool_call_list;
+
+/** Version of rlp_tool_call understood by this header. */
+#define RLP_TOOL_CALL_VERSION 1
+
+/** One parsed call, as a view (strings borrowed from the list until it is freed). */
+typedef struct rlp_tool_call {
+    uint32_t version;       /**< RLP_TOOL_CALL_VERSION, set by the caller */
+    const char *name;       /**< the function's name */
+    const char *arguments;  /**< its arguments as compact JSON object text ("{}" when absent) */
+    size_t start, end;      /**< byte span of the block in the text ([start, end)) */
+} rlp_tool_call;
+
+/**
+ * Parses the Qwen/Hermes tool calls of a model's text — every
+ * `<tool_call>{"name": …, "arguments": {…}}</tool_call>` block, in order —
+ * without running anything (what the built-in "hermes" environment and
+ * `rlpost serve`'s OpenAI `tool_calls` use). A block whose body is not a
+ * JSON object with a string "name" and object (or JSON-string-encoded
+ * object) "arguments" is skipped and counted in *n_bad; an unclosed last
+ * block counts when its JSON is complete. Pure: safe on untrusted bytes
+ * (fuzzed), thread-safe.
+ * @param n_bad  may be NULL
+ * @return RLP_OK (also with no call); RLP_E_INVALID_ARG; RLP_E_NOMEM.
+ */
+RLP_API int rlp_tool_calls_parse(rlp_tool_call_list **out, const char *text, size_t len, size_t *n_bad);
+/** Number of calls in @p list. */
+RLP_API int rlp_tool_call_list_size(size_t *out_count, const rlp_tool_call_list *list);
+/** Fills @p out (out->version set by the caller) with call @p index. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_tool_call_list_get(rlp_tool_call *out, const rlp_tool_call_list *list, size_t index);
+/** Frees a list. NULL is a no-op. */
+RLP_API void rlp_tool_call_list_free(rlp_tool_call_list *list);
+
+/* ------------------------------------------------------------------------ */
 /* Multi-turn rollouts                                                       */
 /* ------------------------------------------------------------------------ */
 

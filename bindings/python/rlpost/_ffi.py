@@ -345,6 +345,9 @@ EnvOutcome = _struct("rlp_env_outcome", [
     ("has_reward", c_int32), ("reward", c_float), ("tool_error", c_char_p), ("metadata_json", c_char_p),
     ("truncated", c_int32), ("seconds", c_double)])
 
+ToolCall = _struct("rlp_tool_call", [
+    ("version", c_uint32), ("name", c_char_p), ("arguments", c_char_p), ("start", c_size_t), ("end", c_size_t)])
+
 MultiturnOptions = _struct("rlp_multiturn_options", [
     ("version", c_uint32), ("env", c_void_p), ("max_turns", c_uint32), ("max_tokens", c_uint32),
     ("overlap", c_int32)])
@@ -609,6 +612,10 @@ FUNCTIONS = [
     ("rlp_env_episode_start", c_int, [_out_h, _h, _cs, P(EnvOutcome)]),
     ("rlp_env_episode_step", c_int, [P(EnvOutcome), _h, _cs, c_size_t, P(c_int32), c_size_t]),
     ("rlp_env_episode_free", None, [_h]),
+    ("rlp_tool_calls_parse", c_int, [_out_h, _cs, c_size_t, P(c_size_t)]),
+    ("rlp_tool_call_list_size", c_int, [P(c_size_t), _h]),
+    ("rlp_tool_call_list_get", c_int, [P(ToolCall), _h, c_size_t]),
+    ("rlp_tool_call_list_free", None, [_h]),
     ("rlp_multiturn_options_init", c_int, [P(MultiturnOptions), c_uint32]),
     ("rlp_rollout_generate_episodes", c_int,
      [_out_h, _h, P(Prompt), c_size_t, P(SamplingOptions), P(MultiturnOptions), StreamFn, c_void_p]),

@@ -344,3 +344,26 @@ def multiturn_options(env, max_turns=None, max_tokens=None, overlap=None):
     values = {k: v for k, v in (("max_turns", max_turns), ("max_tokens", max_tokens),
                                 ("overlap", overlap)) if v is not None}
     return options(_ffi.MultiturnOptions, "rlp_multiturn_options_init", values, keep, what="multiturn")
+
+
+def parse_tool_calls(text_):
+    """The Qwen/Hermes tool calls of a model's text (rlp_tool_calls_parse):
+    a list of {"name", "arguments" (a dict), "start", "end"} in order (byte
+    offsets of each <tool_call> block), and the number of blocks that did
+    not parse. Runs nothing."""
+    raw = to_bytes(text_)
+    out = c_void_p()
+    bad = ctypes.c_size_t(0)
+    check(_ffi.F.rlp_tool_calls_parse(byref(out), raw, len(raw), byref(bad)), "rlp_tool_calls_parse")
+    try:
+        n = ctypes.c_size_t(0)
+        check(_ffi.F.rlp_tool_call_list_size(byref(n), out), "rlp_tool_call_list_size")
+        calls = []
+        for i in range(n.value):
+            c = _ffi.ToolCall(version=1)
+            check(_ffi.F.rlp_tool_call_list_get(byref(c), out, i), "rlp_tool_call_list_get")
+            calls.append({"name": c.name.decode(), "arguments": json.loads(c.arguments.decode()),
+                          "start": c.start, "end": c.end})
+        return calls, bad.value
+    finally:
+        _ffi.F.rlp_tool_call_list_free(out)

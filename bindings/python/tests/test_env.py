@@ -314,3 +314,16 @@ def test_rollout_worker_runs_episodes(smollm2_path):
             assert "<result>1</result>" in t.completion_text
             assert 0 in list(t.loss_mask) and 1 in list(t.loss_mask)
         w.close()
+
+
+def test_parse_tool_calls():
+    text = ('I will look. <tool_call>{"name": "search", "arguments": {"query": "a}b"}}</tool_call> then '
+            '<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>'
+            '<tool_call>not json</tool_call>')
+    calls, bad = rlpost.parse_tool_calls(text)
+    assert [c["name"] for c in calls] == ["search", "calculator"]
+    assert calls[0]["arguments"] == {"query": "a}b"} and calls[1]["arguments"] == {"expression": "1+1"}
+    raw = text.encode()
+    assert raw[calls[0]["start"]:].startswith(b"<tool_call>") and raw[:calls[0]["end"]].endswith(b"</tool_call>")
+    assert bad == 1
+    assert rlpost.parse_tool_calls("no calls here") == ([], 0)
