@@ -196,6 +196,46 @@ void rlpi_remote_client_free(rlpi_remote_client *c)
     free(c);
 }
 
+int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client *c, size_t first_url)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    *out = NULL;
+    RLPI_CHECK_ARG(c, "client is NULL");
+    rlpi_remote_client *d = calloc(1, sizeof *d);
+    if (!d)
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    d->n_urls = c->n_urls;
+    d->next_url = first_url % c->n_urls;
+    d->timeout_ms = c->timeout_ms;
+    d->connect_timeout_ms = c->connect_timeout_ms;
+    d->max_retries = c->max_retries;
+    d->backoff_ms = c->backoff_ms;
+    d->max_response_bytes = c->max_response_bytes;
+    d->max_in_flight = c->max_in_flight;
+    int ok = (d->urls = calloc(c->n_urls, sizeof *d->urls)) != NULL;
+    for (size_t i = 0; ok && i < c->n_urls; i++)
+        ok = (d->urls[i] = dup_str(c->urls[i])) != NULL;
+    if (ok && c->model)
+        ok = (d->model = dup_str(c->model)) != NULL;
+    for (const struct curl_slist *h = c->headers; ok && h; h = h->next) {
+        struct curl_slist *n = curl_slist_append(d->headers, h->data);
+        ok = n != NULL;
+        if (n)
+            d->headers = n;
+    }
+    rlpi_http_queue_opts qo = {.max_in_flight = d->max_in_flight, .max_connects = (long)d->max_in_flight,
+                               .backoff_ms = d->backoff_ms, .max_backoff_ms = MAX_BACKOFF_MS, .jitter = 1,
+                               .poll_ms = POLL_MS};
+    if (ok)
+        ok = rlpi_http_queue_create(&d->queue, &qo) == RLP_OK;
+    if (!ok) {
+        rlpi_remote_client_free(d);
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    }
+    *out = d;
+    return RLP_OK;
+}
+
 /* ---- request body ------------------------------------------------------- */
 
 static int put(json_t *o, const char *key, json_t *v)
