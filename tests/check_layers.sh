@@ -11,10 +11,14 @@ allowed() {  # folder -> the folders it may include
     backend) echo "core" ;;
     optim | dist) echo "core backend" ;;
     model) echo "core backend optim dist" ;;
-    algo | rollout) echo "core backend optim dist model" ;;
+    algo) echo "core backend optim dist model" ;;
+    rollout) echo "core backend optim dist model env" ;;
     sync) echo "core backend optim dist model rollout" ;;
-    reward | task | buffer) echo "core" ;;
-    train) echo "core backend optim dist model algo rollout sync reward task buffer" ;;
+    tools) echo "core" ;;
+    reward | task) echo "core tools" ;;
+    buffer) echo "core" ;;
+    env) echo "core tools task reward" ;;
+    train) echo "core backend optim dist model algo rollout sync reward task buffer tools env" ;;
     *) echo "?" ;;
   esac
 }

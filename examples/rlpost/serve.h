@@ -55,6 +55,11 @@ typedef struct serve_config {
 
 typedef struct serve_job serve_job;
 
+typedef struct serve_text {
+    char *p;
+    size_t n, cap;
+} serve_text;
+
 typedef struct serve_server {
     serve_config cfg;
     rlp_rollout_engine *engine;    /* owned by cmd_serve.c */
@@ -107,6 +112,8 @@ struct serve_job {
     int tokens_as_ids;             /* vLLM return_tokens_as_token_ids */
     int return_token_ids;          /* also send prompt_token_ids */
     int stream, include_usage;
+    int tool_parse;                /* chat with tools, tool_choice "auto": <tool_call> blocks → tool_calls */
+    int tool_parallel;             /* parallel_tool_calls (0: the first call only) */
     int client_fd;                 /* the connection's socket, for hang-up checks (-1: unknown) */
 
     /* state, under srv->mu */
@@ -126,6 +133,8 @@ struct serve_job {
     size_t *choice_chars;          /* (n_prompts · n) code points streamed per choice */
     uint64_t *choice_version;      /* (n_prompts · n) version of the choice's last token (+1; 0 = none yet) */
     unsigned char *choice_started; /* (n_prompts · n) chat: role already sent */
+    serve_text *choice_text;       /* (n_prompts · n) chat with tools: the text held back until the
+                                      choice ends (then content and tool_calls), else NULL */
 };
 
 /* ---- serve_api.c ---- */

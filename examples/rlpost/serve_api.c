@@ -11,6 +11,7 @@
 #include "serve.h"
 
 #include "json_out.h"
+#include "serve_tools.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -273,6 +274,9 @@ void serve_job_free(serve_job *job)
     free(job->choice_chars);
     free(job->choice_started);
     free(job->choice_version);
+    for (size_t i = 0; job->choice_text && i < job->n_prompts * job->sampling.n; i++)
+        free(job->choice_text[i].p);
+    free(job->choice_text);
     pthread_cond_destroy(&job->cv);
     free(job);
 }
@@ -525,6 +529,10 @@ static int finish_job(pctx *c, serve_job *job)
     job->choice_version = calloc(total, sizeof *job->choice_version);
     if (!job->choice_chars || !job->choice_started || !job->choice_version)
         return fail(c, "out of memory");
+    /* tool calls are parsed from a choice's whole text: streamed, it is
+     * held back and sent with the calls in the choice's last chunk */
+    if (job->stream && job->tool_parse && !(job->choice_text = calloc(total, sizeof *job->choice_text)))
+        return fail(c, "out of memory");
     return 0;
 }
 
@@ -611,7 +619,7 @@ static char *message_content(pctx *c, const json_t *m, size_t i)
 /* messages → chat template → prompt ids. Message content is never parsed
  * for special tokens (the template API encodes it apart from its
  * scaffolding: public-bugs case #1). */
-static int parse_messages(pctx *c, const json_t *o, serve_job *job)
+static int parse_messages(pctx *c, const json_t *o, serve_job *job, const serve_tools *tools)
 {
     const json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > SERVE_MAX_MESSAGES)
@@ -620,8 +628,10 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job)
     int agp = 1;
     if (get_bool(c, o, "add_generation_prompt", 1, &agp))
         return -1;
-    rlp_chat_message *cm = calloc(n, sizeof *cm);
-    char **contents = calloc(n, sizeof *contents);
+    /* one more slot: the system message that carries the tools when the
+     * request has none */
+    rlp_chat_message *cm = calloc(n + 1, sizeof *cm);
+    char **contents = calloc(n + 1, sizeof *contents);
     int rc = cm && contents ? 0 : fail(c, "out of memory");
     for (size_t i = 0; !rc && i < n; i++) {
         const json_t *m = json_array_get(msgs, i);
@@ -634,8 +644,45 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job)
             rc = -1;
             break;
         }
+        const json_t *calls = json_object_get(m, "tool_calls"), *call_id = json_object_get(m, "tool_call_id");
+        if (!absent(calls)) {
+            if (strcmp(json_string_value(role), "assistant") != 0) {
+                rc = fail(c, "'messages'[%zu].tool_calls: only assistant messages carry tool calls", i);
+                break;
+            }
+            char *with_calls = serve_tools_assistant(contents[i], calls, i, c->err, c->errlen);
+            if (!with_calls) {
+                rc = -1;
+                break;
+            }
+            free(contents[i]);
+            contents[i] = with_calls;
+        }
+        if (!absent(call_id) && !json_is_string(call_id)) {
+            rc = fail(c, "'messages'[%zu].tool_call_id must be a string", i);
+            break;
+        }
         cm[i].role = json_string_value(role);
         cm[i].content = contents[i];
+    }
+    if (!rc && tools->tools) {
+        bool has_system = strcmp(cm[0].role, "system") == 0;
+        const char *name = c->srv->tok ? rlp_tokenizer_chat_template(c->srv->tok) : NULL;
+        char *sys = serve_tools_system(name, has_system ? contents[0] : NULL, tools->tools);
+        if (!sys) {
+            rc = fail(c, "out of memory");
+        } else if (has_system) {
+            free(contents[0]);
+            contents[0] = sys;
+            cm[0].content = sys;
+        } else {
+            memmove(cm + 1, cm, n * sizeof *cm);
+            memmove(contents + 1, contents, n * sizeof *contents);
+            contents[0] = sys;
+            cm[0].role = "system";
+            cm[0].content = sys;
+            n++;
+        }
     }
     size_t need = 0, got = 0;
     int32_t *ids = NULL;
@@ -668,8 +715,11 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
     serve_job *job = job_new(srv, JOB_CHAT);
     int rc = job ? 0 : fail(&c, "out of memory"), logprobs = 0;
     long long top = 0;
+    serve_tools tools = {0};
+    if (!rc && serve_tools_parse(&tools, o, err, errlen))
+        rc = -1;
     if (!rc)
-        rc = parse_messages(&c, o, job);
+        rc = parse_messages(&c, o, job, &tools);
     if (!rc) {
         /* OpenAI's newer name wins; the default fills the context */
         const char *key = absent(json_object_get(o, "max_completion_tokens")) ? "max_tokens"
@@ -682,6 +732,10 @@ serve_job *serve_parse_chat(serve_server *srv, const char *body, size_t len, cha
              get_int(&c, o, "top_logprobs", 0, 0, SERVE_MAX_LOGPROBS, &top);
     if (!rc && top > 0 && !logprobs)
         rc = fail(&c, "'top_logprobs' needs 'logprobs': true");
+    if (!rc) {
+        job->tool_parse = tools.parse;
+        job->tool_parallel = tools.parallel;
+    }
     if (!rc)
         rc = finish_job(&c, job);
     json_decref(o);
@@ -808,8 +862,16 @@ json_t *serve_response(serve_server *srv, const serve_job *job)
         }
         json_array_append_new(choices, ch);
         if (job->kind == JOB_CHAT) {
-            json_object_set_new(ch, "message", json_pack("{s:s, s:o?}", "role", "assistant", "content",
-                                                         serve_json_text(text, strlen(text))));
+            size_t called = 0;
+            json_t *msg =
+                serve_tools_message(text, strlen(text), job->tool_parse, job->tool_parallel, job->id, i, &called);
+            if (!msg) {
+                ok = false;
+                break;
+            }
+            if (called)
+                fr = "tool_calls"; /* as vLLM: also when the calls ended at max_tokens */
+            json_object_set_new(ch, "message", msg);
             json_object_set_new(ch, "logprobs", job->logprobs > 0 ? chat_logprobs(srv, &t) : json_null());
         } else {
             json_object_set_new(ch, "text", serve_json_text(text, strlen(text)));
@@ -887,6 +949,50 @@ void serve_stream_fail(serve_job *job, const char *message)
     json_decref(e);
 }
 
+/* A chat choice with tools: its text is kept until it ends; the last
+ * chunk's delta then holds the content outside the tool calls and the
+ * calls (each with its "index", as OpenAI streams them), and its
+ * finish_reason is "tool_calls" when there are any. Earlier chunks carry
+ * the token ids and logprobs without content. */
+static void stream_tools(serve_job *job, size_t choice, const rlp_stream_event *ev, bool final, json_t *ch,
+                         json_t *delta)
+{
+    serve_text *t = &job->choice_text[choice];
+    size_t add = ev->text ? ev->text_len : 0;
+    if (add && t->n + add > t->cap) {
+        size_t cap = (t->n + add) * 2;
+        char *p = realloc(t->p, cap);
+        if (p) {
+            t->p = p;
+            t->cap = cap;
+        }
+    }
+    if (add && t->n + add <= t->cap) {
+        memcpy(t->p + t->n, ev->text, add);
+        t->n += add;
+    }
+    if (!final)
+        return;
+    size_t called = 0;
+    json_t *msg = serve_tools_message(t->p ? t->p : "", t->n, 1, job->tool_parallel, job->id, choice, &called);
+    if (!msg) { /* out of memory: the text as it is */
+        json_object_set_new(delta, "content", serve_json_text(t->p ? t->p : "", t->n));
+        return;
+    }
+    const json_t *content = json_object_get(msg, "content"), *calls = json_object_get(msg, "tool_calls");
+    if (json_is_string(content))
+        json_object_set(delta, "content", (json_t *)content);
+    if (calls) {
+        size_t k;
+        json_t *call;
+        json_array_foreach(calls, k, call)
+            json_object_set_new(call, "index", json_integer((json_int_t)k));
+        json_object_set(delta, "tool_calls", (json_t *)calls);
+        json_object_set_new(ch, "finish_reason", json_string("tool_calls"));
+    }
+    json_decref(msg);
+}
+
 void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const rlp_stream_event *ev)
 {
     size_t choice = prompt * job->sampling.n + ev->sample_index;
@@ -904,7 +1010,9 @@ void serve_stream_event(serve_server *srv, serve_job *job, size_t prompt, const 
             json_object_set_new(delta, "role", json_string("assistant"));
             job->choice_started[choice] = 1;
         }
-        if (!final || ev->text_len > 0)
+        if (job->choice_text)
+            stream_tools(job, choice, ev, final, ch, delta);
+        else if (!final || ev->text_len > 0)
             json_object_set(delta, "content", text);
         json_object_set_new(ch, "delta", delta);
         json_object_set_new(ch, "logprobs", job->logprobs > 0 && has_token

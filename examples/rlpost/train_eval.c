@@ -186,6 +186,16 @@ static json_t *sample_record(const run *r, const rlp_batch *batch, size_t i, con
     json_object_set_new(rec, "truncated", json_boolean(t.finish_reason == RLP_FINISH_LENGTH));
     if (!t.valid)
         json_object_set_new(rec, "invalid", json_string(t.error ? t.error : "invalid"));
+    if (t.has_episode) {
+        static const char *const ends[] = {"running", "done", "max_turns", "budget", "error", "abort"};
+        const rlp_episode_stats *e = &t.episode;
+        json_object_set_new(rec, "episode",
+                            json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "turns", (int)e->turns, "tool_calls",
+                                      (int)e->tool_calls, "tool_errors", (int)e->tool_errors, "observation_tokens",
+                                      (int)e->observation_tokens, "observations_cut", (int)e->observations_cut, "end",
+                                      e->end >= 0 && e->end <= 5 ? ends[e->end] : "?", "tool_seconds",
+                                      e->tool_seconds));
+    }
     json_decref(meta);
     return rec;
 }
@@ -218,7 +228,7 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
         rc = RLP_E_INTERNAL;
     }
     double *per = rc ? NULL : calloc(n ? n : 1, sizeof *per);
-    size_t hits = 0, fmt_hits = 0, parse_hits = 0;
+    size_t hits = 0, fmt_hits = 0, parse_hits = 0, episodes = 0, with_call = 0, turns = 0;
     const char *mode = greedy ? "greedy" : "sampled";
     for (size_t i = 0; per && i < total; i++) {
         /* completions come prompt-major: k samples of prompt 0, then of prompt 1, … */
@@ -227,6 +237,12 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
         hits += ok;
         fmt_hits += d.format && !isnan(d.format[i]) && d.format[i] >= 0.5;
         parse_hits += d.parse && !isnan(d.parse[i]) && d.parse[i] >= 0.5;
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        if (!rlp_batch_get(&tr, batch, i) && tr.has_episode) {
+            episodes++;
+            with_call += tr.episode.tool_calls > 0;
+            turns += tr.episode.turns;
+        }
         json_t *x = sample_record(r, batch, i, &d, NULL);
         json_object_set_new(x, "kind", json_string("eval"));
         json_object_set_new(x, "step", json_integer(step));
@@ -266,6 +282,15 @@ static int eval_pass(run *r, const rlp_prompt_set *set, size_t n, int greedy, ui
         json_object_set_new(rec, key, json_integer((json_int_t)sc.truncated));
         fmt(key, sizeof key, "%s_correct", mode);
         json_object_set_new(rec, key, r->acc_fn ? arr : (json_decref(arr), json_null())); /* no verifier: no change to report */
+        if (episodes) { /* multi-turn: how often the model used a tool, with its interval */
+            fmt(key, sizeof key, "%s_tool_call_rate", mode);
+            json_object_set_new(rec, key, json_real((double)with_call / (double)episodes));
+            rlp_stats_wilson(&lo, &hi, with_call, episodes, EVAL_Z95);
+            fmt(key, sizeof key, "%s_tool_call_rate_ci", mode);
+            json_object_set_new(rec, key, json_pack("[f, f]", lo, hi));
+            fmt(key, sizeof key, "%s_turns_mean", mode);
+            json_object_set_new(rec, key, json_real((double)turns / (double)episodes));
+        }
         if (!greedy)
             json_object_set_new(rec, "sampled_k", json_integer(k));
         /* the fields of earlier versions: the first mode evaluated */

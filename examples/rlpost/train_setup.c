@@ -340,7 +340,7 @@ int train_make_task(run *r, int eval, rlp_task **out)
     json_decref(opts);
     int rc;
     char pbuf[PATH_MAX];
-    if (!strcmp(name, "kk") || !strcmp(name, "countdown") || !strcmp(name, "arith")) {
+    if (!strcmp(name, "kk") || !strcmp(name, "countdown") || !strcmp(name, "arith") || !strcmp(name, "lookup")) {
         rc = rlp_task_create(out, name, text);
         if (rc)
             fmt(r->err, ERR_CAP, "task.options: %s", rlp_error_last());
@@ -357,7 +357,7 @@ int train_make_task(run *r, int eval, rlp_task **out)
             fmt(r->err, ERR_CAP, "%s: %s", rc == RLP_E_INVALID_ARG ? "task.options" : key, rlp_error_last());
         }
     } else {
-        fmt(r->err, ERR_CAP, "task.name: unknown task \"%s\" (one of: arith kk countdown gsm8k jsonl)", name);
+        fmt(r->err, ERR_CAP, "task.name: unknown task \"%s\" (one of: arith kk countdown lookup gsm8k jsonl)", name);
         rc = RLP_E_INVALID_ARG;
     }
     free(text);
@@ -562,6 +562,8 @@ static int make_metric_scorers(run *r)
             thr = 2.0; /* kk_answer: +2 right, negative otherwise */
         } else if (!strcmp(task, "countdown") || !strcmp(task, "gsm8k")) {
             acc = task;
+        } else if (!strcmp(task, "lookup")) {
+            acc = "lookup_em";
         } else if (!cfg_str(c, "reward.library") && !strpbrk(cfg_str(c, "reward.name"), "+*") &&
                    strcmp(cfg_str(c, "reward.name"), "format_progress")) {
             acc = cfg_str(c, "reward.name");

@@ -3,7 +3,8 @@
  * (`rlpost train`'s samples.jsonl). The same selection (valid, with
  * completion tokens), reward shaping (overlong penalty) and estimator
  * (rl_math.c) as rlp_policy_train_rl(), without a policy: the KL term of
- * kl_in_reward, which needs π_ref's logprobs, is left out. */
+ * kl_in_reward, which needs π_ref's logprobs, is left out. Observation
+ * tokens (loss mask 0) count nowhere, as in the step. */
 #include "rlpost.h"
 
 #include "algo/rl_math.h"
@@ -31,7 +32,7 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     for (size_t i = 0; i < n; i++) {
         const rlpi_traj *t = &batch->items[i];
         out[i] = NAN;
-        if (t->valid && t->n_tokens > 0 && t->n_prompt > 0) {
+        if (t->valid && t->n_tokens > 0 && t->n_prompt > 0 && rlpi_traj_model_tokens(t) > 0) {
             if (!isfinite(t->reward))
                 return rlpi_error_set(RLP_E_INVALID_ARG, "%s: trajectory %zu has no reward (score the batch first)",
                                       __func__, i);
@@ -44,19 +45,29 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     size_t *pick = malloc(used * sizeof *pick), *tok_start = malloc((used + 1) * sizeof *tok_start);
     uint64_t *group = malloc(used * sizeof *group);
     float *reward = malloc(used * sizeof *reward), *arr = calloc(n_tok * 3, sizeof *arr);
-    int rc = pick && tok_start && group && reward && arr ? RLP_OK
-                                                         : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    uint8_t *mask = malloc(n_tok);
+    int rc = pick && tok_start && group && reward && arr && mask
+                 ? RLP_OK
+                 : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    int have_mask = 0;
     int have_token_rewards = 0;
     size_t k = 0, at = 0;
     float *logp = arr, *adv = arr + n_tok, *tokr = arr + 2 * n_tok;
     for (size_t i = 0; !rc && i < n; i++) {
         const rlpi_traj *t = &batch->items[i];
-        if (!t->valid || t->n_tokens == 0 || t->n_prompt == 0)
+        if (!t->valid || t->n_tokens == 0 || t->n_prompt == 0 || rlpi_traj_model_tokens(t) == 0)
             continue;
         pick[k] = i;
         tok_start[k] = at;
         group[k] = t->group_id;
-        reward[k] = t->reward + rlpi_overlong_penalty((uint32_t)t->n_tokens, o.overlong_max, o.overlong_cache);
+        reward[k] = t->reward +
+                    rlpi_overlong_penalty((uint32_t)rlpi_traj_model_tokens(t), o.overlong_max, o.overlong_cache);
+        if (t->loss_mask) {
+            memcpy(mask + at, t->loss_mask, t->n_tokens);
+            have_mask = 1;
+        } else {
+            memset(mask + at, 1, t->n_tokens);
+        }
         memcpy(logp + at, t->logprobs, t->n_tokens * sizeof *logp);
         if (t->token_rewards) {
             memcpy(tokr + at, t->token_rewards, t->n_tokens * sizeof *tokr);
@@ -69,14 +80,18 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
         tok_start[used] = n_tok;
         rlpi_rl_seqs s = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
                           .token_reward = have_token_rewards ? tokr : NULL, .logp_old = logp,
-                          .logp_behav = logp, .logp_ref = NULL};
+                          .logp_behav = logp, .logp_ref = NULL, .mask = have_mask ? mask : NULL};
         rlpi_adv_info info = {0};
         rc = rlpi_rl_advantages(&o, &s, adv, &info);
-        /* the advantage at a trajectory's first completion token: the whole
+        /* the advantage at a trajectory's first model token: the whole
          * sequence's for outcome estimators, the return-to-go's start for
          * REINFORCE++ */
-        for (size_t j = 0; !rc && j < used; j++)
-            out[pick[j]] = adv[tok_start[j]];
+        for (size_t j = 0; !rc && j < used; j++) {
+            size_t f = tok_start[j];
+            while (!mask[f])
+                f++;
+            out[pick[j]] = adv[f];
+        }
         if (rc)
             rc = rlpi_error_wrap("%s", __func__);
     }
@@ -85,5 +100,6 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     free(group);
     free(reward);
     free(arr);
+    free(mask);
     return rc;
 }

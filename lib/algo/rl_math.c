@@ -96,23 +96,30 @@ static int cmp_items(const void *a, const void *b)
 static void set_seq(const rlpi_rl_seqs *s, float *adv, size_t i, double value)
 {
     for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++)
-        adv[t] = (float)value;
+        adv[t] = rlpi_rl_on(s, t) ? (float)value : 0.0f;
 }
 
-/* whole-batch normalisation over tokens: (x − μ)/(σ + ε), σ the population std */
-static void batch_normalise(float *adv, size_t n, double eps)
+/* whole-batch normalisation over model tokens: (x − μ)/(σ + ε), σ the
+ * population std; masked tokens neither count nor change (they stay 0) */
+static void batch_normalise(const rlpi_rl_seqs *s, float *adv, double eps)
 {
-    if (n == 0)
-        return;
+    size_t n = s->tok_start[s->n_seqs], m = 0;
     double mean = 0, var = 0;
     for (size_t i = 0; i < n; i++)
-        mean += adv[i];
-    mean /= (double)n;
+        if (rlpi_rl_on(s, i)) {
+            mean += adv[i];
+            m++;
+        }
+    if (m == 0)
+        return;
+    mean /= (double)m;
     for (size_t i = 0; i < n; i++)
-        var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
-    double sd = sqrt(var / (double)n);
+        if (rlpi_rl_on(s, i))
+            var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
+    double sd = sqrt(var / (double)m);
     for (size_t i = 0; i < n; i++)
-        adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+        if (rlpi_rl_on(s, i))
+            adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
 }
 
 int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info)
@@ -120,7 +127,7 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
     double eps;
     int rc = rlpi_rl_advantages_unnormalised(o, s, adv, info, &eps);
     if (rc == RLP_OK && eps >= 0)
-        batch_normalise(adv, s->tok_start[s->n_seqs], eps);
+        batch_normalise(s, adv, eps);
     return rc;
 }
 
@@ -130,12 +137,23 @@ int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs 
     *norm_eps = -1;
     rlpi_adv_info inf = {0};
     if (o->advantage == RLP_ADV_REINFORCE_PP) {
-        /* per-token reward, return-to-go, whole-batch normalisation */
+        /* per-token reward, return-to-go, whole-batch normalisation. The
+         * steps are the model's tokens: an observation (mask 0) is the
+         * environment's answer, not an action, so it has no advantage, its
+         * token reward and KL are ignored and the discount skips it; the
+         * outcome reward sits at the last model token. */
         for (size_t i = 0; i < s->n_seqs; i++) {
-            size_t b = s->tok_start[i], e = s->tok_start[i + 1];
+            size_t b = s->tok_start[i], e = s->tok_start[i + 1], last = e;
+            for (size_t t = e; last == e && t-- > b;)
+                if (rlpi_rl_on(s, t))
+                    last = t;
             double g = 0;
             for (size_t t = e; t-- > b;) {
-                double r = t == e - 1 ? (double)s->reward[i] : 0.0;
+                if (!rlpi_rl_on(s, t)) {
+                    adv[t] = 0.0f;
+                    continue;
+                }
+                double r = t == last ? (double)s->reward[i] : 0.0;
                 if (s->token_reward)
                     r += s->token_reward[t];
                 if (o->kl_in_reward && o->kl_estimator && s->logp_ref)
@@ -264,29 +282,47 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
         if (mb_start[m + 1] - l0 != len)
             return rlpi_error_set(RLP_E_INTERNAL, "RL loss: sequence %zu has %zu tokens here and %zu in the step", i,
                                   mb_start[m + 1] - l0, len);
-        if (len == 0)
+        /* the aggregation's length and GSPO's mean are over model tokens */
+        size_t mlen = 0;
+        for (size_t t = 0; t < len; t++)
+            mlen += (size_t)rlpi_rl_on(s, g0 + t);
+        if (mlen < len)
+            for (size_t t = 0; t < len; t++)
+                if (!rlpi_rl_on(s, g0 + t)) {
+                    /* an observation token: context for the forward pass, no gradient */
+                    dlogp[l0 + t] = 0.0f;
+                    if (dentropy)
+                        dentropy[l0 + t] = 0.0f;
+                }
+        if (mlen == 0)
             continue;
-        double a_w = agg_weight(o, norm, len);
+        double a_w = agg_weight(o, norm, mlen);
         /* GSPO: one ratio for the whole sequence */
         double seq_ratio = 0, seq_value = 0, seq_drho = 0;
         int seq_lo = 0, seq_hi = 0;
+        size_t first = g0;
+        while (!rlpi_rl_on(s, first))
+            first++;
         if (o->policy_loss == RLP_LOSS_GSPO) {
             double mlr = 0;
             for (size_t t = 0; t < len; t++)
-                mlr += (double)logp[l0 + t] - (double)s->logp_old[g0 + t];
-            seq_ratio = exp(mlr / (double)len);
-            seq_value = ppo_clip(o, seq_ratio, adv[g0], &seq_drho, &seq_lo, &seq_hi);
+                if (rlpi_rl_on(s, g0 + t))
+                    mlr += (double)logp[l0 + t] - (double)s->logp_old[g0 + t];
+            seq_ratio = exp(mlr / (double)mlen);
+            seq_value = ppo_clip(o, seq_ratio, adv[first], &seq_drho, &seq_lo, &seq_hi);
         }
         for (size_t t = 0; t < len; t++) {
             size_t g = g0 + t, l = l0 + t;
+            if (!rlpi_rl_on(s, g))
+                continue;
             double lp = logp[l], A = adv[g], old = s->logp_old[g];
             double value, dv_dlp, rho, w = 1.0;
             int lo = 0, hi = 0;
             if (o->policy_loss == RLP_LOSS_GSPO) {
                 rho = seq_ratio;
                 value = seq_value;
-                /* ∂sᵢ/∂logp_t = sᵢ/|yᵢ|; every token of i carries the same value */
-                dv_dlp = seq_drho * seq_ratio / (double)len;
+                /* ∂sᵢ/∂logp_t = sᵢ/|yᵢ| (|yᵢ| its model tokens); every model token of i carries the same value */
+                dv_dlp = seq_drho * seq_ratio / (double)mlen;
                 lo = seq_lo;
                 hi = seq_hi;
             } else {
@@ -325,7 +361,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
             acc->w_max = w > acc->w_max ? w : acc->w_max;
             if (o->policy_loss == RLP_LOSS_GSPO) {
                 /* the sequence's value appears once per token: Σₜ a_w · ∂value/∂logp_u */
-                dlogp[l] = (float)((double)len * a_w * w * dv_dlp +
+                dlogp[l] = (float)((double)mlen * a_w * w * dv_dlp +
                                    a_w * (double)o->kl_coef * (kl_loss ? dkl : 0.0));
             } else {
                 dlogp[l] = (float)(a_w * (dpg + (double)o->kl_coef * (kl_loss ? dkl : 0.0)));

@@ -22,7 +22,25 @@ typedef struct rlpi_rl_seqs {
     const float *logp_old;       /* (n_tokens) π_old = π_prox */
     const float *logp_behav;     /* (n_tokens) rollout logprobs */
     const float *logp_ref;       /* (n_tokens) or NULL */
+    const uint8_t *mask;         /* (n_tokens) loss mask: 1 a model token, 0 an observation token of a
+                                    multi-turn episode (context only: no advantage, loss, gradient or
+                                    count); NULL = every token is the model's */
 } rlpi_rl_seqs;
+
+/* Whether token t (an index into the per-token arrays) is the model's. */
+static inline int rlpi_rl_on(const rlpi_rl_seqs *s, size_t t)
+{
+    return !s->mask || s->mask[t];
+}
+
+/* Model tokens (mask 1) of sequence i. */
+static inline size_t rlpi_rl_model_tokens(const rlpi_rl_seqs *s, size_t i)
+{
+    size_t n = 0;
+    for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++)
+        n += (size_t)rlpi_rl_on(s, t);
+    return n;
+}
 
 typedef struct rlpi_adv_info {
     size_t n_groups, zero_std_groups;
@@ -30,7 +48,11 @@ typedef struct rlpi_adv_info {
 
 /* Advantages per token (n_tokens). Groups are sequences sharing a group id,
  * in any order. A group whose rewards are all equal gets exactly 0
- * (public-bugs case #8), whatever the estimator's denominator. */
+ * (public-bugs case #8), whatever the estimator's denominator. A masked
+ * token (s->mask 0) gets exactly 0 and counts nowhere: not in the batch
+ * normalisation's mean and std, not as a step of REINFORCE++'s return
+ * (no discount across it, its token_reward and KL ignored; the outcome
+ * reward sits at the last model token). */
 int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info);
 
 /* The same without the whole-batch normalisation (x − μ)/(σ + ε), σ the
@@ -46,7 +68,8 @@ typedef struct rlpi_rl_acc {
     double n_tokens, clip_lo, clip_hi, ratio_sum, ratio_max, w_sum, w_max;
 } rlpi_rl_acc;
 
-/* Step-level normalisers of the aggregation. */
+/* Step-level normalisers of the aggregation: sequences, model tokens
+ * (mask 1) and the constant of seq-mean-token-sum-norm. */
 typedef struct rlpi_rl_norm {
     double step_seqs, step_tokens, norm_c;
 } rlpi_rl_norm;
@@ -54,7 +77,11 @@ typedef struct rlpi_rl_norm {
 /* Loss over the sequences seq_index[0..n) of s (a micro-batch), whose
  * current logprobs/entropies are the micro-batch arrays logp/entropy laid
  * out by mb_start (n + 1). Writes ∂L/∂logp and ∂L/∂entropy there and adds
- * this micro-batch's share of the step loss to acc. */
+ * this micro-batch's share of the step loss to acc. Masked tokens are
+ * context only: their gradients are written as 0, they add nothing to acc
+ * (n_tokens, clip and ratio statistics count model tokens), and a
+ * sequence's length in the aggregation and GSPO's mean log-ratio is its
+ * number of model tokens. */
 int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, const size_t *seq_index,
                  size_t n, const size_t *mb_start, const float *logp, const float *entropy,
                  const rlpi_rl_norm *norm, float *dlogp, float *dentropy, rlpi_rl_acc *acc);

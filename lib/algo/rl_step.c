@@ -4,7 +4,10 @@
  * steps of the chosen loss through rlpi_policy_train_step (which owns
  * micro-batching, backward, clipping and AdamW). The loss callback maps a
  * micro-batch back to the step's per-token arrays. The step advances the
- * policy version by one, however many optimizer steps it applied. */
+ * policy version by one, however many optimizer steps it applied.
+ * Observation tokens of a multi-turn episode (loss mask 0) are in the
+ * sequences as context and counted nowhere: advantages, losses, token
+ * means, statistics and the overlong penalty see model tokens only. */
 #include "algo/rl_math.h"
 #include "core/clock.h"
 #include "core/batch.h"
@@ -63,19 +66,24 @@ static int dp_advantages(rlp_comm *comm, const rlp_rl_options *o, const rlpi_rl_
     if (rc != RLP_OK || eps < 0)
         return rc;
     size_t n = s->tok_start[s->n_seqs];
-    double m[2] = {(double)n, 0}, var = 0;
+    double m[2] = {0, 0}, var = 0;
     for (size_t i = 0; i < n; i++)
-        m[1] += adv[i];
+        if (rlpi_rl_on(s, i)) {
+            m[0] += 1;
+            m[1] += adv[i];
+        }
     if ((rc = rlpi_comm_all_reduce_host(comm, m, 2, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
         return rc;
     double mean = m[0] > 0 ? m[1] / m[0] : 0;
     for (size_t i = 0; i < n; i++)
-        var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
+        if (rlpi_rl_on(s, i))
+            var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
     if ((rc = rlpi_comm_all_reduce_host(comm, &var, 1, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
         return rc;
     double sd = m[0] > 0 ? sqrt(var / m[0]) : 0;
     for (size_t i = 0; i < n; i++)
-        adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+        if (rlpi_rl_on(s, i)) /* an observation token keeps its 0 */
+            adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
     return RLP_OK;
 }
 
@@ -101,14 +109,15 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     rlp_comm *comm = policy->comm; /* data parallel: every rank runs the same collectives below */
 
     /* 1. valid trajectories with completion tokens; temperature */
-    size_t n = batch->n, used = 0, n_tok = 0;
+    size_t n = batch->n, used = 0, n_tok = 0, n_model = 0;
     size_t *pick = malloc((n ? n : 1) * sizeof *pick);
     if (!pick)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     float temp = o.temperature;
     for (size_t i = 0; i < n; i++) {
         const rlpi_traj *t = &batch->items[i];
-        if (!t->valid || t->n_tokens == 0 || t->n_prompt == 0) {
+        /* a trajectory without a model token (only observations) has nothing to train on */
+        if (!t->valid || t->n_tokens == 0 || t->n_prompt == 0 || rlpi_traj_model_tokens(t) == 0) {
             S.invalid_seqs++;
             continue;
         }
@@ -138,7 +147,9 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     rc = reward && group ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     for (size_t k = 0; !rc && k < used; k++) {
         const rlpi_traj *t = &batch->items[pick[k]];
-        reward[k] = t->reward + rlpi_overlong_penalty((uint32_t)t->n_tokens, o.overlong_max, o.overlong_cache);
+        /* DAPO's length is what the model generated: observations do not count */
+        reward[k] = t->reward +
+                    rlpi_overlong_penalty((uint32_t)rlpi_traj_model_tokens(t), o.overlong_max, o.overlong_cache);
         group[k] = t->group_id;
     }
     if (!rc && o.filter_equal_groups) {
@@ -175,14 +186,16 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     }
     /* 3. sequences and per-token arrays */
     rlp_sequence *seqs = calloc(used ? used : 1, sizeof *seqs);
-    size_t *tok_start = malloc((used + 1) * sizeof *tok_start);
+    size_t *tok_start = malloc((used + 1) * sizeof *tok_start), *model_start = malloc((used + 1) * sizeof *model_start);
     int32_t **owned = calloc(used ? used : 1, sizeof *owned);
-    if (!rc && (!seqs || !tok_start || !owned))
+    if (!rc && (!seqs || !tok_start || !model_start || !owned))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     for (size_t k = 0; !rc && k < used; k++) {
         const rlpi_traj *t = &batch->items[pick[k]];
         tok_start[k] = n_tok;
+        model_start[k] = n_model;
         n_tok += t->n_tokens;
+        n_model += rlpi_traj_model_tokens(t);
         int32_t *ids = malloc((t->n_prompt + t->n_tokens) * sizeof *ids);
         if (!ids) {
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
@@ -194,16 +207,20 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         seqs[k] = (rlp_sequence){ids, (uint32_t)(t->n_prompt + t->n_tokens), (uint32_t)t->n_prompt};
         uint64_t tv = t->policy_version;
         for (size_t j = 0; j < t->n_tokens; j++)
-            tv = t->versions && t->versions[j] < tv ? t->versions[j] : tv;
+            if (!t->loss_mask || t->loss_mask[j])
+                tv = t->versions && t->versions[j] < tv ? t->versions[j] : tv;
         double stale = v0 >= tv ? (double)(v0 - tv) : 0.0;
         S.staleness_mean += stale;
         S.staleness_max = stale > S.staleness_max ? stale : S.staleness_max;
         S.reward_mean += reward[k];
     }
-    if (tok_start)
+    if (tok_start && model_start) {
         tok_start[used] = n_tok;
+        model_start[used] = n_model;
+    }
     float *arr = rc ? NULL : malloc((n_tok ? n_tok : 1) * 5 * sizeof *arr);
-    if (!rc && !arr)
+    uint8_t *mask = rc || n_model == n_tok ? NULL : malloc(n_tok); /* NULL: every token is the model's */
+    if (!rc && (!arr || (n_model != n_tok && !mask)))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     float *behav = arr, *old = arr + n_tok, *refl = arr + 2 * n_tok, *adv = arr + 3 * n_tok, *tokr = arr + 4 * n_tok;
     bool have_token_rewards = false;
@@ -213,6 +230,12 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         for (size_t j = 0; j < t->n_tokens; j++)
             tokr[tok_start[k] + j] = t->token_rewards ? t->token_rewards[j] : 0.0f;
         have_token_rewards |= t->token_rewards != NULL;
+        if (mask) {
+            if (t->loss_mask)
+                memcpy(mask + tok_start[k], t->loss_mask, t->n_tokens);
+            else
+                memset(mask + tok_start[k], 1, t->n_tokens);
+        }
     }
     if (!rc && used > 0) {
         /* 4. π_prox with the current weights (and π_ref) */
@@ -223,7 +246,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     rl_step st = {.o = &o,
                   .all = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
                           .token_reward = have_token_rewards ? tokr : NULL, .logp_old = old,
-                          .logp_behav = behav, .logp_ref = need_ref ? refl : NULL},
+                          .logp_behav = behav, .logp_ref = need_ref ? refl : NULL, .mask = mask},
                   .adv = adv};
     rlpi_adv_info ai = {0};
     if (!rc && comm)
@@ -234,24 +257,25 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     S.zero_std_groups = ai.zero_std_groups + S.filtered_groups;
     double adv_sum = 0, adv_sq = 0; /* for the statistics of a data-parallel step */
     for (size_t i = 0; comm && !rc && i < n_tok; i++) {
-        adv_sum += adv[i];
+        adv_sum += adv[i]; /* an observation token's is 0 */
         adv_sq += (double)adv[i] * adv[i];
     }
-    if (!rc && n_tok > 0) {
+    if (!rc && n_model > 0) {
         double m = 0, v = 0;
         for (size_t i = 0; i < n_tok; i++)
             m += adv[i];
-        m /= (double)n_tok;
+        m /= (double)n_model;
         for (size_t i = 0; i < n_tok; i++)
-            v += ((double)adv[i] - m) * ((double)adv[i] - m);
+            if (!mask || mask[i])
+                v += ((double)adv[i] - m) * ((double)adv[i] - m);
         S.adv_mean = m;
-        S.adv_std = sqrt(v / (double)n_tok);
+        S.adv_std = sqrt(v / (double)n_model);
     }
 
     /* 5. optimizer steps: epochs × mini-batches (contiguous ranges of sequences) */
-    size_t longest = 0;
+    size_t longest = 0; /* in model tokens: Dr. GRPO's constant is the longest generation */
     for (size_t k = 0; k < used; k++)
-        longest = tok_start[k + 1] - tok_start[k] > longest ? tok_start[k + 1] - tok_start[k] : longest;
+        longest = model_start[k + 1] - model_start[k] > longest ? model_start[k + 1] - model_start[k] : longest;
     rlp_train_options to = RLP_TRAIN_OPTIONS_INIT;
     to.temperature = temp;
     to.micro_batch_tokens = o.micro_batch_tokens;
@@ -269,7 +293,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
             st.mb_first = b;
             st.norm.step_seqs = (double)(e - b);
-            st.norm.step_tokens = (double)(tok_start[e] - tok_start[b]);
+            st.norm.step_tokens = (double)(model_start[e] - model_start[b]);
             st.norm.norm_c = o.agg_norm_constant > 0 ? (double)o.agg_norm_constant : g_longest;
             if (comm) {
                 double tot[2] = {st.norm.step_seqs, st.norm.step_tokens};
@@ -299,12 +323,12 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
      * failed after an update changed the weights: it advances it too. */
     if (!rc || S.optimizer_steps > S.skipped_steps)
         policy->version = v0 + 1;
-    size_t rep_seqs = used, rep_tokens = n_tok; /* what the statistics cover */
+    size_t rep_seqs = used, rep_tokens = n_model; /* what the statistics cover: model tokens */
     if (comm && !rc) {
         /* report the whole step: sums and maxima over the ranks */
         double sum[] = {S.loss, S.pg_loss, st.acc.kl, st.acc.ent, st.acc.n_tokens, st.acc.clip_lo, st.acc.clip_hi,
                         st.acc.ratio_sum, st.acc.w_sum, S.reward_mean, S.staleness_mean, (double)used,
-                        (double)n_tok, (double)S.invalid_seqs, (double)S.n_groups, (double)S.zero_std_groups,
+                        (double)n_model, (double)S.invalid_seqs, (double)S.n_groups, (double)S.zero_std_groups,
                         (double)S.filtered_groups, adv_sum, adv_sq};
         double max[] = {st.acc.ratio_max, st.acc.w_max, S.staleness_max};
         if (!(rc = rlpi_comm_all_reduce_host(comm, sum, sizeof sum / sizeof *sum, RLPI_DT_F64, RLP_REDUCE_SUM)))
@@ -348,6 +372,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     free(owned);
     free(seqs);
     free(tok_start);
+    free(model_start);
+    free(mask);
     free(arr);
     free(reward);
     free(group);

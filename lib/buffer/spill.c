@@ -24,10 +24,13 @@
 
 static const uint8_t FILE_MAGIC[8] = {'R', 'L', 'P', 'S', 'P', 'I', 'L', 'L'};
 static const uint8_t RECORD_MAGIC[4] = {'R', 'L', 'P', 'R'};
-/* The format written. 2 added provenance (flag bit 1 and its block); a
- * format-1 file is the same layout without that flag, so it is read (its
- * groups have no provenance) and rewritten as format 2 at open. */
-#define FORMAT_VERSION 2u
+/* The format written. 2 added provenance (flag bit 1 and its block), 3
+ * the episode record (flag bit 3 and its block) and the loss mask (flag
+ * bit 2: one byte per completion token after the token rewards). An older
+ * file is the same layout without those flags, so it is read (its
+ * trajectories have no provenance, episode or mask) and rewritten in the
+ * current format at open. */
+#define FORMAT_VERSION 3u
 #define FORMAT_OLDEST 1u
 
 /* Fixed part of a trajectory: two u64, eight 32-bit fields. */
@@ -37,9 +40,15 @@ static const uint8_t RECORD_MAGIC[4] = {'R', 'L', 'P', 'R'};
 #define GROUP_HEADER_BYTES 16u
 #define TRAJ_HAS_TOKEN_REWARDS 1u
 #define TRAJ_HAS_PROVENANCE 2u
+#define TRAJ_HAS_LOSS_MASK 4u
+#define TRAJ_HAS_EPISODE 8u
 /* Provenance block (format 2, flag TRAJ_HAS_PROVENANCE): u32 version, u32 0,
  * u64 prompt_index, epoch, position, sampling_seed, batch. */
 #define PROVENANCE_BYTES 48u
+/* Episode block (format 3, flag TRAJ_HAS_EPISODE, after the provenance):
+ * u32 version, turns, tool_calls, tool_errors, tool_timeouts,
+ * observation_tokens, observations_cut, i32 end, f64 tool_seconds. */
+#define EPISODE_BYTES 40u
 
 /* ---- groups ---------------------------------------------------------------- */
 
@@ -159,8 +168,9 @@ static size_t str_bytes(const char *s)
 
 static size_t traj_bytes(const rlpi_traj *t)
 {
-    size_t per_token = 4 + 4 + 8 + (t->token_rewards ? 4 : 0);
-    return TRAJ_FIXED_BYTES + (t->has_provenance ? PROVENANCE_BYTES : 0) + 8 + 4 * t->n_prompt + 8 +
+    size_t per_token = 4 + 4 + 8 + (t->token_rewards ? 4 : 0) + (t->loss_mask ? 1 : 0);
+    return TRAJ_FIXED_BYTES + (t->has_provenance ? PROVENANCE_BYTES : 0) + (t->has_episode ? EPISODE_BYTES : 0) +
+        8 + 4 * t->n_prompt + 8 +
         per_token * t->n_tokens + str_bytes(t->prompt_text) + str_bytes(t->text) + str_bytes(t->error) +
         str_bytes(t->metadata);
 }
@@ -175,7 +185,8 @@ static void put_traj(rlpi_bytes *b, const rlpi_traj *t)
     put_u32(b, f32_bits(t->reward));
     put_u32(b, t->valid ? 1u : 0u);
     put_u32(b, t->sample_index);
-    put_u32(b, (t->token_rewards ? TRAJ_HAS_TOKEN_REWARDS : 0) | (t->has_provenance ? TRAJ_HAS_PROVENANCE : 0));
+    put_u32(b, (t->token_rewards ? TRAJ_HAS_TOKEN_REWARDS : 0) | (t->has_provenance ? TRAJ_HAS_PROVENANCE : 0) |
+                   (t->loss_mask ? TRAJ_HAS_LOSS_MASK : 0) | (t->has_episode ? TRAJ_HAS_EPISODE : 0));
     put_u32(b, 0);
     if (t->has_provenance) {
         put_u32(b, t->provenance.version);
@@ -185,6 +196,20 @@ static void put_traj(rlpi_bytes *b, const rlpi_traj *t)
         put_u64(b, t->provenance.position);
         put_u64(b, t->provenance.sampling_seed);
         put_u64(b, t->provenance.batch);
+    }
+    if (t->has_episode) {
+        const rlp_episode_stats *e = &t->episode;
+        put_u32(b, e->version);
+        put_u32(b, e->turns);
+        put_u32(b, e->tool_calls);
+        put_u32(b, e->tool_errors);
+        put_u32(b, e->tool_timeouts);
+        put_u32(b, e->observation_tokens);
+        put_u32(b, e->observations_cut);
+        put_u32(b, (uint32_t)e->end);
+        uint64_t bits;
+        memcpy(&bits, &e->tool_seconds, sizeof bits);
+        put_u64(b, bits);
     }
     put_u64(b, t->n_prompt);
     for (size_t i = 0; i < t->n_prompt; i++)
@@ -198,6 +223,11 @@ static void put_traj(rlpi_bytes *b, const rlpi_traj *t)
         put_u64(b, t->versions ? t->versions[i] : t->policy_version);
     for (size_t i = 0; t->token_rewards && i < t->n_tokens; i++)
         put_u32(b, f32_bits(t->token_rewards[i]));
+    if (t->loss_mask) {
+        if (t->n_tokens)
+            memcpy(b->p + b->len, t->loss_mask, t->n_tokens);
+        b->len += t->n_tokens;
+    }
     put_str(b, t->prompt_text);
     put_str(b, t->text);
     put_str(b, t->error);
@@ -362,9 +392,15 @@ const char *rlpi_spill_check_traj(const rlpi_traj *t)
             return "a logprob that is not finite";
         if (t->token_rewards && !isfinite(t->token_rewards[i]))
             return "a token reward that is not finite";
+        if (t->loss_mask && t->loss_mask[i] > 1)
+            return "a loss mask value other than 0 and 1";
     }
     if (t->has_provenance && t->provenance.version != RLP_PROVENANCE_VERSION)
         return "provenance of an unknown version";
+    if (t->has_episode &&
+        (t->episode.version != RLP_EPISODE_STATS_VERSION || t->episode.end < RLP_EPISODE_RUNNING ||
+         t->episode.end > RLP_EPISODE_ABORT || !isfinite(t->episode.tool_seconds) || t->episode.tool_seconds < 0))
+        return "an episode record of an unknown version, end out of range or tool_seconds not finite and >= 0";
     return NULL;
 }
 
@@ -389,7 +425,8 @@ static int take_traj(cursor *c, uint32_t format, rlpi_traj *t, const char **why)
     t->valid = (int32_t)u[4];
     t->sample_index = u[5];
     uint32_t flags = u[6];
-    uint32_t known = TRAJ_HAS_TOKEN_REWARDS | (format >= 2 ? TRAJ_HAS_PROVENANCE : 0);
+    uint32_t known = TRAJ_HAS_TOKEN_REWARDS | (format >= 2 ? TRAJ_HAS_PROVENANCE : 0) |
+                     (format >= 3 ? TRAJ_HAS_LOSS_MASK | TRAJ_HAS_EPISODE : 0);
     if ((flags & ~known) || u[7] != 0 || (t->valid != 0 && t->valid != 1)) {
         *why = "unknown flags or a reserved field set";
         return RLP_E_FORMAT;
@@ -414,6 +451,27 @@ static int take_traj(cursor *c, uint32_t format, rlpi_traj *t, const char **why)
         take_u64(c, &t->provenance.sampling_seed);
         take_u64(c, &t->provenance.batch);
     }
+    if (flags & TRAJ_HAS_EPISODE) {
+        if (c->left < EPISODE_BYTES) {
+            *why = "episode record past the record";
+            return RLP_E_FORMAT;
+        }
+        rlp_episode_stats *e = &t->episode;
+        uint32_t end;
+        uint64_t bits;
+        take_u32(c, &e->version);
+        take_u32(c, &e->turns);
+        take_u32(c, &e->tool_calls);
+        take_u32(c, &e->tool_errors);
+        take_u32(c, &e->tool_timeouts);
+        take_u32(c, &e->observation_tokens);
+        take_u32(c, &e->observations_cut);
+        take_u32(c, &end);
+        take_u64(c, &bits);
+        e->end = (int32_t)end;
+        memcpy(&e->tool_seconds, &bits, sizeof bits);
+        t->has_episode = true; /* its fields are checked with the rest below */
+    }
     size_t n;
     if (!take_count(c, 4, &n)) {
         *why = "prompt length past the record";
@@ -427,7 +485,7 @@ static int take_traj(cursor *c, uint32_t format, rlpi_traj *t, const char **why)
         t->prompt[i] = (int32_t)v;
     }
     t->n_prompt = n;
-    size_t per_token = 16 + ((flags & TRAJ_HAS_TOKEN_REWARDS) ? 4 : 0);
+    size_t per_token = 16 + ((flags & TRAJ_HAS_TOKEN_REWARDS) ? 4 : 0) + ((flags & TRAJ_HAS_LOSS_MASK) ? 1 : 0);
     if (!take_count(c, per_token, &n)) {
         *why = "completion length past the record";
         return RLP_E_FORMAT;
@@ -458,6 +516,15 @@ static int take_traj(cursor *c, uint32_t format, rlpi_traj *t, const char **why)
             take_u32(c, &v);
             t->token_rewards[i] = bits_f32(v);
         }
+    }
+    if (flags & TRAJ_HAS_LOSS_MASK) {
+        /* n bytes: fits, take_count counted them in per_token; values checked below */
+        if (!(t->loss_mask = malloc(n ? n : 1)))
+            return RLP_E_NOMEM;
+        if (n)
+            memcpy(t->loss_mask, c->p, n);
+        c->p += n;
+        c->left -= n;
     }
     char **strs[4] = {&t->prompt_text, &t->text, &t->error, &t->metadata};
     for (int i = 0; i < 4; i++) {

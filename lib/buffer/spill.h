@@ -7,7 +7,7 @@
  * replay_buffer.c).
  *
  * Layout, all integers little-endian:
- *   file header (16 bytes): "RLPSPILL", u32 format = 2, u32 CRC-32 of the first 12 bytes
+ *   file header (16 bytes): "RLPSPILL", u32 format = 3, u32 CRC-32 of the first 12 bytes
  *   record header (24 bytes): u32 magic "RLPR", u32 type, u64 payload length,
  *                             u32 payload CRC-32, u32 CRC-32 of header bytes [0, 20)
  *   type 1 (push) payload: u32 n_groups, u32 0, then per group:
@@ -15,8 +15,10 @@
  *   type 2 (retire) payload: u64 n_consumed, u64 n_dropped, u64 seq[n_consumed + n_dropped]
  * Sequence numbers of push records strictly increase through the file.
  * Format 2 added a trajectory's provenance (a flag and a block after its
- * fixed part); format 1, the same without it, is still read and is
- * rewritten as format 2 when a buffer opens it. */
+ * fixed part), format 3 its episode record (a flag and a block after the
+ * provenance) and loss mask (a flag and one byte per completion token after
+ * the token rewards); formats 1 and 2, the same without them, are still
+ * read and are rewritten as format 3 when a buffer opens them. */
 #ifndef RLPI_BUFFER_SPILL_H
 #define RLPI_BUFFER_SPILL_H
 
@@ -48,7 +50,9 @@ uint64_t rlpi_group_version(const rlpi_traj *trajs, size_t n);
 /* NULL when the trajectory may be pushed (and read back), else the rule it
  * breaks: finish_reason in range, temperature finite and >= 0, a valid
  * trajectory's reward finite, token ids >= 0, logprobs and token rewards
- * finite. The reader holds restored trajectories to the same rules. */
+ * finite, loss mask values 0 or 1, an episode record of a known version
+ * with its end in range. The reader holds restored trajectories to the
+ * same rules. */
 const char *rlpi_spill_check_traj(const rlpi_traj *t);
 /* Frees the trajectories and the group. NULL is a no-op. */
 void rlpi_group_free(rlpi_group *g);

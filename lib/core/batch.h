@@ -47,6 +47,16 @@ struct rlp_batch {
 void rlpi_traj_clear(rlpi_traj *t);
 /* Appends one completion token (grows the arrays). */
 int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t version);
+/* Completion tokens with loss mask 1 (the model's; all of them without a mask). */
+static inline size_t rlpi_traj_model_tokens(const rlpi_traj *t)
+{
+    if (!t->loss_mask)
+        return t->n_tokens;
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_tokens; i++)
+        n += t->loss_mask[i] != 0;
+    return n;
+}
 /* Appends n observation tokens (loss mask 0, logprob 0, version v);
  * creates the mask (all 1 so far) on first use. */
 int rlpi_traj_push_observation(rlpi_traj *t, const int32_t *ids, size_t n, uint64_t version);

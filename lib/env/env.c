@@ -28,7 +28,8 @@ struct rlpi_env_ep {
 };
 
 struct rlpi_env_call {
-    rlpi_env_ep *ep;
+    rlp_env *env;       /* the episode may be gone before the call is released */
+    rlpi_env_ep *ep;    /* unreferenced (and maybe freed) once the call is done */
     int kind;
     char *text;         /* metadata (reset) or action (step), owned */
     size_t len;
@@ -57,7 +58,8 @@ struct rlp_env {
     uint32_t n_workers, n_idle; /* live workers (not written off) */
     uint32_t n_abandoned;       /* written-off workers still inside a callback */
     uint64_t completions;
-    bool closing;               /* rlp_env_free() was called */
+    bool closing;               /* rlp_env_free() was called: workers drain the queue and exit */
+    bool host_gone;             /* rlp_env_free() is done waiting: the last thread out destroys it */
 };
 
 /* ---- replies ---- */
@@ -297,7 +299,7 @@ const rlp_env_options *rlpi_env_options(const rlp_env *env)
 /* Whether nothing keeps a closing environment alive any more (under mu). */
 static bool env_finished(const rlp_env *env)
 {
-    return env->closing && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
+    return env->host_gone && env->n_workers == 0 && env->n_abandoned == 0 && !env->head;
 }
 
 void rlp_env_free(rlp_env *env)
@@ -314,6 +316,7 @@ void rlp_env_free(rlp_env *env)
     rlpi_deadline_after(&ts, env->opts.timeout_ms ? env->opts.timeout_ms : 30000);
     while ((env->n_workers > 0 || env->head) && pthread_cond_timedwait(&env->done_cv, &env->mu, &ts) == 0) {
     }
+    env->host_gone = true;
     bool now = env_finished(env);
     pthread_mutex_unlock(&env->mu);
     if (now)
@@ -365,6 +368,7 @@ static void ep_unref_locked(rlpi_env_ep *ep, bool on_worker, bool *close_here)
         *close_here = true;
         return;
     }
+    c->env = env;
     c->ep = ep;
     c->kind = KIND_CLOSE;
     c->refs = 1;
@@ -528,6 +532,7 @@ int rlpi_env_call_submit(rlpi_env_call **out, rlpi_env_ep *ep, int kind, const c
     rlpi_env_call *c = calloc(1, sizeof *c);
     if (!c)
         return rlpi_error_set(RLP_E_NOMEM, "environment: out of memory");
+    c->env = env;
     c->ep = ep;
     c->kind = kind;
     c->reply.tool_call = -1;
@@ -575,7 +580,7 @@ int rlpi_env_call_submit(rlpi_env_call **out, rlpi_env_ep *ep, int kind, const c
 
 int rlpi_env_call_poll(rlpi_env_call *c, double now)
 {
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     int st = c->state;
     double start = c->t_start;
@@ -589,7 +594,7 @@ int rlpi_env_call_poll(rlpi_env_call *c, double now)
 
 double rlpi_env_call_deadline(const rlpi_env_call *c)
 {
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     double d = c->state == CALL_RUNNING && env->opts.timeout_ms ? c->t_start + 1e-3 * env->opts.timeout_ms
                                                                   : INFINITY;
@@ -625,7 +630,7 @@ void rlpi_env_call_release(rlpi_env_call *c)
 {
     if (!c)
         return;
-    rlp_env *env = c->ep->env;
+    rlp_env *env = c->env;
     pthread_mutex_lock(&env->mu);
     if (c->state == CALL_RUNNING && !c->abandoned) {
         /* write its worker off and start a replacement for the queue */

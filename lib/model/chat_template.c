@@ -1,5 +1,6 @@
-/* Chat templates as code: ChatML (Qwen2), Qwen3's ChatML (reasoning in
- * <think> blocks, tool turns; tool definitions are not supported), ChatML
+/* Chat templates as code: ChatML (Qwen2/2.5, with its tool turns), Qwen3's
+ * ChatML (reasoning in <think> blocks, tool turns; tool definitions go into
+ * the system message, written by the caller as `rlpost serve` does), ChatML
  * with SmolLM2's default system prompt, Llama-3 and Llama-2, chosen by name or by
  * recognising a model's Jinja source. Rendering produces text segments so
  * that scaffolding is encoded with special tokens parsed and message
@@ -149,12 +150,34 @@ static int check_role(const char *role, size_t i)
     return RLP_OK;
 }
 
+/* A tool result as Qwen2.5's (and Qwen3's) template writes it: inside a
+ * user turn, consecutive results sharing one turn. */
+static int render_tool_result(segs *s, const rlpi_chat_msg *m, size_t n, size_t i)
+{
+    int rc;
+    if ((i == 0 || strcmp(m[i - 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_start|>user")))
+        return rc;
+    if ((rc = SCAF(s, "\n<tool_response>\n")) || (rc = TEXT(s, m[i].content)) || (rc = SCAF(s, "\n</tool_response>")))
+        return rc;
+    if (i == n - 1 || strcmp(m[i + 1].role, "tool") != 0)
+        return SCAF(s, "<|im_end|>\n");
+    return RLP_OK;
+}
+
+/* ChatML; the Qwen2 kind renders "tool" messages as Qwen2.5 does (an
+ * assistant's tool calls are <tool_call> text in its content, which the
+ * generic turn already writes as Qwen2.5 does), SmolLM2's template has no
+ * tool turns and keeps the role as written. */
 static int render_chatml(segs *s, const rlpi_chat_msg *m, size_t n, bool gen, bool smollm)
 {
     int rc = RLP_OK;
     if (smollm && strcmp(m[0].role, "system") != 0)
         rc = SCAF(s, "<|im_start|>system\n" SMOLLM_SYSTEM "<|im_end|>\n");
     for (size_t i = 0; i < n && rc == RLP_OK; i++) {
+        if (!smollm && strcmp(m[i].role, "tool") == 0) {
+            rc = render_tool_result(s, m, n, i);
+            continue;
+        }
         if ((rc = SCAF(s, "<|im_start|>")) || (rc = TEXT(s, m[i].role)) || (rc = SCAF(s, "\n")) ||
             (rc = TEXT(s, m[i].content)) || (rc = SCAF(s, "<|im_end|>\n")))
             break;
@@ -236,12 +259,7 @@ static int render_qwen3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen)
             if ((rc = seg(s, c + cb, ce - cb, false)) || (rc = SCAF(s, "<|im_end|>\n")))
                 break;
         } else if (strcmp(role, "tool") == 0) {
-            if ((i == 0 || strcmp(m[i - 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_start|>user")))
-                break;
-            if ((rc = SCAF(s, "\n<tool_response>\n")) || (rc = TEXT(s, c)) ||
-                (rc = SCAF(s, "\n</tool_response>")))
-                break;
-            if ((i == n - 1 || strcmp(m[i + 1].role, "tool") != 0) && (rc = SCAF(s, "<|im_end|>\n")))
+            if ((rc = render_tool_result(s, m, n, i)))
                 break;
         } else {
             return rlpi_error_set(RLP_E_INVALID_ARG,

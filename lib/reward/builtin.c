@@ -99,6 +99,9 @@ static const entry builtins[] = {
     {"countdown", rlpi_builtin_countdown},
     {"exact_match", rlpi_builtin_exact_match},
     {"regex_match", rlpi_builtin_regex_match},
+    {"lookup_em", rlpi_builtin_lookup_em},
+    {"search_format", rlpi_builtin_search_format},
+    {"tool_call_format", rlpi_builtin_tool_call_format},
 };
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])

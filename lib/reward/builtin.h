@@ -57,6 +57,9 @@ int rlpi_builtin_boxed_math(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_countdown(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_exact_match(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_regex_match(rlpi_scorer **out, rlpi_opts *o);
+int rlpi_builtin_lookup_em(rlpi_scorer **out, rlpi_opts *o);      /* tool_rewards.c */
+int rlpi_builtin_search_format(rlpi_scorer **out, rlpi_opts *o);
+int rlpi_builtin_tool_call_format(rlpi_scorer **out, rlpi_opts *o);
 
 /* What the content of the <answer> block must parse as for the format to
  * pass ("answer" option; see logic_rl_format in rlpost.h). */

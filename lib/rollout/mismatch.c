@@ -2,7 +2,8 @@
  * completion tokens against the behaviour logprobs the rollout recorded.
  * With the same weights, temperature and no truncation they agree to
  * float rounding; anything more is a bug or a deliberate difference
- * (truncated sampling, other kernels, stale weights). */
+ * (truncated sampling, other kernels, stale weights). Observation tokens
+ * of a multi-turn episode (loss mask 0) were not sampled: skipped. */
 #include "core/batch.h"
 #include "core/error.h"
 
@@ -40,6 +41,8 @@ int rlp_batch_logprob_mismatch(rlp_mismatch_stats *out, const rlp_batch *batch, 
         if (!rc && got != t->n_tokens)
             rc = rlpi_error_set(RLP_E_INTERNAL, "%s: %zu logprobs for %zu tokens", __func__, got, t->n_tokens);
         for (size_t k = 0; !rc && k < t->n_tokens; k++) {
+            if (t->loss_mask && !t->loss_mask[k])
+                continue;
             double d = fabs((double)lp[k] - (double)t->logprobs[k]);
             sum += d;
             sum_ratio += fabs(exp((double)lp[k] - (double)t->logprobs[k]) - 1.0);

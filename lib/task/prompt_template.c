@@ -53,12 +53,52 @@ static const char tinyzero_base_system[] =
     "provides the user with the answer.";
 static const char tinyzero_prefix[] = "Let me solve this step by step.\n<think>";
 
+/* Tool-use prompts of the lookup task and the built-in "tools"
+ * environment. "search" follows ASearcher's tags (arXiv:2508.07976:
+ * <search>, <access>, <information>, <answer>); "hermes" describes the
+ * tools as Qwen2.5's chat template does (a <tools> list of function
+ * signatures and <tool_call> JSON), so that an instruct model trained on
+ * that format recognises it. Both ask for the answer in <answer> tags,
+ * which the lookup_em reward reads. */
+const char rlpi_search_system[] =
+    "You are a research assistant with a search engine over a private encyclopedia. None of its "
+    "facts are common knowledge, so look everything up. Think step by step inside <think> </think>. "
+    "To search, write <search> query </search>; the results come back inside <information> "
+    "</information>. To read a whole document, write <access> title </access>. Search as often as "
+    "you need, one query at a time. When you know the answer, write only the answer inside <answer> "
+    "</answer>. For example: <search> founder of Vexaro Labs </search> ... <answer> Talvin Morasek "
+    "</answer>";
+
+const char rlpi_hermes_system[] =
+    "You are a research assistant with a search engine over a private encyclopedia. None of its "
+    "facts are common knowledge, so look everything up. When you know the answer, write only the "
+    "answer inside <answer> </answer>.\n\n"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"search\", \"description\": \"Search the "
+    "encyclopedia; returns the best matching passages.\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"query\": {\"type\": \"string\", \"description\": \"search terms\"}}, "
+    "\"required\": [\"query\"]}}}\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"open\", \"description\": \"Read a whole "
+    "document by its title or id.\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"id\": {\"type\": \"string\", \"description\": \"document title or id\"}}, \"required\": "
+    "[\"id\"]}}}\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"calculator\", \"description\": \"Evaluate "
+    "an arithmetic expression (+ - * / ^ %, parentheses).\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"expression\": {\"type\": \"string\"}}, \"required\": [\"expression\"]}}}\n"
+    "</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call>";
+
 static const struct preset {
     const char *name;
     const char *system, *user, *prefix;
     int chat;
 } presets[] = {
     {"none", NULL, "{prompt}", NULL, 1},
+    {"search", rlpi_search_system, "Question: {prompt}", NULL, 1},
+    {"hermes", rlpi_hermes_system, "Question: {prompt}", NULL, 1},
     {"logic-rl", rlpi_logic_rl_system, "{prompt}\n", "<think>", 1},
     {"logic-rl-base", rlpi_logic_rl_base_system, "\n\nUser:{prompt}\nAssistant: ", "<think>", 0},
     {"tinyzero", tinyzero_system, " {prompt}", tinyzero_prefix, 1},
@@ -112,7 +152,7 @@ int rlpi_template_from_options(rlpi_template *t, const json_t *options, const ch
     if (!p)
         return rlpi_error_set(RLP_E_INVALID_ARG,
                               "task options: unknown \"template\" \"%.64s\" (none, logic-rl, "
-                              "logic-rl-base, tinyzero, tinyzero-base)",
+                              "logic-rl-base, tinyzero, tinyzero-base, search, hermes)",
                               name);
     t->chat = p->chat;
     const char *system = p->system, *user = p->user, *prefix = p->prefix;

@@ -42,5 +42,7 @@ int rlpi_template_encode(const rlpi_template *t, const rlp_tokenizer *tok, const
 /* Exact text of the presets' system prompts, for tests. */
 extern const char rlpi_logic_rl_system[];
 extern const char rlpi_logic_rl_base_system[];
+extern const char rlpi_search_system[];
+extern const char rlpi_hermes_system[];
 
 #endif

@@ -12,6 +12,7 @@
 #include "task/cursor.h"
 #include "task/dataset.h"
 #include "task/kk_generator.h"
+#include "task/lookup.h"
 #include "task/prompt_template.h"
 #include "task/strbuf.h"
 
@@ -21,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { TASK_KK = 0, TASK_COUNTDOWN = 1, TASK_JSONL = 2, TASK_ARITH = 3 };
+enum { TASK_KK = 0, TASK_COUNTDOWN = 1, TASK_JSONL = 2, TASK_ARITH = 3, TASK_LOOKUP = 4 };
 
 struct rlp_task {
     int kind;
@@ -38,6 +39,8 @@ struct rlp_task {
     rlpi_cd_params cd;
     rlpi_arith_set arith; /* the split's problems (arith) */
     rlpi_dataset *data;
+    rlpi_lookup_kb *kb;    /* lookup: the knowledge base questions are asked about */
+    int min_hops, max_hops; /* lookup */
 };
 
 typedef struct set_entry {
@@ -193,6 +196,37 @@ static int kk_options(rlp_task *t, const json_t *o)
     else
         snprintf(buf, sizeof buf, "kk v1 people %d-%d width %d", t->kk.min_people, t->kk.max_people,
                  t->kk.width);
+    t->fingerprint = fnv_str(UINT64_C(0xcbf29ce484222325), buf);
+    return common_options(t, o);
+}
+
+/* The lookup task: its KB comes from "kb_seed" (default: "seed"), so a
+ * held-out split by seed asks about entities training never saw; the
+ * metadata names (kb_seed, entities) for the environment to rebuild it. */
+static int lookup_options(rlp_task *t, const json_t *o)
+{
+    static const char *const keys[] = {"seed", "size", "shuffle", "entities", "min_hops", "max_hops", "kb_seed"};
+    int rc = check_keys(o, "lookup", keys, sizeof keys / sizeof keys[0]);
+    int64_t entities = 200, lo = 2, hi = 4, size = 0, seed = 0, kb_seed = -1;
+    if (rc || (rc = int_opt(o, "entities", RLPI_LOOKUP_MIN_ENTITIES, RLPI_LOOKUP_MAX_ENTITIES, &entities)) ||
+        (rc = int_opt(o, "min_hops", 1, RLPI_LOOKUP_MAX_HOPS, &lo)) ||
+        (rc = int_opt(o, "max_hops", 1, RLPI_LOOKUP_MAX_HOPS, &hi)) ||
+        (rc = int_opt(o, "size", 0, UINT32_MAX, &size)) || (rc = int_opt(o, "seed", 0, INT64_MAX, &seed)) ||
+        (rc = int_opt(o, "kb_seed", 0, INT64_MAX, &kb_seed)))
+        return rc;
+    if (hi < lo)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lookup options: \"max_hops\" (%lld) is below \"min_hops\" (%lld)",
+                              (long long)hi, (long long)lo);
+    if (kb_seed < 0)
+        kb_seed = seed;
+    t->min_hops = (int)lo;
+    t->max_hops = (int)hi;
+    t->size = (uint64_t)size;
+    if ((rc = rlpi_lookup_kb_generate(&t->kb, (uint64_t)kb_seed, (size_t)entities)))
+        return rlpi_error_wrap("lookup options");
+    char buf[160];
+    snprintf(buf, sizeof buf, "lookup v1 kb %lld entities %lld hops %d-%d", (long long)kb_seed, (long long)entities,
+             t->min_hops, t->max_hops);
     t->fingerprint = fnv_str(UINT64_C(0xcbf29ce484222325), buf);
     return common_options(t, o);
 }
@@ -373,6 +407,7 @@ RLP_API void rlp_task_free(rlp_task *task)
     rlpi_order_free(&task->order);
     rlpi_dataset_free(task->data);
     rlpi_arith_set_free(&task->arith);
+    rlpi_lookup_kb_free(task->kb);
     free(task->label);
     free(task);
 }
@@ -384,10 +419,11 @@ RLP_API int rlp_task_create(rlp_task **out, const char *name, const char *option
     int kind = !strcmp(name, "kk")          ? TASK_KK
              : !strcmp(name, "countdown") ? TASK_COUNTDOWN
              : !strcmp(name, "arith")     ? TASK_ARITH
+             : !strcmp(name, "lookup")    ? TASK_LOOKUP
                                           : -1;
     if (kind < 0)
         return rlpi_error_set(RLP_E_INVALID_ARG,
-                              "rlp_task_create: unknown task \"%.64s\" (kk, countdown, arith)", name);
+                              "rlp_task_create: unknown task \"%.64s\" (kk, countdown, arith, lookup)", name);
     json_t *o = NULL;
     int rc = parse_options(&o, options_json, "rlp_task_create options");
     if (rc)
@@ -398,11 +434,17 @@ RLP_API int rlp_task_create(rlp_task **out, const char *name, const char *option
         return rlpi_error_set(RLP_E_NOMEM, "rlp_task_create: out of memory");
     }
     t->kind = kind;
-    t->name = kind == TASK_KK ? "kk" : kind == TASK_COUNTDOWN ? "countdown" : "arith";
-    rc = kind == TASK_KK ? kk_options(t, o) : kind == TASK_COUNTDOWN ? countdown_options(t, o) : arith_options(t, o);
+    t->name = kind == TASK_KK ? "kk" : kind == TASK_COUNTDOWN ? "countdown" : kind == TASK_LOOKUP ? "lookup" : "arith";
+    rc = kind == TASK_KK          ? kk_options(t, o)
+       : kind == TASK_COUNTDOWN ? countdown_options(t, o)
+       : kind == TASK_LOOKUP    ? lookup_options(t, o)
+                                : arith_options(t, o);
     if (!rc)
         rc = rlpi_template_from_options(&t->tmpl, o,
-                                        kind == TASK_KK ? "logic-rl" : kind == TASK_COUNTDOWN ? "tinyzero" : "none");
+                                        kind == TASK_KK          ? "logic-rl"
+                                        : kind == TASK_COUNTDOWN ? "tinyzero"
+                                        : kind == TASK_LOOKUP    ? "search"
+                                                                 : "none");
     if (!rc && !(t->label = strdup(t->name)))
         rc = rlpi_error_set(RLP_E_NOMEM, "rlp_task_create: out of memory");
     json_decref(o);
@@ -547,6 +589,16 @@ static int generate_item(const rlp_task *t, rlpi_cursor c, uint64_t index, set_e
         fail |= json_object_set_new(meta, "statements", json_string(statements ? statements : ""));
         fail |= json_object_set_new(meta, "answer_type", json_string("kk")); /* for the format reward */
         free(statements);
+    } else if (t->kind == TASK_LOOKUP) {
+        rlpi_lookup_question q;
+        if ((rc = rlpi_lookup_question_generate(&q, t->kb, t->seed, index, t->min_hops, t->max_hops)))
+            return rc;
+        e->question = q.text;
+        e->reference = strdup(q.answer);
+        fail |= json_object_set_new(meta, "hops", json_integer(q.hops));
+        fail |= json_object_set_new(meta, "kb_seed", json_integer((json_int_t)t->kb->seed));
+        fail |= json_object_set_new(meta, "entities", json_integer((json_int_t)t->kb->n));
+        fail |= json_object_set_new(meta, "answer_type", json_string("lookup"));
     } else if (t->kind == TASK_ARITH) {
         const rlpi_arith_problem *pb = &t->arith.items[index];
         char q[64], ref[32];

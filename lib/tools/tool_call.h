@@ -24,4 +24,21 @@ int rlpi_tool_calls_parse_hermes(rlpi_tool_call **out, size_t *n_out, size_t *n_
 
 void rlpi_tool_calls_free(rlpi_tool_call *calls, size_t n);
 
+/* ASearcher-style action tags. */
+typedef enum rlpi_tag_kind {
+    RLPI_TAG_NONE = 0,
+    RLPI_TAG_SEARCH = 1, /* <search>query</search> */
+    RLPI_TAG_ACCESS = 2, /* <access>document title or id</access> */
+    RLPI_TAG_ANSWER = 3  /* <answer>final answer</answer> */
+} rlpi_tag_kind;
+
+/* Finds the last complete <search>, <access> or <answer> block of
+ * text[0, len): the one whose closing tag ends last, where each block
+ * ends at the first matching close after its open (tags are
+ * case-sensitive; an unclosed open tag is ignored). Returns its kind and
+ * the body's byte range [*body, *body + *body_len) with ASCII whitespace
+ * trimmed, or RLPI_TAG_NONE (body and body_len set to 0). Linear time,
+ * no allocation; body and body_len must not be NULL. */
+rlpi_tag_kind rlpi_tag_action_parse(const char *text, size_t len, size_t *body, size_t *body_len);
+
 #endif

@@ -31,12 +31,12 @@ static size_t count(const rlpi_ids *ids, int32_t id)
 static void check_counts(int kind, const rlpi_chat_msg *m, size_t n, bool gen, const rlpi_ids *ids)
 {
     size_t im_start = 0, im_end = 0, header = 0, eot = 0, bot = 0;
-    if (kind == RLPI_CHAT_CHATML || kind == RLPI_CHAT_CHATML_SMOLLM) {
-        size_t sys = kind == RLPI_CHAT_CHATML_SMOLLM && strcmp(m[0].role, "system") != 0;
+    if (kind == RLPI_CHAT_CHATML_SMOLLM) {
+        size_t sys = strcmp(m[0].role, "system") != 0;
         im_start = n + sys + gen;
         im_end = n + sys;
-    } else if (kind == RLPI_CHAT_QWEN3) {
-        /* one turn per non-tool message and per run of tool results */
+    } else if (kind == RLPI_CHAT_QWEN3 || kind == RLPI_CHAT_CHATML) {
+        /* one turn per non-tool message and per run of tool results (Qwen2.5 and Qwen3) */
         size_t turns = 0;
         for (size_t i = 0; i < n; i++)
             turns += strcmp(m[i].role, "tool") != 0 || i == 0 || strcmp(m[i - 1].role, "tool") != 0;

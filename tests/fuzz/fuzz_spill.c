@@ -6,7 +6,8 @@
  * twice: as is, and with every checksum recomputed, so that mutations
  * reach the payload parser instead of stopping at a CRC. The round trip
  * keeps the input's header: groups read from a format-1 file have no
- * provenance, so their records are valid under it. Built by
+ * provenance (nor a format-2 file's a loss mask or an episode record), so
+ * their records are valid under it. Built by
  * tests/fuzz/run-fuzzers.sh; seeds from tests/reference/make_spill_fixtures.py. */
 #include "buffer/spill.h"
 #include "core/crc32.h"
@@ -102,6 +103,12 @@ static void one(const uint8_t *data, size_t size, int fix)
                             pa->prompt_index != pb->prompt_index || pa->epoch != pb->epoch ||
                             pa->position != pb->position || pa->sampling_seed != pb->sampling_seed ||
                             pa->batch != pb->batch)
+                            abort();
+                        /* the loss mask and the episode record (format 3) too */
+                        if ((a->loss_mask == NULL) != (b->loss_mask == NULL) ||
+                            (a->loss_mask && a->n_tokens && memcmp(a->loss_mask, b->loss_mask, a->n_tokens)) ||
+                            a->has_episode != b->has_episode ||
+                            memcmp(&a->episode, &b->episode, sizeof a->episode))
                             abort();
                     }
                 }

@@ -691,6 +691,93 @@ static void test_chat(void **state)
     json_decref(r);
 }
 
+/* OpenAI tool calling: a request with tools and a finished tool round trip
+ * (assistant tool_calls, then the tool's result) gets the prompt the chat
+ * template makes of the Hermes text (SmolLM2's template: its default
+ * system prompt, then the "# Tools" block); tool_choice and stream are
+ * checked. Whether this small model calls a tool is up to it: the answer
+ * has either content or well-formed tool_calls (the parsing of given texts
+ * is test_serve_tools). */
+static void test_chat_tools(void **state)
+{
+    (void)state;
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+                        "\"Weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                        "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}]";
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", "
+                       "\"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", "
+                       "\"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]}, "
+                       "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"18C, clear\"}]";
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\": %s, \"tools\": %s, \"tool_choice\": \"auto\", \"max_tokens\": 12, \"temperature\": 0, "
+             "\"return_token_ids\": true}",
+             msgs, tools);
+    json_t *r = post_ok("/v1/chat/completions", body);
+    const json_t *c = choice0(r), *m = json_object_get(c, "message");
+    assert_string_equal(json_string_value(json_object_get(m, "role")), "assistant");
+    const char *fr = json_string_value(json_object_get(c, "finish_reason"));
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (calls) {
+        assert_string_equal(fr, "tool_calls");
+        assert_true(json_array_size(calls) > 0);
+        const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+        assert_true(json_is_string(json_object_get(fn, "name")));
+        assert_true(json_is_string(json_object_get(fn, "arguments")));
+    } else {
+        assert_true(strcmp(fr, "stop") == 0 || strcmp(fr, "length") == 0);
+        assert_true(json_is_string(json_object_get(m, "content")));
+    }
+    /* the prompt: what the template makes of the Hermes text */
+    const char *sys = "You are a helpful AI assistant named SmolLM, trained by Hugging Face\n\n# Tools\n\n"
+                      "You may call one or more functions to assist with the user query.\n\nYou are provided with "
+                      "function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", "
+                      "\"function\": {\"name\": \"get_weather\", \"description\": \"Weather of a city\", "
+                      "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                      "\"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, return a json object with "
+                      "function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+    rlp_chat_message cm[4] = {{"system", sys},
+                              {"user", "Weather in Paris?"},
+                              {"assistant",
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                               "\"Paris\"}}\n</tool_call>"},
+                              {"tool", "18C, clear"}};
+    int32_t want[1024];
+    size_t n_want = 0;
+    assert_int_equal(rlp_tokenizer_apply_chat_template(tok, cm, 4, 1, want, 1024, &n_want), RLP_OK);
+    const json_t *pids = json_object_get(c, "prompt_token_ids");
+    assert_int_equal(json_array_size(pids), n_want);
+    for (size_t i = 0; i < n_want; i++)
+        assert_int_equal(json_integer_value(json_array_get(pids, i)), want[i]);
+
+    /* streamed: the same tokens; the text (and any calls) in the last chunk */
+    snprintf(body, sizeof body,
+             "{\"messages\": %s, \"tools\": %s, \"max_tokens\": 12, \"temperature\": 0, \"stream\": true}", msgs,
+             tools);
+    char *resp = NULL;
+    assert_int_equal(http("POST", "/v1/chat/completions", body, TOKEN, &resp), 200);
+    assert_non_null(strstr(resp, "data: [DONE]"));
+    json_t *sids = json_array();
+    char fin[32] = "";
+    json_int_t v0 = -1, v1 = -1;
+    char *stext = parse_sse(resp, true, sids, fin, sizeof fin, &v0, &v1);
+    free(resp);
+    assert_true(json_equal(sids, json_object_get(c, "token_ids")));
+    assert_string_equal(fin, fr);
+    if (!calls)
+        assert_string_equal(stext, json_string_value(json_object_get(m, "content")));
+    free(stext);
+    json_decref(sids);
+    json_decref(r);
+
+    /* refused, naming the field */
+    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": %s, \"tool_choice\": \"required\"}", msgs, tools);
+    expect_error("POST", "/v1/chat/completions", body, TOKEN, 400, "invalid_request_error");
+    snprintf(body, sizeof body, "{\"messages\": %s, \"tools\": [{\"type\": \"function\"}]}", msgs);
+    expect_error("POST", "/v1/chat/completions", body, TOKEN, 400, "invalid_request_error");
+}
+
 static void rm_tree(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -830,6 +917,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_seeded_batch_independence),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_chat_tools),
         cmocka_unit_test(test_weight_updates),
         cmocka_unit_test(test_sigterm),
     };

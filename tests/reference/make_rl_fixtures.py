@@ -3,7 +3,14 @@
 KL, aggregation) written from the papers with PyTorch autograd, in float64.
 Not derived from any framework's code: each formula is the equation cited
 next to it. Writes tests/reference/fixtures/rl/cases.json, which
-tests/unit/test_rl_math.c compares against (tolerance 1e-6).
+tests/unit/test_rl_math.c compares against (tolerance 1e-6), and
+masked_cases.json: multi-turn sequences whose observation tokens (loss
+mask 0) are context only. The masked formulas are the same equations over
+the model tokens alone: a masked token has advantage 0 and gradient 0,
+counts in no mean (batch normalisation, token-mean's T, seq-mean-token-mean's
+|y_i|, GSPO's mean log-ratio, Dr. GRPO's constant = the most model tokens),
+and is no step of REINFORCE++'s return (no discount across it, its token
+reward and KL ignored, the outcome reward at the last model token).
 
 Regenerate: /usr/bin/python3 tests/reference/make_rl_fixtures.py
 (Debian python3-torch; any torch >= 1.10 works)."""
@@ -25,8 +32,11 @@ def f32(x):
     return float(torch.tensor(x, dtype=torch.float32))
 
 
-def advantages(opt, groups, rewards, lens, old, ref, tokr):
+def advantages(opt, groups, rewards, lens, old, ref, tokr, mask=None):
     n_tok = sum(lens)
+    if mask is None:
+        mask = [1] * n_tok
+    on = torch.tensor(mask, dtype=torch.bool)
     adv = torch.zeros(n_tok)
     starts = [sum(lens[:i]) for i in range(len(lens))]
     if opt["advantage"] == "reinforce_pp":
@@ -35,16 +45,15 @@ def advantages(opt, groups, rewards, lens, old, ref, tokr):
         # (G - mean)/(std + 1e-8) over every token of the batch (population std).
         for i, L in enumerate(lens):
             g = 0.0
-            for t in reversed(range(L)):
+            steps = [t for t in range(L) if mask[starts[i] + t]]  # the model's tokens are the steps
+            for t in reversed(steps):
                 k = starts[i] + t
-                r = (rewards[i] if t == L - 1 else 0.0) + tokr[k]
+                r = (rewards[i] if t == steps[-1] else 0.0) + tokr[k]
                 if opt["kl_in_reward"] and opt["kl_estimator"]:
                     r -= opt["kl_coef"] * kl(opt["kl_estimator"], torch.tensor(old[k] - ref[k])).item()
                 g = r + opt["gamma"] * g
                 adv[k] = g
-        m = adv.mean()
-        sd = ((adv - m) ** 2).mean().sqrt()
-        return (adv - m) / (sd + 1e-8)
+        return normalise(adv, on, 1e-8)
     by_group = {}
     for i, g in enumerate(groups):
         by_group.setdefault(g, []).append(i)
@@ -64,11 +73,18 @@ def advantages(opt, groups, rewards, lens, old, ref, tokr):
             else:
                 a = rewards[i]
             adv[starts[i]:starts[i] + lens[i]] = a
+    adv = torch.where(on, adv, torch.zeros_like(adv))
     if opt["adv_batch_norm"] and opt["advantage"] != "reinforce":
-        m = adv.mean()
-        sd = ((adv - m) ** 2).mean().sqrt()
-        adv = (adv - m) / (sd + opt["adv_eps"])
+        adv = normalise(adv, on, opt["adv_eps"])
     return adv
+
+
+def normalise(adv, on, eps):
+    """(x - mean)/(std + eps) over the model tokens (population std); masked ones stay 0."""
+    x = adv[on]
+    m = x.mean()
+    sd = ((x - m) ** 2).mean().sqrt()
+    return torch.where(on, (adv - m) / (sd + eps), torch.zeros_like(adv))
 
 
 def kl(est, x):
@@ -89,17 +105,22 @@ def clip_obj(opt, rho, A):
     return v
 
 
-def loss_and_grads(opt, lens, logp, ent, adv, old, behav, ref):
+def loss_and_grads(opt, lens, logp, ent, adv, old, behav, ref, mask=None):
+    if mask is None:
+        mask = [1] * sum(lens)
     lp = torch.tensor(logp, requires_grad=True)
     H = torch.tensor(ent, requires_grad=True)
     oldt, behavt, reft = torch.tensor(old), torch.tensor(behav), torch.tensor(ref)
     S = len(lens)
     starts = [sum(lens[:i]) for i in range(S)]
-    T = sum(lens)
-    C = opt["agg_norm_constant"] if opt["agg_norm_constant"] > 0 else max(lens)
+    # every length below counts model tokens: the observations are only context
+    model = [[starts[i] + t for t in range(L) if mask[starts[i] + t]] for i, L in enumerate(lens)]
+    T = sum(len(m) for m in model)
+    C = opt["agg_norm_constant"] if opt["agg_norm_constant"] > 0 else max(len(m) for m in model)
     total = 0.0
-    for i, L in enumerate(lens):
-        sl = slice(starts[i], starts[i] + L)
+    for i in range(S):
+        sl = torch.tensor(model[i], dtype=torch.long)
+        L = len(model[i])
         A = adv[sl]
         if opt["policy_loss"] == "gspo":  # GSPO eq. (5)-(7): s_i = exp(mean log-ratio)
             s = torch.exp((lp[sl] - oldt[sl]).mean())
@@ -168,6 +189,61 @@ def make_case(rng, adv_kind, loss_kind, agg, extra):
             "loss": loss, "dlogp": dlogp, "dentropy": dent}
 
 
+def make_masked_case(rng, adv_kind, loss_kind, agg, extra):
+    """A multi-turn batch: each completion is turns and observations; the
+    observation tokens get arbitrary logprobs and token rewards, which the
+    formulas must ignore."""
+    n_groups = rng.randint(1, 3)
+    groups, rewards, lens, mask = [], [], [], []
+    for g in range(n_groups):
+        G = rng.randint(2, 4)
+        for _ in range(G):
+            groups.append(2000 + g)
+            rewards.append(f32(rng.choice([0.0, 1.0, 0.3, -0.5, rng.uniform(-2, 2)])))
+            m = []
+            for turn in range(rng.randint(1, 3)):
+                if turn > 0:
+                    m += [0] * rng.randint(1, 5)  # the tool's answer before the next turn
+                m += [1] * rng.randint(1, 5)
+            if rng.random() < 0.3:
+                m += [0] * rng.randint(1, 3)  # cut by the budget after an observation
+            lens.append(len(m))
+            mask += m
+    T = sum(lens)
+    logp = [f32(-abs(rng.gauss(1.0, 0.8)) - 0.01) for _ in range(T)]
+    old = [f32(x + rng.gauss(0, 0.15)) for x in logp]
+    behav = [f32(x + rng.gauss(0, 0.3)) if mask[k] else 0.0 for k, x in enumerate(old)]
+    ref = [f32(x + rng.gauss(0, 0.2)) for x in logp]
+    ent = [f32(abs(rng.gauss(1.5, 0.5))) for _ in range(T)]
+    tokr = [f32(rng.gauss(0, 0.1) if mask[k] else rng.uniform(-5, 5)) if extra.get("token_rewards") else 0.0
+            for k in range(T)]
+    opt = {"advantage": adv_kind, "adv_eps": 1e-6, "adv_batch_norm": extra.get("adv_batch_norm", 0), "gamma":
+           extra.get("gamma", 1.0), "policy_loss": loss_kind, "clip_low": 0.2, "clip_high": extra.get("clip_high", 0.28),
+           "dual_clip": extra.get("dual_clip", 0.0), "tis_cap": extra.get("tis_cap", 0.0),
+           "behav_cap": extra.get("behav_cap", 0.0), "behav_mask": extra.get("behav_mask", 0),
+           "kl_estimator": extra.get("kl_estimator", 0), "kl_coef": extra.get("kl_coef", 0.0),
+           "kl_in_reward": extra.get("kl_in_reward", 0), "entropy_coef": extra.get("entropy_coef", 0.0),
+           "loss_agg": agg, "agg_norm_constant": extra.get("agg_norm_constant", 0.0)}
+    adv = advantages(opt, groups, rewards, lens, old, ref, tokr, mask)
+    adv32 = torch.tensor(adv.tolist(), dtype=torch.float32).to(torch.float64)
+    loss, dlogp, dent = loss_and_grads(opt, lens, logp, ent, adv32, old, behav, ref, mask)
+    return {"options": opt, "groups": groups, "rewards": rewards, "lens": lens, "mask": mask, "logp": logp,
+            "old": old, "behav": behav, "ref": ref, "entropy": ent, "token_rewards": tokr,
+            "advantages": adv.tolist(), "loss": loss, "dlogp": dlogp, "dentropy": dent}
+
+
+def write(name, cases):
+    import re
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "rl", name)
+    with open(out, "w") as f:
+        text = json.dumps({"generator": "tests/reference/make_rl_fixtures.py", "torch": torch.__version__,
+                           "cases": cases}, separators=(",", ":"))
+        # 12 significant digits are plenty for a 1e-6 comparison
+        text = re.sub(r"-?\d+\.\d{13,}(e-?\d+)?", lambda m: "%.12g" % float(m.group(0)), text)
+        f.write(text)
+    print(f"{len(cases)} cases -> {out} ({os.path.getsize(out)} bytes)")
+
+
 def main():
     rng = random.Random(20261129)
     extras = [{}, {"dual_clip": 3.0}, {"kl_estimator": 1, "kl_coef": 0.05}, {"kl_estimator": 2, "kl_coef": 0.1},
@@ -184,15 +260,15 @@ def main():
                 for j in range(3):
                     cases.append(make_case(rng, a, l, g, extras[(combo * 3 + j) % len(extras)]))
                 combo += 1
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "rl", "cases.json")
-    with open(out, "w") as f:
-        text = json.dumps({"generator": "tests/reference/make_rl_fixtures.py", "torch": torch.__version__,
-                           "cases": cases}, separators=(",", ":"))
-        # 12 significant digits are plenty for a 1e-6 comparison
-        import re
-        text = re.sub(r"-?\d+\.\d{13,}(e-?\d+)?", lambda m: "%.12g" % float(m.group(0)), text)
-        f.write(text)
-    print(f"{len(cases)} cases -> {out} ({os.path.getsize(out)} bytes)")
+    write("cases.json", cases)
+    # multi-turn: one case per estimator x loss x aggregation, extras rotating
+    rng = random.Random(20261203)
+    masked = []
+    for a in ADV:
+        for l in LOSS:
+            for g in AGG:
+                masked.append(make_masked_case(rng, a, l, g, extras[len(masked) % len(extras)]))
+    write("masked_cases.json", masked)
 
 
 if __name__ == "__main__":

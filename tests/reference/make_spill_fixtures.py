@@ -7,14 +7,16 @@ Regenerate (from the repository root; needs only the standard library):
     python3 tests/reference/make_spill_fixtures.py
 
 Writes tests/fuzz/corpus/spill/*.spill: well-formed files (empty, pushes,
-retires, every optional field, provenance, several groups per record, a
-file of the older format 1), files with a torn or corrupt last record (which
+retires, every optional field, provenance, an episode record and a loss
+mask, several groups per record, files of the older formats 1 and 2), files with a torn or corrupt last record (which
 the reader cuts), and hostile files (counts and lengths past the end, a
 corrupt record in the middle, sequence numbers that do not increase, bad
 floats, unknown types and flags, provenance cut short, of an unknown version
-or in a format-1 file) that must be refused without reading out of bounds.
-The files are of format 2 (the one the library writes) unless named
-format1_*. The output is deterministic.
+or in a format-1 file; an episode record or a loss mask cut short, of an
+unknown version, out of range or in a format-2 file) that must be refused
+without reading out of bounds. The files are of format 3 (the one the
+library writes) unless named format1_* or format2_*. The output is
+deterministic.
 """
 import os
 import struct
@@ -23,8 +25,8 @@ import zlib
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "spill")
 
 PUSH, RETIRE = 1, 2
-FORMAT = 2  # the format written; 1 is the same without provenance (flag bit 1)
-HAS_TOKEN_REWARDS, HAS_PROVENANCE = 1, 2
+FORMAT = 3  # the format written; 2 is the same without mask and episode, 1 also without provenance
+HAS_TOKEN_REWARDS, HAS_PROVENANCE, HAS_LOSS_MASK, HAS_EPISODE = 1, 2, 4, 8
 
 
 def crc(b):
@@ -53,14 +55,21 @@ def string(s):
 def traj(gid, version=0, prompt=(1, 2), tokens=(3, 4), logprobs=(-0.5, -1.0), versions=None,
          token_rewards=None, reward=1.0, valid=1, finish=1, temperature=1.0, flags=None,
          texts=("prompt", "completion", None, '{"reference":"4"}'), stop_index=-1, sample=0,
-         n_prompt=None, n_tokens=None, provenance=None, provenance_version=1):
-    """provenance: (prompt_index, epoch, position, sampling_seed, batch) or None."""
+         n_prompt=None, n_tokens=None, provenance=None, provenance_version=1, loss_mask=None, episode=None):
+    """provenance: (prompt_index, epoch, position, sampling_seed, batch) or None;
+    loss_mask: one 0/1 per completion token or None; episode: (version, turns,
+    tool_calls, tool_errors, tool_timeouts, observation_tokens,
+    observations_cut, end, tool_seconds) or None."""
     versions = versions if versions is not None else [version] * len(tokens)
     fl = ((HAS_TOKEN_REWARDS if token_rewards is not None else 0) |
-          (HAS_PROVENANCE if provenance is not None else 0)) if flags is None else flags
+          (HAS_PROVENANCE if provenance is not None else 0) |
+          (HAS_LOSS_MASK if loss_mask is not None else 0) |
+          (HAS_EPISODE if episode is not None else 0)) if flags is None else flags
     b = struct.pack("<QQiiffIIII", gid, version, finish, stop_index, temperature, reward, valid, sample, fl, 0)
     if provenance is not None:
         b += struct.pack("<II5Q", provenance_version, 0, *provenance)
+    if episode is not None:
+        b += struct.pack("<7Iid", *episode)
     b += struct.pack("<Q", len(prompt) if n_prompt is None else n_prompt)
     b += b"".join(struct.pack("<i", t) for t in prompt)
     b += struct.pack("<Q", len(tokens) if n_tokens is None else n_tokens)
@@ -69,6 +78,8 @@ def traj(gid, version=0, prompt=(1, 2), tokens=(3, 4), logprobs=(-0.5, -1.0), ve
     b += b"".join(struct.pack("<Q", v) for v in versions)
     if token_rewards is not None:
         b += b"".join(struct.pack("<f", x) for x in token_rewards)
+    if loss_mask is not None:
+        b += bytes(loss_mask)
     for s in texts:
         b += string(s)
     return b
@@ -130,7 +141,7 @@ def main():
     files["valid_unscored.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, reward=float("inf"))])]))
     files["negative_token.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, tokens=(-5, 4))])]))
     files["bad_finish.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, finish=9)])]))
-    files["unknown_flags.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, flags=6)])]))
+    files["unknown_flags.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, flags=0x31)])]))
     files["mixed_group_ids.spill"] = file_header() + record(PUSH, push([group(0, [traj(1), traj(2)])]))
     files["unknown_type.spill"] = file_header() + record(7, b"abc") + r_push
     files["retire_count_mismatch.spill"] = file_header() + r_push + record(RETIRE, struct.pack("<QQ", 5, 0) +
@@ -150,6 +161,26 @@ def main():
     files["format1_push.spill"] = file_header(fmt=1) + r_push + record(RETIRE, retire([77]))
     files["format1_provenance_flag.spill"] = file_header(fmt=1) + record(PUSH, push([group(0, [
         traj(1, provenance=prov)])]))
+    # format 2 (before loss masks and episodes): read, without them; their flags there are refused
+    files["format2_provenance.spill"] = file_header(fmt=2) + record(PUSH, push([g_prov])) + record(RETIRE, retire([0]))
+    files["format2_mask_flag.spill"] = file_header(fmt=2) + record(PUSH, push([group(0, [
+        traj(1, loss_mask=[1, 0])])]))
+    # loss mask and episode record (format 3): a multi-turn group, model and observation tokens
+    ep = (1, 3, 2, 1, 0, 3, 1, 1, 0.75)
+    mt = traj(30, prompt=(5, 6), tokens=(7, 8, 9, 10, 11, 12), logprobs=(-0.5, -0.25, 0.0, 0.0, 0.0, -1.5),
+              loss_mask=[1, 1, 0, 0, 0, 1], episode=ep, provenance=prov, token_rewards=[0, 0, 0, 0, 0, 1])
+    files["episode_mask.spill"] = file_header() + record(PUSH, push([group(0, [
+        mt, traj(30, sample=1, loss_mask=[1, 1], episode=(1, 1, 0, 0, 0, 0, 0, 2, 0.0))]), group(1, [traj(31)])]))
+    files["mask_value_2.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, loss_mask=[1, 2])])]))
+    files["mask_cut_short.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, loss_mask=[1, 0], texts=(None, None, None, None))[:-33]])]))
+    files["episode_bad_version.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, episode=(2,) + ep[1:])])]))
+    files["episode_bad_end.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, episode=ep[:7] + (9, 0.5))])]))
+    files["episode_nan_seconds.spill"] = file_header() + record(PUSH, push([group(0, [
+        traj(1, episode=ep[:8] + (float("nan"),))])]))
+    files["episode_cut_short.spill"] = file_header() + record(PUSH, push([group(0, [traj(1, episode=ep)[:48 + 40]])]))
     for name, data in sorted(files.items()):
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)

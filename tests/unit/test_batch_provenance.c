@@ -115,7 +115,7 @@ static rlp_trajectory get(const rlp_batch *b, size_t i)
     memset(&t, 0x5A, sizeof t); /* what get does not write shows */
     t.version = RLP_TRAJECTORY_VERSION;
     assert_int_equal(rlp_batch_get(&t, b, i), RLP_OK);
-    assert_int_equal(t.version, 2);
+    assert_int_equal(t.version, RLP_TRAJECTORY_VERSION);
     return t;
 }
 

@@ -7,7 +7,8 @@
  *   same sum g0 + g1 in the same order); two steps, loss and grad norm too;
  * - rlp_policy_train_rl (GRPO, and REINFORCE++ whose batch normalisation
  *   needs statistics from all ranks) with whole groups per rank, also with
- *   a rank that has no trajectories at all;
+ *   a rank that has no trajectories at all, and with multi-turn
+ *   trajectories whose observation tokens (loss mask 0) count on no rank;
  * - rlp_policy_broadcast: weights and version from the root;
  * - the synchronizer's COLLECTIVE transport: a trainer rank publishes after
  *   each step, two rollout ranks pull into their engines' own copies;
@@ -223,8 +224,10 @@ static void test_train_step_matches_one_process(void **state)
 
 /* 4 groups × 3 samples; trajectory j of group g has 6 + (g + j) % 5
  * completion tokens; rewards differ within each group */
-static rlp_batch *rl_batch(int first_group, int n_groups)
+static rlp_batch *rl_batch(int first_group, int n_groups, int masked)
 {
+    /* multi-turn: tokens 2..3 of each completion are an observation */
+    static const uint8_t mask[12] = {1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
     rlp_batch *b;
     if (rlp_batch_create(&b))
         return NULL;
@@ -244,7 +247,7 @@ static rlp_batch *rl_batch(int first_group, int n_groups)
                                 .n_prompt_tokens = 4, .completion_tokens = comp, .n_completion_tokens = n,
                                 .logprobs = lp, .finish_reason = RLP_FINISH_LENGTH, .stop_index = -1,
                                 .temperature = 1.0f, .reward = (float)((g * 3 + j * 7) % 5) * 0.25f, .valid = 1,
-                                .sample_index = (uint32_t)j};
+                                .sample_index = (uint32_t)j, .loss_mask = masked ? mask : NULL};
             if (rlp_batch_append(b, &t)) {
                 rlp_batch_free(b);
                 return NULL;
@@ -256,6 +259,7 @@ static rlp_batch *rl_batch(int first_group, int n_groups)
 typedef struct rl_case {
     int advantage;
     int split;   /* groups on rank 0 (the rest on rank 1) */
+    int masked;  /* multi-turn trajectories with a loss mask */
 } rl_case;
 
 static int rl_rank(int rank, int world, const char *dir, void *arg)
@@ -265,7 +269,7 @@ static int rl_rank(int rank, int world, const char *dir, void *arg)
     if (setup(&e, rank, world, dir, 11, 30000))
         return 1;
     int first = world == 0 ? 0 : rank == 0 ? 0 : c->split, count = world == 0 ? 4 : rank == 0 ? c->split : 4 - c->split;
-    rlp_batch *b = rl_batch(first, count);
+    rlp_batch *b = rl_batch(first, count, c->masked);
     RANK_CHECK(b, "batch");
     rlp_rl_options o = RLP_RL_OPTIONS_INIT;
     o.advantage = c->advantage;
@@ -283,11 +287,11 @@ static int rl_rank(int rank, int world, const char *dir, void *arg)
     return rc;
 }
 
-static void check_rl(int advantage, int split, double tol)
+static void check_rl(int advantage, int split, double tol, int masked)
 {
     char dir[256];
     rank_tmpdir(dir, sizeof dir);
-    rl_case c = {advantage, split};
+    rl_case c = {advantage, split, masked};
     assert_int_equal(run_ranks(2, rl_rank, dir, &c), 0);
     assert_int_equal(run_ranks_ex(0, 0, 1, rl_rank, dir, &c, NULL), 0);
     saved r0, r1, one;
@@ -304,6 +308,8 @@ static void check_rl(int advantage, int split, double tol)
     for (int k = 0; k < 6; k++)
         assert_true(fabs(r0.extra[k] - one.extra[k]) <= 1e-5 * (fabs(one.extra[k]) + 1e-3));
     assert_true(one.extra[1] > 0); /* a real update happened */
+    if (masked) /* 97 completion tokens in 12 trajectories, 2 of each an observation */
+        assert_int_equal((size_t)one.extra[5], 97 - 24);
     free(r0.p);
     free(r1.p);
     free(one.p);
@@ -318,7 +324,7 @@ static void test_rl_grpo(void **state)
      * gradient elements into steps of up to lr: measured 2.6e-7 on one Xeon,
      * 2.0e-6 on another (OpenBLAS SkylakeX kernels); the loss, grad norm and
      * advantage statistics below are held to 1e-5 relative. */
-    check_rl(RLP_ADV_GRPO, 2, 1e-5);
+    check_rl(RLP_ADV_GRPO, 2, 1e-5, 0);
 }
 
 static void test_rl_reinforce_pp_global_normalisation(void **state)
@@ -329,13 +335,21 @@ static void test_rl_reinforce_pp_global_normalisation(void **state)
      * last-bit differences of gradient elements near ε = 1e-8 into visible
      * ones: measured 3.1e-6 on one Xeon, 1.4e-5 on another (OpenBLAS
      * SkylakeX kernels) */
-    check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-4);
+    check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-4, 0);
+}
+
+/* multi-turn: the whole-batch normalisation's mean and std and the token
+ * counts are of model tokens on every rank */
+static void test_rl_reinforce_pp_masked(void **state)
+{
+    (void)state;
+    check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-4, 1); /* tolerance: as the unmasked case above */
 }
 
 static void test_rl_rank_without_trajectories(void **state)
 {
     (void)state;
-    check_rl(RLP_ADV_GRPO, 4, 1e-6);
+    check_rl(RLP_ADV_GRPO, 4, 1e-6, 0);
 }
 
 /* ---- broadcast ---- */
@@ -581,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_train_step_matches_one_process),
         cmocka_unit_test(test_rl_grpo),
         cmocka_unit_test(test_rl_reinforce_pp_global_normalisation),
+        cmocka_unit_test(test_rl_reinforce_pp_masked),
         cmocka_unit_test(test_rl_rank_without_trajectories),
         cmocka_unit_test(test_broadcast_policy),
         cmocka_unit_test(test_collective_sync_transport),

@@ -470,6 +470,22 @@ static void append_rich(rlp_batch *b, uint64_t gid, uint32_t j)
                                         .sampling_seed = UINT64_MAX - gid,
                                         .batch = 7 + gid};
     }
+    /* multi-turn samples (j = 2): a loss mask (the middle token an
+     * observation) and the episode's record */
+    static const uint8_t mask[3] = {1, 0, 1};
+    if (j == 2) {
+        t.loss_mask = mask;
+        t.has_episode = 1;
+        t.episode = (rlp_episode_stats){.version = RLP_EPISODE_STATS_VERSION,
+                                        .turns = 2,
+                                        .tool_calls = 1 + (uint32_t)gid,
+                                        .tool_errors = 1,
+                                        .tool_timeouts = (uint32_t)gid % 2,
+                                        .observation_tokens = 1,
+                                        .observations_cut = 3,
+                                        .end = gid % 2 ? RLP_EPISODE_MAX_TURNS : RLP_EPISODE_DONE,
+                                        .tool_seconds = 0.125 * (double)gid};
+    }
     assert_int_equal(rlp_batch_append(b, &t), RLP_OK);
     if (j == 0) {
         size_t n = batch_n(b);
@@ -514,6 +530,19 @@ static void assert_same_traj(const rlp_trajectory *a, const rlp_trajectory *b)
     assert_int_equal(a->provenance.position, b->provenance.position);
     assert_int_equal(a->provenance.sampling_seed, b->provenance.sampling_seed);
     assert_int_equal(a->provenance.batch, b->provenance.batch);
+    assert_true((a->loss_mask == NULL) == (b->loss_mask == NULL));
+    if (a->loss_mask)
+        assert_memory_equal(a->loss_mask, b->loss_mask, a->n_completion_tokens);
+    assert_int_equal(a->has_episode, b->has_episode);
+    assert_int_equal(a->episode.version, b->episode.version);
+    assert_int_equal(a->episode.turns, b->episode.turns);
+    assert_int_equal(a->episode.tool_calls, b->episode.tool_calls);
+    assert_int_equal(a->episode.tool_errors, b->episode.tool_errors);
+    assert_int_equal(a->episode.tool_timeouts, b->episode.tool_timeouts);
+    assert_int_equal(a->episode.observation_tokens, b->episode.observation_tokens);
+    assert_int_equal(a->episode.observations_cut, b->episode.observations_cut);
+    assert_int_equal(a->episode.end, b->episode.end);
+    assert_true(a->episode.tool_seconds == b->episode.tool_seconds);
 }
 
 static rlp_replay_buffer *open_spill(const char *path, log_capture *cap, uint64_t compact)
@@ -573,12 +602,67 @@ static void test_spill_round_trip(void **state)
         assert_int_equal(b.has_provenance, b.group_id % 2 == 0);
         if (b.has_provenance)
             assert_int_equal(b.provenance.sampling_seed, UINT64_MAX - b.group_id);
+        /* the third sample of each group is a multi-turn one */
+        assert_int_equal(b.has_episode, b.sample_index == 2);
+        assert_true((b.loss_mask != NULL) == (b.sample_index == 2));
+        if (b.has_episode) {
+            assert_int_equal(b.loss_mask[1], 0);
+            assert_int_equal(b.episode.tool_calls, 1 + b.group_id);
+            assert_true(b.episode.tool_seconds == 0.125 * (double)b.group_id);
+        }
     }
     rlp_batch_free(out);
     rlp_replay_buffer_free(buf);
     buf = open_spill(path, NULL, 0);
     assert_int_equal(stats_of(buf).size, 0);
     rlp_replay_buffer_free(buf);
+    rlp_batch_free(orig);
+    unlink(path);
+}
+
+/* A batch file (rlp_batch_write_file, the spill's format) keeps every
+ * field of multi-turn samples: loss mask and episode record, next to
+ * provenance and token rewards; the file is of the current format. */
+static void test_batch_file_multiturn(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in_tmp(path, sizeof path, "multiturn.rlpb");
+    unlink(path);
+    rlp_batch *orig, *back = NULL;
+    assert_int_equal(rlp_batch_create(&orig), RLP_OK);
+    for (uint64_t g = 1; g <= 2; g++)
+        for (uint32_t j = 0; j < 3; j++)
+            append_rich(orig, g, j);
+    assert_int_equal(rlp_batch_write_file(orig, path), RLP_OK);
+    assert_int_equal(rlp_batch_read_file(&back, path), RLP_OK);
+    assert_int_equal(batch_n(back), 6);
+    size_t episodes = 0;
+    for (size_t i = 0; i < 6; i++) {
+        rlp_trajectory a = traj_at(orig, i), b = traj_at(back, i);
+        assert_same_traj(&a, &b);
+        episodes += b.has_episode != 0;
+    }
+    assert_int_equal(episodes, 2);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t head[RLPI_SPILL_HEADER_BYTES];
+    assert_int_equal(fread(head, 1, sizeof head, f), sizeof head);
+    fclose(f);
+    assert_int_equal(head[8], 3);
+    /* a version-2 caller reading it back gets its fields only */
+    struct {
+        rlp_trajectory t;
+        uint8_t guard[64];
+    } v2;
+    memset(&v2, 0xAB, sizeof v2);
+    v2.t.version = 2;
+    assert_int_equal(rlp_batch_get(&v2.t, back, 2), RLP_OK);
+    const uint8_t *tail = (const uint8_t *)&v2.t + offsetof(rlp_trajectory, loss_mask);
+    for (size_t k = 0; k < sizeof v2.t - offsetof(rlp_trajectory, loss_mask); k++)
+        assert_int_equal(tail[k], 0xAB);
+    assert_int_equal(v2.t.n_completion_tokens, 3);
+    rlp_batch_free(back);
     rlp_batch_free(orig);
     unlink(path);
 }
@@ -649,7 +733,7 @@ static void test_provenance_push_pull(void **state)
 
 /* A spill file of format 1 (before provenance; the same records without
  * its flag), written by the encoder under a format-1 header with a torn
- * tail: a buffer restores its group, rewrites the file as format 2 (so a
+ * tail: a buffer restores its group, rewrites the file in the current format (so a
  * record with provenance appended later matches its header) and cuts the
  * tail; the next buffer restores both groups, the second with provenance. */
 static void test_spill_format1_upgraded(void **state)
@@ -701,7 +785,7 @@ static void test_spill_format1_upgraded(void **state)
     uint8_t now[RLPI_SPILL_HEADER_BYTES];
     assert_int_equal(fread(now, 1, sizeof now, f), sizeof now);
     fclose(f);
-    assert_int_equal(now[8], 2); /* format 2 now */
+    assert_int_equal(now[8], 3); /* the current format now */
     assert_int_equal(rlpi_crc32(0, now, 12),
                      (uint32_t)now[12] | (uint32_t)now[13] << 8 | (uint32_t)now[14] << 16 | (uint32_t)now[15] << 24);
     const uint64_t gid = 56;
@@ -1200,6 +1284,15 @@ static void test_scan_python_fixtures(void **state)
         {"provenance_cut_short", RLP_E_FORMAT, 0, 0, 0},
         {"format1_push", RLP_OK, 1, 2, 0},
         {"format1_provenance_flag", RLP_E_FORMAT, 0, 0, 0},
+        {"format2_provenance", RLP_OK, 0, 0, 0},
+        {"format2_mask_flag", RLP_E_FORMAT, 0, 0, 0},
+        {"episode_mask", RLP_OK, 2, 3, 0},
+        {"mask_value_2", RLP_E_FORMAT, 0, 0, 0},
+        {"mask_cut_short", RLP_E_FORMAT, 0, 0, 0},
+        {"episode_bad_version", RLP_E_FORMAT, 0, 0, 0},
+        {"episode_bad_end", RLP_E_FORMAT, 0, 0, 0},
+        {"episode_nan_seconds", RLP_E_FORMAT, 0, 0, 0},
+        {"episode_cut_short", RLP_E_FORMAT, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];
@@ -1247,7 +1340,35 @@ static void test_scan_python_fixtures(void **state)
             assert_non_null(sc.groups[0]->trajs[1].token_rewards);
             assert_true(sc.groups[0]->trajs[1].token_rewards[1] == 1.0f);
             assert_false(sc.groups[1]->trajs[0].has_provenance);
+            assert_int_equal(sc.format, 3);
+        }
+        if (!strcmp(cases[i].name, "episode_mask")) {
+            /* group 30: a multi-turn sample (mask 1 1 0 0 0 1, episode 3 turns, 2 calls,
+             * 1 error, 3 observation tokens, 1 cut, done, 0.75 s) and a one-turn one */
+            const rlpi_traj *t = &sc.groups[0]->trajs[0], *u = &sc.groups[0]->trajs[1];
+            static const uint8_t want[6] = {1, 1, 0, 0, 0, 1};
+            assert_int_equal(t->n_tokens, 6);
+            assert_non_null(t->loss_mask);
+            assert_memory_equal(t->loss_mask, want, 6);
+            assert_true(t->has_episode && t->has_provenance && t->token_rewards);
+            assert_int_equal(t->episode.version, 1);
+            assert_int_equal(t->episode.turns, 3);
+            assert_int_equal(t->episode.tool_calls, 2);
+            assert_int_equal(t->episode.tool_errors, 1);
+            assert_int_equal(t->episode.tool_timeouts, 0);
+            assert_int_equal(t->episode.observation_tokens, 3);
+            assert_int_equal(t->episode.observations_cut, 1);
+            assert_int_equal(t->episode.end, RLP_EPISODE_DONE);
+            assert_true(t->episode.tool_seconds == 0.75);
+            assert_true(t->token_rewards[5] == 1.0f && t->logprobs[2] == 0.0f);
+            assert_true(u->has_episode && u->loss_mask && u->loss_mask[0] == 1 && u->loss_mask[1] == 1);
+            assert_int_equal(u->episode.end, RLP_EPISODE_MAX_TURNS);
+            assert_false(sc.groups[1]->trajs[0].has_episode || sc.groups[1]->trajs[0].loss_mask);
+        }
+        if (!strcmp(cases[i].name, "format2_provenance")) {
+            /* pushed and retired: nothing live, but the provenance records parsed */
             assert_int_equal(sc.format, 2);
+            assert_int_equal(sc.next_seq, 1);
         }
         if (!strcmp(cases[i].name, "format1_push")) {
             assert_int_equal(sc.format, 1);
@@ -1280,6 +1401,7 @@ int main(void)
         cmocka_unit_test(test_capacity_and_close),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_spill_round_trip),
+        cmocka_unit_test(test_batch_file_multiturn),
         cmocka_unit_test(test_provenance_push_pull),
         cmocka_unit_test(test_spill_format1_upgraded),
         cmocka_unit_test(test_spill_torn_and_corrupt),

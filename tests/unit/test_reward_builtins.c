@@ -765,6 +765,77 @@ static const row regex_rows[] = {
     {"scores are options", "{\"pattern\": \"x\", \"correct\": 3}", NULL, "x", NULL, NULL, 3},
 };
 
+/* The tool-episode rewards. lookup_em follows the SQuAD v1.1 script
+ * (normalize_answer, exact_match_score, f1_score); the F1 values are
+ * what that script gives for the same strings. */
+static const row tool_rows[] = {
+    {"em: exact", NULL, NULL, "<answer>Velmora</answer>", "Velmora", NULL, 1},
+    {"em: case, article, punctuation", NULL, NULL, "<answer> The velmora. </answer>", "Velmora", NULL, 1},
+    {"em: last answer counts", NULL, NULL, "<answer>Zorvia</answer> no, <answer>Velmora</answer>", "Velmora", NULL, 1},
+    {"em: wrong", NULL, NULL, "<answer>Zorvia</answer>", "Velmora", NULL, 0},
+    {"em: extra word", NULL, NULL, "<answer>Velmora city</answer>", "Velmora", NULL, 0},
+    {"em: inner punctuation dropped", NULL, NULL, "<answer>Talvin-Morasek</answer>", "TalvinMorasek", NULL, 1},
+    {"em: no answer", NULL, NULL, "Velmora", "Velmora", NULL, 0},
+    {"em: unclosed answer", NULL, NULL, "<answer>Velmora", "Velmora", NULL, 0},
+    {"em: no reference", NULL, NULL, "<answer>Velmora</answer>", NULL, NULL, INVALID},
+    {"em: reference from metadata", NULL, NULL, "<answer>Velmora</answer>", NULL, "{\"reference\": \"Velmora\"}", 1},
+    {"f1: partial", "{\"f1\": true}", NULL, "<answer>Talvin Morasek Jr</answer>", "Talvin Morasek", NULL, 0.8},
+    {"f1: exact", "{\"f1\": true}", NULL, "<answer>the Talvin Morasek</answer>", "Talvin Morasek", NULL, 1},
+    {"f1: repeated tokens count once each", "{\"f1\": true}", NULL, "<answer>x b b</answer>", "b c", NULL, 0.4},
+    {"f1: none", "{\"f1\": true}", NULL, "<answer>x</answer>", "y", NULL, 0},
+    {"f1: only articles vs empty", "{\"f1\": true}", NULL, "<answer>the</answer>", "a", NULL, 1},
+
+    {"search: ok", NULL, NULL, "<think>t</think><search>q</search>\n\n<information>\nx\n</information>\n\n<answer>A</answer>",
+     NULL, NULL, 1},
+    {"search: answer only", NULL, NULL, "<answer>A</answer><|im_end|>\n", NULL, NULL, 1},
+    {"search: access ok", NULL, NULL, "<access>d1</access><information>y</information><answer>A</answer>", NULL, NULL, 1},
+    {"search: unclosed search", NULL, NULL, "<search>q <answer>A</answer>", NULL, NULL, 0},
+    {"search: nested search", NULL, NULL, "<search>q <search>r</search></search><answer>A</answer>", NULL, NULL, 0},
+    {"search: stray close", NULL, NULL, "</search><answer>A</answer>", NULL, NULL, 0},
+    {"search: two answers", NULL, NULL, "<answer>A</answer><answer>B</answer>", NULL, NULL, 0},
+    {"search: no answer", NULL, NULL, "<search>q</search>", NULL, NULL, 0},
+    {"search: text after answer", NULL, NULL, "<answer>A</answer> and more", NULL, NULL, 0},
+    {"search: search in answer", NULL, NULL, "<answer>A <search>q</search></answer>", NULL, NULL, 0},
+    {"search: unclosed answer", NULL, NULL, "<answer>A", NULL, NULL, 0},
+    {"search: weights", "{\"correct\": 0.5, \"wrong\": -1}", NULL, "<answer>A", NULL, NULL, -1},
+
+    {"hermes: call then answer", NULL, NULL,
+     "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"q\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n"
+     "<tool_response>\nx\n</tool_response><|im_end|>\n<|im_start|>assistant\n<answer>A</answer>",
+     NULL, NULL, 1},
+    {"hermes: plain answer, no calls", NULL, NULL, "It is Velmora.", NULL, NULL, 1},
+    {"hermes: bad json", NULL, NULL, "<tool_call>{name: 1}</tool_call>\n<tool_response>\ne\n</tool_response>Velmora",
+     NULL, NULL, 0},
+    {"hermes: ends with a call", NULL, NULL,
+     "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call><|im_end|>", NULL, NULL, 0},
+    {"hermes: ends with an open call", NULL, NULL,
+     "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call><tool_response>x</tool_response>"
+     "<tool_call>{\"name\": \"search\"", NULL, NULL, 0},
+    {"hermes: ends with a complete unclosed call", NULL, NULL, "<tool_call>{\"name\": \"search\"}", NULL, NULL, 0},
+    {"hermes: ends after a response with nothing", NULL, NULL,
+     "<tool_call>{\"name\": \"search\"}</tool_call><tool_response>x</tool_response>\n", NULL, NULL, 0},
+    {"hermes: empty", NULL, NULL, "  ", NULL, NULL, 0},
+};
+
+static void test_tool_rewards_table(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"lookup_em", "search_format", "tool_call_format"};
+    size_t n = sizeof tool_rows / sizeof tool_rows[0];
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const row *r = &tool_rows[i];
+        const char *name = names[r->label[0] == 'e' || r->label[0] == 'f' ? 0 : r->label[0] == 's' ? 1 : 2];
+        rlp_reward_result res = score_with(name, r->options, r->prompt, r->completion, strlen(r->completion),
+                                           r->reference, r->metadata);
+        bad += !check(name, r, &res);
+    }
+    assert_int_equal(bad, 0);
+    rlp_reward_fn *fn;
+    assert_int_equal(rlp_reward_fn_create_builtin(&fn, "lookup_em", "{\"f1\": 1}"), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_reward_fn_create_builtin(&fn, "search_format", "{\"extract\": \"boxed\"}"), RLP_E_INVALID_ARG);
+}
+
 static void test_regex_match_table(void **state)
 {
     (void)state;
@@ -804,7 +875,7 @@ static void test_create_errors(void **state)
         rlp_reward_fn_free(fn);
         n++;
     }
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 11);
     assert_int_equal(rlp_reward_fn_create_builtin(&fn, "gsm8k", "{\"name\": \"math\"}"), RLP_OK);
     assert_string_equal(rlp_reward_fn_name(fn), "math");
     rlp_reward_fn_free(fn);
@@ -817,7 +888,8 @@ int main(void)
         cmocka_unit_test(test_format_answer_content),
         cmocka_unit_test(test_gsm8k_table),      cmocka_unit_test(test_boxed_math_table),
         cmocka_unit_test(test_countdown_table),  cmocka_unit_test(test_exact_match_table),
-        cmocka_unit_test(test_regex_match_table), cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_regex_match_table),
+        cmocka_unit_test(test_tool_rewards_table), cmocka_unit_test(test_create_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,10 @@
  * Tolerance: |got − want| ≤ 1e-6 + 1e-6·|want| (float32 outputs of double
  * sums). Also: 1, 2 and 4 micro-batches give the same loss and gradient;
  * public-bugs cases #8 (all-equal non-dyadic rewards → exactly 0) and #9
- * (token-mean under gradient accumulation) as whole kinds. */
+ * (token-mean under gradient accumulation) as whole kinds. Multi-turn
+ * sequences with a loss mask against the same reference
+ * (fixtures/rl/masked_cases.json, same tolerance): observation tokens get
+ * advantage 0 and gradient exactly 0 and count in no mean. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,6 +59,7 @@ typedef struct loaded {
     size_t *tok_start;
     uint64_t *group;
     float *reward, *logp, *old, *behav, *ref, *ent, *tokr;
+    uint8_t *mask; /* NULL when the case has none */
 } loaded;
 
 static void load_case(json_t *c, loaded *L)
@@ -103,24 +107,35 @@ static void load_case(json_t *c, loaded *L)
     L->ref = floats(json_object_get(c, "ref"), &n);
     L->ent = floats(json_object_get(c, "entropy"), &n);
     L->tokr = floats(json_object_get(c, "token_rewards"), &n);
+    json_t *mask = json_object_get(c, "mask");
+    L->mask = NULL;
+    if (mask) {
+        assert_int_equal(json_array_size(mask), L->n_tok);
+        L->mask = malloc(L->n_tok);
+        for (size_t k = 0; k < L->n_tok; k++)
+            L->mask[k] = (uint8_t)json_integer_value(json_array_get(mask, k));
+    }
     L->s = (rlpi_rl_seqs){.n_seqs = L->n_seq, .tok_start = L->tok_start, .group = L->group, .reward = L->reward,
                           .token_reward = L->tokr, .logp_old = L->old, .logp_behav = L->behav,
-                          .logp_ref = L->ref};
+                          .logp_ref = L->ref, .mask = L->mask};
 }
 
 static void free_case(loaded *L)
 {
     free(L->tok_start), free(L->group), free(L->reward), free(L->logp), free(L->old), free(L->behav);
-    free(L->ref), free(L->ent), free(L->tokr);
+    free(L->ref), free(L->ent), free(L->tokr), free(L->mask);
 }
 
 /* loss and gradients with the sequences cut into `parts` micro-batches */
 static double run_loss(loaded *L, const float *adv, size_t parts, float *dlogp, float *dent)
 {
-    size_t longest = 0;
-    for (size_t i = 0; i < L->n_seq; i++)
-        longest = L->tok_start[i + 1] - L->tok_start[i] > longest ? L->tok_start[i + 1] - L->tok_start[i] : longest;
-    rlpi_rl_norm nm = {(double)L->n_seq, (double)L->n_tok,
+    size_t longest = 0, model = 0; /* in model tokens, as the RL step counts them */
+    for (size_t i = 0; i < L->n_seq; i++) {
+        size_t m = rlpi_rl_model_tokens(&L->s, i);
+        longest = m > longest ? m : longest;
+        model += m;
+    }
+    rlpi_rl_norm nm = {(double)L->n_seq, (double)model,
                        L->o.agg_norm_constant > 0 ? L->o.agg_norm_constant : (double)longest};
     rlpi_rl_acc acc = {0};
     for (size_t p = 0; p < parts; p++) {
@@ -143,16 +158,15 @@ static double run_loss(loaded *L, const float *adv, size_t parts, float *dlogp, 
     return acc.loss;
 }
 
-static void test_against_pytorch(void **state)
+static void against_pytorch(const char *file, size_t min_cases)
 {
-    (void)state;
     char path[4096];
     json_error_t err;
-    json_t *root = json_load_file(source_path(path, sizeof path, "tests/reference/fixtures/rl/cases.json"), 0, &err);
+    json_t *root = json_load_file(source_path(path, sizeof path, file), 0, &err);
     assert_non_null(root);
     json_t *cases = json_object_get(root, "cases");
     size_t nc = json_array_size(cases);
-    assert_true(nc >= 180);
+    assert_true(nc >= min_cases);
     for (size_t ci = 0; ci < nc; ci++) {
         json_t *c = json_array_get(cases, ci);
         loaded L;
@@ -170,6 +184,8 @@ static void test_against_pytorch(void **state)
         for (size_t k = 0; k < L.n_tok; k++) {
             close_enough(g1[k], json_number_value(json_array_get(wg, k)), "dlogp", ci, k);
             close_enough(e1[k], json_number_value(json_array_get(we, k)), "dentropy", ci, k);
+            if (L.mask && !L.mask[k]) /* an observation token: nothing at all */
+                assert_true(adv[k] == 0.0f && g1[k] == 0.0f && e1[k] == 0.0f);
         }
         /* micro-batching changes nothing */
         for (size_t parts = 2; parts <= 4; parts *= 2) {
@@ -184,8 +200,21 @@ static void test_against_pytorch(void **state)
         free(g1), free(e1), free(adv);
         free_case(&L);
     }
-    print_message("%zu PyTorch reference cases\n", nc);
+    print_message("%zu PyTorch reference cases (%s)\n", nc, file);
     json_decref(root);
+}
+
+static void test_against_pytorch(void **state)
+{
+    (void)state;
+    against_pytorch("tests/reference/fixtures/rl/cases.json", 180);
+}
+
+/* multi-turn: every estimator × loss × aggregation with a loss mask */
+static void test_masked_against_pytorch(void **state)
+{
+    (void)state;
+    against_pytorch("tests/reference/fixtures/rl/masked_cases.json", 60);
 }
 
 /* case #8: equal non-dyadic rewards give exactly 0 for every estimator with
@@ -344,7 +373,7 @@ static void test_hand_computed_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_pytorch),
+        cmocka_unit_test(test_against_pytorch), cmocka_unit_test(test_masked_against_pytorch),
         cmocka_unit_test(test_equal_rewards_zero_advantage),
         cmocka_unit_test(test_accumulation_normaliser),
         cmocka_unit_test(test_overlong_and_options),

@@ -5,7 +5,9 @@
  * invalid and unscored trajectories, that the version counts RL steps (one
  * per call, whatever it applied) while the optimizer counts its updates, a
  * KL against an identical reference being 0, and that GRPO raises a simple
- * reward within a few steps. */
+ * reward within a few steps. Multi-turn batches: observation tokens (loss
+ * mask 0) get no gradient and count nowhere, whatever their logprobs and
+ * rewards. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -323,6 +325,203 @@ static void test_grpo_learns(void **state)
     rlp_policy_free(p);
 }
 
+/* A multi-turn-like batch: 2 groups × 2 samples, 14 completion tokens each
+ * alternating model turns and observations (mask 0). variant 0: the
+ * observations as a rollout stores them (logprob 0, token reward 0);
+ * variant 1: arbitrary logprobs and token rewards there, which must not
+ * matter. with_mask 0: the same tokens without a mask (all trained). The
+ * model tokens' behaviour logprobs are π's own, nudged, so that importance
+ * weights differ from 1. */
+static const uint8_t MT_MASK[14] = {1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1};
+#define MT_MODEL 8
+
+static rlp_batch *multiturn_batch(rlp_policy *p, int variant, int with_mask)
+{
+    rlp_batch *b;
+    assert_int_equal(rlp_batch_create(&b), RLP_OK);
+    const float rewards[4] = {1.0f, 0.0f, 0.5f, -0.25f};
+    for (int k = 0; k < 4; k++) {
+        const int32_t *prompt = k < 2 ? PA : PB;
+        size_t np = k < 2 ? 3 : 4;
+        int32_t ids[32];
+        memcpy(ids, prompt, np * sizeof *ids);
+        for (int j = 0; j < 14; j++)
+            ids[np + (size_t)j] = (7 * j + 11 * k + 3) % 64;
+        rlp_sequence sq = {ids, (uint32_t)(np + 14), (uint32_t)np};
+        float lp[14], tokr[14];
+        assert_int_equal(rlp_policy_logprobs(p, &sq, 1, 1.0f, lp, NULL, 14, NULL), RLP_OK);
+        for (int j = 0; j < 14; j++) {
+            if (MT_MASK[j]) {
+                lp[j] += 0.05f * (float)((j + k) % 5 - 2);
+                tokr[j] = 0.1f * (float)((j * 3 + k) % 4) - 0.1f;
+            } else {
+                lp[j] = variant ? -3.0f - (float)j : 0.0f;
+                tokr[j] = variant ? 5.0f + (float)j : 0.0f;
+            }
+        }
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION,
+                            .group_id = (uint64_t)(k / 2),
+                            .prompt_tokens = prompt,
+                            .n_prompt_tokens = np,
+                            .completion_tokens = ids + np,
+                            .n_completion_tokens = 14,
+                            .logprobs = lp,
+                            .finish_reason = RLP_FINISH_LENGTH,
+                            .stop_index = -1,
+                            .temperature = 1.0f,
+                            .reward = rewards[k],
+                            .valid = 1,
+                            .sample_index = (uint32_t)(k % 2),
+                            .token_rewards = tokr,
+                            .loss_mask = with_mask ? MT_MASK : NULL,
+                            .has_episode = with_mask,
+                            .episode = {.version = RLP_EPISODE_STATS_VERSION, .turns = 3, .tool_calls = 2,
+                                        .observation_tokens = 14 - MT_MODEL, .end = RLP_EPISODE_DONE}};
+        assert_int_equal(rlp_batch_append(b, &t), RLP_OK);
+        assert_int_equal(rlp_batch_set_reward(b, (size_t)k, rewards[k]), RLP_OK);
+    }
+    return b;
+}
+
+static void same(double a, double b, const char *what, int cfg)
+{
+    /* the same arithmetic on the same model tokens: equal to rounding of
+     * nothing (1e-12 only guards against a compiler's contraction) */
+    if (!(fabs(a - b) <= 1e-12 * fmax(1.0, fabs(a))))
+        fail_msg("config %d: %s %.17g vs %.17g", cfg, what, a, b);
+}
+
+/* No token of an observation gets gradient: the behaviour logprobs and
+ * (process) rewards of the observation tokens can be anything, every loss,
+ * estimator and aggregation gives the same update and statistics, whose
+ * token counts are the model tokens; without the mask the update differs. */
+static void test_observation_tokens_get_no_gradient(void **state)
+{
+    (void)state;
+    struct {
+        int adv, loss, agg, kl, kl_in_reward, mbs, epochs;
+        float tis, ent, gamma, overlong;
+    } cfg[] = {
+        {RLP_ADV_GRPO, RLP_LOSS_PPO_CLIP, RLP_AGG_TOKEN_MEAN, RLP_KL_K3, 0, 1, 1, 0, 0.01f, 1, 0},
+        {RLP_ADV_REINFORCE_PP, RLP_LOSS_DECOUPLED_PPO, RLP_AGG_SEQ_MEAN_TOKEN_SUM, RLP_KL_K1, 1, 1, 1, 0, 0, 0.9f, 0},
+        {RLP_ADV_DR_GRPO, RLP_LOSS_GSPO, RLP_AGG_SEQ_MEAN_TOKEN_MEAN, RLP_KL_K2, 0, 2, 2, 0, 0.02f, 1, 0},
+        {RLP_ADV_RLOO, RLP_LOSS_PPO_CLIP, RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, 0, 2, 1, 1.02f, 0, 1, 10},
+        {RLP_ADV_REINFORCE_PP, RLP_LOSS_GSPO, RLP_AGG_TOKEN_MEAN, 0, 0, 1, 1, 0, 0, 0.95f, 0},
+    };
+    rlp_policy *ref = tiny(77);
+    for (int c = 0; c < (int)(sizeof cfg / sizeof *cfg); c++) {
+        rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+        o.advantage = cfg[c].adv;
+        o.policy_loss = cfg[c].loss;
+        o.loss_agg = cfg[c].agg;
+        o.kl_estimator = cfg[c].kl;
+        o.kl_coef = cfg[c].kl ? 0.05f : 0.0f;
+        o.kl_in_reward = cfg[c].kl_in_reward;
+        o.mini_batches = (uint32_t)cfg[c].mbs;
+        o.ppo_epochs = (uint32_t)cfg[c].epochs;
+        o.tis_cap = cfg[c].tis;
+        o.entropy_coef = cfg[c].ent;
+        o.gamma = cfg[c].gamma;
+        if (cfg[c].overlong > 0) {
+            /* 14 tokens, 8 of them the model's: no penalty with the mask */
+            o.overlong_max = (uint32_t)cfg[c].overlong;
+            o.overlong_cache = 2;
+        }
+        rlp_policy *pa = tiny(7), *pb = tiny(7), *pc = tiny(7);
+        rlp_batch *ba = multiturn_batch(pa, 0, 1), *bb = multiturn_batch(pa, 1, 1), *bc = multiturn_batch(pa, 0, 0);
+        rlp_rl_stats sa, sb, sc;
+        assert_int_equal(rlp_policy_train_rl(pa, ba, ref, &o, &sa), RLP_OK);
+        assert_int_equal(rlp_policy_train_rl(pb, bb, ref, &o, &sb), RLP_OK);
+        assert_int_equal(rlp_policy_train_rl(pc, bc, ref, &o, &sc), RLP_OK);
+        print_message("config %d: loss %.9g grad norm %.9g (without mask %.9g), kl %.6g, entropy %.6g\n", c, sa.loss,
+                      sa.grad_norm, sc.grad_norm, sa.kl, sa.entropy);
+        assert_int_equal(sa.n_tokens, 4 * MT_MODEL);
+        assert_int_equal(sb.n_tokens, 4 * MT_MODEL);
+        assert_int_equal(sc.n_tokens, 4 * 14);
+        assert_int_equal(sa.n_seqs, 4);
+        assert_int_equal(sa.optimizer_steps, (uint32_t)(cfg[c].mbs * cfg[c].epochs));
+        assert_true(isfinite(sa.grad_norm) && sa.grad_norm > 0);
+        same(sa.loss, sb.loss, "loss", c);
+        same(sa.pg_loss, sb.pg_loss, "pg_loss", c);
+        same(sa.kl, sb.kl, "kl", c);
+        same(sa.entropy, sb.entropy, "entropy", c);
+        same(sa.grad_norm, sb.grad_norm, "grad_norm", c);
+        same(sa.clip_frac_low, sb.clip_frac_low, "clip_frac_low", c);
+        same(sa.clip_frac_high, sb.clip_frac_high, "clip_frac_high", c);
+        same(sa.ratio_mean, sb.ratio_mean, "ratio_mean", c);
+        same(sa.ratio_max, sb.ratio_max, "ratio_max", c);
+        same(sa.behav_weight_mean, sb.behav_weight_mean, "behav_weight_mean", c);
+        same(sa.behav_weight_max, sb.behav_weight_max, "behav_weight_max", c);
+        same(sa.adv_mean, sb.adv_mean, "adv_mean", c);
+        same(sa.adv_std, sb.adv_std, "adv_std", c);
+        same(sa.reward_mean, sb.reward_mean, "reward_mean", c);
+        if (cfg[c].overlong > 0) {
+            same(sa.reward_mean, 0.3125, "reward_mean (no overlong penalty on 8 model tokens)", c);
+            same(sc.reward_mean, 0.3125 - 1.0, "reward_mean (14 unmasked tokens: penalty −1)", c);
+        }
+        /* the mask matters: trained on every token, the update is another */
+        assert_true(fabs(sa.grad_norm - sc.grad_norm) > 1e-6 * sa.grad_norm);
+        /* and the two masked runs left the same weights */
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        assert_int_equal(rlp_batch_get(&t, ba, 2), RLP_OK);
+        int32_t ids[32];
+        memcpy(ids, t.prompt_tokens, t.n_prompt_tokens * 4);
+        memcpy(ids + t.n_prompt_tokens, t.completion_tokens, t.n_completion_tokens * 4);
+        rlp_sequence sq = {ids, (uint32_t)(t.n_prompt_tokens + 14), (uint32_t)t.n_prompt_tokens};
+        float la[14], lb[14];
+        assert_int_equal(rlp_policy_logprobs(pa, &sq, 1, 1.0f, la, NULL, 14, NULL), RLP_OK);
+        assert_int_equal(rlp_policy_logprobs(pb, &sq, 1, 1.0f, lb, NULL, 14, NULL), RLP_OK);
+        for (int k = 0; k < 14; k++)
+            assert_true(la[k] == lb[k]);
+        rlp_batch_free(ba), rlp_batch_free(bb), rlp_batch_free(bc);
+        rlp_policy_free(pa), rlp_policy_free(pb), rlp_policy_free(pc);
+    }
+    rlp_policy_free(ref);
+}
+
+/* rlp_rl_advantages and the logprob mismatch see model tokens only */
+static void test_mask_in_advantages_and_mismatch(void **state)
+{
+    (void)state;
+    rlp_policy *p = tiny(8);
+    rlp_batch *b = multiturn_batch(p, 1, 1), *c = multiturn_batch(p, 1, 0);
+    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+    o.advantage = RLP_ADV_REINFORCE;
+    o.overlong_max = 10; /* 8 model tokens: no penalty; 14 tokens: −1 */
+    o.overlong_cache = 2;
+    float ab[4], ac[4];
+    assert_int_equal(rlp_rl_advantages(ab, 4, b, &o), RLP_OK);
+    assert_int_equal(rlp_rl_advantages(ac, 4, c, &o), RLP_OK);
+    const float rewards[4] = {1.0f, 0.0f, 0.5f, -0.25f};
+    for (int k = 0; k < 4; k++) {
+        assert_true(ab[k] == rewards[k]);
+        assert_true(ac[k] == rewards[k] - 1.0f);
+    }
+    /* REINFORCE++ with γ < 1: the discount counts model tokens, the
+     * observations' token rewards (5 + j in variant 1) are ignored: the
+     * advantage at the first token is the same in both variants */
+    o = (rlp_rl_options)RLP_RL_OPTIONS_INIT;
+    o.advantage = RLP_ADV_REINFORCE_PP;
+    o.gamma = 0.9f;
+    rlp_batch *b0 = multiturn_batch(p, 0, 1);
+    float a0[4], a1[4];
+    assert_int_equal(rlp_rl_advantages(a0, 4, b0, &o), RLP_OK);
+    assert_int_equal(rlp_rl_advantages(a1, 4, b, &o), RLP_OK);
+    for (int k = 0; k < 4; k++)
+        assert_true(a0[k] == a1[k]);
+    /* the model tokens' behaviour logprobs are π's own, nudged by at most
+     * 0.1; the observations' are −3 − j: skipped */
+    rlp_mismatch_stats ms;
+    assert_int_equal(rlp_batch_logprob_mismatch(&ms, b, p), RLP_OK);
+    assert_int_equal(ms.n_tokens, 4 * MT_MODEL);
+    assert_true(ms.max_abs <= 0.1 + 1e-5);
+    assert_int_equal(rlp_batch_logprob_mismatch(&ms, c, p), RLP_OK);
+    assert_int_equal(ms.n_tokens, 4 * 14);
+    assert_true(ms.max_abs > 1.0);
+    rlp_batch_free(b), rlp_batch_free(b0), rlp_batch_free(c);
+    rlp_policy_free(p);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -344,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_first_step_ratio_and_stats),        cmocka_unit_test(test_micro_batching_same_update),
         cmocka_unit_test(test_epochs_minibatches_filter_invalid), cmocka_unit_test(test_versions_count_rl_steps),
         cmocka_unit_test(test_kl_to_identical_reference_is_zero), cmocka_unit_test(test_grpo_learns),
+        cmocka_unit_test(test_observation_tokens_get_no_gradient), cmocka_unit_test(test_mask_in_advantages_and_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,7 +23,7 @@ a policy, a task and a reward); rlpost.RolloutWorker is its producer half.
 """
 from . import _ffi
 from ._util import HAVE_NUMPY, Record
-from .batch import Batch, FinishReason, Provenance, Trajectory
+from .batch import Batch, Episode, EpisodeEnd, FinishReason, Provenance, Trajectory
 from .comm import Comm, CommTransport, ReduceOp
 from .buffer import STALENESS_UNBOUNDED, WAIT_FOREVER, BufferFullPolicy, ReplayBuffer
 from .context import (Backend, Context, LogLevel, MatmulPrecision, abi_version, backend_available,
@@ -53,14 +53,14 @@ __all__ = [
     "NetworkError", "CallbackError", "ClosedError", "AgainError", "NotFoundError", "StateError", "InternalError",
     # handles
     "Context", "Tokenizer", "Detokenizer", "Policy", "LossContext", "model_inspect", "Batch", "Trajectory",
-    "Provenance", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward",
+    "Provenance", "Episode", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward",
     "InvalidSample", "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm", "Trainer", "RolloutWorker",
     "BatchView", "StepRecord", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
-    "STALENESS_UNBOUNDED", "TrainMode",
+    "STALENESS_UNBOUNDED", "TrainMode", "EpisodeEnd",
 ]
 
 #: Version of these bindings (the library's own is version_string()).

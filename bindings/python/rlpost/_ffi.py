@@ -164,6 +164,11 @@ Provenance = _struct("rlp_provenance", [
     ("version", c_uint32), ("prompt_index", c_uint64), ("epoch", c_uint64), ("position", c_uint64),
     ("sampling_seed", c_uint64), ("batch", c_uint64)])
 
+EpisodeStats = _struct("rlp_episode_stats", [
+    ("version", c_uint32), ("turns", c_uint32), ("tool_calls", c_uint32), ("tool_errors", c_uint32),
+    ("tool_timeouts", c_uint32), ("observation_tokens", c_uint32), ("observations_cut", c_uint32),
+    ("end", c_int32), ("tool_seconds", c_double)])
+
 Trajectory = _struct("rlp_trajectory", [
     ("version", c_uint32), ("group_id", c_uint64), ("prompt_tokens", POINTER(c_int32)),
     ("n_prompt_tokens", c_size_t), ("completion_tokens", POINTER(c_int32)),
@@ -172,7 +177,8 @@ Trajectory = _struct("rlp_trajectory", [
     ("policy_version", c_uint64), ("finish_reason", c_int32), ("stop_index", c_int32),
     ("temperature", c_float), ("reward", c_float), ("valid", c_int32), ("error", c_char_p),
     ("metadata_json", c_char_p), ("sample_index", c_uint32), ("token_rewards", POINTER(c_float)),
-    ("has_provenance", c_int32), ("provenance", Provenance)], version=2)
+    ("has_provenance", c_int32), ("provenance", Provenance),
+    ("loss_mask", POINTER(c_uint8)), ("has_episode", c_int32), ("episode", EpisodeStats)], version=3)
 
 SamplingOptions = _struct("rlp_sampling_options", [
     ("version", c_uint32), ("n", c_uint32), ("temperature", c_float), ("top_k", c_int32),

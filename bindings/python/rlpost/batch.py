@@ -3,7 +3,7 @@ and the RL step share."""
 import enum
 import json
 import math
-from ctypes import byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
+from ctypes import byref, c_float, c_int32, c_size_t, c_uint8, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
@@ -21,6 +21,45 @@ class FinishReason(enum.IntEnum):
     LENGTH = 2
     ABORT = 3
     ERROR = 4
+
+
+class EpisodeEnd(enum.IntEnum):
+    """rlp_episode_end: how a multi-turn episode ended"""
+    RUNNING = 0
+    DONE = 1
+    MAX_TURNS = 2
+    BUDGET = 3
+    ERROR = 4
+    ABORT = 5
+
+
+class Episode(Record):
+    """What happened in one multi-turn episode (rlp_episode_stats): turns
+    (model turns), tool_calls, tool_errors, tool_timeouts,
+    observation_tokens (appended with loss mask 0), observations_cut, end
+    (an EpisodeEnd) and tool_seconds (the environment's wall time)."""
+
+
+_EPISODE_KEYS = ("turns", "tool_calls", "tool_errors", "tool_timeouts", "observation_tokens", "observations_cut",
+                 "end", "tool_seconds")
+
+
+def _c_episode(value, what):
+    """An Episode or a dict -> rlp_episode_stats (missing fields 0, end DONE)."""
+    values = dict(value if isinstance(value, dict) else vars(value))
+    unknown = set(values) - set(_EPISODE_KEYS)
+    if unknown:
+        raise TypeError("%s: unknown episode field(s) %s" % (what, ", ".join(sorted(unknown))))
+    e = _ffi.EpisodeStats()
+    e.version = e._version_
+    for key in _EPISODE_KEYS[:6]:
+        v = int(values.get(key, 0))
+        if not 0 <= v < 2 ** 32:
+            raise ValueError("%s: episode %s = %d is outside 0 .. 2**32 - 1" % (what, key, v))
+        setattr(e, key, v)
+    e.end = int(values.get("end", EpisodeEnd.DONE))
+    e.tool_seconds = float(values.get("tool_seconds", 0.0))
+    return e
 
 
 class Provenance(Record):
@@ -59,7 +98,10 @@ class Trajectory(Record):
     token_versions, prompt_text, completion_text, policy_version,
     finish_reason, stop_index, temperature, reward (NaN until scored),
     valid, error, metadata_json, sample_index, token_rewards (or None),
-    provenance (a Provenance, or None when the producer set none).
+    provenance (a Provenance, or None when the producer set none),
+    loss_mask (one 0/1 per completion token: 0 for an observation token of
+    a multi-turn episode, which gets no gradient; None = all the model's)
+    and episode (an Episode, or None for a single-turn sample).
     `metadata` parses metadata_json."""
 
     @property
@@ -69,7 +111,8 @@ class Trajectory(Record):
 
 _APPEND_KEYS = ("group_id", "prompt_tokens", "completion_tokens", "logprobs", "token_versions", "prompt_text",
                 "completion_text", "policy_version", "finish_reason", "stop_index", "temperature", "reward",
-                "valid", "error", "metadata_json", "metadata", "sample_index", "token_rewards", "provenance")
+                "valid", "error", "metadata_json", "metadata", "sample_index", "token_rewards", "provenance",
+                "loss_mask", "episode")
 
 
 def _or_empty(v):
@@ -127,7 +170,11 @@ class Batch(Handle):
                 error=text(t.error), metadata_json=text(t.metadata_json), sample_index=t.sample_index,
                 token_rewards=from_c(t.token_rewards, nc, c_float) if t.token_rewards else None,
                 provenance=Provenance(**{k: getattr(t.provenance, k) for k in _PROVENANCE_KEYS})
-                if t.has_provenance else None)
+                if t.has_provenance else None,
+                loss_mask=from_c(t.loss_mask, nc, c_uint8) if t.loss_mask else None,
+                episode=Episode(**{k: getattr(t.episode, k) for k in _EPISODE_KEYS[:6]},
+                                end=EpisodeEnd(t.episode.end), tool_seconds=t.episode.tool_seconds)
+                if t.has_episode else None)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -154,9 +201,10 @@ class Batch(Handle):
         completion_tokens, logprobs, token_versions, prompt_text,
         completion_text, policy_version, finish_reason, stop_index,
         temperature, reward, valid, error, metadata / metadata_json,
-        sample_index, token_rewards, provenance: a Provenance or a dict).
-        Defaults: finish STOP, stop_index -1, temperature 1, reward NaN
-        (unscored), valid, no provenance."""
+        sample_index, token_rewards, provenance: a Provenance or a dict,
+        loss_mask: one 0/1 per completion token, episode: an Episode or a
+        dict). Defaults: finish STOP, stop_index -1, temperature 1, reward
+        NaN (unscored), valid, no provenance, no mask, no episode."""
         self._check_writable("append")
         values = {}
         if trajectory is not None:
@@ -173,7 +221,8 @@ class Batch(Handle):
         keep += [comp, prm]
         t.prompt_tokens, t.n_prompt_tokens = prm.ptr, prm.n
         t.completion_tokens, t.n_completion_tokens = comp.ptr, comp.n
-        for key, ctype in (("logprobs", c_float), ("token_versions", c_uint64), ("token_rewards", c_float)):
+        for key, ctype in (("logprobs", c_float), ("token_versions", c_uint64), ("token_rewards", c_float),
+                           ("loss_mask", c_uint8)):
             v = values.get(key)
             if v is not None:
                 a = CArray(v, ctype, key)
@@ -203,6 +252,9 @@ class Batch(Handle):
         if values.get("provenance") is not None:
             t.has_provenance = 1
             t.provenance = _c_provenance(values["provenance"], {}, "append")
+        if values.get("episode") is not None:
+            t.has_episode = 1
+            t.episode = _c_episode(values["episode"], "append")
         with self._use() as p:
             check(F.rlp_batch_append(p, byref(t)), "rlp_batch_append")
 

@@ -99,6 +99,50 @@ def test_batch_provenance():
     assert a[1].provenance is None
 
 
+def test_batch_multiturn_mask_and_episode(tmp_path):
+    """rlp_trajectory version 3: a loss mask (observation tokens 0) and the
+    episode record survive append, get, copies, extend and batch files."""
+    b = rlpost.Batch()
+    b.append(group_id=3, prompt_tokens=[1, 2], completion_tokens=[4, 5, 6, 7, 8],
+             logprobs=[-0.5, -1.0, 0.0, 0.0, -2.0], loss_mask=[1, 1, 0, 0, 1], reward=1.0,
+             episode=rlpost.Episode(turns=2, tool_calls=1, tool_errors=0, tool_timeouts=1, observation_tokens=2,
+                                    observations_cut=1, end=rlpost.EpisodeEnd.MAX_TURNS, tool_seconds=0.25))
+    b.append(group_id=3, sample_index=1, prompt_tokens=[1, 2], completion_tokens=[9], logprobs=[-1.0], reward=0.0,
+             episode={"turns": 1, "end": rlpost.EpisodeEnd.DONE})
+    t, u = b[0], b[1]
+    assert list(t.loss_mask) == [1, 1, 0, 0, 1]
+    assert t.episode == rlpost.Episode(turns=2, tool_calls=1, tool_errors=0, tool_timeouts=1, observation_tokens=2,
+                                       observations_cut=1, end=rlpost.EpisodeEnd.MAX_TURNS, tool_seconds=0.25)
+    assert t.episode.end is rlpost.EpisodeEnd.MAX_TURNS
+    assert u.loss_mask is None and u.episode.turns == 1 and u.episode.tool_calls == 0
+    assert u.episode.end == rlpost.EpisodeEnd.DONE
+    # copies (append of a Trajectory, extend) and a batch file keep both
+    c = rlpost.Batch()
+    c.append(t)
+    c.append(u)
+    assert c[0] == t and c[1] == u
+    d = rlpost.Batch()
+    d.extend(c)
+    assert d[0] == t and len(c) == 0
+    path = tmp_path / "multiturn.rlpb"
+    b.write_file(path)
+    back = rlpost.Batch.read_file(path)
+    assert back[0] == t and back[1] == u
+    # a single-turn sample has neither
+    b.append(completion_tokens=[1], logprobs=[-1.0])
+    assert b[2].loss_mask is None and b[2].episode is None
+    # refused: a mask value other than 0 and 1, a mask of the wrong length, an unknown end or field
+    with pytest.raises(rlpost.InvalidArgumentError, match="loss_mask"):
+        b.append(completion_tokens=[1, 2], logprobs=[-1.0, -1.0], loss_mask=[1, 2])
+    with pytest.raises(ValueError, match="entries"):
+        b.append(completion_tokens=[1, 2], logprobs=[-1.0, -1.0], loss_mask=[1])
+    with pytest.raises(rlpost.InvalidArgumentError, match="episode"):
+        b.append(completion_tokens=[1], logprobs=[-1.0], episode={"end": 17})
+    with pytest.raises(TypeError, match="unknown episode"):
+        b.append(completion_tokens=[1], logprobs=[-1.0], episode={"calls": 1})
+    assert len(b) == 3
+
+
 PROMPTS = [[1, 45, 60], {"tokens": [1, 7, 8], "group_id": 42, "metadata": {"reference": "x"}}]
 
 
@@ -106,6 +150,7 @@ PROMPTS = [[1, 45, 60], {"tokens": [1, 7, 8], "group_id": 42, "metadata": {"refe
 def engine(policy):
     with rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=64) as e:
         yield e
+
 
 
 def test_generate(engine):

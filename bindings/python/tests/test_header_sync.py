@@ -236,6 +236,7 @@ ENUM_MAP = {
     "rlp_sync_mode": (rlpost.SyncMode, "RLP_SYNC_"), "rlp_sync_transport": (rlpost.SyncTransport, "RLP_TRANSPORT_"),
     "rlp_comm_transport": (rlpost.CommTransport, "RLP_COMM_"), "rlp_reduce_op": (rlpost.ReduceOp, "RLP_REDUCE_"),
     "rlp_train_mode": (rlpost.TrainMode, "RLP_TRAIN_"),
+    "rlp_episode_end": (rlpost.EpisodeEnd, "RLP_EPISODE_"),
 }
 
 

@@ -181,7 +181,7 @@ def test_deadline_abandons_the_call_and_the_callable_outlives_its_handle():
 def test_builtins():
     names = rlpost.builtin_names()
     for n in ("logic_rl_format", "kk_answer", "logic_rl", "gsm8k", "boxed_math", "countdown", "exact_match",
-              "regex_match"):
+              "regex_match", "lookup_em", "search_format", "tool_call_format"):
         assert n in names
     with rlpost.RewardFn.builtin("gsm8k") as g:
         assert g.name == "gsm8k"
