@@ -31,17 +31,18 @@ typedef struct rep_call {
     const rlp_multiturn_options *mt;
     rlp_stream_fn cb;
     void *payload;
-    const int32_t **ids;            /* (n_prompts) prompt ids */
+    const int32_t **ids; /* (n_prompts) prompt ids */
     size_t *lens;
-    size_t *first;                  /* (n_prompts) index of the prompt's first sample */
+    size_t *first; /* (n_prompts) index of the prompt's first sample */
     uint64_t group_base;
     int32_t vocab;
-    uint32_t budget;                /* tokens after the prompt (model + observations) */
-    rlpi_traj *trajs;               /* (N) prompt-major, sample-minor */
+    uint32_t budget;   /* tokens after the prompt (model + observations) */
+    uint64_t capacity; /* the servers' context (prompt + episode), UINT64_MAX unknown */
+    rlpi_traj *trajs;  /* (N) prompt-major, sample-minor */
     size_t N, n_prompts;
-    size_t next;                    /* next episode to start (atomic) */
-    pthread_mutex_t mu;             /* the callback, the counters, the first error */
-    int rc;                         /* first failure of the call itself (no memory) */
+    size_t next;        /* next episode to start (atomic) */
+    pthread_mutex_t mu; /* the callback, the counters, the first error */
+    int rc;             /* first failure of the call itself (no memory) */
     char msg[512];
     uint64_t tokens, errors;
 } rep_call;
@@ -56,17 +57,17 @@ typedef struct rep_episode {
     uint32_t j;
     uint64_t stream;
     rlpi_env_ep *ep;
-    char *text;                     /* turns' and observations' text so far */
+    char *text; /* turns' and observations' text so far */
     size_t len, cap;
     rlp_episode_stats es;
-    size_t *rw_at;                  /* (n_rw) turn rewards: token index, value */
+    size_t *rw_at; /* (n_rw) turn rewards: token index, value */
     float *rw;
     size_t n_rw, rw_cap;
-    char *meta;                     /* the environment's last metadata object, or NULL */
-    int turn_reason;                /* how the last turn ended (RLP_FINISH_STOP before any) */
+    char *meta;      /* the environment's last metadata object, or NULL */
+    int turn_reason; /* how the last turn ended (RLP_FINISH_STOP before any) */
     size_t turn_start, turn_last;
-    int32_t stop_index;             /* of the last turn, -1 once an observation follows it */
-    uint64_t version;               /* latest weights version seen */
+    int32_t stop_index; /* of the last turn, -1 once an observation follows it */
+    uint64_t version;   /* latest weights version seen */
 } rep_episode;
 
 static int aborted(const rep_call *x)
@@ -242,7 +243,8 @@ static int observe(rep_episode *ep, const rlp_env_reply *r, const char *what, bo
     int rc = encode_reply(ep, r, &obs, &n_obs, bad, sizeof bad);
     if (rc)
         return rc;
-    if (bad[0] || ep->t->n_tokens + n_obs + 1 > ep->x->budget) {
+    size_t ctx_len = ep->x->lens[ep->p] + ep->t->n_tokens + n_obs + 1;
+    if (bad[0] || ep->t->n_tokens + n_obs + 1 > ep->x->budget || ctx_len > ep->x->capacity) {
         ep->len = text_mark; /* the observation is not part of the episode */
         ep->text[ep->len] = '\0';
         free(obs);
@@ -266,8 +268,7 @@ static int observe(rep_episode *ep, const rlp_env_reply *r, const char *what, bo
 /* Runs one reset or step to its end. *over is set when the episode ended
  * (failure, deadline, abort, done, turn limit, budget); otherwise the
  * observation has been appended and the model writes the next turn. */
-static int env_call(rep_episode *ep, int kind, const char *text, size_t len, const int32_t *ids, size_t n,
-                    bool *over)
+static int env_call(rep_episode *ep, int kind, const char *text, size_t len, const int32_t *ids, size_t n, bool *over)
 {
     rep_call *x = ep->x;
     const char *what = kind == RLPI_ENV_RESET ? "reset" : "step";
@@ -337,12 +338,22 @@ static int model_turn(rep_episode *ep, bool *over)
         return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
     memcpy(ctx, x->ids[ep->p], np * sizeof *ctx);
     memcpy(ctx + np, t->tokens, t->n_tokens * sizeof *ctx);
-    uint32_t left = x->budget - (uint32_t)t->n_tokens;
-    uint32_t max_tokens = s->max_new_tokens < left ? s->max_new_tokens : left;
-    rlpi_remote_request rq = {.prompt = ctx, .n_prompt = np + t->n_tokens, .n = 1, .max_tokens = max_tokens,
-                              .temperature = s->temperature, .top_p = s->top_p, .min_p = s->min_p,
-                              .top_k = s->top_k, .seed = turn_seed(s->seed, ep->stream, ep->es.turns),
-                              .has_seed = 1, .stop = s->stop, .n_stop = s->n_stop, .stop_ids = s->stop_token_ids,
+    uint64_t left = x->budget - t->n_tokens, room = x->capacity - (np + t->n_tokens);
+    left = room < left ? room : left;
+    uint32_t max_tokens = s->max_new_tokens < left ? s->max_new_tokens : (uint32_t)left;
+    rlpi_remote_request rq = {.prompt = ctx,
+                              .n_prompt = np + t->n_tokens,
+                              .n = 1,
+                              .max_tokens = max_tokens,
+                              .temperature = s->temperature,
+                              .top_p = s->top_p,
+                              .min_p = s->min_p,
+                              .top_k = s->top_k,
+                              .seed = turn_seed(s->seed, ep->stream, ep->es.turns),
+                              .has_seed = 1,
+                              .stop = s->stop,
+                              .n_stop = s->n_stop,
+                              .stop_ids = s->stop_token_ids,
                               .n_stop_ids = s->n_stop_token_ids,
                               /* the action keeps its "</search>": the environment parses it */
                               .include_stop_str = 1};
@@ -388,12 +399,13 @@ static int model_turn(rep_episode *ep, bool *over)
     ep->stop_index = matched_stop(s, text, reason);
     if (!rc && reason == RLP_FINISH_ABORT)
         rc = end_episode(ep, RLP_EPISODE_ABORT, RLP_FINISH_ABORT, NULL);
-    else if (!rc && reason == RLP_FINISH_LENGTH && (t->n_tokens >= x->budget || got < max_tokens))
-        /* the budget, or the server's context (it stopped short of max_tokens) */
+    else if (!rc && reason == RLP_FINISH_LENGTH &&
+             (t->n_tokens >= x->budget || np + t->n_tokens >= x->capacity || got < max_tokens))
+        /* the budget, or the server's context (also when it stopped short of max_tokens) */
         rc = end_episode(ep, RLP_EPISODE_BUDGET, RLP_FINISH_LENGTH, NULL);
     else if (!rc)
-        rc = env_call(ep, RLPI_ENV_STEP, text, strlen(text), t->tokens + ep->turn_start,
-                      t->n_tokens - ep->turn_start, over);
+        rc = env_call(ep, RLPI_ENV_STEP, text, strlen(text), t->tokens + ep->turn_start, t->n_tokens - ep->turn_start,
+                      over);
     rlpi_remote_result_clear(&res);
     return rc;
 }
@@ -482,8 +494,14 @@ static int run_episode(rep_call *x, rlpi_remote_client *client, size_t k)
     while (p + 1 < x->n_prompts && x->first[p + 1] <= k)
         p++;
     uint32_t j = (uint32_t)(k - x->first[p]);
-    rep_episode ep = {.x = x, .client = client, .t = &x->trajs[k], .s = &x->sp[p], .p = p, .j = j,
-                      .turn_reason = RLP_FINISH_STOP, .stop_index = -1};
+    rep_episode ep = {.x = x,
+                      .client = client,
+                      .t = &x->trajs[k],
+                      .s = &x->sp[p],
+                      .p = p,
+                      .j = j,
+                      .turn_reason = RLP_FINISH_STOP,
+                      .stop_index = -1};
     ep.es.version = RLP_EPISODE_STATS_VERSION;
     uint64_t stream_group = x->prompts[p].group_id ? x->prompts[p].group_id : p;
     ep.stream = rlpi_engine_stream(stream_group, j);
@@ -508,9 +526,14 @@ static int run_episode(rep_call *x, rlpi_remote_client *client, size_t k)
         rc = close_episode(&ep);
     if (!rc && x->cb) {
         /* no token stream from a remote episode: one event when it ends, one callback at a time */
-        rlp_stream_event ev = {.version = 1, .prompt_index = p, .sample_index = j, .token = -1,
-                               .policy_version = ep.t->policy_version, .text = ep.t->text,
-                               .text_len = strlen(ep.t->text), .finish_reason = ep.t->finish_reason};
+        rlp_stream_event ev = {.version = 1,
+                               .prompt_index = p,
+                               .sample_index = j,
+                               .token = -1,
+                               .policy_version = ep.t->policy_version,
+                               .text = ep.t->text,
+                               .text_len = strlen(ep.t->text),
+                               .finish_reason = ep.t->finish_reason};
         pthread_mutex_lock(&x->mu);
         x->cb(&ev, x->payload);
         pthread_mutex_unlock(&x->mu);
@@ -590,14 +613,26 @@ int rlpi_engine_remote_episodes(rlp_rollout_engine *e, rlp_batch *out, const rlp
                                 const rlp_sampling_options *sp, const rlp_multiturn_options *mt, rlp_stream_fn cb,
                                 void *payload)
 {
-    rep_call x = {.e = e, .prompts = prompts, .sp = sp, .mt = mt, .cb = cb, .payload = payload,
-                  .n_prompts = n_prompts};
+    rep_call x = {.e = e, .prompts = prompts, .sp = sp, .mt = mt, .cb = cb, .payload = payload, .n_prompts = n_prompts};
     size_t vocab = 0;
     int rc = rlp_tokenizer_vocab_size(&vocab, e->tok);
     x.vocab = (int32_t)vocab;
-    /* no KV capacity here: the budget is mt->max_tokens, and the server's
-     * context shows as a turn that stops short of its max_tokens */
-    x.budget = mt->max_tokens ? mt->max_tokens : UINT32_MAX / 2;
+    /* the servers' context plays the local engine's KV capacity: asked
+     * once per engine; unknown (a server that does not say), the budget is
+     * mt->max_tokens and a full context shows as a turn cut short */
+    pthread_mutex_lock(&e->mu);
+    uint64_t cap = e->remote_ctx;
+    pthread_mutex_unlock(&e->mu);
+    if (!rc && !cap) {
+        cap = rlpi_remote_client_context(e->client);
+        pthread_mutex_lock(&e->mu);
+        e->remote_ctx = cap;
+        pthread_mutex_unlock(&e->mu);
+    }
+    x.capacity = cap ? cap : UINT64_MAX;
+    x.budget = cap && cap < UINT32_MAX / 2 ? (uint32_t)cap : UINT32_MAX / 2;
+    if (mt->max_tokens && mt->max_tokens < x.budget)
+        x.budget = mt->max_tokens;
     x.ids = calloc(n_prompts, sizeof *x.ids);
     x.lens = calloc(n_prompts, sizeof *x.lens);
     x.first = calloc(n_prompts, sizeof *x.first);
@@ -608,6 +643,9 @@ int rlpi_engine_remote_episodes(rlp_rollout_engine *e, rlp_batch *out, const rlp
         rc = rlpi_engine_prompt_ids(e, &prompts[p], p, &x.ids[p], &x.lens[p], &owned[p]);
         if (!rc && x.lens[p] == 0)
             rc = rlpi_error_set(RLP_E_INVALID_ARG, "prompt %zu has no tokens", p);
+        if (!rc && x.lens[p] + 1 > x.capacity)
+            rc = rlpi_error_set(RLP_E_INVALID_ARG, "prompt %zu has %zu tokens; the servers hold %llu per sequence", p,
+                                x.lens[p], (unsigned long long)x.capacity);
         for (size_t i = 0; !rc && i < x.lens[p]; i++)
             if (x.ids[p][i] < 0 || x.ids[p][i] >= x.vocab)
                 rc = rlpi_error_set(RLP_E_INVALID_ARG, "prompt %zu: token %zu has id %d outside the vocabulary of %d",

@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,69 @@ int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client 
     }
     *out = d;
     return RLP_OK;
+}
+
+/* ---- server facts ------------------------------------------------------- */
+
+/* Longest wait for a /v1/models answer: a fact worth having, not worth a stall. */
+#define MODELS_TIMEOUT_MS 10000L
+#define MODELS_MAX_BYTES ((size_t)1 << 20)
+
+static size_t on_models_data(char *p, size_t sz, size_t nm, void *ud)
+{
+    return rlpi_http_response_append(ud, p, sz * nm);
+}
+
+/* max_model_len of the served model (the entry named `model`, else the first that has one); 0 if none. */
+static uint64_t models_context(const char *body, size_t len, const char *model)
+{
+    json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *data = json_object_get(root, "data");
+    uint64_t first = 0, named = 0;
+    for (size_t i = 0; json_is_array(data) && i < json_array_size(data) && !named; i++) {
+        json_t *m = json_array_get(data, i), *id = json_object_get(m, "id");
+        json_t *v = json_object_get(m, "max_model_len");
+        if (!json_is_integer(v) || json_integer_value(v) <= 0)
+            continue;
+        if (!first)
+            first = (uint64_t)json_integer_value(v);
+        if (model && json_is_string(id) && !strcmp(json_string_value(id), model))
+            named = (uint64_t)json_integer_value(v);
+    }
+    json_decref(root);
+    return named ? named : first;
+}
+
+uint64_t rlpi_remote_client_context(const rlpi_remote_client *c)
+{
+    uint64_t best = 0;
+    for (size_t i = 0; c && i < c->n_urls; i++) {
+        const char *u = c->urls[i]; /* ".../v1/completions" */
+        size_t n = strlen(u), tail = strlen("completions");
+        char *url = n > tail ? fmt_alloc("%.*smodels", (int)(n - tail), u) : NULL;
+        CURL *e = url ? curl_easy_init() : NULL;
+        rlpi_http_response body = {0};
+        char errbuf[CURL_ERROR_SIZE] = "";
+        rlpi_http_response_reset(&body, MODELS_MAX_BYTES);
+        long timeout = (long)c->timeout_ms < MODELS_TIMEOUT_MS ? (long)c->timeout_ms : MODELS_TIMEOUT_MS;
+        rlpi_http_post req = {.url = url, .body = "", .headers = c->headers, .on_data = on_models_data,
+                              .data = &body, .errbuf = errbuf, .timeout_ms = timeout,
+                              .connect_timeout_ms = (long)c->connect_timeout_ms, .max_response = MODELS_MAX_BYTES};
+        long code = 0;
+        /* the POST's safety options, then turned into a GET */
+        if (e && !rlpi_curl_post_setopts(e, &req) && curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK &&
+            curl_easy_perform(e) == CURLE_OK && curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+            code == 200) {
+            uint64_t v = models_context(body.data, body.len, c->model);
+            if (v && (!best || v < best))
+                best = v;
+        }
+        rlpi_http_response_free(&body);
+        if (e)
+            curl_easy_cleanup(e);
+        free(url);
+    }
+    return best;
 }
 
 /* ---- request body ------------------------------------------------------- */

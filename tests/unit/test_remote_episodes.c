@@ -41,14 +41,14 @@
 extern char **environ;
 
 static int failures;
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fprintf(stderr, "\n");                                      \
-            failures++;                                                 \
-        }                                                               \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+            failures++;                                                                                                \
+        }                                                                                                              \
     } while (0)
 
 /* ---- the environment: behaviour chosen by the prompt's metadata ---- */
@@ -62,8 +62,8 @@ typedef struct script_ep {
 typedef struct script_env {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done;          /* episodes that ended done */
-    int waiter_saw;    /* the waiter saw another episode end while it waited */
+    int done;       /* episodes that ended done */
+    int waiter_saw; /* the waiter saw another episode end while it waited */
 } script_env;
 
 static const char *OBS[] = {"tion: the capital of Zorbia is Quell.\n", "\n<information>\nno results\n</information>\n"};
@@ -76,12 +76,12 @@ static int s_reset(void **episode, rlp_env_reply *reply, const char *meta, void 
     script_ep *e = calloc(1, sizeof *e);
     if (!e)
         return -1;
-    e->mode = !meta                          ? M_NORMAL
-              : strstr(meta, "\"fail\"")    ? M_FAIL
-              : strstr(meta, "\"forever\"") ? M_FOREVER
-              : strstr(meta, "\"greet\"")   ? M_GREET
-              : strstr(meta, "\"waiter\"")  ? M_WAITER
-                                            : M_NORMAL;
+    e->mode = !meta                   ? M_NORMAL
+        : strstr(meta, "\"fail\"")    ? M_FAIL
+        : strstr(meta, "\"forever\"") ? M_FOREVER
+        : strstr(meta, "\"greet\"")   ? M_GREET
+        : strstr(meta, "\"waiter\"")  ? M_WAITER
+                                      : M_NORMAL;
     *episode = e;
     if (e->mode == M_GREET)
         rlp_env_reply_add_text(reply, GREET, strlen(GREET), RLP_ENCODE_PARSE_SPECIAL);
@@ -103,7 +103,8 @@ static int s_step(rlp_env_reply *reply, void *episode, const char *action, size_
         return -1;
     }
     if (e->mode == M_FOREVER) {
-        rlp_env_reply_add_text(reply, " ok", 3, 0);
+        static const char more[] = "\n<information>\nno results for this query; try another one\n</information>\n";
+        rlp_env_reply_add_text(reply, more, strlen(more), 0);
         return 0;
     }
     if (e->mode == M_WAITER && e->turn == 1) {
@@ -276,8 +277,8 @@ static int start_server(const char *bin, const char *model)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    char *argv[] = {(char *)bin, "serve", (char *)model, "--port", "0", "--max-batch", "8", "--max-seq-len", "512",
-                    "--threads", "1", "--batch-wait-ms", "2", NULL};
+    char *argv[] = {(char *)bin, "serve", (char *)model,     "--port", "0", "--max-batch", "8", "--max-seq-len", "512",
+                    "--threads", "1",     "--batch-wait-ms", "2",      NULL};
     int rc = posix_spawn(&server_pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
@@ -387,8 +388,8 @@ int main(int argc, char **argv)
                   a.error ? a.error : "");
             CHECK(a.group_id == b.group_id && a.sample_index == b.sample_index, "greedy %zu: order", i);
             bool same = a.n_completion_tokens == b.n_completion_tokens &&
-                        !memcmp(a.completion_tokens, b.completion_tokens, a.n_completion_tokens * 4) &&
-                        !memcmp(a.loss_mask, b.loss_mask, a.n_completion_tokens);
+                !memcmp(a.completion_tokens, b.completion_tokens, a.n_completion_tokens * 4) &&
+                !memcmp(a.loss_mask, b.loss_mask, a.n_completion_tokens);
             CHECK(same, "greedy %zu: remote (%zu tokens) and local (%zu tokens) episodes differ", i,
                   a.n_completion_tokens, b.n_completion_tokens);
             CHECK(!strcmp(a.completion_text, b.completion_text), "greedy %zu text:\n remote: %s\n local:  %s", i,
@@ -490,6 +491,23 @@ int main(int argc, char **argv)
                       a.episode.observations_cut == b.episode.observations_cut,
                   "budget: remote %zu tokens %u turns, local %zu tokens %u turns", a.n_completion_tokens,
                   a.episode.turns, b.n_completion_tokens, b.episode.turns);
+        }
+        rlp_batch_free(r);
+        rlp_batch_free(l);
+        /* no budget: the servers' context (max_model_len, as the local engine's KV capacity) ends it */
+        r = run_episodes(remote, env, metas, 1, 1, 0.0f, 40, 100, 0, NULL);
+        l = run_episodes(local, env, metas, 1, 1, 0.0f, 40, 100, 0, NULL);
+        if (r && l) {
+            rlp_trajectory a = get(r, 0), b = get(l, 0);
+            CHECK(a.valid && a.episode.end == RLP_EPISODE_BUDGET && a.finish_reason == RLP_FINISH_LENGTH &&
+                      a.n_prompt_tokens + a.n_completion_tokens <= MAX_SEQ_LEN,
+                  "context: valid %d end %d finish %d tokens %zu (%s)", a.valid, a.episode.end, a.finish_reason,
+                  a.n_completion_tokens, a.error ? a.error : "");
+            CHECK(a.n_completion_tokens == b.n_completion_tokens && a.episode.turns == b.episode.turns &&
+                      !memcmp(a.completion_tokens, b.completion_tokens, a.n_completion_tokens * 4),
+                  "context: remote %zu tokens %u turns, local %zu tokens %u turns", a.n_completion_tokens,
+                  a.episode.turns, b.n_completion_tokens, b.episode.turns);
+            printf("context-bound episode: %u turns, %zu tokens\n", a.episode.turns, a.n_completion_tokens);
         }
         rlp_batch_free(r);
         rlp_batch_free(l);
