@@ -53,7 +53,7 @@ static int failures;
 
 /* ---- the environment: behaviour chosen by the prompt's metadata ---- */
 
-enum { M_NORMAL = 0, M_FAIL = 1, M_FOREVER = 2, M_GREET = 3, M_WAITER = 4 };
+enum { M_NORMAL = 0, M_FAIL = 1, M_FOREVER = 2, M_GREET = 3, M_WAITER = 4, M_ABORT = 5 };
 
 typedef struct script_ep {
     int turn, mode;
@@ -62,8 +62,9 @@ typedef struct script_ep {
 typedef struct script_env {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done;       /* episodes that ended done */
-    int waiter_saw; /* the waiter saw another episode end while it waited */
+    int done;                         /* episodes that ended done */
+    int waiter_saw;                   /* the waiter saw another episode end while it waited */
+    rlp_rollout_engine *abort_engine; /* M_ABORT aborts it in its first step */
 } script_env;
 
 static const char *OBS[] = {"tion: the capital of Zorbia is Quell.\n", "\n<information>\nno results\n</information>\n"};
@@ -81,6 +82,7 @@ static int s_reset(void **episode, rlp_env_reply *reply, const char *meta, void 
         : strstr(meta, "\"forever\"") ? M_FOREVER
         : strstr(meta, "\"greet\"")   ? M_GREET
         : strstr(meta, "\"waiter\"")  ? M_WAITER
+        : strstr(meta, "\"abort\"")   ? M_ABORT
                                       : M_NORMAL;
     *episode = e;
     if (e->mode == M_GREET)
@@ -107,6 +109,8 @@ static int s_step(rlp_env_reply *reply, void *episode, const char *action, size_
         rlp_env_reply_add_text(reply, more, strlen(more), 0);
         return 0;
     }
+    if (e->mode == M_ABORT && e->turn == 1)
+        rlp_rollout_engine_abort(env->abort_engine);
     if (e->mode == M_WAITER && e->turn == 1) {
         /* holds this episode until another has ended: a batch-wide wait
          * would hold the others too, and this would give up after 20 s */
@@ -222,6 +226,19 @@ static rlp_trajectory get(const rlp_batch *b, size_t i)
     return t;
 }
 
+/* Final stream events of the last call (the remote engine sends one per episode). */
+static int n_events, n_event_errors;
+
+static int on_event(const rlp_stream_event *ev, void *payload)
+{
+    (void)payload;
+    if (ev->finish_reason != RLP_FINISH_NONE) {
+        n_events++;
+        n_event_errors += ev->finish_reason == RLP_FINISH_ERROR && ev->token == -1;
+    }
+    return 0;
+}
+
 static size_t size_of(const rlp_batch *b)
 {
     size_t n = 0;
@@ -258,7 +275,8 @@ static rlp_batch *run_episodes(rlp_rollout_engine *e, rlp_env *env, const char *
     mt.max_turns = max_turns;
     mt.max_tokens = max_tokens;
     rlp_batch *b = NULL;
-    int rc = rlp_rollout_generate_episodes(&b, e, pr, n_prompts, &so, &mt, NULL, NULL);
+    n_events = n_event_errors = 0;
+    int rc = rlp_rollout_generate_episodes(&b, e, pr, n_prompts, &so, &mt, on_event, NULL);
     CHECK(rc == RLP_OK, "generate_episodes: %s", rlp_error_last());
     return b;
 }
@@ -520,7 +538,23 @@ int main(int argc, char **argv)
         rlp_batch_free(r);
     }
 
-    /* 4. a dead server: every sample RLP_FINISH_ERROR and invalid, the call itself fine */
+    /* 4. an abort (from the environment's step): episodes end with RLP_EPISODE_ABORT */
+    {
+        se.abort_engine = remote;
+        const char *metas[1] = {"{\"mode\":\"abort\"}"};
+        rlp_batch *r = run_episodes(remote, env, metas, 1, 1, 0.0f, 4, 8, 0, NULL);
+        if (r) {
+            rlp_trajectory a = get(r, 0);
+            CHECK(a.valid && a.episode.end == RLP_EPISODE_ABORT && a.finish_reason == RLP_FINISH_ABORT &&
+                      a.episode.turns == 1,
+                  "abort: valid %d end %d finish %d turns %u", a.valid, a.episode.end, a.finish_reason,
+                  a.episode.turns);
+        }
+        CHECK(n_events == 1, "abort: %d final events", n_events);
+        rlp_batch_free(r);
+    }
+
+    /* 5. a dead server: every sample RLP_FINISH_ERROR and invalid, the call itself fine */
     {
         rlp_rollout_engine *dead = remote_engine(tok, "http://127.0.0.1:1", 0);
         const char *metas[1] = {"{\"mode\":\"normal\"}"};
@@ -533,6 +567,8 @@ int main(int argc, char **argv)
         rlp_rollout_stats st = {.version = 1};
         rlp_rollout_engine_stats(&st, dead);
         CHECK(st.remote_errors == 2, "remote errors %llu", (unsigned long long)st.remote_errors);
+        CHECK(n_events == 2 && n_event_errors == 2, "dead server: %d final events, %d errors", n_events,
+              n_event_errors);
         rlp_batch_free(r);
         rlp_rollout_engine_free(dead);
     }
