@@ -209,7 +209,8 @@ static int encode_reply(rep_episode *ep, const rlp_env_reply *r, int32_t **ids, 
             cap = nc;
         }
         if (p->is_tokens) {
-            memcpy(*ids + *n, p->ids, m * sizeof **ids);
+            if (m)
+                memcpy(*ids + *n, p->ids, m * sizeof **ids);
             size_t tl = 0; /* the text shows what the ids say */
             int drc = rlp_tokenizer_decode(tok, p->ids, p->n, 0, NULL, 0, &tl);
             char *t = (drc == RLP_OK || drc == RLP_E_OVERFLOW) ? malloc(tl + 1) : NULL;
@@ -337,7 +338,8 @@ static int model_turn(rep_episode *ep, bool *over)
     if (!ctx)
         return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
     memcpy(ctx, x->ids[ep->p], np * sizeof *ctx);
-    memcpy(ctx + np, t->tokens, t->n_tokens * sizeof *ctx);
+    if (t->n_tokens)
+        memcpy(ctx + np, t->tokens, t->n_tokens * sizeof *ctx);
     uint64_t left = x->budget - t->n_tokens, room = x->capacity - (np + t->n_tokens);
     left = room < left ? room : left;
     uint32_t max_tokens = s->max_new_tokens < left ? s->max_new_tokens : (uint32_t)left;
@@ -581,6 +583,7 @@ static void *worker_main(void *arg)
 /* Runs every episode on up to n_threads threads (the caller's is one of them). */
 static int run_all(rep_call *x, size_t n_threads)
 {
+    n_threads = n_threads ? n_threads : 1;
     rep_worker *w = calloc(n_threads, sizeof *w);
     if (!w)
         return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
