@@ -37,6 +37,7 @@ typedef struct tools_env {
     int tpl;
     unsigned tools;
     size_t top_k;
+    char *suffix;     /* "observation_suffix": text after each <information> block, or NULL */
     rlpi_bm25 *ix;    /* the fixed corpus, or NULL when KBs come from the metadata */
     pthread_mutex_t mu; /* guards kbs */
     kb_entry kbs[MAX_KBS];
@@ -135,14 +136,45 @@ static int run_open(text *out, const rlpi_bm25 *ix, const char *key, size_t len)
 
 /* ---- the search template (ASearcher tags) ---- */
 
-static int reply_information(rlp_env_reply *reply, const text *body)
+static int reply_information(rlp_env_reply *reply, const text *body, const char *suffix)
 {
     int rc = rlp_env_reply_add_text(reply, "\n\n<information>\n", 16, 0);
     if (!rc)
         rc = rlp_env_reply_add_text(reply, body->s ? body->s : "", body->len, 0);
     if (!rc)
         rc = rlp_env_reply_add_text(reply, "\n</information>\n\n", 17, 0);
+    /* e.g. "<answer>": a cue that starts the model's next turn (a scaffold
+     * for a model too small to follow the protocol unprompted) */
+    if (!rc && suffix)
+        rc = rlp_env_reply_add_text(reply, suffix, strlen(suffix), 0);
     return rc;
+}
+
+/* A turn that begins inside a tag the prompt opened (an assistant prefix
+ * "<search>"): "query </search>" with no opening tag of its own is that
+ * search. Only when the action has no complete tag. */
+static rlpi_tag_kind open_tag_from_prompt(const char *action, size_t len, size_t *b, size_t *n)
+{
+    static const struct { const char *close; rlpi_tag_kind kind; } tags[] = {
+        {"</search>", RLPI_TAG_SEARCH}, {"</access>", RLPI_TAG_ACCESS}};
+    for (size_t t = 0; t < sizeof tags / sizeof tags[0]; t++) {
+        size_t cl = strlen(tags[t].close);
+        for (size_t i = 0; i + cl <= len; i++) {
+            if (memcmp(action + i, tags[t].close, cl))
+                continue;
+            if (memchr(action, '<', i)) /* some other tag before it: not a continuation */
+                return RLPI_TAG_NONE;
+            size_t s0 = 0, e0 = i;
+            while (s0 < e0 && (action[s0] == ' ' || action[s0] == '\n' || action[s0] == '\t'))
+                s0++;
+            while (e0 > s0 && (action[e0 - 1] == ' ' || action[e0 - 1] == '\n' || action[e0 - 1] == '\t'))
+                e0--;
+            *b = s0;
+            *n = e0 - s0;
+            return tags[t].kind;
+        }
+    }
+    return RLPI_TAG_NONE;
 }
 
 static int step_search(rlp_env_reply *reply, const tools_env *env, const rlpi_bm25 *ix, const char *action,
@@ -150,6 +182,8 @@ static int step_search(rlp_env_reply *reply, const tools_env *env, const rlpi_bm
 {
     size_t b, n;
     rlpi_tag_kind k = rlpi_tag_action_parse(action, len, &b, &n);
+    if (k == RLPI_TAG_NONE)
+        k = open_tag_from_prompt(action, len, &b, &n);
     if (k == RLPI_TAG_NONE || k == RLPI_TAG_ANSWER) {
         int rc = rlp_env_reply_set_done(reply, 1);
         return rc ? rc : rlp_env_reply_set_tool_call(reply, 0);
@@ -185,7 +219,7 @@ static int step_search(rlp_env_reply *reply, const tools_env *env, const rlpi_bm
     if (!rc && body.failed)
         rc = RLP_E_NOMEM;
     if (!rc)
-        rc = reply_information(reply, &body);
+        rc = reply_information(reply, &body, env->suffix);
     free(body.s);
     return rc;
 }
@@ -414,6 +448,7 @@ static void tools_free(void *user)
     for (size_t i = 0; i < env->n_kbs; i++)
         rlpi_bm25_free(env->kbs[i].ix);
     pthread_mutex_destroy(&env->mu);
+    free(env->suffix);
     free(env);
 }
 
@@ -457,7 +492,8 @@ static int inline_corpus(rlpi_bm25 **out, const json_t *arr)
 
 static int parse_options(tools_env *env, const json_t *o)
 {
-    static const char *const keys[] = {"template", "corpus", "corpus_inline", "lookup_kb", "top_k", "tools"};
+    static const char *const keys[] = {"template", "corpus", "corpus_inline", "lookup_kb", "top_k", "tools",
+                                       "observation_suffix"};
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)o, key, v)
@@ -467,7 +503,8 @@ static int parse_options(tools_env *env, const json_t *o)
             k++;
         if (k == sizeof keys / sizeof keys[0])
             return rlpi_error_set(RLP_E_INVALID_ARG,
-                                  "unknown option \"%.64s\" (template, corpus, corpus_inline, lookup_kb, top_k, tools)",
+                                  "unknown option \"%.64s\" (template, corpus, corpus_inline, lookup_kb, top_k, tools, "
+                                  "observation_suffix)",
                                   key);
     }
     env->tpl = TPL_SEARCH;
@@ -499,6 +536,12 @@ static int parse_options(tools_env *env, const json_t *o)
                                       env->tpl == TPL_SEARCH ? "search, open" : "search, open, calculator");
             env->tools |= bit;
         }
+    }
+    if ((v = json_object_get(o, "observation_suffix")) && !json_is_null(v)) {
+        if (!json_is_string(v))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "\"observation_suffix\" must be a string");
+        if (!(env->suffix = strdup(json_string_value(v))))
+            return rlpi_error_set(RLP_E_NOMEM, "tools environment: out of memory");
     }
     env->top_k = 3;
     if ((v = json_object_get(o, "top_k"))) {

@@ -86,7 +86,7 @@ static int s_step(rlp_env_reply *reply, void *episode, const char *action, size_
         return -1; /* every turn has tokens */
     switch (e->mode) {
     case M_HANG:
-        usleep(4000 * 1000);
+        usleep(20000 * 1000); /* far past the deadline: waiting for it would show */
         break;
     case M_FAIL:
         rlp_env_reply_set_tool_error(reply, "boom: the search backend is down");
@@ -330,8 +330,9 @@ int main(void)
         CHECK(bu.valid && bu.episode.end == RLP_EPISODE_DONE, "bad utf-8: valid %d end %d", bu.valid,
               bu.episode.end);
         printf("faults: %.2f s, the same without the hang %.2f s (hang error: %s)\n", s3, s_calm, h.error);
-        /* the hang sleeps 4 s; the batch must not wait for it */
-        CHECK(s3 < s_calm + 2.0, "a hung step held the batch: %.2f s against %.2f s without it", s3, s_calm);
+        /* the hang sleeps 20 s; the batch must not wait for it (the margin
+         * absorbs a loaded machine or a sanitizer's slowness) */
+        CHECK(s3 < 1.5 * s_calm + 5.0, "a hung step held the batch: %.2f s against %.2f s without it", s3, s_calm);
     }
     rlp_batch_free(a);
 

@@ -29,6 +29,7 @@ from .buffer import STALENESS_UNBOUNDED, WAIT_FOREVER, BufferFullPolicy, ReplayB
 from .context import (Backend, Context, LogLevel, MatmulPrecision, abi_version, backend_available,
                       backend_device_count, backend_name, error_clear, error_last, error_last_code, status_str,
                       version_number, version_string)
+from .env import Env, EnvEpisode, EnvReply
 from .errors import (AgainError, BackendError, CallbackError, ClosedError, Error, FormatError, InternalError,
                      InvalidArgumentError, IOError, NetworkError, NotFoundError, OutOfMemoryError, OverflowError,
                      StateError, TimeoutError, UnsupportedError)
@@ -55,7 +56,7 @@ __all__ = [
     "Context", "Tokenizer", "Detokenizer", "Policy", "LossContext", "model_inspect", "Batch", "Trajectory",
     "Provenance", "Episode", "RolloutEngine", "StreamEvent", "Task", "PromptSet", "RewardFn", "RewardRequest", "Reward",
     "InvalidSample", "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm", "Trainer", "RolloutWorker",
-    "BatchView", "StepRecord", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
+    "BatchView", "StepRecord", "Env", "EnvReply", "EnvEpisode", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",

@@ -319,6 +319,36 @@ TRAINER_MAX_METRICS = 8
 TrainerMetric = _struct("rlp_trainer_metric", [
     ("fn", c_void_p), ("mean_key", c_char_p), ("rate_key", c_char_p), ("threshold", c_double)])
 
+# ---- environments (rlpost/env.h) ----
+
+EnvOptions = _struct("rlp_env_options", [
+    ("version", c_uint32), ("timeout_ms", c_uint32), ("max_threads", c_uint32), ("max_abandoned", c_uint32),
+    ("max_observation_bytes", c_uint64), ("serialize", c_int32)])
+
+#: rlp_env_callbacks.reset: int (void **episode, rlp_env_reply *reply, const char *metadata_json, void *user)
+EnvResetFn = CFUNCTYPE(c_int, POINTER(c_void_p), c_void_p, c_char_p, c_void_p)
+#: rlp_env_callbacks.step: int (rlp_env_reply *, void *episode, const char *action, size_t action_len,
+#: const int32_t *action_ids, size_t n_action_ids, void *user)
+EnvStepFn = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_char), c_size_t, POINTER(c_int32), c_size_t, c_void_p)
+#: rlp_env_callbacks.close: void (void *episode, void *user)
+EnvCloseFn = CFUNCTYPE(None, c_void_p, c_void_p)
+#: rlp_env_callbacks.free_user: void (void *user)
+EnvFreeUserFn = CFUNCTYPE(None, c_void_p)
+
+EnvCallbacks = _struct("rlp_env_callbacks", [
+    ("version", c_uint32), ("reset", EnvResetFn), ("step", EnvStepFn), ("close", EnvCloseFn),
+    ("free_user", EnvFreeUserFn)])
+
+EnvOutcome = _struct("rlp_env_outcome", [
+    ("version", c_uint32), ("status", c_int32), ("error", c_char_p), ("observation", POINTER(c_char)),
+    ("observation_len", c_size_t), ("n_observation_tokens", c_size_t), ("done", c_int32), ("tool_call", c_int32),
+    ("has_reward", c_int32), ("reward", c_float), ("tool_error", c_char_p), ("metadata_json", c_char_p),
+    ("truncated", c_int32), ("seconds", c_double)])
+
+MultiturnOptions = _struct("rlp_multiturn_options", [
+    ("version", c_uint32), ("env", c_void_p), ("max_turns", c_uint32), ("max_tokens", c_uint32),
+    ("overlap", c_int32)])
+
 #: rlp_trainer_batch_fn: int (const rlp_batch *batch, uint64_t step, void *payload)
 TrainerBatchFn = CFUNCTYPE(c_int, c_void_p, c_uint64, c_void_p)
 
@@ -330,7 +360,7 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
     ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
-    ("rollout_inbox", c_char_p)])
+    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions)], version=2)
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -343,7 +373,11 @@ StepRecord = _struct("rlp_step_record", [
     ("rl", RLStats), ("buffer_dropped", c_uint64), ("buffer_dropped_total", c_uint64), ("buffer_size", c_uint64),
     ("rollout_seconds", c_double), ("reward_seconds", c_double), ("train_seconds", c_double),
     ("publish_seconds", c_double), ("trainer_idle_seconds", c_double), ("rollout_idle_seconds", c_double),
-    ("step_seconds", c_double), ("rollout_tokens", c_uint64), ("tokens_per_second", c_double)])
+    ("step_seconds", c_double), ("rollout_tokens", c_uint64), ("tokens_per_second", c_double),
+    ("episodes", c_uint64), ("turns_mean", c_double), ("turns_max", c_uint32), ("tool_call_rate", c_double),
+    ("tool_calls", c_uint64), ("tool_errors", c_uint64), ("tool_timeouts", c_uint64), ("tool_seconds", c_double),
+    ("masked_token_share", c_double), ("episodes_truncated", c_uint64), ("episodes_max_turns", c_uint64),
+    ("episodes_failed", c_uint64)], version=2)
 
 EvalResult = _struct("rlp_eval_result", [
     ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),
@@ -353,7 +387,8 @@ EvalResult = _struct("rlp_eval_result", [
 RolloutWorkerOptions = _struct("rlp_rollout_worker_options", [
     ("version", c_uint32), ("prompts_per_batch", c_uint32), ("seed", c_uint64), ("first_batch", c_uint64),
     ("sampling", SamplingOptions), ("tokenizer", c_void_p), ("retries", c_uint32), ("remote", c_int32),
-    ("log_fn", LogFn), ("log_payload", c_void_p), ("outbox_dir", c_char_p)])
+    ("log_fn", LogFn), ("log_payload", c_void_p), ("outbox_dir", c_char_p), ("multiturn", MultiturnOptions)],
+    version=2)
 
 RolloutWorkerStats = _struct("rlp_rollout_worker_stats", [
     ("version", c_uint32), ("batches", c_uint64), ("groups_pushed", c_uint64), ("groups_released", c_uint64),
@@ -557,6 +592,26 @@ FUNCTIONS = [
     ("rlp_rollout_worker_error", c_int, [_h, P(c_char_p)]),
     ("rlp_rollout_worker_stats_get", c_int, [P(RolloutWorkerStats), _h]),
     ("rlp_rollout_worker_free", None, [_h]),
+    # environments
+    ("rlp_env_reply_add_text", c_int, [_h, _cs, c_size_t, c_uint32]),
+    ("rlp_env_reply_add_tokens", c_int, [_h, P(c_int32), c_size_t]),
+    ("rlp_env_reply_set_reward", c_int, [_h, c_float]),
+    ("rlp_env_reply_set_done", c_int, [_h, c_int]),
+    ("rlp_env_reply_set_tool_call", c_int, [_h, c_int]),
+    ("rlp_env_reply_set_tool_error", c_int, [_h, _cs]),
+    ("rlp_env_reply_set_metadata", c_int, [_h, _cs]),
+    ("rlp_env_options_init", c_int, [P(EnvOptions), c_uint32]),
+    ("rlp_env_create", c_int, [_out_h, _cs, P(EnvCallbacks), c_void_p, P(EnvOptions)]),
+    ("rlp_env_create_http", c_int, [_out_h, _cs, _cs, P(EnvOptions)]),
+    ("rlp_env_create_builtin", c_int, [_out_h, _cs, _cs, P(EnvOptions)]),
+    ("rlp_env_name", _cs, [_h]),
+    ("rlp_env_free", None, [_h]),
+    ("rlp_env_episode_start", c_int, [_out_h, _h, _cs, P(EnvOutcome)]),
+    ("rlp_env_episode_step", c_int, [P(EnvOutcome), _h, _cs, c_size_t, P(c_int32), c_size_t]),
+    ("rlp_env_episode_free", None, [_h]),
+    ("rlp_multiturn_options_init", c_int, [P(MultiturnOptions), c_uint32]),
+    ("rlp_rollout_generate_episodes", c_int,
+     [_out_h, _h, P(Prompt), c_size_t, P(SamplingOptions), P(MultiturnOptions), StreamFn, c_void_p]),
 ]
 
 

@@ -164,6 +164,27 @@ class RolloutEngine(Handle):
         token; a true return aborts that sequence. If it raises, the
         sequence is aborted and generate raises CallbackError from it.
         """
+        return self._generate(prompts, sampling, on_token, sampling_kw, None)
+
+    def generate_episodes(self, prompts, sampling=None, env=None, max_turns=None, max_tokens=None, overlap=True,
+                          on_token=None, **sampling_kw):
+        """Runs multi-turn episodes against @p env (an rlpost.Env): like
+        generate(), but each sample is an episode whose turns end where a
+        completion would (a stop string such as "</calculator>", a stop
+        token, EOS) and whose observations are appended as token ids with
+        loss mask 0 (rlp_rollout_generate_episodes). max_turns (default
+        8), max_tokens (0: the KV capacity), overlap (other sequences keep
+        decoding while an environment call runs)."""
+        from .env import Env, multiturn_options
+        if not isinstance(env, Env):
+            raise TypeError("generate_episodes needs env=, an rlpost.Env")
+        mt = multiturn_options(env, max_turns, max_tokens, 1 if overlap else 0)
+        with env._use() as e:
+            mt.env = e
+            return self._generate(prompts, sampling, on_token, sampling_kw, mt)
+
+    def _generate(self, prompts, sampling, on_token, sampling_kw, mt):
+        fname = "rlp_rollout_generate" if mt is None else "rlp_rollout_generate_episodes"
         keep = []
         values = dict(sampling or {})
         values.update(sampling_kw)
@@ -195,21 +216,24 @@ class RolloutEngine(Handle):
                     return 1
             fn = _ffi.StreamFn(trampoline)
         out = c_void_p()
+
+        def call(p, prompts_ptr, n):
+            if mt is None:
+                return F.rlp_rollout_generate(byref(out), p, prompts_ptr, n, byref(so), fn, None)
+            return F.rlp_rollout_generate_episodes(byref(out), p, prompts_ptr, n, byref(so), byref(mt), fn, None)
         with self._use() as p:
             if prompt_set is not None:
                 with prompt_set._use() as ps:
-                    n = len(prompt_set)
-                    rc = F.rlp_rollout_generate(byref(out), p, F.rlp_prompt_set_prompts(ps), n, byref(so), fn,
-                                                None)
+                    rc = call(p, F.rlp_prompt_set_prompts(ps), len(prompt_set))
             else:
-                rc = F.rlp_rollout_generate(byref(out), p, arr, n, byref(so), fn, None)
-        check(rc, "rlp_rollout_generate")
+                rc = call(p, arr, n)
+        check(rc, fname)
         batch = Batch(_ptr=out.value)
         if failure:
             batch.close()
-            raise CallbackError("rlp_rollout_generate: on_token raised %s: %s"
-                                % (type(failure[0]).__name__, failure[0]), STATUS_CALLBACK,
-                                "rlp_rollout_generate") from failure[0]
+            raise CallbackError("%s: on_token raised %s: %s"
+                                % (fname, type(failure[0]).__name__, failure[0]), STATUS_CALLBACK,
+                                fname) from failure[0]
         return batch
 
     def update_weights(self, policy):

@@ -99,6 +99,19 @@ def _record(rec, keys):
     return StepRecord(**out)
 
 
+def _multiturn(opts, multiturn):
+    """Fills opts.multiturn from {"env": Env, "max_turns", "max_tokens", "overlap"}; returns the Env (or None)."""
+    if multiturn is None:
+        return None
+    from .env import Env, multiturn_options
+    mt = dict(multiturn)
+    env = mt.pop("env", None)
+    if not isinstance(env, Env):
+        raise TypeError("multiturn needs \"env\": an rlpost.Env")
+    opts.multiturn = multiturn_options(env, **mt)  # an unknown key is a TypeError
+    return env
+
+
 def _metric(i, m):
     """(fn, mean_key, rate_key, threshold) from a tuple or dict of the metrics option."""
     if isinstance(m, dict):
@@ -154,6 +167,10 @@ class Trainer(Handle):
     - comm: a Comm for data parallelism (set it on the policy too).
     - stall_polls: ASYNC, 200 ms waits at a closed gate before a step
       fails as stalled.
+    - multiturn: {"env": an rlpost.Env, "max_turns", "max_tokens",
+      "overlap"}: every sample is a multi-turn episode against the
+      environment (docs/environments.md); the record's episodes, turns_mean,
+      tool_call_rate, ... say how they went. The trainer keeps the Env alive.
     - rollout_inbox: ASYNC fed by rollout workers of other processes
       (RolloutWorker(..., buffer=None, outbox_dir=that folder)): each step
       takes in their batch files; versions go to weights_dir as files.
@@ -170,7 +187,7 @@ class Trainer(Handle):
     def __init__(self, policy, task, reward, mode=TrainMode.SYNC, max_staleness=None, prompts_per_step=8, seed=0,
                  sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
-                 metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None):
+                 metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None, multiturn=None):
         keep = []
         if max_staleness is None:
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
@@ -187,6 +204,7 @@ class Trainer(Handle):
                        what="Trainer")
         opts.sampling = sampling_options(sampling or {}, keep)
         opts.rl = rl_options(rl, what="Trainer rl")
+        mt_env = _multiturn(opts, multiturn)
         metrics = [_metric(i, m) for i, m in enumerate(metrics or ())]
         if metrics:
             arr = (_ffi.TrainerMetric * len(metrics))()
@@ -216,7 +234,7 @@ class Trainer(Handle):
             keep.append(fn)
             opts.on_batch = fn
         self._failure = failure
-        parents = [policy, task, reward] + [m[0] for m in metrics] + [ref, tokenizer, comm]
+        parents = [policy, task, reward] + [m[0] for m in metrics] + [ref, tokenizer, comm, mt_env]
         out = c_void_p()
         with contextlib.ExitStack() as uses:
             p, t, r = (uses.enter_context(h._use()) for h in (policy, task, reward))
@@ -230,6 +248,8 @@ class Trainer(Handle):
             for field, h in (("ref", ref), ("tokenizer", tokenizer), ("comm", comm)):
                 if h is not None:
                     setattr(opts, field, uses.enter_context(h._use()))
+            if mt_env is not None:
+                opts.multiturn.env = uses.enter_context(mt_env._use())
             check(F.rlp_trainer_create(byref(out), p, t, r, byref(opts)), "rlp_trainer_create")
             Handle.__init__(self, out.value, parents=parents)
         self._keep = keep  # the on_batch trampoline (C calls it) and the options' memory
@@ -376,7 +396,8 @@ class RolloutWorker(Handle):
 
     RolloutWorker(engine, task, reward, synchronizer, buffer,
                   prompts_per_batch=8, seed=0, first_batch=0, sampling=None,
-                  tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None)
+                  tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None,
+                  multiturn=None)
 
     sampling: a dict of the sampling options of RolloutEngine.generate() (n
     is the group size; its seed is ignored: batch j draws with a seed that
@@ -388,10 +409,12 @@ class RolloutWorker(Handle):
     worker in another process than its trainer writes each batch there as
     a batch file (buffer None; the trainer's rollout_inbox). The buffer
     should judge staleness by the synchronizer's η: make it with
-    ReplayBuffer(sync=synchronizer).
+    ReplayBuffer(sync=synchronizer). multiturn: as for Trainer, {"env":
+    an rlpost.Env, "max_turns", "max_tokens", "overlap"}: batches are
+    multi-turn episodes against the environment.
 
-    The worker keeps engine, task, reward, synchronizer, buffer and
-    tokenizer alive, and closing any of them closes it first. run_once()
+    The worker keeps engine, task, reward, synchronizer, buffer,
+    tokenizer and the multiturn Env alive, and closing any of them closes it first. run_once()
     works on the calling thread; start() runs batches on a thread of the
     worker until stop() or a failure (see error).
     """
@@ -399,7 +422,8 @@ class RolloutWorker(Handle):
     _free = "rlp_rollout_worker_free"
 
     def __init__(self, engine, task, reward, synchronizer, buffer, prompts_per_batch=8, seed=0, first_batch=0,
-                 sampling=None, tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None):
+                 sampling=None, tokenizer=None, retries=2, remote=None, log=None, outbox_dir=None,
+                 multiturn=None):
         keep = []
         holder = [None]
         if remote is None:
@@ -410,6 +434,7 @@ class RolloutWorker(Handle):
                         "outbox_dir": None if outbox_dir is None else str(outbox_dir)}, keep,
                        {"outbox_dir": optional_str("outbox_dir")}, what="RolloutWorker")
         opts.sampling = sampling_options(sampling or {}, keep)
+        mt_env = _multiturn(opts, multiturn)
         if log is not None:
             fn = make_log_fn(holder, log, "the rollout worker's log callback")
             keep.append(fn)
@@ -420,8 +445,11 @@ class RolloutWorker(Handle):
                     for h in (engine, task, reward, synchronizer, buffer)]
             if tokenizer is not None:
                 opts.tokenizer = uses.enter_context(tokenizer._use())
+            if mt_env is not None:
+                opts.multiturn.env = uses.enter_context(mt_env._use())
             check(F.rlp_rollout_worker_create(byref(out), *ptrs, byref(opts)), "rlp_rollout_worker_create")
-            Handle.__init__(self, out.value, parents=(engine, task, reward, synchronizer, buffer, tokenizer))
+            Handle.__init__(self, out.value,
+                            parents=(engine, task, reward, synchronizer, buffer, tokenizer, mt_env))
         self._keep = keep
         self._stop_lock = threading.Lock()
         holder[0] = weakref.ref(self)
