@@ -36,7 +36,7 @@
  * prefix lengths: logprobs agree to ~1e-6 (test_serve's bound); 1e-4
  * still catches a logprob of another distribution or position. */
 #define LOGPROB_TOL 1e-4
-#define MAX_SEQ_LEN 512
+#define MAX_SEQ_LEN 320 /* the local engine's and the server's (argv below) */
 
 extern char **environ;
 
@@ -295,8 +295,20 @@ static int start_server(const char *bin, const char *model)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, out[0]);
-    char *argv[] = {(char *)bin, "serve", (char *)model,     "--port", "0", "--max-batch", "8", "--max-seq-len", "512",
-                    "--threads", "1",     "--batch-wait-ms", "2",      NULL};
+    char *argv[] = {(char *)bin,
+                    "serve",
+                    (char *)model,
+                    "--port",
+                    "0",
+                    "--max-batch",
+                    "8",
+                    "--max-seq-len",
+                    "320" /* MAX_SEQ_LEN */,
+                    "--threads",
+                    "1",
+                    "--batch-wait-ms",
+                    "2",
+                    NULL};
     int rc = posix_spawn(&server_pid, bin, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
