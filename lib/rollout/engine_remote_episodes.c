@@ -16,7 +16,6 @@
 #include <string.h>
 
 #ifdef RLPI_HAVE_CURL
-#include "core/clock.h"
 #include "env/env_call_wait.h"
 #include "rollout/remote_client.h"
 
@@ -552,7 +551,6 @@ typedef struct rep_worker {
     rep_call *x;
     rlpi_remote_client *client;
     pthread_t th;
-    bool started;
 } rep_worker;
 
 static void *worker_main(void *arg)
@@ -599,7 +597,6 @@ static int run_all(rep_call *x, size_t n_threads)
             rlpi_remote_client_free(w[i].client);
             break;
         }
-        w[i].started = true;
     }
     worker_main(&w[0]);
     for (size_t i = 1; i < n; i++) {
