@@ -399,7 +399,7 @@ static int tools_reset(void **episode, rlp_env_reply *reply, const char *metadat
 {
     tools_env *env = user;
     const rlpi_bm25 *ix = env->ix;
-    if (!ix) {
+    if (!ix && (env->tools & (TOOL_SEARCH | TOOL_OPEN))) {
         char msg[300] = "the prompt's metadata has no integer \"kb_seed\" and \"entities\" (lookup_kb "
                         "\"metadata\" reads them there)";
         json_t *m = metadata_json ? json_loads(metadata_json, 0, NULL) : NULL;
@@ -551,8 +551,12 @@ static int parse_options(tools_env *env, const json_t *o)
     }
     json_t *corpus = json_object_get(o, "corpus"), *inl = json_object_get(o, "corpus_inline"),
            *kb = json_object_get(o, "lookup_kb");
+    /* a calculator-only environment (tool-integrated math) needs no corpus */
+    if (!corpus && !inl && !kb && !(env->tools & (TOOL_SEARCH | TOOL_OPEN)))
+        return RLP_OK;
     if (!!corpus + !!inl + !!kb != 1)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "give exactly one of \"corpus\", \"corpus_inline\" and \"lookup_kb\"");
+        return rlpi_error_set(RLP_E_INVALID_ARG, "give exactly one of \"corpus\", \"corpus_inline\" and \"lookup_kb\" "
+                              "(or only the calculator in \"tools\")");
     if (corpus) {
         if (!json_is_string(corpus))
             return rlpi_error_set(RLP_E_INVALID_ARG, "\"corpus\" must be a path to a JSONL file");

@@ -726,6 +726,36 @@ static void test_env_options(void **state)
                      RLP_E_INVALID_ARG);
     assert_null(env);
     assert_int_equal(rlp_env_create_builtin(NULL, "tools", "{}", NULL), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"template\": \"search\", \"observation_suffix\": 3, "
+                                            "\"lookup_kb\": {\"seed\": 1}}", NULL),
+                     RLP_E_INVALID_ARG);
+}
+
+/* Tool-integrated math (GSM8K): a calculator-only Hermes environment
+ * needs no corpus; a search call there is an unknown tool, not a crash. */
+static void test_env_calculator_only(void **state)
+{
+    (void)state;
+    rlp_env *env = NULL;
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"template\": \"hermes\", \"tools\": [\"calculator\"]}",
+                                            NULL),
+                     RLP_OK);
+    rlp_env_episode *ep;
+    rlp_env_outcome o = {.version = RLP_ENV_OUTCOME_VERSION};
+    assert_int_equal(rlp_env_episode_start(&ep, env, "{\"reference\": \"84\"}", &o), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    const char *call = "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"12*(3+4)\"}}</tool_call>";
+    assert_int_equal(rlp_env_episode_step(&o, ep, call, strlen(call), NULL, 0), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    assert_true(o.tool_call && !o.done);
+    assert_non_null(strstr(o.observation, "<tool_response>\n84\n</tool_response>"));
+    const char *search = "<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}</tool_call>";
+    assert_int_equal(rlp_env_episode_step(&o, ep, search, strlen(search), NULL, 0), RLP_OK);
+    assert_int_equal(o.status, RLP_OK);
+    assert_non_null(o.tool_error);
+    assert_non_null(strstr(o.tool_error, "unknown tool"));
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
 }
 
 int main(void)
@@ -743,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_env_lookup_oracle),
         cmocka_unit_test(test_lookup_end_to_end),
         cmocka_unit_test(test_env_options),
+        cmocka_unit_test(test_env_calculator_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
