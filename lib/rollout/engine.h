@@ -44,6 +44,7 @@ struct rlp_rollout_engine {
     /* remote */
     struct rlpi_remote_client *client;
     rlp_remote_options ropts;
+    uint64_t remote_ctx;           /* the servers' context length, once one said (0 = not yet); under mu */
 };
 
 /* Resolved sampling options with defaults applied and everything checked. */

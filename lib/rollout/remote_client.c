@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,109 @@ void rlpi_remote_client_free(rlpi_remote_client *c)
     free(c->urls);
     free(c->model);
     free(c);
+}
+
+int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client *c, size_t first_url)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    *out = NULL;
+    RLPI_CHECK_ARG(c, "client is NULL");
+    rlpi_remote_client *d = calloc(1, sizeof *d);
+    if (!d)
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    d->n_urls = c->n_urls;
+    d->next_url = first_url % c->n_urls;
+    d->timeout_ms = c->timeout_ms;
+    d->connect_timeout_ms = c->connect_timeout_ms;
+    d->max_retries = c->max_retries;
+    d->backoff_ms = c->backoff_ms;
+    d->max_response_bytes = c->max_response_bytes;
+    d->max_in_flight = c->max_in_flight;
+    int ok = (d->urls = calloc(c->n_urls, sizeof *d->urls)) != NULL;
+    for (size_t i = 0; ok && i < c->n_urls; i++)
+        ok = (d->urls[i] = dup_str(c->urls[i])) != NULL;
+    if (ok && c->model)
+        ok = (d->model = dup_str(c->model)) != NULL;
+    for (const struct curl_slist *h = c->headers; ok && h; h = h->next) {
+        struct curl_slist *n = curl_slist_append(d->headers, h->data);
+        ok = n != NULL;
+        if (n)
+            d->headers = n;
+    }
+    rlpi_http_queue_opts qo = {.max_in_flight = d->max_in_flight, .max_connects = (long)d->max_in_flight,
+                               .backoff_ms = d->backoff_ms, .max_backoff_ms = MAX_BACKOFF_MS, .jitter = 1,
+                               .poll_ms = POLL_MS};
+    if (ok)
+        ok = rlpi_http_queue_create(&d->queue, &qo) == RLP_OK;
+    if (!ok) {
+        rlpi_remote_client_free(d);
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    }
+    *out = d;
+    return RLP_OK;
+}
+
+/* ---- server facts ------------------------------------------------------- */
+
+/* Longest wait for a /v1/models answer: a fact worth having, not worth a stall. */
+#define MODELS_TIMEOUT_MS 10000L
+#define MODELS_MAX_BYTES ((size_t)1 << 20)
+
+static size_t on_models_data(char *p, size_t sz, size_t nm, void *ud)
+{
+    return rlpi_http_response_append(ud, p, sz * nm);
+}
+
+/* max_model_len of the served model (the entry named `model`, else the first that has one); 0 if none. */
+static uint64_t models_context(const char *body, size_t len, const char *model)
+{
+    json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *data = json_object_get(root, "data");
+    uint64_t first = 0, named = 0;
+    for (size_t i = 0; json_is_array(data) && i < json_array_size(data) && !named; i++) {
+        json_t *m = json_array_get(data, i), *id = json_object_get(m, "id");
+        json_t *v = json_object_get(m, "max_model_len");
+        if (!json_is_integer(v) || json_integer_value(v) <= 0)
+            continue;
+        if (!first)
+            first = (uint64_t)json_integer_value(v);
+        if (model && json_is_string(id) && !strcmp(json_string_value(id), model))
+            named = (uint64_t)json_integer_value(v);
+    }
+    json_decref(root);
+    return named ? named : first;
+}
+
+uint64_t rlpi_remote_client_context(const rlpi_remote_client *c)
+{
+    uint64_t best = 0;
+    for (size_t i = 0; c && i < c->n_urls; i++) {
+        const char *u = c->urls[i]; /* ".../v1/completions" */
+        size_t n = strlen(u), tail = strlen("completions");
+        char *url = n > tail ? fmt_alloc("%.*smodels", (int)(n - tail), u) : NULL;
+        CURL *e = url ? curl_easy_init() : NULL;
+        rlpi_http_response body = {0};
+        char errbuf[CURL_ERROR_SIZE] = "";
+        rlpi_http_response_reset(&body, MODELS_MAX_BYTES);
+        long timeout = (long)c->timeout_ms < MODELS_TIMEOUT_MS ? (long)c->timeout_ms : MODELS_TIMEOUT_MS;
+        rlpi_http_post req = {.url = url, .body = "", .headers = c->headers, .on_data = on_models_data,
+                              .data = &body, .errbuf = errbuf, .timeout_ms = timeout,
+                              .connect_timeout_ms = (long)c->connect_timeout_ms, .max_response = MODELS_MAX_BYTES};
+        long code = 0;
+        /* the POST's safety options, then turned into a GET */
+        if (e && !rlpi_curl_post_setopts(e, &req) && curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK &&
+            curl_easy_perform(e) == CURLE_OK && curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+            code == 200) {
+            uint64_t v = models_context(body.data, body.len, c->model);
+            if (v && (!best || v < best))
+                best = v;
+        }
+        rlpi_http_response_free(&body);
+        if (e)
+            curl_easy_cleanup(e);
+        free(url);
+    }
+    return best;
 }
 
 /* ---- request body ------------------------------------------------------- */

@@ -67,6 +67,18 @@ typedef struct rlpi_remote_result {
  * (curl failed to initialise), RLP_E_NOMEM. */
 int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg);
 void rlpi_remote_client_free(rlpi_remote_client *c);
+/* A new client with c's URLs, headers and limits and a queue of its own,
+ * for another thread (a client is one thread's); its round-robin cursor
+ * starts at URL `first_url` (mod the count), so clones spread over the
+ * servers. Reads c only: safe while c's owner is between calls.
+ * RLP_E_NOMEM. */
+int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client *c, size_t first_url);
+
+/* The servers' context length (prompt + completion tokens per sequence):
+ * the smallest `max_model_len` that GET <base>/v1/models reports (vLLM,
+ * SGLang and `rlpost serve` report it), asked of every URL with a short
+ * timeout; 0 when no server says (down, or another kind). Never fails. */
+uint64_t rlpi_remote_client_context(const rlpi_remote_client *c);
 
 /* Runs all requests concurrently and waits for every one to end. results
  * (n) are filled whether each succeeded or not; the return value is RLP_OK
