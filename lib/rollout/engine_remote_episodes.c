@@ -6,10 +6,10 @@
  * call is slow holds up only its own thread, never the others' requests.
  * The turn and observation rules are episode_local.c's; keep them equal. */
 #include "rollout/engine.h"
+#include "rollout/episode_common.h"
 
 #include "core/error.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,13 +56,8 @@ typedef struct rep_episode {
     uint32_t j;
     uint64_t stream;
     rlpi_env_ep *ep;
-    char *text; /* turns' and observations' text so far */
-    size_t len, cap;
+    rlpi_episode_acc acc; /* text, turn rewards, metadata (episode_common.h) */
     rlp_episode_stats es;
-    size_t *rw_at; /* (n_rw) turn rewards: token index, value */
-    float *rw;
-    size_t n_rw, rw_cap;
-    char *meta;      /* the environment's last metadata object, or NULL */
     int turn_reason; /* how the last turn ended (RLP_FINISH_STOP before any) */
     size_t turn_start, turn_last;
     int32_t stop_index; /* of the last turn, -1 once an observation follows it */
@@ -72,42 +67,6 @@ typedef struct rep_episode {
 static int aborted(const rep_call *x)
 {
     return __atomic_load_n(&x->e->abort_requested, __ATOMIC_SEQ_CST) != 0;
-}
-
-static int text_append(rep_episode *ep, const char *s, size_t n)
-{
-    if (ep->len + n + 1 > ep->cap) {
-        size_t cap = (ep->len + n + 1) * 2;
-        char *t = realloc(ep->text, cap);
-        if (!t)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        ep->text = t;
-        ep->cap = cap;
-    }
-    if (n)
-        memcpy(ep->text + ep->len, s, n);
-    ep->len += n;
-    ep->text[ep->len] = '\0';
-    return RLP_OK;
-}
-
-static int add_turn_reward(rep_episode *ep, float r)
-{
-    if (ep->n_rw == ep->rw_cap) {
-        size_t cap = ep->rw_cap ? 2 * ep->rw_cap : 8;
-        size_t *a = realloc(ep->rw_at, cap * sizeof *a);
-        if (a)
-            ep->rw_at = a;
-        float *v = realloc(ep->rw, cap * sizeof *v);
-        if (v)
-            ep->rw = v;
-        if (!a || !v)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        ep->rw_cap = cap;
-    }
-    ep->rw_at[ep->n_rw] = ep->turn_last;
-    ep->rw[ep->n_rw++] = r;
-    return RLP_OK;
 }
 
 /* The random seed of one turn's request: a pure function of (seed, group,
@@ -173,64 +132,6 @@ static int env_fail(rep_episode *ep, const char *what, const char *why)
  * the episode: each piece encoded alone with its own flags, as the local
  * engine does. A token piece outside the vocabulary fails the reply (*bad
  * set). */
-static int encode_reply(rep_episode *ep, const rlp_env_reply *r, int32_t **ids, size_t *n, char *bad, size_t bad_cap)
-{
-    const rlp_tokenizer *tok = ep->x->e->tok;
-    *ids = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc = RLP_OK;
-    for (size_t i = 0; !rc && i < r->n_pieces; i++) {
-        const rlpi_env_piece *p = &r->pieces[i];
-        size_t m = p->n;
-        if (!p->is_tokens) {
-            rc = rlp_tokenizer_encode(tok, p->text, p->len, p->flags, NULL, 0, &m);
-            if (rc == RLP_E_OVERFLOW)
-                rc = RLP_OK;
-            if (rc)
-                break;
-        } else {
-            for (size_t k = 0; k < p->n; k++)
-                if (p->ids[k] < 0 || p->ids[k] >= ep->x->vocab) {
-                    snprintf(bad, bad_cap, "observation token %d is outside the vocabulary of %d", p->ids[k],
-                             ep->x->vocab);
-                    return RLP_OK;
-                }
-        }
-        if (*n + m > cap) {
-            size_t nc = (*n + m) * 2 + 16;
-            int32_t *t = realloc(*ids, nc * sizeof *t);
-            if (!t) {
-                rc = rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-                break;
-            }
-            *ids = t;
-            cap = nc;
-        }
-        if (p->is_tokens) {
-            if (m)
-                memcpy(*ids + *n, p->ids, m * sizeof **ids);
-            size_t tl = 0; /* the text shows what the ids say */
-            int drc = rlp_tokenizer_decode(tok, p->ids, p->n, 0, NULL, 0, &tl);
-            char *t = (drc == RLP_OK || drc == RLP_E_OVERFLOW) ? malloc(tl + 1) : NULL;
-            if (t && rlp_tokenizer_decode(tok, p->ids, p->n, 0, t, tl + 1, &tl) == RLP_OK)
-                rc = text_append(ep, t, tl);
-            free(t);
-        } else {
-            size_t got = 0;
-            rc = rlp_tokenizer_encode(tok, p->text, p->len, p->flags, *ids + *n, m, &got);
-            if (!rc)
-                rc = text_append(ep, p->text, p->len);
-        }
-        *n += m;
-    }
-    if (rc) {
-        free(*ids);
-        *ids = NULL;
-    }
-    return rc;
-}
-
 /* Appends a reply's observation (its ids, then its text) unless it is
  * malformed (the episode fails) or leaves no room for a next turn (the
  * budget ends the episode); *over cleared when the model goes on. */
@@ -239,14 +140,13 @@ static int observe(rep_episode *ep, const rlp_env_reply *r, const char *what, bo
     int32_t *obs = NULL;
     size_t n_obs = 0;
     char bad[160] = "";
-    size_t text_mark = ep->len;
-    int rc = encode_reply(ep, r, &obs, &n_obs, bad, sizeof bad);
+    size_t text_mark = ep->acc.len;
+    int rc = rlpi_episode_encode_reply(&ep->acc, ep->x->e->tok, ep->x->vocab, r, &obs, &n_obs, bad, sizeof bad);
     if (rc)
         return rc;
     size_t ctx_len = ep->x->lens[ep->p] + ep->t->n_tokens + n_obs + 1;
     if (bad[0] || ep->t->n_tokens + n_obs + 1 > ep->x->budget || ctx_len > ep->x->capacity) {
-        ep->len = text_mark; /* the observation is not part of the episode */
-        ep->text[ep->len] = '\0';
+        rlpi_episode_text_cut(&ep->acc, text_mark); /* the observation is not part of the episode */
         free(obs);
         if (bad[0])
             return env_fail(ep, what, bad);
@@ -305,14 +205,11 @@ static int env_call(rep_episode *ep, int kind, const char *text, size_t len, con
     if (!reset && rlpi_env_reply_is_tool_call(r))
         ep->es.tool_calls++;
     if (!reset && r->has_reward)
-        rc = add_turn_reward(ep, r->reward);
+        rc = rlpi_episode_add_turn_reward(&ep->acc, ep->turn_last, r->reward);
     if (r->tool_error)
         ep->es.tool_errors++;
-    if (!rc && r->metadata) {
-        free(ep->meta);
-        if (!(ep->meta = strdup(r->metadata)))
-            rc = rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-    }
+    if (!rc && r->metadata)
+        rc = rlpi_episode_set_meta(&ep->acc, r->metadata);
     if (!rc && r->done)
         rc = end_episode(ep, RLP_EPISODE_DONE, RLP_FINISH_STOP, NULL);
     else if (!rc && !reset && ep->es.turns >= x->mt->max_turns)
@@ -388,7 +285,7 @@ static int model_turn(rep_episode *ep, bool *over)
         rc = rlpi_traj_push_token(t, c->tokens[i], c->logprobs[i], ep->version);
     const char *text = c->text ? c->text : "";
     if (!rc)
-        rc = text_append(ep, text, strlen(text));
+        rc = rlpi_episode_text_append(&ep->acc, text, strlen(text));
     int reason = finish_reason_of(c->finish_reason);
     size_t got = c->n_tokens;
     pthread_mutex_lock(&x->mu);
@@ -412,58 +309,11 @@ static int model_turn(rep_episode *ep, bool *over)
 }
 
 /* metadata_json gains {"env": <the environment's last metadata>} */
-static int merge_metadata(rlpi_traj *t, const char *env_meta)
-{
-    json_t *root = t->metadata ? json_loads(t->metadata, 0, NULL) : json_object();
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
-        root = json_object();
-    }
-    json_t *m = json_loads(env_meta, 0, NULL);
-    char *out = NULL;
-    if (root && m && json_object_set_new(root, "env", m) == 0)
-        out = json_dumps(root, JSON_COMPACT);
-    else
-        json_decref(m);
-    json_decref(root);
-    if (!out)
-        return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-    free(t->metadata);
-    t->metadata = out;
-    return RLP_OK;
-}
-
 /* Puts the episode's text, record, rewards, mask and metadata on its trajectory. */
 static int close_episode(rep_episode *ep)
 {
-    rlpi_traj *t = ep->t;
-    free(t->text);
-    t->text = ep->text;
-    ep->text = NULL;
-    t->stop_index = ep->stop_index;
-    if (ep->n_rw && t->n_tokens) {
-        float *tr = calloc(t->n_tokens, sizeof *tr);
-        if (!tr)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        for (size_t i = 0; i < ep->n_rw; i++)
-            if (ep->rw_at[i] < t->n_tokens)
-                tr[ep->rw_at[i]] += ep->rw[i];
-        free(t->token_rewards);
-        t->token_rewards = tr;
-    }
-    int rc = ep->meta ? merge_metadata(t, ep->meta) : RLP_OK;
-    if (rc)
-        return rc;
-    t->has_episode = true;
-    t->episode = ep->es;
-    /* no mask yet means no observation was appended: say so explicitly */
-    if (!t->loss_mask && t->n_tokens) {
-        t->loss_mask = malloc(t->cap ? t->cap : t->n_tokens);
-        if (!t->loss_mask)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        memset(t->loss_mask, 1, t->n_tokens);
-    }
-    return RLP_OK;
+    ep->t->stop_index = ep->stop_index;
+    return rlpi_episode_finalize(&ep->acc, ep->t, &ep->es);
 }
 
 static int fill_traj(rep_call *x, rlpi_traj *t, size_t p, uint32_t j)
@@ -512,7 +362,7 @@ static int run_episode(rep_call *x, rlpi_remote_client *client, size_t k)
     ep.t->policy_version = ep.version;
     int rc = fill_traj(x, ep.t, p, j);
     if (!rc)
-        rc = text_append(&ep, "", 0);
+        rc = rlpi_episode_text_append(&ep.acc, "", 0);
     if (!rc)
         rc = rlpi_env_ep_create(&ep.ep, x->mt->env);
     bool over = true;
@@ -540,10 +390,7 @@ static int run_episode(rep_call *x, rlpi_remote_client *client, size_t k)
         pthread_mutex_unlock(&x->mu);
     }
     rlpi_env_ep_release(ep.ep);
-    free(ep.text);
-    free(ep.rw_at);
-    free(ep.rw);
-    free(ep.meta);
+    rlpi_episode_acc_clear(&ep.acc);
     return rc;
 }
 

@@ -11,27 +11,10 @@
 #include "core/error.h"
 #include "model/policy.h"
 
-#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int text_append(seq_episode *epi, const char *s, size_t n)
-{
-    if (epi->len + n + 1 > epi->cap) {
-        size_t cap = (epi->len + n + 1) * 2;
-        char *t = realloc(epi->text, cap);
-        if (!t)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        epi->text = t;
-        epi->cap = cap;
-    }
-    if (n)
-        memcpy(epi->text + epi->len, s, n);
-    epi->len += n;
-    epi->text[epi->len] = '\0';
-    return RLP_OK;
-}
 
 void rlpi_episode_free(seq_episode *epi)
 {
@@ -39,10 +22,7 @@ void rlpi_episode_free(seq_episode *epi)
         return;
     rlpi_env_call_release(epi->call);
     rlpi_env_ep_release(epi->ep);
-    free(epi->text);
-    free(epi->rw_at);
-    free(epi->rw);
-    free(epi->meta);
+    rlpi_episode_acc_clear(&epi->acc);
     free(epi);
 }
 
@@ -54,7 +34,7 @@ int rlpi_episode_setup(gen_ctx *g, seq_state *q)
     q->epi = epi;
     epi->es.version = RLP_EPISODE_STATS_VERSION;
     epi->turn_reason = RLP_FINISH_STOP;
-    int rc = text_append(epi, "", 0);
+    int rc = rlpi_episode_text_append(&epi->acc, "", 0);
     if (!rc)
         rc = rlpi_env_ep_create(&epi->ep, g->mt->env);
     const char *meta = q->traj.metadata;
@@ -83,82 +63,6 @@ static int fail(gen_ctx *g, seq_state *q, const char *what, const char *why, int
     return rlpi_gen_finish(g, q, q->epi->turn_reason, free_slots, n_free, true);
 }
 
-/* The observation of a reply as ids (*ids malloc'd) and its text. A token
- * piece outside the vocabulary fails the reply (*bad set). */
-static int encode_reply(gen_ctx *g, const rlp_env_reply *r, int32_t **ids, size_t *n, seq_episode *epi,
-                        char *bad, size_t bad_cap)
-{
-    const rlp_tokenizer *tok = g->e->tok;
-    int32_t vocab = rlpi_transformer_config(g->e->policy->tf)->vocab_size;
-    *ids = NULL;
-    *n = 0;
-    size_t cap = 0;
-    int rc = RLP_OK;
-    for (size_t i = 0; !rc && i < r->n_pieces; i++) {
-        const rlpi_env_piece *p = &r->pieces[i];
-        size_t m = p->n;
-        if (!p->is_tokens) {
-            rc = rlp_tokenizer_encode(tok, p->text, p->len, p->flags, NULL, 0, &m);
-            if (rc == RLP_E_OVERFLOW)
-                rc = RLP_OK;
-            if (rc)
-                break;
-        } else {
-            for (size_t k = 0; k < p->n; k++)
-                if (p->ids[k] >= vocab) {
-                    snprintf(bad, bad_cap, "observation token %d is outside the vocabulary of %d", p->ids[k], vocab);
-                    return RLP_OK;
-                }
-        }
-        if (*n + m > cap) {
-            size_t nc = (*n + m) * 2 + 16;
-            int32_t *t = realloc(*ids, nc * sizeof *t);
-            if (!t) {
-                rc = rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-                break;
-            }
-            *ids = t;
-            cap = nc;
-        }
-        if (p->is_tokens) {
-            memcpy(*ids + *n, p->ids, m * sizeof **ids);
-            /* the text shows what the ids say */
-            size_t tl = 0;
-            int drc = rlp_tokenizer_decode(tok, p->ids, p->n, 0, NULL, 0, &tl);
-            char *t = (drc == RLP_OK || drc == RLP_E_OVERFLOW) ? malloc(tl + 1) : NULL;
-            if (t && rlp_tokenizer_decode(tok, p->ids, p->n, 0, t, tl + 1, &tl) == RLP_OK)
-                rc = text_append(epi, t, tl);
-            free(t);
-        } else {
-            size_t got = 0;
-            rc = rlp_tokenizer_encode(tok, p->text, p->len, p->flags, *ids + *n, m, &got);
-            if (!rc)
-                rc = text_append(epi, p->text, p->len);
-        }
-        *n += m;
-    }
-    return rc;
-}
-
-static int add_turn_reward(seq_episode *epi, float r)
-{
-    if (epi->n_rw == epi->rw_cap) {
-        size_t cap = epi->rw_cap ? 2 * epi->rw_cap : 8;
-        size_t *a = realloc(epi->rw_at, cap * sizeof *a);
-        if (a)
-            epi->rw_at = a;
-        float *v = realloc(epi->rw, cap * sizeof *v);
-        if (v)
-            epi->rw = v;
-        if (!a || !v)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        epi->rw_cap = cap;
-    }
-    epi->rw_at[epi->n_rw] = epi->turn_last;
-    epi->rw[epi->n_rw++] = r;
-    return RLP_OK;
-}
-
 /* A reply has come for q: end the episode, or append the observation and
  * let the model write its next turn. */
 static int take_reply(gen_ctx *g, seq_state *q, rlpi_env_call *c, uint64_t version, int64_t capacity,
@@ -171,16 +75,13 @@ static int take_reply(gen_ctx *g, seq_state *q, rlpi_env_call *c, uint64_t versi
     if (!reset) {
         if (rlpi_env_reply_is_tool_call(r))
             epi->es.tool_calls++;
-        if (r->has_reward && (rc = add_turn_reward(epi, r->reward)) != RLP_OK)
+        if (r->has_reward && (rc = rlpi_episode_add_turn_reward(&epi->acc, epi->turn_last, r->reward)) != RLP_OK)
             return rc;
     }
     if (r->tool_error)
         epi->es.tool_errors++;
-    if (r->metadata) {
-        free(epi->meta);
-        if (!(epi->meta = strdup(r->metadata)))
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-    }
+    if (r->metadata && (rc = rlpi_episode_set_meta(&epi->acc, r->metadata)) != RLP_OK)
+        return rc;
     if (r->done)
         return epi->es.end = RLP_EPISODE_DONE, rlpi_gen_finish(g, q, RLP_FINISH_STOP, free_slots, n_free, true);
     if (!reset && epi->es.turns >= g->mt->max_turns)
@@ -188,8 +89,9 @@ static int take_reply(gen_ctx *g, seq_state *q, rlpi_env_call *c, uint64_t versi
     int32_t *ids = NULL;
     size_t n = 0;
     char bad[160] = "";
-    size_t text_mark = epi->len;
-    rc = encode_reply(g, r, &ids, &n, epi, bad, sizeof bad);
+    size_t text_mark = epi->acc.len;
+    rc = rlpi_episode_encode_reply(&epi->acc, g->e->tok, rlpi_transformer_config(g->e->policy->tf)->vocab_size, r,
+                                   &ids, &n, bad, sizeof bad);
     if (rc || bad[0]) {
         free(ids);
         return rc ? rc : fail(g, q, reset ? "reset" : "step", bad, free_slots, n_free);
@@ -197,8 +99,7 @@ static int take_reply(gen_ctx *g, seq_state *q, rlpi_env_call *c, uint64_t versi
     /* the next turn needs room for the observation and at least one token */
     if (q->traj.n_tokens + n + 1 > g->max_tokens || (int64_t)(q->n_prompt + q->traj.n_tokens + n + 1) > capacity) {
         free(ids);
-        epi->len = text_mark; /* the observation is not part of the episode */
-        epi->text[epi->len] = '\0';
+        rlpi_episode_text_cut(&epi->acc, text_mark); /* the observation is not part of the episode */
         epi->es.observations_cut++;
         epi->es.end = RLP_EPISODE_BUDGET;
         return rlpi_gen_finish(g, q, RLP_FINISH_LENGTH, free_slots, n_free, true);
@@ -273,7 +174,7 @@ int rlpi_episode_turn_end(gen_ctx *g, seq_state *q, int reason, int64_t capacity
             return rc;
         t = rlpi_stop_matcher_text(q->sm, &tl);
     }
-    if ((rc = text_append(epi, t, tl)) != RLP_OK)
+    if ((rc = rlpi_episode_text_append(&epi->acc, t, tl)) != RLP_OK)
         return rc;
     epi->turn_open = false;
     epi->turn_reason = reason;
@@ -283,34 +184,12 @@ int rlpi_episode_turn_end(gen_ctx *g, seq_state *q, int reason, int64_t capacity
         epi->es.end = RLP_EPISODE_BUDGET;
         return rlpi_gen_finish(g, q, RLP_FINISH_LENGTH, free_slots, n_free, true);
     }
-    rc = rlpi_env_call_submit(&epi->call, epi->ep, RLPI_ENV_STEP, epi->text + epi->len - tl, tl,
+    rc = rlpi_env_call_submit(&epi->call, epi->ep, RLPI_ENV_STEP, epi->acc.text + epi->acc.len - tl, tl,
                               q->traj.tokens + epi->turn_start, q->traj.n_tokens - epi->turn_start);
     if (rc)
         return rc;
     g->n_calls++;
     q->state = SEQ_ENV;
-    return RLP_OK;
-}
-
-/* metadata_json gains {"env": <the environment's last metadata>} */
-static int merge_metadata(rlpi_traj *t, const char *env_meta)
-{
-    json_t *root = t->metadata ? json_loads(t->metadata, 0, NULL) : json_object();
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
-        root = json_object();
-    }
-    json_t *m = json_loads(env_meta, 0, NULL);
-    char *out = NULL;
-    if (root && m && json_object_set_new(root, "env", m) == 0)
-        out = json_dumps(root, JSON_COMPACT);
-    else
-        json_decref(m);
-    json_decref(root);
-    if (!out)
-        return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-    free(t->metadata);
-    t->metadata = out;
     return RLP_OK;
 }
 
@@ -321,7 +200,7 @@ int rlpi_episode_close(gen_ctx *g, seq_state *q, int reason)
     if (epi->turn_open && q->sm) { /* ended inside a turn (abort): keep what it wrote */
         size_t tl;
         const char *t = rlpi_stop_matcher_text(q->sm, &tl);
-        if ((rc = text_append(epi, t, tl)) != RLP_OK)
+        if ((rc = rlpi_episode_text_append(&epi->acc, t, tl)) != RLP_OK)
             return rc;
         epi->turn_open = false;
     }
@@ -335,31 +214,8 @@ int rlpi_episode_close(gen_ctx *g, seq_state *q, int reason)
         epi->call = NULL;
         g->n_calls--;
     }
-    free(q->traj.text);
-    q->traj.text = epi->text;
-    epi->text = NULL;
-    epi->len = epi->cap = 0;
-    if (epi->n_rw && q->traj.n_tokens) {
-        float *tr = calloc(q->traj.n_tokens, sizeof *tr);
-        if (!tr)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        for (size_t i = 0; i < epi->n_rw; i++)
-            if (epi->rw_at[i] < q->traj.n_tokens)
-                tr[epi->rw_at[i]] += epi->rw[i];
-        free(q->traj.token_rewards);
-        q->traj.token_rewards = tr;
-    }
-    if (epi->meta && (rc = merge_metadata(&q->traj, epi->meta)) != RLP_OK)
+    if ((rc = rlpi_episode_finalize(&epi->acc, &q->traj, &epi->es)) != RLP_OK)
         return rc;
-    q->traj.has_episode = true;
-    q->traj.episode = epi->es;
-    /* no mask yet means no observation was appended: say so explicitly */
-    if (!q->traj.loss_mask && q->traj.n_tokens) {
-        q->traj.loss_mask = malloc(q->traj.cap ? q->traj.cap : q->traj.n_tokens);
-        if (!q->traj.loss_mask)
-            return rlpi_error_set(RLP_E_NOMEM, "episode: out of memory");
-        memset(q->traj.loss_mask, 1, q->traj.n_tokens);
-    }
     rlpi_env_ep_release(epi->ep);
     epi->ep = NULL;
     return RLP_OK;

@@ -7,6 +7,7 @@
 #include "rollout/stop_matcher.h"
 #include "backend/sampler.h"
 #include "env/env_internal.h"
+#include "rollout/episode_common.h"
 
 enum {
     SEQ_QUEUED = 0,   /* not started (in episodes: may wait for its reset) */
@@ -23,13 +24,8 @@ typedef struct seq_episode {
     size_t turn_last;           /* index of the last turn's last model token */
     int turn_reason;            /* how the last turn ended (RLP_FINISH_STOP before any) */
     bool turn_open;             /* the model is writing a turn (its text is still in the matcher) */
-    char *text;                 /* turns' and observations' text so far */
-    size_t len, cap;
+    rlpi_episode_acc acc;       /* text, turn rewards, metadata (episode_common.h) */
     rlp_episode_stats es;
-    size_t *rw_at;              /* (n_rw) turn rewards: token index, value */
-    float *rw;
-    size_t n_rw, rw_cap;
-    char *meta;                 /* the environment's last metadata object, or NULL */
 } seq_episode;
 
 typedef struct seq_state {
