@@ -1,12 +1,11 @@
 /* The synchronous episode API (rlp_env_episode_*): one call at a time,
  * run on the environment's workers under the same deadline as in an
  * engine, for hosts and tests that drive an environment themselves. */
-#include "env/env_internal.h"
+#include "env/env_call_wait.h"
 
 #include "core/clock.h"
 #include "core/error.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,15 +31,7 @@ static int run_one(rlp_env_outcome *out, rlp_env_episode *e, int kind, const cha
         return rc;
     e->last = c;
     double t0 = rlpi_now_s();
-    int st;
-    for (;;) {
-        uint64_t seen = rlpi_env_completions(e->env);
-        st = rlpi_env_call_poll(c, rlpi_now_s());
-        if (st != RLPI_CALL_RUNNING)
-            break;
-        double until = rlpi_env_call_deadline(c);
-        rlpi_env_wait(e->env, seen, isfinite(until) ? until : rlpi_now_s() + 0.05);
-    }
+    int st = rlpi_env_call_wait(c, e->env, NULL);
     rlp_env_outcome o;
     memset(&o, 0, sizeof o);
     o.version = RLP_ENV_OUTCOME_VERSION;
