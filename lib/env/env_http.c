@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/json_guard.h"
+#include "core/json_text.h"
 
 #include <float.h>
 #include <jansson.h>
@@ -320,59 +321,12 @@ static int post(http_env *h, const char *url, const char *body, long timeout_ms,
 
 /* ---- bodies and answers --------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s[i] (n bytes), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t i)
-{
-    unsigned char c = s[i];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    else if ((c & 0xe0) == 0xc0)
-        len = 2, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0)
-        len = 3, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0)
-        len = 4, cp = c & 0x07;
-    else
-        return 0;
-    if (i + len > n)
-        return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[i + k] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 /* A JSON string of an action: a turn cut inside a character leaves
- * invalid UTF-8, which JSON cannot carry: those bytes become U+FFFD. */
+ * invalid UTF-8, which JSON cannot carry: those bytes become U+FFFD (a NUL
+ * too: jansson refuses it without JSON_ALLOW_NUL). */
 static json_t *json_text(const char *s, size_t n)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    char *fixed = malloc(3 * n + 1);
-    if (!fixed)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u, n, i);
-        if (l && !(l == 1 && s[i] == 0)) {
-            memcpy(fixed + o, s + i, l);
-            o += l;
-            i += l;
-        } else { /* NUL too: jansson refuses it without JSON_ALLOW_NUL */
-            memcpy(fixed + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(fixed, o);
-    free(fixed);
-    return j;
+    return rlpi_json_string_lossy(s, n, true);
 }
 
 static char *dump(json_t *body)
