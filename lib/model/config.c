@@ -32,6 +32,40 @@ int rlpi_model_config_validate(const rlpi_model_config *c, const char *source)
         BAD("%s: unknown rope scaling %d", source, c->rope_scaling);
     if (c->rope_scaling != RLPI_ROPE_SCALING_NONE && !(c->rope_factor >= 1.0f))
         BAD("%s: rope scaling factor %g must be >= 1", source, (double)c->rope_factor);
+    if (c->activation != RLPI_ACT_SILU && c->activation != RLPI_ACT_GELU_TANH)
+        BAD("%s: unknown activation %d", source, c->activation);
+    if (!(c->norm_offset == 0.0f || c->norm_offset == 1.0f))
+        BAD("%s: norm offset %g must be 0 or 1", source, (double)c->norm_offset);
+    if (!(c->embed_scale >= 0) || !isfinite(c->embed_scale) || c->embed_scale > 1e4f)
+        BAD("%s: embedding scale %g out of [0, 1e4]", source, (double)c->embed_scale);
+    if (!(c->attn_scale >= 0) || !isfinite(c->attn_scale) || c->attn_scale > 1e3f)
+        BAD("%s: attention scale %g out of [0, 1e3]", source, (double)c->attn_scale);
+    if (!(c->final_softcap >= 0) || !isfinite(c->final_softcap))
+        BAD("%s: final logit soft-cap %g must be >= 0", source, (double)c->final_softcap);
+    if (c->sliding_window < 0)
+        BAD("%s: sliding window %d is negative", source, c->sliding_window);
+    if (!(c->rope_theta_local >= 0) || !isfinite(c->rope_theta_local))
+        BAD("%s: local rope theta %g must be >= 0", source, (double)c->rope_theta_local);
+    for (int32_t i = 0; i < RLPI_MAX_LAYERS; i++) {
+        if (c->local_layers[i] > 1)
+            BAD("%s: layer %d has local flag %u (0 or 1)", source, i, (unsigned)c->local_layers[i]);
+        if (c->local_layers[i] && (i >= c->n_layers || c->sliding_window == 0))
+            BAD("%s: layer %d is marked sliding-window but %s", source, i,
+                i >= c->n_layers ? "the model has fewer layers" : "no window size is set");
+    }
     return RLP_OK;
 #undef BAD
+}
+
+int32_t rlpi_model_config_n_local_layers(const rlpi_model_config *c)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < c->n_layers && i < RLPI_MAX_LAYERS; i++)
+        n += c->local_layers[i] != 0;
+    return c->sliding_window > 0 ? n : 0;
+}
+
+float rlpi_model_config_attn_scale(const rlpi_model_config *c)
+{
+    return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
 }
