@@ -120,6 +120,9 @@ ContextOptions = _struct("rlp_context_options", [
 
 ChatMessage = _struct("rlp_chat_message", [("role", c_char_p), ("content", c_char_p)])
 
+ChatOptions = _struct("rlp_chat_options", [
+    ("version", c_uint32), ("add_generation_prompt", c_int), ("enable_thinking", c_int)])
+
 Sequence = _struct("rlp_sequence", [
     ("tokens", POINTER(c_int32)), ("n_tokens", c_uint32), ("n_prompt", c_uint32)])
 
@@ -444,6 +447,9 @@ FUNCTIONS = [
     ("rlp_tokenizer_chat_template", _cs, [_h]),
     ("rlp_tokenizer_apply_chat_template", c_int,
      [_h, P(ChatMessage), c_size_t, c_int, P(c_int32), c_size_t, P(c_size_t)]),
+    ("rlp_chat_options_init", c_int, [P(ChatOptions), c_uint32]),
+    ("rlp_tokenizer_apply_chat_template_opts", c_int,
+     [_h, P(ChatMessage), c_size_t, P(ChatOptions), P(c_int32), c_size_t, P(c_size_t)]),
     ("rlp_detokenizer_create", c_int, [_out_h, _h, c_uint32]),
     ("rlp_detokenizer_push", c_int, [P(_buf), P(c_size_t), _h, c_int32]),
     ("rlp_detokenizer_flush", c_int, [P(_buf), P(c_size_t), _h]),
