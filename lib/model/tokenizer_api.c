@@ -322,7 +322,7 @@ static int apply_chat(const char *fn, const rlp_tokenizer *tok, const rlp_chat_m
     if (rc == RLP_OK)
         rc = copy_ids(&v, ids, cap, n_out);
     rlpi_ids_free(&v);
-    return rc == RLP_OK ? rc : rlpi_error_wrap(fn);
+    return rc == RLP_OK ? rc : rlpi_error_wrap("%s", fn);
 }
 
 RLP_API int rlp_tokenizer_apply_chat_template(const rlp_tokenizer *tok,
