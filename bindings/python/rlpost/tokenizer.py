@@ -128,8 +128,8 @@ class Tokenizer(Handle):
         return i.value
 
     def set_chat_template(self, name_or_source):
-        """A template name ("chatml", "qwen3", "smollm2", "llama3", "llama2")
-        or a model's Jinja source."""
+        """A template name ("chatml", "qwen3", "smollm2", "llama3", "llama2",
+        "gemma3") or a model's Jinja source."""
         with self._use() as p:
             check(F.rlp_tokenizer_set_chat_template(p, to_bytes(name_or_source, "template")),
                   "rlp_tokenizer_set_chat_template")
