@@ -39,6 +39,18 @@ const char *rlpi_chat_template_name(int kind)
     }
 }
 
+const char *rlpi_chat_template_end_of_turn(int kind)
+{
+    switch (kind) {
+    case RLPI_CHAT_CHATML:
+    case RLPI_CHAT_CHATML_SMOLLM:
+    case RLPI_CHAT_QWEN3: return "<|im_end|>";
+    case RLPI_CHAT_LLAMA3: return "<|eot_id|>";
+    case RLPI_CHAT_GEMMA3: return "<end_of_turn>";
+    default: return NULL;
+    }
+}
+
 int rlpi_chat_template_detect(int *kind, const char *src)
 {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -199,6 +199,12 @@ const char *rlpi_chat_template_name(int kind);
  * (enable_thinking honoured); Gemma 3's the official one; ChatML's writes
  * tool results as Qwen2.5 does and has no default system prompt. */
 const char *rlpi_chat_template_jinja(int kind);
+/* The text of the token that ends an assistant turn in template `kind`
+ * ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"), for whoever decides where
+ * generation stops: Gemma 3's GGUF names <eos> as its EOS, but its chat
+ * model ends a turn with <end_of_turn> (llama.cpp stops on both). NULL for
+ * llama2 (its EOS </s> ends the turn) and unknown kinds. Static string. */
+const char *rlpi_chat_template_end_of_turn(int kind);
 /* The template a tokenizer uses when none was set: from its template
  * source, else guessed from its special tokens; RLPI_CHAT_NONE if none. */
 int rlpi_chat_template_default(const rlpi_tokenizer *tok);

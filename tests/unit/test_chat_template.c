@@ -53,6 +53,18 @@ static void jinja_sources_detect_as_their_kind(void **state)
     int k = -1;
     assert_int_equal(rlpi_chat_template_detect(&k, "gemma"), RLP_OK);
     assert_int_equal(k, RLPI_CHAT_GEMMA3);
+    /* each template's end-of-turn token is what its Jinja closes a turn with */
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const char *eot = rlpi_chat_template_end_of_turn(kinds[i]);
+        if (kinds[i] == RLPI_CHAT_LLAMA2) {
+            assert_null(eot);
+            continue;
+        }
+        assert_non_null(eot);
+        assert_non_null(strstr(rlpi_chat_template_jinja(kinds[i]), eot));
+    }
+    assert_string_equal(rlpi_chat_template_end_of_turn(RLPI_CHAT_GEMMA3), "<end_of_turn>");
+    assert_null(rlpi_chat_template_end_of_turn(RLPI_CHAT_NONE));
 }
 
 static rlp_tokenizer *load(const char *rel)
