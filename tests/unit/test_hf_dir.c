@@ -86,8 +86,8 @@ static void assert_same(const rlpi_weights *a, const rlpi_weights *b, int bf16)
 static void save_load_round_trip(void **state)
 {
     (void)state;
-    const char *archs[] = {"llama", "qwen2", "mistral"};
-    for (int ai = 0; ai < 3; ai++) {
+    const char *archs[] = {"llama", "qwen2", "mistral", "qwen3", "gemma3"};
+    for (int ai = 0; ai < 5; ai++) {
         for (int tied = 0; tied < 2; tied++) {
             rlpi_model_config c, c2;
             rlpi_weights w, r;
@@ -114,6 +114,17 @@ static void save_load_round_trip(void **state)
             assert_int_equal(rlpi_safetensors_read(sub(name, "model.safetensors"), &raw, &m), 0);
             assert_string_equal(rlpi_st_metadata_get(&m, "format"), "pt");
             assert_int_equal(rlpi_weights_find(&raw, "lm_head.weight") == NULL, tied);
+            /* Gemma's norms are stored as scale - 1 (HF's convention), the
+             * rest as they are */
+            for (size_t k = 0; k < raw.n; k++) {
+                const rlpi_tensor *x = &raw.tensors[k], *y = rlpi_weights_find(&w, x->name);
+                float off = rlpi_hf_is_norm_weight(x->name) ? c.norm_offset : 0.0f;
+                assert_non_null(y);
+                for (size_t e = 0; e < x->n_elems; e++)
+                    if (x->data[e] != rlpi_tensor_data(&w, y)[e] - off)
+                        fail_msg("%s: %s[%zu] = %g stored, want %g", name, x->name, e, (double)x->data[e],
+                                 (double)(rlpi_tensor_data(&w, y)[e] - off));
+            }
             rlpi_st_metadata_free(&m);
             rlpi_weights_free(&raw);
 
@@ -121,6 +132,14 @@ static void save_load_round_trip(void **state)
                 fail_msg("load: %s", rlp_error_last());
             assert_memory_equal(&c, &c2, sizeof c);
             assert_int_equal(r.n, w.n);
+            if (c.norm_offset != 0.0f) {
+                /* (x - 1) + 1 is x only where no bits were lost: compare the
+                 * norms by what the load must give, (stored) + 1 */
+                for (size_t k = 0; k < w.n; k++)
+                    if (rlpi_hf_is_norm_weight(w.tensors[k].name))
+                        for (size_t e = 0; e < w.tensors[k].n_elems; e++)
+                            w.tensors[k].data[e] = (w.tensors[k].data[e] - 1.0f) + 1.0f;
+            }
             assert_same(&w, &r, 0);
             const rlpi_tensor *head = rlpi_weights_find(&r, "lm_head.weight");
             if (tied) {
@@ -230,6 +249,35 @@ static void missing_or_misshaped_tensors_fail(void **state)
     assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q), RLP_OK);
     assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
     assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_proj.bias' is missing"));
+    /* qwen3 config over llama weights: q_norm missing; gemma3 over qwen3
+     * weights: the feed-forward norms missing; gemma3 with q_norm of the
+     * wrong width (a head_dim the weights do not have) */
+    rlpi_model_config q3, g3;
+    rlpi_weights w3;
+    tiny_config(&q3, "qwen3", false);
+    tiny_config(&g3, "gemma3", false);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_norm.weight' is missing"));
+    assert_int_equal(tiny_weights(&q3, &w3, 5), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &q3, &w3, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &g3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.pre_feedforward_layernorm.weight' is missing"));
+    rlpi_weights_free(&w3);
+    assert_int_equal(tiny_weights(&g3, &w3, 6), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &g3, &w3, RLPI_ST_F32), RLP_OK);
+    rlpi_model_config g3w = g3;
+    g3w.head_dim = 16;
+    g3w.attn_scale = 0.25f;
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &g3w), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_proj.weight' has shape [32, 32]"));
+    rlpi_weights_free(&w3);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q), RLP_OK);
     /* no weights file at all */
     unlink(sub("bad", "model.safetensors"));
     assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_NOT_FOUND);
