@@ -693,7 +693,10 @@ static int write_seeds(const char *dir)
         tiny_opts o;
     } seeds[] = {{"model_llama", {.small = true}},
                  {"model_qwen2_bias", {.arch = "qwen2", .bias = true, .small = true}},
-                 {"model_rope_freqs", {.rope_freqs = rf, .small = true}}};
+                 {"model_rope_freqs", {.rope_freqs = rf, .small = true}},
+                 {"model_qwen3", {.arch = "qwen3", .small = true}},
+                 {"model_gemma3", {.arch = "gemma3", .window = 4, .small = true}},
+                 {"model_gemma3_pattern", {.arch = "gemma3", .window = 4, .pattern = -1, .small = true}}};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         gb b = {0};
         char path[512];
