@@ -12,10 +12,15 @@ Writes tests/reference/fixtures/gemma3.jsonl, one JSON object a line:
       that a literal U+2581 comes back as a space)
   {"greedy": prompt, "prompt_ids": [...], "generated": [...]}  BOS + the
       prompt (specials parsed), then 16 tokens of temperature-0 (argmax)
-      decoding by llama.cpp, stopping early only at EOS / <end_of_turn>
+      decoding by llama.cpp, stopping early only at EOS / <end_of_turn>.
+      Where llama.cpp cannot decode (llama-cpp-python 0.3.36 as built in
+      /work/venv-ref segfaults in llama_decode on this machine's CPU path),
+      they come from transformers' Gemma3ForCausalLM in fp32 on gguf-py's
+      dequantization instead, with "reference" saying so and "margins" (the
+      top-1 minus top-2 logit per step) so a near-tie can be told apart
 
 Rerun (CPU is enough; takes under a minute):
-    source /work/venv-ref/env.sh   # or: pip install llama-cpp-python
+    source /work/venv-ref/env.sh   # or: pip install llama-cpp-python gguf torch transformers
     scripts/fetch-model.sh gemma3-270m
     python3 tests/reference/make_gemma3_fixtures.py models/gemma-3-270m-q4_k_m.gguf tests/reference/fixtures
 """
@@ -93,9 +98,93 @@ def greedy(model, out_path):
                                ensure_ascii=False) + "\n")
 
 
+def greedy_transformers(model, out_path):
+    """The same continuations from Hugging Face transformers' Gemma3ForCausalLM
+    in float32 on the file's weights dequantized by gguf-py (independent of
+    our dequantizer and of llama.cpp's quantized matmuls), used when llama.cpp
+    cannot decode here. HF holds Gemma's norm weights as w with scale 1 + w,
+    the GGUF 1 + w: 1 is taken off. "margins" is the gap between the best and
+    the second-best logit at each step, so a mismatch on a near-tie shows."""
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.set_num_threads(2)
+    r = GGUFReader(model)
+    f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("tokenizer.ggml.")
+         or k.endswith("_id")}
+    n_layers = f["gemma3.block_count"]
+    cfg = Gemma3TextConfig(
+        vocab_size=r.get_tensor(0).shape[-1] if False else len(r.fields["tokenizer.ggml.tokens"].data),
+        hidden_size=f["gemma3.embedding_length"], intermediate_size=f["gemma3.feed_forward_length"],
+        num_hidden_layers=n_layers, num_attention_heads=f["gemma3.attention.head_count"],
+        num_key_value_heads=f["gemma3.attention.head_count_kv"], head_dim=f["gemma3.attention.key_length"],
+        max_position_embeddings=f["gemma3.context_length"], rms_norm_eps=f["gemma3.attention.layer_norm_rms_epsilon"],
+        sliding_window=f["gemma3.attention.sliding_window"], query_pre_attn_scalar=f["gemma3.attention.key_length"],
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n_layers)],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": f["gemma3.rope.freq_base"]},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        tie_word_embeddings=True, final_logit_softcapping=None, attn_logit_softcapping=None,
+        bos_token_id=f["tokenizer.ggml.bos_token_id"], eos_token_id=f["tokenizer.ggml.eos_token_id"],
+        pad_token_id=f["tokenizer.ggml.padding_token_id"])
+    cfg._attn_implementation = "eager"
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+    per = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+           "attn_k_norm": "self_attn.k_norm", "post_attention_norm": "post_attention_layernorm",
+           "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+           "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    sd = {}
+    for t in r.tensors:
+        if t.name in names:
+            hf = names[t.name]
+        else:
+            _, l, rest = t.name.split(".", 2)
+            hf = "model.layers.%s.%s.weight" % (l, per[rest.rsplit(".", 1)[0]])
+        a = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        a = a.reshape([int(x) for x in reversed(t.shape)]) if a.ndim != len(t.shape) else a
+        w = torch.from_numpy(np.ascontiguousarray(a))
+        if hf.endswith(("norm.weight", "layernorm.weight")):
+            w = w - 1.0
+        sd[hf] = w
+    m = Gemma3ForCausalLM(cfg)
+    missing, unexpected = m.load_state_dict(sd, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    m.tie_weights()
+    assert m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()
+    m.eval()
+    llm = llama_cpp.Llama(model_path=model, n_ctx=64, vocab_only=True, verbose=False)
+    eos = {llm.token_eos()}
+    eot = llm.tokenize(b"<end_of_turn>", add_bos=False, special=True)
+    if len(eot) == 1:
+        eos.add(eot[0])
+    with open(out_path, "w", encoding="utf-8") as out, torch.no_grad():
+        for p in GREEDY:
+            prompt = [llm.token_bos()] + llm.tokenize(p.encode("utf-8"), add_bos=False, special=True)
+            cur, gen, margins = list(prompt), [], []
+            for _ in range(N_NEW):
+                logits = m(torch.tensor([cur])).logits[0, -1].double()
+                top = torch.topk(logits, 2)
+                tok = int(top.indices[0])
+                gen.append(tok)
+                margins.append(round(float(top.values[0] - top.values[1]), 4))
+                cur.append(tok)
+                if tok in eos:
+                    break
+            out.write(json.dumps({"greedy": p, "prompt_ids": prompt, "generated": gen, "margins": margins,
+                                  "reference": "transformers Gemma3ForCausalLM fp32 on gguf-py dequantized weights",
+                                  "generated_text": llm.detokenize(gen, special=True).decode("utf-8", "replace")},
+                                 ensure_ascii=False) + "\n")
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--greedy":
         greedy(sys.argv[2], sys.argv[3])
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "--greedy-transformers":
+        greedy_transformers(sys.argv[2], sys.argv[3])
         return
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -118,7 +207,16 @@ def main():
         lines += g
         n_greedy = len(g)
     else:
-        print(f"greedy continuations FAILED (llama.cpp exit {r.returncode}); written without them", file=sys.stderr)
+        print(f"llama.cpp cannot decode here (exit {r.returncode}); greedy continuations from transformers",
+              file=sys.stderr)
+        r = subprocess.run([sys.executable, __file__, "--greedy-transformers", model, tmp])
+        if r.returncode == 0:
+            with open(tmp, encoding="utf-8") as f:
+                g = [x.rstrip("\n") for x in f if x.strip()]
+            lines += g
+            n_greedy = len(g)
+        else:
+            print("greedy continuations FAILED; written without them", file=sys.stderr)
     if os.path.exists(tmp):
         os.unlink(tmp)
     with open(path, "w", encoding="utf-8") as f:

@@ -11,8 +11,10 @@
  *     text parsed ("ids") and not ("ids_plain"), and decode(ids) equals
  *     llama.cpp's detokenize (the text but for a literal U+2581);
  *  3. greedy continuations (BOS + prompt, 16 tokens, argmax) equal the
- *     reference — only with RLPOST_TEST_GEMMA3_GREEDY=1 until the
- *     transformer runs Gemma 3, and only for fixture lines that have them.
+ *     reference (llama.cpp's, or where it could not decode, transformers'
+ *     fp32 Gemma3ForCausalLM on gguf-py's dequantization: the fixture's
+ *     "reference" says which), near-ties excepted — only with
+ *     RLPOST_TEST_GEMMA3_GREEDY=1 until the transformer runs Gemma 3.
  *
  * Skipped (77) when the model file is absent. */
 #include "model/policy.h"
@@ -25,6 +27,10 @@
 #include <string.h>
 
 #define VOCAB 262144
+/* Logit gap under which two tokens count as tied: fp32 logits of the same
+ * dequantized weights agree to ~1e-3 over 18 layers; 2e-2 leaves room and
+ * still exempts only genuine ties (the fixture's smallest gap is 0.011). */
+#define NEAR_TIE 2e-2f
 
 static int check_info(const char *model)
 {
@@ -143,14 +149,21 @@ static int check_greedy(const char *model, json_t *lines)
                 failures++;
                 break;
             }
-            int32_t best = 0;
+            int32_t best = 0, want = (int32_t)json_integer_value(json_array_get(gen, g));
             for (int32_t v = 1; v < VOCAB; v++)
                 if (logits[v] > logits[best])
                     best = v;
-            same += best == json_integer_value(json_array_get(gen, g));
-            cur[len++] = (int32_t)json_integer_value(json_array_get(gen, g)); /* follow the reference */
+            /* a near-tie in the reference (top-1 minus top-2 below
+             * NEAR_TIE) may go either way within fp32 rounding: accepted
+             * when our logit of the reference token is as close to our max */
+            json_t *mg = json_array_get(json_object_get(j, "margins"), g);
+            int tie = mg && json_number_value(mg) < NEAR_TIE && logits[best] - logits[want] < NEAR_TIE;
+            same += best == want || tie;
+            if (best != want)
+                printf("  step %zu: ours %d, reference %d (%s)\n", g, best, want, tie ? "near-tie" : "differs");
+            cur[len++] = want; /* follow the reference */
         }
-        printf("greedy %zu: %zu of %zu tokens equal llama.cpp's\n", k, same, ng);
+        printf("greedy %zu: %zu of %zu tokens equal the reference's\n", k, same, ng);
         failures += same != ng;
         free(cur);
         free(pos);
