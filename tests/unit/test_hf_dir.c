@@ -173,37 +173,47 @@ static void bf16_save_rounds_each_weight(void **state)
 static void sharded_folder_loads(void **state)
 {
     (void)state;
-    rlpi_model_config c, c2;
-    rlpi_weights w, a, b, r;
-    tiny_config(&c, "llama", false);
-    assert_int_equal(tiny_weights(&c, &w, 5), RLP_OK);
-    assert_int_equal(rlpi_hf_dir_save(sub("sharded", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
-    unlink(sub("sharded", "model.safetensors"));
-    /* split in two shallow halves and write an index like save_pretrained */
-    size_t half = w.n / 2;
-    rlpi_weights_init(&a);
-    rlpi_weights_init(&b);
-    a.tensors = w.tensors;
-    a.n = half;
-    b.tensors = w.tensors + half;
-    b.n = w.n - half;
-    assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00001-of-00002.safetensors"), &a,
-                                            NULL), 0);
-    assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00002-of-00002.safetensors"), &b,
-                                            NULL), 0);
-    FILE *f = fopen(sub("sharded", "model.safetensors.index.json"), "w");
-    fprintf(f, "{\"metadata\":{},\"weight_map\":{");
-    for (size_t i = 0; i < w.n; i++)
-        fprintf(f, "%s\"%s\":\"model-0000%d-of-00002.safetensors\"", i ? "," : "",
-                w.tensors[i].name, i < half ? 1 : 2);
-    fprintf(f, "}}");
-    fclose(f);
-    if (rlpi_hf_dir_load(sub("sharded", NULL), &c2, &r) != RLP_OK)
-        fail_msg("%s", rlp_error_last());
-    assert_int_equal(r.n, w.n);
-    assert_same(&w, &r, 0);
-    rlpi_weights_free(&r);
-    rlpi_weights_free(&w);
+    /* Gemma 3 too: shards hold HF's values (norms as scale - 1), the load
+     * gives the scale */
+    const char *archs[2] = {"llama", "gemma3"};
+    for (int ai = 0; ai < 2; ai++) {
+        rlpi_model_config c, c2;
+        rlpi_weights w, a, b, r;
+        tiny_config(&c, archs[ai], false);
+        assert_int_equal(tiny_weights(&c, &w, 5), RLP_OK);
+        assert_int_equal(rlpi_hf_dir_save(sub("sharded", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+        unlink(sub("sharded", "model.safetensors"));
+        /* split in two shallow halves and write an index like save_pretrained */
+        size_t half = w.n / 2;
+        rlpi_weights_init(&a);
+        rlpi_weights_init(&b);
+        a.tensors = w.tensors;
+        a.n = half;
+        b.tensors = w.tensors + half;
+        b.n = w.n - half;
+        assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00001-of-00002.safetensors"), &a,
+                                                NULL), 0);
+        assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00002-of-00002.safetensors"), &b,
+                                                NULL), 0);
+        FILE *f = fopen(sub("sharded", "model.safetensors.index.json"), "w");
+        fprintf(f, "{\"metadata\":{},\"weight_map\":{");
+        for (size_t i = 0; i < w.n; i++)
+            fprintf(f, "%s\"%s\":\"model-0000%d-of-00002.safetensors\"", i ? "," : "",
+                    w.tensors[i].name, i < half ? 1 : 2);
+        fprintf(f, "}}");
+        fclose(f);
+        if (rlpi_hf_dir_load(sub("sharded", NULL), &c2, &r) != RLP_OK)
+            fail_msg("%s", rlp_error_last());
+        assert_int_equal(r.n, w.n);
+        assert_true(c2.norm_offset == c.norm_offset);
+        for (size_t i = 0; i < w.n; i++)
+            if (rlpi_hf_is_norm_weight(w.tensors[i].name))
+                for (size_t e = 0; e < w.tensors[i].n_elems; e++)
+                    w.tensors[i].data[e] += c.norm_offset; /* the file's values were HF's */
+        assert_same(&w, &r, 0);
+        rlpi_weights_free(&r);
+        rlpi_weights_free(&w);
+    }
 }
 
 static void missing_or_misshaped_tensors_fail(void **state)
