@@ -180,6 +180,8 @@ typedef struct tiny_opts {
     uint32_t key_length;     /* <arch>.attention.key_length, 0 absent */
     int32_t pattern;         /* <arch>.attention.sliding_window_pattern: 0 absent, > 0 a period,
                               * -1 an array of 2 bools (one too many for 1 layer) */
+    float softcap, attn_scale, theta_swa; /* <arch>.final_logit_softcapping, .attention.scale,
+                                           * .rope.freq_base_swa when != 0 */
 } tiny_opts;
 
 /* dim 2*hd, 2 heads of hd (1 KV head), ffn hd, vocab hd, 1 layer; all F32;
@@ -229,7 +231,9 @@ static void build_model(gb *b, const tiny_opts *o)
     for (int i = 0; i < n; i++)
         kept += !(o->skip && !strcmp(o->skip, t[i].name));
     char key[64];
-    gb_header(b, 3, (uint64_t)kept, 10u + (o->window != 0) + (o->key_length != 0) + (o->pattern != 0));
+    gb_header(b, 3, (uint64_t)kept,
+              10u + (o->window != 0) + (o->key_length != 0) + (o->pattern != 0) + (o->softcap != 0) +
+                  (o->attn_scale != 0) + (o->theta_swa != 0));
     gb_kv_str(b, "general.architecture", arch);
 #define KV(suffix, v) (snprintf(key, sizeof key, "%s.%s", arch, suffix), gb_kv_u32(b, key, (uint32_t)(v)))
     KV("block_count", 1);
@@ -252,6 +256,16 @@ static void build_model(gb *b, const tiny_opts *o)
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         gb_str(b, key), gb_u32(b, 5), gb_bytes(b, &v, 4);
     }
+    const struct {
+        const char *suffix;
+        float v;
+    } fk[3] = {{"final_logit_softcapping", o->softcap}, {"attention.scale", o->attn_scale},
+               {"rope.freq_base_swa", o->theta_swa}};
+    for (int i = 0; i < 3; i++)
+        if (fk[i].v != 0) {
+            snprintf(key, sizeof key, "%s.%s", arch, fk[i].suffix);
+            gb_str(b, key), gb_u32(b, 6), gb_bytes(b, &fk[i].v, 4);
+        }
     if (o->pattern < 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
         gb_str(b, key), gb_u32(b, 9), gb_u32(b, 7), gb_u64(b, 2), gb_bytes(b, "\1\0", 2);
@@ -411,6 +425,15 @@ static void qwen3_and_gemma3_files(void **state)
     o.pattern = 1; /* every layer global */
     assert_int_equal(load_built(&o, &c, &w), RLP_OK);
     assert_int_equal(c.local_layers[0], 0);
+    rlpi_weights_free(&w);
+    /* the optional keys llama.cpp's newer converters write */
+    o = (tiny_opts){.arch = "gemma3", .window = 16, .softcap = 30.0f, .attn_scale = 0.125f, .theta_swa = 5e4f};
+    assert_int_equal(load_built(&o, &c, &w), RLP_OK);
+    assert_true(c.final_softcap == 30.0f && c.attn_scale == 0.125f && c.rope_theta_local == 5e4f);
+    rlpi_weights_free(&w);
+    o.softcap = -1.0f;
+    assert_int_equal(load_built(&o, &c, &w), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "final_logit_softcapping -1 must be >= 0"));
     rlpi_weights_free(&w);
 
     const struct {
