@@ -10,7 +10,8 @@ Rerun:
 What it checks, per model folder written by build/tests/hf_roundtrip_writer
 (Llama untied with llama3 RoPE scaling, tied Llama, Qwen2 with q/k/v bias tied
 and untied, Mistral, Llama in BF16 and in F16, Qwen3 tied and untied, Gemma 3
-tied and untied with one local layer):
+tied and untied with one local layer, and with linear RoPE scaling on its global
+layers and a logit soft-cap):
   * AutoModelForCausalLM.from_pretrained loads it as the right class with no
     missing, unexpected or mismatched keys;
   * every tensor equals our raw fp32 dump bit for bit (F32 files), or torch's
@@ -107,7 +108,7 @@ def check_folder(d, name):
         rs = rp if rp.get("rope_type") else hc.rope_scaling
         check(rs.get("rope_type") == cfg["rope_scaling"]["rope_type"]
               and rs["factor"] == cfg["rope_scaling"]["factor"]
-              and rs["low_freq_factor"] == cfg["rope_scaling"]["low_freq_factor"],
+              and rs.get("low_freq_factor") == cfg["rope_scaling"].get("low_freq_factor"),
               f"{name}: rope scaling as transformers reads it {rs}")
     if cfg.get("model_type") == "gemma3_text":
         lt = getattr(hc, "layer_types", None)
@@ -115,8 +116,10 @@ def check_folder(d, name):
               and hc.query_pre_attn_scalar == cfg["query_pre_attn_scalar"],
               f"{name}: layer_types {lt}, window {hc.sliding_window}, query_pre_attn_scalar as written")
         rpl = (getattr(hc, "rope_parameters", None) or {}).get("sliding_attention", {})
-        check(rpl.get("rope_theta") == cfg["rope_local_base_freq"],
-              f"{name}: local rope_theta {rpl.get('rope_theta')} as transformers reads it")
+        check(rpl.get("rope_theta") == cfg["rope_local_base_freq"] and rpl.get("rope_type") == "default",
+              f"{name}: local rope {rpl} as transformers reads it (no scaling on local layers)")
+        check(hc.final_logit_softcapping == cfg["final_logit_softcapping"],
+              f"{name}: final_logit_softcapping {hc.final_logit_softcapping}")
     with torch.no_grad():
         logits = model(torch.tensor([[1, 5, 9, 3]])).logits
     check(bool(torch.isfinite(logits).all()), f"{name}: forward pass gives finite logits")
