@@ -157,7 +157,10 @@ ModelInfo = _struct("rlp_model_info", [
     ("n_layers", c_int32), ("dim", c_int32), ("n_heads", c_int32), ("n_kv_heads", c_int32),
     ("head_dim", c_int32), ("ffn_dim", c_int32), ("vocab_size", c_int32), ("context_length", c_int32),
     ("rope_theta", c_float), ("rms_eps", c_float), ("rope_scaling", c_int32), ("tie_embeddings", c_int32),
-    ("attention_bias", c_int32), ("n_params", c_uint64), ("n_tensors", c_uint64), ("dtypes", c_char * 128)])
+    ("attention_bias", c_int32), ("n_params", c_uint64), ("n_tensors", c_uint64), ("dtypes", c_char * 128),
+    ("activation", c_char * 16), ("qk_norm", c_int32), ("post_norms", c_int32), ("norm_offset", c_float),
+    ("embed_scale", c_float), ("attn_scale", c_float), ("final_softcap", c_float), ("sliding_window", c_int32),
+    ("n_local_layers", c_int32), ("rope_theta_local", c_float)], version=2)
 
 MemoryStats = _struct("rlp_memory_stats", [
     ("version", c_uint32), ("weights", c_uint64), ("gradients", c_uint64), ("optimizer", c_uint64),
