@@ -118,14 +118,12 @@ struct rlpi_backend_ops {
                        const float *x, const float *w, const float *rstd, int64_t n, int64_t dim);
     int (*rope)(rlpi_backend *be, float *x, const int32_t *pos, const float *inv_freq, int64_t n,
                 int64_t n_heads, int64_t head_dim, int inverse);
-    int (*attention_fwd)(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                         const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                         int64_t window);
-    int (*attention_bwd)(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                         const float *q, const float *k, const float *v, const float *out,
-                         const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+    int (*attention_fwd)(rlpi_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                         const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                         int64_t head_dim, float scale, int64_t window);
+    int (*attention_bwd)(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                         const float *k, const float *v, const float *out, const float *lse, const int64_t *seq_start,
+                         int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
                          int64_t window);
     int (*swiglu_fwd)(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
     int (*swiglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout,
@@ -144,9 +142,9 @@ struct rlpi_backend_ops {
                  const rlpi_adamw_step *step);
     /* inference against a KV cache (see rlpi_op_attention_cached) */
     int (*attention_cached)(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
-                            const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                            int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                            float scale, int64_t window);
+                            const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq, int64_t n,
+                            int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                            int64_t window);
 
     /* sampling (rollout engine) */
     /* see rlpi_op_sample_rows; rows_host NULL = rows 0..n-1; all but
@@ -158,8 +156,8 @@ struct rlpi_backend_ops {
     /* Gemma-family kernels (issue 21): GeGLU and logit soft-capping, see
      * rlpi_op_geglu_fwd and rlpi_op_softcap_fwd */
     int (*geglu_fwd)(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
-    int (*geglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout,
-                     const float *gate, const float *up, int64_t n);
+    int (*geglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                     int64_t n);
     int (*softcap_fwd)(rlpi_backend *be, float *x, int64_t n, float cap);
     int (*softcap_bwd)(rlpi_backend *be, float *dx, const float *y, int64_t n, float cap);
 };
@@ -242,8 +240,8 @@ int rlpi_op_rope(rlpi_backend *be, rlpi_ref x, rlpi_ref pos, rlpi_ref inv_freq, 
  * p sees keys p − W + 1 .. p only (Gemma's local layers). window < 0 is
  * RLP_E_INVALID_ARG. */
 int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
-                          const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
+                          const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                          int64_t head_dim, float scale, int64_t window);
 /* Causal GQA of new query rows against a KV cache, for generation.
  * Sequence s owns query rows [q_start[s], q_start[s+1]) of q (n, H, hd);
  * its keys and values are in cache slot slot[s] of kc/vc, laid out
@@ -253,15 +251,15 @@ int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref
  * Host arrays q_start (n_seq + 1), slot and past (n_seq). out (n, H, hd).
  * scale and window as rlpi_op_attention_fwd. */
 int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
-                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                             int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq, int64_t n,
+                             int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
                              int64_t head_dim, float scale, int64_t window);
 /* Writes dq, dk, dv (not accumulated). scale and window must be the
  * forward's. */
 int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
-                          rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,
-                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                          float scale, int64_t window);
+                          rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start, int64_t n_seq,
+                          int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                          int64_t window);
 /* out = silu(gate) · up, elementwise over n values */
 int rlpi_op_swiglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n);
 int rlpi_op_swiglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
@@ -270,8 +268,8 @@ int rlpi_op_swiglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref 
  * gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
 int rlpi_op_geglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n);
 /* dgate = dout·up·gelu_tanh'(gate), dup = dout·gelu_tanh(gate) (written, not accumulated) */
-int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
-                      rlpi_ref up, int64_t n);
+int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate, rlpi_ref up,
+                      int64_t n);
 /* Logit soft-capping in place: x = cap · tanh(x / cap), cap > 0 and finite. */
 int rlpi_op_softcap_fwd(rlpi_backend *be, rlpi_ref x, int64_t n, float cap);
 /* Its backward in place: dx *= 1 − (y / cap)², y the capped values. */

@@ -152,16 +152,15 @@ static int check_seqs(const char *op, const int64_t *seq_start, int64_t n_seq, i
 static int check_scale_window(const char *op, float scale, int64_t window)
 {
     if (!(scale > 0.0f) || !(scale < INFINITY))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: softmax scale %g must be positive and finite", op,
-                              (double)scale);
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: softmax scale %g must be positive and finite", op, (double)scale);
     if (window < 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: sliding window %lld is negative", op, (long long)window);
     return RLP_OK;
 }
 
 int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
-                          const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
+                          const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                          int64_t head_dim, float scale, int64_t window)
 {
     static const char op[] = "attention";
     SLOT(attention_fwd);
@@ -178,15 +177,14 @@ int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref
     RES(q, prod(prod(n, n_heads), head_dim), qq);
     RES(k, prod(prod(n, n_kv_heads), head_dim), kk);
     RES(v, prod(prod(n, n_kv_heads), head_dim), vv);
-    return n ? be->ops->attention_fwd(be, o, l, qq, kk, vv, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim,
-                                      scale, window)
+    return n ? be->ops->attention_fwd(be, o, l, qq, kk, vv, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim, scale,
+                                      window)
              : RLP_OK;
 }
 
 int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
-                          rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,
-                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                          float scale, int64_t window)
+                          rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start, int64_t n_seq,
+                          int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
     static const char op[] = "attention backward";
     SLOT(attention_bwd);
@@ -208,8 +206,8 @@ int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref d
     RES(v, nkv, vv);
     RES(out, nq, o);
     RES(lse, prod(n, n_heads), l);
-    return n ? be->ops->attention_bwd(be, a, b, c, d, qq, kk, vv, o, l, seq_start, n_seq, n, n_heads,
-                                      n_kv_heads, head_dim, scale, window)
+    return n ? be->ops->attention_bwd(be, a, b, c, d, qq, kk, vv, o, l, seq_start, n_seq, n, n_heads, n_kv_heads,
+                                      head_dim, scale, window)
              : RLP_OK;
 }
 
@@ -249,8 +247,8 @@ int rlpi_op_geglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up
     return n ? be->ops->geglu_fwd(be, o, g, u, n) : RLP_OK;
 }
 
-int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
-                      rlpi_ref up, int64_t n)
+int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate, rlpi_ref up,
+                      int64_t n)
 {
     static const char op[] = "geglu backward";
     SLOT(geglu_bwd);
@@ -394,8 +392,8 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
 }
 
 int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
-                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                             int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
+                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq, int64_t n,
+                             int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
                              int64_t head_dim, float scale, int64_t window)
 {
     static const char op[] = "cached attention";

@@ -230,7 +230,7 @@ typedef struct attn_arg {
     const float *q, *k, *v, *dout, *o, *lse_in;
     const int64_t *seq_start;
     int64_t n_seq, n, H, KV, hd, max_len;
-    int64_t window;     /* 0 = full causal; W = keys p − W + 1 .. p */
+    int64_t window; /* 0 = full causal; W = keys p − W + 1 .. p */
     float scale;
     int nomem;
 } attn_arg;
@@ -303,13 +303,23 @@ static int64_t max_seq_len(const int64_t *seq_start, int64_t n_seq)
 }
 
 static int attention_fwd_streaming(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                                   const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                                   int64_t window)
+                                   const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                                   int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
-    attn_arg a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .seq_start = seq_start,
-                  .n_seq = n_seq, .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim,
-                  .max_len = max_seq_len(seq_start, n_seq), .window = window, .scale = scale};
+    attn_arg a = {.out = out,
+                  .lse = lse,
+                  .q = q,
+                  .k = k,
+                  .v = v,
+                  .seq_start = seq_start,
+                  .n_seq = n_seq,
+                  .n = n,
+                  .H = n_heads,
+                  .KV = n_kv_heads,
+                  .hd = head_dim,
+                  .max_len = max_seq_len(seq_start, n_seq),
+                  .window = window,
+                  .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n * n_heads, 4, attn_fwd_range, &a);
     return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "attention: out of memory") : RLP_OK;
 }
@@ -352,15 +362,28 @@ static void attn_bwd_range(void *p, int64_t b, int64_t e, int tid)
     }
 }
 
-static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                   const float *q, const float *k, const float *v, const float *out,
-                                   const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
-                                   int64_t window)
+static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                   const float *k, const float *v, const float *out, const float *lse,
+                                   const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                                   int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
-    attn_arg a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out,
-                  .lse_in = lse, .seq_start = seq_start, .n_seq = n_seq, .n = n, .H = n_heads,
-                  .KV = n_kv_heads, .hd = head_dim, .window = window, .scale = scale};
+    attn_arg a = {.dq = dq,
+                  .dk = dk,
+                  .dv = dv,
+                  .dout = dout,
+                  .q = q,
+                  .k = k,
+                  .v = v,
+                  .o = out,
+                  .lse_in = lse,
+                  .seq_start = seq_start,
+                  .n_seq = n_seq,
+                  .n = n,
+                  .H = n_heads,
+                  .KV = n_kv_heads,
+                  .hd = head_dim,
+                  .window = window,
+                  .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n_seq * n_kv_heads, 1, attn_bwd_range, &a);
     return RLP_OK;
 }
@@ -381,7 +404,7 @@ typedef struct sm_arg {
     float *lse;         /* (L) out (forward) */
     const float *lse_in, *dO, *O;
     int64_t L, ld_o, hd;
-    int64_t window;     /* 0 = full causal */
+    int64_t window; /* 0 = full causal */
     float scale;
 } sm_arg;
 
@@ -489,8 +512,16 @@ static void attn_blas_bwd_task(void *p, int64_t task, int tid)
         /* dP = dO Vᵀ */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, dO, ldq, V,
                     ldk, 0.0f, dS, (blasint)L);
-        sm_arg sm = {.S = S, .dS = dS, .lse_in = a->lse_in + h * a->n + t0, .dO = dO, .O = O, .L = L, .ld_o = ldq,
-                     .hd = hd, .window = a->window, .scale = scale};
+        sm_arg sm = {.S = S,
+                     .dS = dS,
+                     .lse_in = a->lse_in + h * a->n + t0,
+                     .dO = dO,
+                     .O = O,
+                     .L = L,
+                     .ld_o = ldq,
+                     .hd = hd,
+                     .window = a->window,
+                     .scale = scale};
         softmax_bwd_rows(&sm, 0, L, tid);
         /* dQ = scale·dS K ; dK += scale·dSᵀ Q ; dV += Pᵀ dO */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
@@ -529,30 +560,52 @@ static int blas_attn_prepare(rlpi_backend *be, blas_attn *a, const int64_t *seq_
     return RLP_OK;
 }
 
-int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
+int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, float scale, int64_t window)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    blas_attn a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .n = n, .H = n_heads, .KV = n_kv_heads,
-                   .hd = head_dim, .window = window, .scale = scale};
+    blas_attn a = {.out = out,
+                   .lse = lse,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .n = n,
+                   .H = n_heads,
+                   .KV = n_kv_heads,
+                   .hd = head_dim,
+                   .window = window,
+                   .scale = scale};
     if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
-        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim,
-                                       scale, window);
+        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim, scale,
+                                       window);
     rlpi_threadpool_run_tasks(POOL(be), n_seq * n_heads, attn_blas_fwd_task, &a);
     free(a.order);
     free(a.scratch);
     return RLP_OK;
 }
 
-int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                           const float *q, const float *k, const float *v, const float *out,
-                           const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
+int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *out, const float *lse, const int64_t *seq_start,
+                           int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                           int64_t window)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    blas_attn a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out, .lse_in = lse,
-                   .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim, .window = window, .scale = scale};
+    blas_attn a = {.dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .dout = dout,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .o = out,
+                   .lse_in = lse,
+                   .n = n,
+                   .H = n_heads,
+                   .KV = n_kv_heads,
+                   .hd = head_dim,
+                   .window = window,
+                   .scale = scale};
     if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
         return attention_bwd_streaming(be, dq, dk, dv, dout, q, k, v, out, lse, seq_start, n_seq, n, n_heads,
                                        n_kv_heads, head_dim, scale, window);
@@ -635,16 +688,29 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
 
 int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                              int64_t head_dim, float scale, int64_t window)
+                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                              float scale, int64_t window)
 {
     int64_t max_keys = 1;
     for (int64_t s = 0; s < n_seq; s++)
         if (past[s] + q_start[s + 1] - q_start[s] > max_keys)
             max_keys = past[s] + q_start[s + 1] - q_start[s];
-    cached_arg a = {.out = out, .q = q, .kc = kc, .vc = vc, .q_start = q_start, .slot = slot, .past = past,
-                    .n_seq = n_seq, .n = n, .slot_stride = slot_stride, .H = n_heads, .KV = n_kv_heads,
-                    .hd = head_dim, .max_keys = max_keys, .window = window, .scale = scale};
+    cached_arg a = {.out = out,
+                    .q = q,
+                    .kc = kc,
+                    .vc = vc,
+                    .q_start = q_start,
+                    .slot = slot,
+                    .past = past,
+                    .n_seq = n_seq,
+                    .n = n,
+                    .slot_stride = slot_stride,
+                    .H = n_heads,
+                    .KV = n_kv_heads,
+                    .hd = head_dim,
+                    .max_keys = max_keys,
+                    .window = window,
+                    .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n * n_kv_heads, 1, attn_cached_range, &a);
     return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "cached attention: out of memory") : RLP_OK;
 }
@@ -695,8 +761,8 @@ static void geglu_bwd_range(void *p, int64_t b, int64_t e, int tid)
     rlpi_vec_geglu_bwd(a->y + b, a->y2 + b, a->c + b, a->a + b, a->b + b, e - b);
 }
 
-int rlpi_cpu_geglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout,
-                       const float *gate, const float *up, int64_t n)
+int rlpi_cpu_geglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int64_t n)
 {
     ew_arg a = {.y = dgate, .y2 = dup, .a = gate, .b = up, .c = dout};
     rlpi_threadpool_parallel_for(POOL(be), n, 4096, geglu_bwd_range, &a);

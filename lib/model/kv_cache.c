@@ -66,9 +66,9 @@ void rlpi_kv_cache_free(rlpi_kv_cache *kv)
 {
     if (!kv)
         return;
-    rlpi_buffer *bufs[] = {kv->kv, kv->x, kv->xn, kv->rstd, kv->q, kv->k, kv->v, kv->att, kv->gate, kv->up,
-                           kv->act, kv->ids, kv->pos, kv->last, kv->rows, kv->rows_n, kv->rows_rstd, kv->logits,
-                           kv->tmp, kv->rstd_h};
+    rlpi_buffer *bufs[] = {kv->kv,   kv->x,      kv->xn,        kv->rstd,   kv->q,   kv->k,     kv->v,
+                           kv->att,  kv->gate,   kv->up,        kv->act,    kv->ids, kv->pos,   kv->last,
+                           kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         rlpi_buffer_free(bufs[i]);
     free(kv);
@@ -182,10 +182,9 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     TRY(rlpi_tf_mm(tf, kv->v, 0, kv->xn, 0, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kv->v, 0), RLPI_REF(W, P->bv), n, tf->kvdim));
-    TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_heads,
-                     c->head_dim, 0));
-    TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_kv_heads,
-                     c->head_dim, 0));
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim,
+                     0));
     /* the new keys and values go to their slots' rows [past, past + new) */
     size_t ko = k_off(kv, l), vo = v_off(kv, l);
     for (int64_t s = 0; s < n_seq; s++) {

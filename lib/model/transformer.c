@@ -421,8 +421,8 @@ static int mlp_act_fwd(rlpi_transformer *tf, rlpi_ref out, rlpi_ref gate, rlpi_r
                                                     : rlpi_op_swiglu_fwd(tf->be, out, gate, up, n);
 }
 
-static int mlp_act_bwd(rlpi_transformer *tf, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
-                       rlpi_ref up, int64_t n)
+static int mlp_act_bwd(rlpi_transformer *tf, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate, rlpi_ref up,
+                       int64_t n)
 {
     return tf->cfg.activation == RLPI_ACT_GELU_TANH ? rlpi_op_geglu_bwd(tf->be, dgate, dup, dout, gate, up, n)
                                                     : rlpi_op_swiglu_bwd(tf->be, dgate, dup, dout, gate, up, n);
@@ -452,8 +452,8 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     if (c->qk_norm) { /* per-head RMSNorm before RoPE: (n·heads) rows of head_dim */
         TRY(rlpi_op_rmsnorm_fwd(be, A(q), A(rstd_q), A(q_raw), RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim,
                                 c->rms_eps));
-        TRY(rlpi_op_rmsnorm_fwd(be, A(k), A(rstd_k), A(k_raw), RLPI_REF(W, P->k_norm), n * c->n_kv_heads,
-                                c->head_dim, c->rms_eps));
+        TRY(rlpi_op_rmsnorm_fwd(be, A(k), A(rstd_k), A(k_raw), RLPI_REF(W, P->k_norm), n * c->n_kv_heads, c->head_dim,
+                                c->rms_eps));
     }
     TRY(rlpi_op_rope(be, A(q), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
     TRY(rlpi_op_rope(be, A(k), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim, 0));
@@ -462,8 +462,7 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     if (c->post_norms) {
         /* x_mid = x_in + RMSNorm_post_attn(att·Woᵀ) */
         TRY(rlpi_tf_mm(tf, a, aoff + L->attn_o, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 0.0f));
-        TRY(rlpi_op_rmsnorm_fwd(be, A(x_mid), A(rstd_po), A(attn_o), RLPI_REF(W, P->post_attn_norm), n, d,
-                                c->rms_eps));
+        TRY(rlpi_op_rmsnorm_fwd(be, A(x_mid), A(rstd_po), A(attn_o), RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, A(x_mid), RLPI_REF(tf->xs, x_in), n * d));
     } else {
         /* x_mid = x_in + att·Woᵀ */
@@ -477,8 +476,8 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     if (c->post_norms) {
         /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
         TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
-        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n,
-                                d, c->rms_eps));
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n, d,
+                                c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(tf->xs, x_out), A(x_mid), n * d));
     } else {
         /* x_out = x_mid + act·Wdᵀ */
@@ -737,9 +736,8 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_tf_mm(tf, S, g->datt, S, dattn, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
     TRY(rlpi_tf_mm(tf, G, P->wo, S, dattn, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
-    TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse),
-                              tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale,
-                              P->window));
+    TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse), tf->seq_start,
+                              tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
     TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 1));
     TRY(rlpi_op_rope(be, SR(dk), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim, 1));
     if (c->qk_norm) { /* dq_raw, dk_raw = the per-head norms' input gradients */

@@ -13,8 +13,8 @@
 typedef struct layer_params {
     size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd;
     size_t q_norm, k_norm, post_attn_norm, post_ffn_norm;
-    int64_t window;                /* sliding window of this layer's attention, 0 = full */
-    bool local;                    /* uses the local RoPE frequencies (inv_freq_local) */
+    int64_t window; /* sliding window of this layer's attention, 0 = full */
+    bool local;     /* uses the local RoPE frequencies (inv_freq_local) */
 } layer_params;
 
 /* Offsets (floats) of one layer's saved activations inside its buffer.
@@ -25,8 +25,8 @@ typedef struct layer_params {
 typedef struct act_layout {
     size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act;
     size_t q_raw, k_raw, rstd_q, rstd_k; /* projections before the q/k norm, its (n·heads) rstd */
-    size_t attn_o, rstd_po;        /* att·Woᵀ before the post-attention norm, its rstd */
-    size_t mlp_o, rstd_pf;         /* act·Wdᵀ before the post-feed-forward norm, its rstd */
+    size_t attn_o, rstd_po;              /* att·Woᵀ before the post-attention norm, its rstd */
+    size_t mlp_o, rstd_pf;               /* act·Wdᵀ before the post-feed-forward norm, its rstd */
     size_t total;
 } act_layout;
 

@@ -356,11 +356,13 @@ static void test_attention(const int64_t *lens, int64_t n_seq, int64_t H, int64_
     twin q = twin_rand(nq, -2, 2), k = twin_rand(nkv, -2, 2), v = twin_rand(nkv, -1, 1);
     twin out = twin_new(nq), lse = twin_new((size_t)(n * H));
     for (int b = 0; b < 2; b++)
-        OK(rlpi_op_attention_fwd(be[b], R(&out, b), R(&lse, b), R(&q, b), R(&k, b), R(&v, b), ss, n_seq, n, H, KV, hd, 1.0f / sqrtf((float)hd), 0));
+        OK(rlpi_op_attention_fwd(be[b], R(&out, b), R(&lse, b), R(&q, b), R(&k, b), R(&v, b), ss, n_seq, n, H, KV, hd,
+                                 1.0f / sqrtf((float)hd), 0));
     compare("attention forward: out", &out, 1e-5);
     compare("attention forward: lse", &lse, 1e-5);
     float *o1 = gpu_copy(&out), *l1 = gpu_copy(&lse);
-    OK(rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&k, 1), R(&v, 1), ss, n_seq, n, H, KV, hd, 1.0f / sqrtf((float)hd), 0));
+    OK(rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&k, 1), R(&v, 1), ss, n_seq, n, H, KV, hd,
+                             1.0f / sqrtf((float)hd), 0));
     same_bits("attention forward: out", &out, o1);
     same_bits("attention forward: lse", &lse, l1);
 

@@ -87,8 +87,12 @@ static rlpi_packed_batch batch_of(fixture *f)
 {
     size_t c;
     rlpi_packed_batch b = {
-        .n_seq = f->m.n_seq, .seq_start = f->m.seq_start, .n_tokens = f->m.n,
-        .tokens = array(f, "tokens", &c), .positions = array(f, "positions", &c), .targets = array(f, "targets", &c),
+        .n_seq = f->m.n_seq,
+        .seq_start = f->m.seq_start,
+        .n_tokens = f->m.n,
+        .tokens = array(f, "tokens", &c),
+        .positions = array(f, "positions", &c),
+        .targets = array(f, "targets", &c),
     };
     return b;
 }
@@ -227,8 +231,8 @@ static void full_logits(rlpi_transformer *tf, const int32_t *tokens, int64_t len
         pos[i] = (int32_t)i;
         tg[i] = -1;
     }
-    rlpi_packed_batch b = {.n_seq = 1, .seq_start = ss, .n_tokens = len, .tokens = tokens, .positions = pos,
-                           .targets = tg};
+    rlpi_packed_batch b = {
+        .n_seq = 1, .seq_start = ss, .n_tokens = len, .tokens = tokens, .positions = pos, .targets = tg};
     assert_int_equal(rlpi_transformer_last_logits(tf, &b, out), RLP_OK);
     free(pos);
     free(tg);
@@ -314,8 +318,8 @@ static void check_decode(const char *name)
             assert_int_equal(argmax(got + s * V, V), argmax(want, V));
         }
     }
-    print_message("%s: KV-cached decode to %lld tokens (window %d): max |Δlogits| %.2e\n", name,
-                  (long long)len[2], f.m.cfg.sliding_window, worst);
+    print_message("%s: KV-cached decode to %lld tokens (window %d): max |Δlogits| %.2e\n", name, (long long)len[2],
+                  f.m.cfg.sliding_window, worst);
     assert_true(worst <= TOL_CACHE);
     free(got);
     free(want);
