@@ -1,7 +1,10 @@
 /* KV-cached inference: the decoder layers of transformer.c without the
  * activations that backward needs, writing keys and values into cache
  * slots and attending over them. Like transformer.c it calls only backend
- * wrappers, so the CUDA backend runs it unchanged. */
+ * wrappers, so the CUDA backend runs it unchanged. Sliding-window layers
+ * keep every row too (the window masks by position): simpler slot
+ * copies and prefix sharing, at the cost of cache memory a ring buffer
+ * would save on local layers. */
 #include "model/kv_cache.h"
 
 #include "core/error.h"

@@ -1,4 +1,4 @@
-/* Llama-family decoder: forward and backward over packed sequences, the
+/* The decoder (every family of model/config.h): forward and backward over packed sequences, the
  * chunked fused logprob head, and the parameter/gradient layout. Like
  * llm.c, parameters and gradients are each one allocation with tensors at
  * offsets, and every layer is a forward/backward pair over explicit
