@@ -165,7 +165,9 @@ def qwen3_case(name, tied, out):
     make_case(name, Qwen3ForCausalLM(hf), ours, False, [7, 12, 9], 1.0 / 0.8, out)
 
 
-def gemma3_case(name, softcap, window, out):
+def gemma3_case(name, softcap, window, rope_linear, out):
+    """rope_linear: linear RoPE scaling factor of the global layers (Gemma 3
+    1B and up use 8; the local layers stay unscaled), or None."""
     d, H, KV, hd, F, V, nl = 32, 4, 2, 16, 40, 64, 3
     theta, theta_local, qpas = 100000.0, 10000.0, 24
     layer_types = ["sliding_attention", "sliding_attention", "full_attention"]
@@ -175,12 +177,16 @@ def gemma3_case(name, softcap, window, out):
                           query_pre_attn_scalar=qpas, sliding_window=window, layer_types=layer_types,
                           final_logit_softcapping=softcap, attn_logit_softcapping=None,
                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": theta_local},
-                                           "full_attention": {"rope_type": "default", "rope_theta": theta}})
+                                           "full_attention": dict({"rope_type": "default", "rope_theta": theta},
+                                                                  **({"rope_type": "linear", "factor": rope_linear}
+                                                                     if rope_linear else {}))})
     ours = dict(arch="gemma3", n_layers=nl, dim=d, n_heads=H, n_kv_heads=KV, head_dim=hd, ffn_dim=F, vocab_size=V,
                 max_seq_len=64, rope_theta=theta, rms_eps=1e-6, tie_embeddings=True, attention_bias=False,
                 activation=1, qk_norm=True, post_norms=True, norm_offset=1.0, embed_scale=d ** 0.5,
                 attn_scale=qpas ** -0.5, final_softcap=softcap or 0.0, sliding_window=window,
                 rope_theta_local=theta_local, local_layers=[1 if t == "sliding_attention" else 0 for t in layer_types])
+    if rope_linear:  # not "rope_scaling": model_fixture.h reads that as Llama 3 scaling
+        ours["rope_linear_factor"] = rope_linear
     make_case(name, Gemma3ForCausalLM(hf), ours, True, [6, 11, 8], 1.0 / 0.7, out)
 
 
@@ -189,8 +195,8 @@ def main():
     torch.manual_seed(2121)
     qwen3_case("arch_qwen3_tied", True, out)
     qwen3_case("arch_qwen3_untied", False, out)
-    gemma3_case("arch_gemma3", None, 4, out)
-    gemma3_case("arch_gemma3_softcap", 2.5, 3, out)
+    gemma3_case("arch_gemma3", None, 4, 8.0, out)
+    gemma3_case("arch_gemma3_softcap", 2.5, 3, None, out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
  * The fixtures exercise q/k norms, head_dim ≠ dim/heads, tied and untied
  * heads, Gemma's post-norms, GeGLU, embedding scale, query_pre_attn_scalar,
  * sliding-window layers (window 3–4, shorter than the sequences) with their
- * own RoPE base next to a global layer, and the final logit soft-cap.
+ * own RoPE base next to a global layer (with linear RoPE scaling in
+ * arch_gemma3, which must not reach the local layers), and the final logit
+ * soft-cap.
  *
  * The config is built here field by field from the fixture's JSON (no
  * HF/GGUF loader is involved).
@@ -77,6 +79,11 @@ static void load_fixture(fixture *f, const char *name)
     cfg->final_softcap = (float)num(c, "final_softcap");
     cfg->sliding_window = (int32_t)num(c, "sliding_window");
     cfg->rope_theta_local = (float)num(c, "rope_theta_local");
+    json_t *lin = json_object_get(c, "rope_linear_factor");
+    if (lin) { /* global layers only: the local ones keep plain RoPE */
+        cfg->rope_scaling = RLPI_ROPE_SCALING_LINEAR;
+        cfg->rope_factor = (float)json_number_value(lin);
+    }
     json_t *ll = json_object_get(c, "local_layers");
     for (size_t i = 0; i < json_array_size(ll); i++)
         cfg->local_layers[i] = (uint8_t)json_integer_value(json_array_get(ll, i));
