@@ -189,11 +189,18 @@ int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w)
  * ranges: refused here with the field named rather than computed wrongly. */
 static int check_runnable(const rlpi_model_config *c)
 {
-    if ((int64_t)c->n_heads * c->head_dim > (int64_t)1 << 20)
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "transformer: %d heads of %d exceed the 2^20-wide attention",
-                              c->n_heads, c->head_dim);
+    /* compute_inv_freq divides by (high − low) and by low */
+    if (c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3 &&
+        !(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+          c->rope_original_max_pos > 0))
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "transformer: Llama 3 RoPE scaling needs 0 < low_freq_factor (%g) < high_freq_factor "
+                              "(%g) and original_max_position_embeddings (%d) > 0",
+                              (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
+                              c->rope_original_max_pos);
+    /* below this every logit would be capped flat (and 1/cap overflows long before 0) */
     if (c->final_softcap > 0 && !(c->final_softcap >= 1e-3f))
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "transformer: final logit soft-cap %g is too small to divide by",
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "transformer: final logit soft-cap %g is below 1e-3",
                               (double)c->final_softcap);
     return RLP_OK;
 }

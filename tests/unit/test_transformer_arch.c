@@ -512,6 +512,18 @@ static void refuses_incomplete_weights(void **state)
     bad.sliding_window = 0;
     assert_int_equal(rlpi_transformer_create(&tf, be, &bad, &f.m.w, NULL), RLP_E_FORMAT);
     assert_non_null(strstr(rlp_error_last(), "sliding-window"));
+    /* what validate lets through but the layers cannot compute */
+    bad = f.m.cfg;
+    bad.rope_scaling = RLPI_ROPE_SCALING_LLAMA3;
+    bad.rope_factor = 8;
+    bad.rope_low_freq_factor = bad.rope_high_freq_factor = 4;
+    bad.rope_original_max_pos = 8192;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &bad, &f.m.w, NULL), RLP_E_UNSUPPORTED);
+    assert_non_null(strstr(rlp_error_last(), "high_freq_factor"));
+    bad = f.m.cfg;
+    bad.final_softcap = 1e-6f;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &bad, &f.m.w, NULL), RLP_E_UNSUPPORTED);
+    assert_non_null(strstr(rlp_error_last(), "soft-cap"));
     fixture_free(&f.m);
 }
 
