@@ -17,6 +17,8 @@
  * 1e-4 absolute; gradients within 1e-4 · max(1, max|ref|) per tensor, as
  * test_transformer.c. Observed errors are printed (a few 1e-6).
  *
+ * With RLPOST_TEST_BACKEND=cuda the same checks run on the CUDA backend.
+ *
  * KV-cached decode (rlpi_transformer_extend) must give the logits of the
  * cache-free forward at every step, within 2e-5 absolute, for prompts and
  * generations longer than the sliding window, several sequences at once,
@@ -555,10 +557,12 @@ static void export_round_trip(void **state)
     fixture_free(&f.m);
 }
 
+static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda */
+
 static int setup(void **state)
 {
     (void)state;
-    return rlpi_backend_cpu_create(&be, 2) == RLP_OK ? 0 : -1;
+    return (use_cuda ? rlpi_backend_cuda_create(&be, 0) : rlpi_backend_cpu_create(&be, 2)) == RLP_OK ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -568,8 +572,21 @@ static int teardown(void **state)
     return 0;
 }
 
+/* RLPOST_TEST_BACKEND=cuda runs every check on the CUDA backend (the gpu
+ * and cuda_emu suites: the kernels of cuda/ under the same tolerances);
+ * exits 77 (skipped) where no CUDA backend can be made. */
 int main(void)
 {
+    const char *bk = getenv("RLPOST_TEST_BACKEND");
+    use_cuda = bk && !strcmp(bk, "cuda");
+    if (use_cuda) {
+        rlpi_backend *probe;
+        if (rlpi_backend_cuda_create(&probe, 0) != RLP_OK) {
+            printf("skipped: no CUDA backend: %s\n", rlp_error_last());
+            return 77;
+        }
+        rlpi_backend_destroy(probe);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(qwen3_tied_matches_transformers),
         cmocka_unit_test(qwen3_untied_matches_transformers),
