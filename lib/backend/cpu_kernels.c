@@ -509,10 +509,23 @@ static int blas_attn_prepare(rlpi_backend *be, blas_attn *a, const int64_t *seq_
     return RLP_OK;
 }
 
+/* Stand-in until the CPU kernels take a softmax scale and a sliding
+ * window: only the default scale 1/sqrt(hd) and no window (or one no
+ * shorter than any sequence) are computed, anything else is refused. */
+static int cpu_attn_defaults_only(const char *op, float scale, int64_t window, int64_t head_dim, int64_t max_len)
+{
+    if (scale != 1.0f / sqrtf((float)head_dim) || (window > 0 && window < max_len))
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the CPU backend has no softmax scale or sliding window yet",
+                              op);
+    return RLP_OK;
+}
+
 int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
+    if (cpu_attn_defaults_only("attention", scale, window, head_dim, max_seq_len(seq_start, n_seq)))
+        return RLP_E_UNSUPPORTED;
     int64_t max_len = max_seq_len(seq_start, n_seq);
     blas_attn a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .n = n, .H = n_heads, .KV = n_kv_heads,
                    .hd = head_dim};
@@ -527,8 +540,10 @@ int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float
 int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
                            const float *q, const float *k, const float *v, const float *out,
                            const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
+    if (cpu_attn_defaults_only("attention backward", scale, window, head_dim, max_seq_len(seq_start, n_seq)))
+        return RLP_E_UNSUPPORTED;
     int64_t max_len = max_seq_len(seq_start, n_seq);
     blas_attn a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out, .lse_in = lse,
                    .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim};
@@ -611,12 +626,14 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
 int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
                               int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                              int64_t head_dim)
+                              int64_t head_dim, float scale, int64_t window)
 {
     int64_t max_keys = 1;
     for (int64_t s = 0; s < n_seq; s++)
         if (past[s] + q_start[s + 1] - q_start[s] > max_keys)
             max_keys = past[s] + q_start[s + 1] - q_start[s];
+    if (cpu_attn_defaults_only("cached attention", scale, window, head_dim, max_keys))
+        return RLP_E_UNSUPPORTED;
     cached_arg a = {.out = out, .q = q, .kc = kc, .vc = vc, .q_start = q_start, .slot = slot, .past = past,
                     .n_seq = n_seq, .n = n, .slot_stride = slot_stride, .H = n_heads, .KV = n_kv_heads,
                     .hd = head_dim, .max_keys = max_keys};

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/transformer_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,7 +180,7 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     }
     TRY(rlpi_op_attention_cached(be, RLPI_REF(kv->att, 0), RLPI_REF(kv->q, 0), RLPI_REF(kv->kv, ko),
                                  RLPI_REF(kv->kv, vo), q_start, slot, past, n_seq, n, kv->n_slots, kv->slot_stride,
-                                 c->n_heads, c->n_kv_heads, c->head_dim));
+                                 c->n_heads, c->n_kv_heads, c->head_dim, 1.0f / sqrtf((float)c->head_dim), 0));
     /* x += att·Woᵀ ; x += swiglu(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ */
     TRY(rlpi_tf_mm(tf, kv->x, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),

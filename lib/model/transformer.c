@@ -357,7 +357,7 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     TRY(rlpi_op_rope(be, A(q), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 0));
     TRY(rlpi_op_rope(be, A(k), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 0));
     TRY(rlpi_op_attention_fwd(be, A(att), A(lse), A(q), A(k), A(v), tf->seq_start, tf->n_seq, n, c->n_heads,
-                              c->n_kv_heads, c->head_dim));
+                              c->n_kv_heads, c->head_dim, 1.0f / sqrtf((float)c->head_dim), 0));
     /* x_mid = x_in + att·Woᵀ */
     TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
     TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
@@ -600,7 +600,8 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     TRY(rlpi_tf_mm(tf, S, g->datt, S, g->dx, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
     TRY(rlpi_tf_mm(tf, G, P->wo, S, g->dx, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
     TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse),
-                              tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim));
+                              tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim,
+                              1.0f / sqrtf((float)c->head_dim), 0));
     TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 1));
     TRY(rlpi_op_rope(be, SR(dk), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 1));
     if (c->attention_bias) {
