@@ -4,7 +4,8 @@
  * not the reference: it is being taught the same ops in parallel).
  *
  * Attention cases: packed sequences of lengths 1, partial tiles and several
- * tiles, longer than the window; windows 1, 3, 16, 70 and one longer than
+ * tiles, longer than the window, one of 600 tokens, 300 short ones (more
+ * than one launch's sequence table); windows 1, 3, 16, 70 and one longer than
  * every sequence (the same as none); GQA groups 1, 2 and 3; head dims 16,
  * 64, 80 and 256 (256 has 32-key tiles, so with a short window a late row
  * of a query tile sees no key of the first key tile: the online softmax
@@ -500,6 +501,16 @@ int main(void)
     test_attention(lens_b, 3, 4, 4, 16, 70, 0.3f, 0);                 /* a window longer than a tile */
     test_attention(lens_b, 3, 3, 1, 80, 1, 0.1f, 0);                  /* every query sees only itself */
     test_attention(lens_c, 4, 4, 2, 16, 1000, 0.25f, 0);              /* a window no sequence reaches */
+    {
+        /* one long sequence (many tiles outside every query tile's window),
+         * and 300 short ones: more than one launch's table (256) */
+        const int64_t long_seq[] = {600};
+        test_attention(long_seq, 1, 2, 1, 64, 16, 0.125f, 0);
+        int64_t many[300];
+        for (int i = 0; i < 300; i++)
+            many[i] = 1 + i % 7;
+        test_attention(many, 300, 2, 1, 32, 3, 0.2f, 0);
+    }
 
     {
         /* decode at the start, inside and past the window; a prefill
