@@ -47,10 +47,10 @@ G >"$out/g1.json" || fail "generate"
 G >"$out/g2.json" || fail "generate (again)"
 python3 - "$out" <<'PY' || fail "generate output"
 import json, sys
-a = json.load(open(sys.argv[1] + "/g1.json"))["prompts"][0]
-b = json.load(open(sys.argv[1] + "/g2.json"))["prompts"][0]
-assert a["completions"][0]["tokens"] == b["completions"][0]["tokens"], (a, b)
-assert 1 <= len(a["completions"][0]["tokens"]) <= 6, a
+a = json.load(open(sys.argv[1] + "/g1.json"))["completions"][0]
+b = json.load(open(sys.argv[1] + "/g2.json"))["completions"][0]
+assert a["tokens"] == b["tokens"], (a, b)
+assert 1 <= len(a["tokens"]) <= 6, a
 PY
 
 # one GRPO step: 2 prompts x 2 samples, chat template, a regex reward

@@ -13,8 +13,10 @@ Writes tests/reference/fixtures/gemma3.jsonl, one JSON object a line:
   {"greedy": prompt, "prompt_ids": [...], "generated": [...]}  BOS + the
       prompt (specials parsed), then 16 tokens of temperature-0 (argmax)
       decoding by llama.cpp, stopping early only at EOS / <end_of_turn>.
-      Where llama.cpp cannot decode (llama-cpp-python 0.3.36 as built in
-      /work/venv-ref segfaults in llama_decode on this machine's CPU path),
+      Where llama.cpp cannot decode (llama-cpp-python 0.3.36 built with its
+      defaults segfaults in llama_decode on CPUs that report AMX inside a VM;
+      build it with CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON
+      -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF" to avoid that),
       they come from transformers' Gemma3ForCausalLM in fp32 on gguf-py's
       dequantization instead, with "reference" saying so and "margins" (the
       top-1 minus top-2 logit per step) so a near-tie can be told apart

@@ -13,8 +13,7 @@
  *  3. greedy continuations (BOS + prompt, 16 tokens, argmax) equal the
  *     reference (llama.cpp's, or where it could not decode, transformers'
  *     fp32 Gemma3ForCausalLM on gguf-py's dequantization: the fixture's
- *     "reference" says which), near-ties excepted — only with
- *     RLPOST_TEST_GEMMA3_GREEDY=1 until the transformer runs Gemma 3.
+ *     "reference" says which), near-ties excepted (see NEAR_TIE and LLAMA_CPP_GAP).
  *
  * Skipped (77) when the model file is absent. */
 #include "model/policy.h"
@@ -31,6 +30,16 @@
  * dequantized weights agree to ~1e-3 over 18 layers; 2e-2 leaves room and
  * still exempts only genuine ties (the fixture's smallest gap is 0.011). */
 #define NEAR_TIE 2e-2f
+/* llama.cpp multiplies the Q4_K/Q5_0/Q6_K weights by activations it
+ * quantizes to 8 bits (Q8_K/Q8_0), so its logits differ from an exact fp32
+ * forward of the same weights by up to ~0.85 nats on this model (measured
+ * against transformers in float64 by tests/reference/check_gemma3_gguf_hf.py).
+ * Against llama.cpp's tokens a step passes when ours is the same token, or
+ * when llama.cpp's token is within this gap of our best (a near-tie that
+ * llama.cpp's rounding tips the other way); at most LLAMA_CPP_MAX_TIES such
+ * steps per continuation. */
+#define LLAMA_CPP_GAP 1.0f
+#define LLAMA_CPP_MAX_TIES 2
 
 static int check_info(const char *model)
 {
@@ -132,7 +141,7 @@ static int check_greedy(const char *model, json_t *lines)
                *gen = json_object_get(j, "generated");
         if (!json_object_get(j, "greedy"))
             continue;
-        size_t np = json_array_size(pi), ng = json_array_size(gen), len = np, same = 0;
+        size_t np = json_array_size(pi), ng = json_array_size(gen), len = np, same = 0, ties = 0;
         int32_t *cur = malloc((np + ng) * sizeof *cur), *pos = malloc((np + ng) * sizeof *pos),
                 *tg = malloc((np + ng) * sizeof *tg);
         for (size_t i = 0; i < np; i++)
@@ -157,10 +166,13 @@ static int check_greedy(const char *model, json_t *lines)
              * NEAR_TIE) may go either way within fp32 rounding: accepted
              * when our logit of the reference token is as close to our max */
             json_t *mg = json_array_get(json_object_get(j, "margins"), g);
-            int tie = mg && json_number_value(mg) < NEAR_TIE && logits[best] - logits[want] < NEAR_TIE;
+            int tie = mg ? json_number_value(mg) < NEAR_TIE && logits[best] - logits[want] < NEAR_TIE
+                         : logits[best] - logits[want] < LLAMA_CPP_GAP && ties < LLAMA_CPP_MAX_TIES;
+            ties += best != want && tie;
             same += best == want || tie;
             if (best != want)
-                printf("  step %zu: ours %d, reference %d (%s)\n", g, best, want, tie ? "near-tie" : "differs");
+                printf("  step %zu: ours %d, reference %d, our logit gap %.4f (%s)\n", g, best, want,
+                       (double)(logits[best] - logits[want]), tie ? "near-tie" : "differs");
             cur[len++] = want; /* follow the reference */
         }
         printf("greedy %zu: %zu of %zu tokens equal the reference's\n", k, same, ng);
@@ -212,11 +224,7 @@ int main(void)
     fclose(f);
     int rc = check_info(model);
     rc |= check_tokenizer(model, lines);
-    const char *g = getenv("RLPOST_TEST_GEMMA3_GREEDY");
-    if (g && !strcmp(g, "1"))
-        rc |= check_greedy(model, lines);
-    else
-        printf("greedy part not run (set RLPOST_TEST_GEMMA3_GREEDY=1 once the transformer runs Gemma 3)\n");
+    rc |= check_greedy(model, lines);
     json_decref(lines);
     return rc;
 }
