@@ -230,8 +230,9 @@ int cmd_generate(int argc, char **argv)
             if (ids[p] && prefix && *prefix && !(ids[p] = append_prefix(tok, ids[p], &n, prefix)))
                 goto done;
         } else {
-            /* plain text, as the engine encodes rlp_prompt::text: no BOS, no special tokens */
-            ids[p] = encode_text(tok, texts[p], 0, &n);
+            /* plain text, as the engine encodes rlp_prompt::text: the tokenizer's own BOS
+             * setting, no special tokens */
+            ids[p] = encode_text(tok, texts[p], RLP_ENCODE_DEFAULT_BOS, &n);
         }
         if (!ids[p])
             goto done;

@@ -75,7 +75,8 @@ typedef struct rlp_prompt {
     const int32_t *tokens;           /**< (n_tokens) prompt ids, or NULL to encode @ref text */
     size_t n_tokens;
     const char *text;                /**< used when tokens is NULL: encoded as plain text (special-token
-                                          spellings stay text; apply a chat template to get control tokens) */
+                                          spellings stay text; apply a chat template to get control tokens),
+                                          with the BOS the tokenizer itself adds (RLP_ENCODE_DEFAULT_BOS) */
     uint64_t group_id;               /**< 0 = the engine numbers groups itself */
     const char *metadata_json;       /**< copied into every trajectory of the group, or NULL */
     const rlp_sampling_options *sampling; /**< this prompt's own options (n, temperature, stops, …), or NULL

@@ -30,9 +30,16 @@ typedef enum rlp_token_role {
 /** Flags of rlp_tokenizer_encode(). */
 typedef enum rlp_encode_flags {
     RLP_ENCODE_ADD_BOS = 1,      /**< prepend the BOS id (if the tokenizer has one) */
-    RLP_ENCODE_PARSE_SPECIAL = 2 /**< text spelling a special token (e.g. "<|im_end|>")
+    RLP_ENCODE_PARSE_SPECIAL = 2, /**< text spelling a special token (e.g. "<|im_end|>")
                                       becomes that token; without it the text is
                                       encoded as ordinary characters */
+    RLP_ENCODE_DEFAULT_BOS = 4   /**< prepend the BOS id when the tokenizer's own setting
+                                      says so (tokenizer_config.json `add_bos_token`,
+                                      GGUF `tokenizer.ggml.add_bos_token`; SentencePiece
+                                      files default to yes) — what Hugging Face's
+                                      `tokenizer(text)` and llama.cpp do with plain text.
+                                      Gemma and Llama 2 need it: without their BOS they
+                                      degenerate. Ignored when RLP_ENCODE_ADD_BOS is set. */
 } rlp_encode_flags;
 
 /** Flags of rlp_tokenizer_decode(). */

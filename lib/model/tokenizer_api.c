@@ -194,11 +194,13 @@ RLP_API int rlp_tokenizer_encode(const rlp_tokenizer *tok, const char *text, siz
     RLPI_CHECK_ARG(text || len == 0, "text is NULL");
     RLPI_CHECK_ARG(ids || cap == 0, "ids is NULL");
     RLPI_CHECK_ARG(n_out, "n_out is NULL");
-    RLPI_CHECK_ARG((flags & ~(uint32_t)(RLP_ENCODE_ADD_BOS | RLP_ENCODE_PARSE_SPECIAL)) == 0,
+    RLPI_CHECK_ARG((flags & ~(uint32_t)(RLP_ENCODE_ADD_BOS | RLP_ENCODE_PARSE_SPECIAL | RLP_ENCODE_DEFAULT_BOS)) == 0,
                    "flags has unknown bits");
     rlpi_text_seg s = {text ? text : "", len, (flags & RLP_ENCODE_PARSE_SPECIAL) != 0};
     rlpi_ids v = {NULL, 0, 0};
-    int rc = rlpi_tokenizer_encode_segs(tok->core, &s, 1, (flags & RLP_ENCODE_ADD_BOS) != 0, &v);
+    bool bos = (flags & RLP_ENCODE_ADD_BOS) != 0 ||
+               ((flags & RLP_ENCODE_DEFAULT_BOS) != 0 && rlpi_tokenizer_add_bos(tok->core));
+    int rc = rlpi_tokenizer_encode_segs(tok->core, &s, 1, bos, &v);
     if (rc == RLP_OK)
         rc = copy_ids(&v, ids, cap, n_out);
     rlpi_ids_free(&v);

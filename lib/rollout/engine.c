@@ -82,7 +82,7 @@ int rlpi_engine_prompt_ids(const rlp_rollout_engine *e, const rlp_prompt *p, siz
     if (!e->tok)
         return rlpi_error_set(RLP_E_STATE, "prompt %zu is text but the engine has no tokenizer", index);
     size_t len = strlen(p->text), need = 0;
-    int rc = rlp_tokenizer_encode(e->tok, p->text, len, 0, NULL, 0, &need);
+    int rc = rlp_tokenizer_encode(e->tok, p->text, len, RLP_ENCODE_DEFAULT_BOS, NULL, 0, &need);
     if (rc != RLP_OK && rc != RLP_E_OVERFLOW)
         return rlpi_error_wrap("prompt %zu", index);
     if (need < 1)
@@ -90,7 +90,7 @@ int rlpi_engine_prompt_ids(const rlp_rollout_engine *e, const rlp_prompt *p, siz
     int32_t *buf = malloc(need * sizeof *buf);
     if (!buf)
         return rlpi_error_set(RLP_E_NOMEM, "prompt %zu: out of memory", index);
-    if ((rc = rlp_tokenizer_encode(e->tok, p->text, len, 0, buf, need, n)) != RLP_OK) {
+    if ((rc = rlp_tokenizer_encode(e->tok, p->text, len, RLP_ENCODE_DEFAULT_BOS, buf, need, n)) != RLP_OK) {
         free(buf);
         return rlpi_error_wrap("prompt %zu", index);
     }

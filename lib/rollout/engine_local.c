@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "model/policy.h"
+#include "model/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,22 @@
 /* most tokens run through one extend call: bounds the workspace of a step
  * (prompts longer than this are prefilled in chunks over several steps) */
 #define PREFILL_BUDGET 2048
+
+/* The id of the token that ends an assistant turn in the tokenizer's chat
+ * template when it is one token (Gemma 3's <end_of_turn>), else -1. */
+static int32_t end_of_turn_id(const rlp_tokenizer *tok)
+{
+    const char *name = tok ? rlp_tokenizer_chat_template(tok) : NULL;
+    int kind;
+    const char *eot;
+    if (!name || rlpi_chat_template_detect(&kind, name) != RLP_OK || !(eot = rlpi_chat_template_end_of_turn(kind)))
+        return -1;
+    int32_t ids[2];
+    size_t n = 0;
+    if (rlp_tokenizer_encode(tok, eot, strlen(eot), RLP_ENCODE_PARSE_SPECIAL, ids, 2, &n) != RLP_OK || n != 1)
+        return -1;
+    return ids[0];
+}
 
 static int32_t ctx_token(const seq_state *q, int64_t i)
 {
@@ -177,18 +194,26 @@ static int setup(gen_ctx *g, const rlp_prompt *prompts, size_t n_prompts, const 
         rlp_tokenizer_special_id(&eos, e->tok, RLP_TOKEN_EOS);
     else
         eos = cfg->eos_id;
+    /* the chat template's end-of-turn token ends generation too, as in
+     * llama.cpp's end-of-generation set: Gemma 3's GGUF names <eos> as EOS
+     * but its turns end with <end_of_turn> */
+    int32_t eot = end_of_turn_id(e->tok);
+    if (eot == eos)
+        eot = -1;
     size_t k = 0;
     for (size_t p = 0; p < n_prompts; p++) {
         const rlp_sampling_options *s = &g->sp[p];
         if (s->n_stop && !e->tok)
             return rlpi_error_set(RLP_E_STATE, "generate: stop strings need a tokenizer and the model has none");
-        int32_t *stops = malloc((s->n_stop_token_ids + 1) * sizeof *stops);
+        int32_t *stops = malloc((s->n_stop_token_ids + 2) * sizeof *stops);
         if (!stops)
             return rlpi_error_set(RLP_E_NOMEM, "generate: out of memory");
         g->stop_ids[p] = stops;
         size_t n_stops = 0;
         if (!s->ignore_eos && eos >= 0)
             stops[n_stops++] = eos;
+        if (!s->ignore_eos && eot >= 0)
+            stops[n_stops++] = eot;
         for (size_t i = 0; i < s->n_stop_token_ids; i++)
             stops[n_stops++] = s->stop_token_ids[i];
         rlpi_stop_config sc = {.stop = s->stop, .n_stop = s->n_stop, .stop_ids = stops, .n_stop_ids = n_stops,

@@ -23,6 +23,7 @@ class EncodeFlags(enum.IntFlag):
     """rlp_encode_flags"""
     ADD_BOS = 1
     PARSE_SPECIAL = 2
+    DEFAULT_BOS = 4
 
 
 class DecodeFlags(enum.IntFlag):
@@ -72,11 +73,14 @@ class Tokenizer(Handle):
         return tok
 
     def encode(self, text_, add_bos=False, parse_special=False):
-        """Token ids of a str (or UTF-8 bytes). Only put parse_special on
-        text you wrote: it turns spellings like "<|im_end|>" into control
+        """Token ids of a str (or UTF-8 bytes). add_bos: True prepends BOS,
+        None follows the tokenizer's own setting (add_bos_token; what the
+        engine does with text prompts), False never. Only put parse_special
+        on text you wrote: it turns spellings like "<|im_end|>" into control
         tokens."""
         b = to_bytes(text_, "text")
-        flags = (EncodeFlags.ADD_BOS if add_bos else 0) | (EncodeFlags.PARSE_SPECIAL if parse_special else 0)
+        bos = EncodeFlags.DEFAULT_BOS if add_bos is None else EncodeFlags.ADD_BOS if add_bos else 0
+        flags = bos | (EncodeFlags.PARSE_SPECIAL if parse_special else 0)
         cap = len(b) + 8
         with self._use() as p:
             while True:

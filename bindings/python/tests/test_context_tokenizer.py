@@ -63,6 +63,8 @@ def test_tokenizer_basics(tok512):
     assert len(ids) < len("hello there")  # letter pairs merge
     bos = tok512.encode("hi", add_bos=True)
     assert bos[0] == tok512.special_id(rlpost.TokenRole.BOS) and list(bos[1:]) == list(tok512.encode("hi"))
+    # None: the tokenizer's own add_bos (a llama2.c tokenizer.bin is SentencePiece: yes)
+    assert list(tok512.encode("hi", add_bos=None)) == list(bos)
     assert tok512.vocab_size == 512
     # the pieces' bytes (decode drops the SentencePiece leading space)
     assert b"".join(tok512.token_text(i) for i in ids).lstrip(b" ") == b"hello there"
