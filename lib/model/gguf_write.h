@@ -1,0 +1,46 @@
+/* GGUF writer for a model: the inverse of gguf_model.c. From a config and
+ * HF-named fp32 weights it writes what llama.cpp's converter would
+ * (convert_hf_to_gguf.py): `<arch>.*` hyper-parameters, GGUF tensor names
+ * with ggml's reversed dims, q/k rows permuted for the families whose arch
+ * row says so, a tied head left out, 1-D tensors in F32, matrices in the
+ * requested type; plus the tokenizer's `tokenizer.*` metadata. The file is
+ * written atomically (a temporary renamed into place). It does not load
+ * models or know where the weights came from. */
+#ifndef RLPI_MODEL_GGUF_WRITE_H
+#define RLPI_MODEL_GGUF_WRITE_H
+
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/weights.h"
+
+#include <stdint.h>
+
+typedef struct rlpi_gguf_write_opts {
+    uint32_t type;        /* ggml type of 2-D weights: RLPI_GGML_F32/F16/BF16/Q8_0/Q4_0 */
+    int32_t embed_type;   /* ggml type of token_embd / output; -1 = `type` */
+    const char *name;     /* general.name; NULL = the architecture name */
+} rlpi_gguf_write_opts;
+
+/* Where the `tokenizer.*` keys come from: every such key of `gguf` (the
+ * file the policy's tokenizer was read from) is copied as stored, chat
+ * template included; or, when `gguf` is NULL, the entries of `kv` built by
+ * rlpi_gguf_tokenizer_kv (gguf_write_tok.c); or none at all when both are
+ * NULL (llama.cpp needs a tokenizer: only for tests and llama2.c models). */
+typedef struct rlpi_gguf_tok_src {
+    const rlpi_gguf *gguf;
+} rlpi_gguf_tok_src;
+
+/* Writes `path`. Quantized types need rows (the innermost GGUF dim) that
+ * are a multiple of 32; other rows fall back to F16, as llama.cpp's
+ * converter does. Returns RLP_OK; RLP_E_INVALID_ARG (NULL, a type it cannot
+ * write); RLP_E_UNSUPPORTED (an architecture without an arch row, a tensor
+ * name it cannot map, naming it); RLP_E_FORMAT (a tensor whose shape
+ * disagrees with the config); RLP_E_IO (naming the file; no partial file is
+ * left); RLP_E_NOMEM. */
+int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const rlpi_weights *w,
+                          const rlpi_gguf_tok_src *tok, const rlpi_gguf_write_opts *opts);
+
+/* llama_ftype (general.file_type) of a file whose matrices are `type`. */
+uint32_t rlpi_gguf_file_type(uint32_t type);
+
+#endif
