@@ -1,0 +1,193 @@
+"""GGUF out (Policy.save_gguf / rlp_policy_save_gguf): the written file
+loads back with the same logprobs (F32: the same weights bit for bit, so
+exactly equal), its metadata has the keys and value types llama.cpp reads
+(checked with gguf-py's GGUFReader when `gguf` is importable), its
+quantized tensors are byte for byte what gguf-py's quantizer makes from the
+same fp32 weights, and llama.cpp (llama-cpp-python, when importable) gives
+the same greedy tokens and logprobs within tolerance as our policy on
+SmolLM2. Tests that need gguf, llama_cpp or the SmolLM2 file skip without
+them."""
+import math
+import os
+
+import pytest
+
+import rlpost
+
+from conftest import ROOT
+
+TINY = ROOT / "tests" / "reference" / "fixtures" / "tiny_tied.gguf"
+
+
+def test_save_gguf_round_trip_tiny(ctx, tmp_path):
+    out = tmp_path / "tiny.gguf"
+    seq = [([0, 1, 2, 3, 4, 5, 1, 2], 1)]
+    with rlpost.Policy(ctx, TINY) as p:
+        want = list(p.logprobs(seq))
+        p.save_gguf(out, type="F32", name="tiny")
+        with rlpost.Policy(ctx, out) as q:
+            assert list(q.logprobs(seq)) == want  # same weights bit for bit: same floats
+            assert q.tokenizer.encode("ab") == p.tokenizer.encode("ab")
+        # every type is accepted by name and by enum (rows of 4: F16 fallback for the block types)
+        for t in ("f16", "bf16", "q8_0", rlpost.GGUFType.Q4_0):
+            p.save_gguf(out, type=t, embed_type="f32")
+            with rlpost.Policy(ctx, out) as q:
+                got = list(q.logprobs(seq))
+                assert max(abs(a - b) for a, b in zip(got, want)) < 0.05
+        assert rlpost.gguf_type("Q8_0") == rlpost.GGUFType.Q8_0
+        # bad input: a clear error, nothing written
+        bad = tmp_path / "bad.gguf"
+        with pytest.raises(rlpost.InvalidArgumentError, match="q4_k"):
+            p.save_gguf(bad, type="q4_k")
+        with pytest.raises(rlpost.InvalidArgumentError, match="type 3"):
+            p.save_gguf(bad, type=3)
+        with pytest.raises(rlpost.IOError, match="no-such-dir"):
+            p.save_gguf(tmp_path / "no-such-dir" / "x.gguf", type="f32")
+        assert not bad.exists() and sorted(os.listdir(tmp_path)) == ["tiny.gguf"]
+
+
+def _field(reader, key):
+    f = reader.fields[key]
+    return f, f.types
+
+
+def test_gguf_reader_metadata(ctx, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    out = tmp_path / "tiny.gguf"
+    with rlpost.Policy(ctx, TINY) as p:
+        p.save_gguf(out, type="f16", name="tiny-test")
+    r = gguf.GGUFReader(out)
+    V = gguf.GGUFValueType
+    want = {
+        "general.architecture": V.STRING, "general.name": V.STRING, "general.file_type": V.UINT32,
+        "llama.block_count": V.UINT32, "llama.context_length": V.UINT32, "llama.embedding_length": V.UINT32,
+        "llama.feed_forward_length": V.UINT32, "llama.attention.head_count": V.UINT32,
+        "llama.attention.head_count_kv": V.UINT32, "llama.attention.key_length": V.UINT32,
+        "llama.attention.value_length": V.UINT32, "llama.rope.dimension_count": V.UINT32,
+        "llama.vocab_size": V.UINT32, "llama.rope.freq_base": V.FLOAT32,
+        "llama.attention.layer_norm_rms_epsilon": V.FLOAT32, "tokenizer.ggml.model": V.STRING,
+        "tokenizer.ggml.tokens": V.ARRAY, "tokenizer.ggml.bos_token_id": V.UINT32,
+    }
+    for key, t in want.items():
+        f, types = _field(r, key)
+        assert types[0] == t, key
+    assert r.fields["general.architecture"].contents() == "llama"
+    assert r.fields["general.name"].contents() == "tiny-test"
+    assert r.fields["general.file_type"].contents() == 1  # MOSTLY_F16
+    assert r.fields["llama.block_count"].contents() == 1
+    assert r.fields["llama.embedding_length"].contents() == 4
+    assert abs(r.fields["llama.attention.layer_norm_rms_epsilon"].contents() - 1e-5) < 1e-12
+    assert r.fields["tokenizer.ggml.tokens"].types == [V.ARRAY, V.STRING]
+    src = gguf.GGUFReader(TINY)
+    assert r.fields["tokenizer.ggml.tokens"].contents() == src.fields["tokenizer.ggml.tokens"].contents()
+    assert r.fields["tokenizer.ggml.merges"].contents() == src.fields["tokenizer.ggml.merges"].contents()
+    names = {t.name: t for t in r.tensors}
+    assert "output.weight" not in names  # tied head
+    assert set(names) == {t.name for t in src.tensors}
+    for t in r.tensors:  # GGUF dims: innermost first, as in the source; 1-D in F32
+        assert list(t.shape) == list(next(s for s in src.tensors if s.name == t.name).shape)
+        assert t.tensor_type == (gguf.GGMLQuantizationType.F32 if len(t.shape) == 1 else gguf.GGMLQuantizationType.F16)
+
+
+@pytest.fixture(scope="module")
+def smollm2_files(smollm2_path, tmp_path_factory):
+    """SmolLM2 loaded by us, saved as F32 and in each quantized type."""
+    d = tmp_path_factory.mktemp("gguf_out")
+    files = {}
+    with rlpost.Context(n_threads=2, seed=1) as c, rlpost.Policy(c, smollm2_path, trainable=False) as p:
+        for t in ("f32", "q8_0", "q4_0", "bf16"):
+            files[t] = d / ("smollm2-%s.gguf" % t)
+            p.save_gguf(files[t], type=t)
+    return files
+
+
+def test_quantized_bytes_equal_gguf_py(smollm2_files):
+    gguf = pytest.importorskip("gguf")
+    np = pytest.importorskip("numpy")
+    from gguf import quants
+    ref = {t.name: t for t in gguf.GGUFReader(smollm2_files["f32"]).tensors}
+    Q = gguf.GGMLQuantizationType
+    for name, qt in (("q8_0", Q.Q8_0), ("q4_0", Q.Q4_0), ("bf16", Q.BF16)):
+        n_checked = 0
+        for t in gguf.GGUFReader(smollm2_files[name]).tensors:
+            f32 = np.asarray(ref[t.name].data, dtype=np.float32)
+            if len(t.shape) == 1:
+                assert t.tensor_type == Q.F32 and np.array_equal(np.asarray(t.data), f32), t.name
+                continue
+            assert t.tensor_type == qt, t.name
+            want = quants.quantize(f32, qt)
+            got = np.asarray(t.data)
+            assert got.tobytes() == want.tobytes(), "%s %s" % (name, t.name)
+            n_checked += 1
+        assert n_checked == 30 * 7 + 1  # every layer's 7 matrices and the embedding
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a little"]
+N_NEW = 16
+
+
+def _llama_logprobs(llm, tokens, n_prompt):
+    """llama.cpp's logprob of tokens[n_prompt:] and its argmax at each of those positions."""
+    np = pytest.importorskip("numpy")
+    llm.reset()
+    llm.eval(tokens)
+    scores = np.asarray(llm.scores[:len(tokens)], dtype=np.float64)
+    lp, argmax = [], []
+    for i in range(n_prompt, len(tokens)):
+        row = scores[i - 1]
+        m = row.max()
+        lse = m + math.log(np.exp(row - m).sum())
+        lp.append(row[tokens[i]] - lse)
+        argmax.append(int(row.argmax()))
+    return lp, argmax
+
+
+_PROBE = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, logits_all=True, n_threads=2, verbose=False)
+llm.eval(llm.tokenize(b"Once upon a time, a little girl", add_bos=False))
+"""
+
+
+def _llama_cpp_runs_quantized(smollm2_path):
+    """Whether this llama-cpp-python build evaluates a quantized model at
+    all: probed in a child process on the SmolLM2 Q4_1 file that llama.cpp's
+    own tools wrote (some builds crash in their quantized CPU kernels on
+    some CPUs, whatever the file)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _PROBE, str(smollm2_path)], capture_output=True, timeout=300)
+    return r.returncode == 0
+
+
+@pytest.mark.parametrize("type_,tol", [("f32", 1e-3), ("q8_0", 0.25)])
+def test_llama_cpp_matches_our_policy(smollm2_files, smollm2_path, type_, tol):
+    """Our greedy completion of each prompt (policy loaded from the written
+    file), scored by llama.cpp on the same file: every greedy token equals
+    llama.cpp's argmax there (so its greedy decode is the same), and the
+    logprobs agree within `tol` nats (F32, with llama.cpp's KV cache in F32
+    too: summation order only; Q8_0: llama.cpp also rounds the activations
+    to 8 bits in its Q8_0 matmuls)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if type_ != "f32" and not _llama_cpp_runs_quantized(smollm2_path):
+        pytest.skip("this llama-cpp-python build crashes on quantized models (its own Q4_1 SmolLM2 too)")
+    path = smollm2_files[type_]
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False,
+                          type_k=0, type_v=0)  # GGML_TYPE_F32 KV cache: no fp16 rounding of K and V
+    worst, n_tok, n_same = 0.0, 0, 0
+    with rlpost.Context(n_threads=2, seed=1) as c, rlpost.Policy(c, path, trainable=False) as p, \
+            rlpost.RolloutEngine(p, max_batch=4, max_seq_len=128) as eng:
+        for text in PROMPTS:
+            prompt = p.tokenizer.encode(text)
+            assert llm.tokenize(text.encode(), add_bos=False) == list(prompt)
+            b = eng.generate([list(prompt)], temperature=0.0, max_new_tokens=N_NEW, ignore_eos=True)
+            comp = list(b[0].completion_tokens)
+            ours = list(p.logprobs([(list(prompt) + comp, len(prompt))]))
+            theirs, argmax = _llama_logprobs(llm, list(prompt) + comp, len(prompt))
+            n_tok += len(comp)
+            n_same += sum(a == t for a, t in zip(argmax, comp))
+            worst = max(worst, max(abs(a - b) for a, b in zip(ours, theirs)))
+    print("llama.cpp vs rlpost on SmolLM2 %s: %d/%d greedy tokens equal, max |dlogprob| %.2e"
+          % (type_, n_same, n_tok, worst))
+    assert n_same == n_tok
+    assert worst < tol
