@@ -205,9 +205,12 @@ typedef struct rlp_gguf_save_options {
     int32_t type;         /**< rlp_gguf_type of the weight matrices (default F16) */
     int32_t embed_type;   /**< rlp_gguf_type of token_embd / output, or -1 = @c type */
     const char *name;     /**< general.name; NULL = the architecture name. Borrowed for the call */
+    const char *tokenizer_gguf; /**< a GGUF whose `tokenizer.*` keys to copy (e.g. the model a run
+                                     started from, when the policy was resumed from an HF folder);
+                                     NULL = the GGUF the policy's tokenizer came from. Borrowed */
 } rlp_gguf_save_options;
 
-#define RLP_GGUF_SAVE_OPTIONS_INIT { RLP_GGUF_SAVE_OPTIONS_VERSION, RLP_GGUF_F16, -1, NULL }
+#define RLP_GGUF_SAVE_OPTIONS_INIT { RLP_GGUF_SAVE_OPTIONS_VERSION, RLP_GGUF_F16, -1, NULL, NULL }
 
 /** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
 RLP_API int rlp_gguf_save_options_init(rlp_gguf_save_options *opts, uint32_t version);
@@ -233,11 +236,12 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * type whose 32-element block does not divide a row falls back to F16 for
  * that tensor (as the converter does). Quantization follows ggml's
  * reference quantize_row_q8_0 / quantize_row_q4_0 (bytes equal gguf-py's
- * and llama.cpp's). The tokenizer goes into the metadata: when it came
- * from a GGUF, every `tokenizer.*` key of that file is copied as stored
- * (chat template included); a policy whose tokenizer came from a
- * tokenizer.json gives RLP_E_UNSUPPORTED (not yet written), one without a
- * tokenizer (llama2.c) a file without one.
+ * and llama.cpp's). The tokenizer goes into the metadata: every
+ * `tokenizer.*` key (chat template included) of @c opts->tokenizer_gguf,
+ * or else of the GGUF the policy's tokenizer came from, is copied as
+ * stored; a policy whose tokenizer came from a tokenizer.json, without
+ * @c tokenizer_gguf, gives RLP_E_UNSUPPORTED (not written yet); one without
+ * a tokenizer (llama2.c) gives a file without one.
  * The file is written to a temporary name and renamed: on any error no
  * partial file is left and an existing @p path is untouched.
  * F32 output loads back through rlp_policy_load() bit for bit.
@@ -245,8 +249,10 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * @param path    the .gguf file to write
  * @param opts    options, or NULL for the defaults
  * @return RLP_OK; RLP_E_INVALID_ARG (NULL policy/path, unknown type or
- *         options version); RLP_E_IO (names the file); RLP_E_UNSUPPORTED
- *         (architecture, tokenizer source); RLP_E_NOMEM.
+ *         options version); RLP_E_IO (names the file); RLP_E_FORMAT
+ *         (tokenizer_gguf is not a valid GGUF, or its vocabulary is not the
+ *         model's size); RLP_E_UNSUPPORTED (architecture, tokenizer
+ *         source); RLP_E_NOMEM.
  * Thread-safety: not with a concurrent train step on the same policy.
  */
 RLP_API int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_gguf_save_options *opts);

@@ -80,23 +80,35 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
                               "%s: %s: embed_type %d is not an rlp_gguf_type (f32, f16, bf16, q8_0, q4_0) or -1",
                               __func__, path, (int)o.embed_type);
 
-    /* tokenizer keys: copied from the GGUF it came from */
+    /* tokenizer keys: copied from the GGUF named, else from the one the
+     * policy's tokenizer came from */
     rlpi_gguf *g = NULL;
-    const char *tp = policy->tokenizer_path;
+    const char *tp = o.tokenizer_gguf ? o.tokenizer_gguf : policy->tokenizer_path;
     int rc = RLP_OK;
     if (tp && is_gguf(tp))
         rc = rlpi_gguf_open(&g, tp);
+    else if (o.tokenizer_gguf)
+        rc = rlpi_error_set(RLP_E_FORMAT, "%s: tokenizer_gguf '%s' is not a GGUF file", __func__, tp);
     else if (tp)
         rc = rlpi_error_set(RLP_E_UNSUPPORTED,
                             "%s: %s: the tokenizer came from '%s'; GGUF tokenizer metadata is written only for "
-                            "tokenizers read from a GGUF file",
+                            "tokenizers read from a GGUF file (pass one as tokenizer_gguf)",
                             __func__, path, tp);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
+    /* a vocabulary of another size would load as a different model */
+    uint64_t n_tok = 0;
+    const rlpi_model_config *cfg = rlpi_transformer_config(policy->tf);
+    if (g && rlpi_gguf_get_arr_len(g, "tokenizer.ggml.tokens", &n_tok) == RLP_OK &&
+        n_tok != (uint64_t)cfg->vocab_size) {
+        rc = rlpi_error_set(RLP_E_FORMAT, "%s: %s has %llu tokens, the model's vocabulary %d", __func__, tp,
+                            (unsigned long long)n_tok, (int)cfg->vocab_size);
+        rlpi_gguf_close(g);
+        return rc;
+    }
 
     rlpi_weights w;
     if ((rc = rlpi_transformer_export(policy->tf, &w)) == RLP_OK) {
-        const rlpi_model_config *cfg = rlpi_transformer_config(policy->tf);
         rlpi_gguf_write_opts wo = {(uint32_t)o.type, o.embed_type, o.name};
         rlpi_gguf_tok_src tok = {g};
         if ((rc = rlpi_weights_check_finite(&w, "policy")) == RLP_OK)

@@ -128,7 +128,8 @@ PolicyOptions = _struct("rlp_policy_options", [
     ("trainable", c_int32)])
 
 GGUFSaveOptions = _struct("rlp_gguf_save_options", [
-    ("version", c_uint32), ("type", c_int32), ("embed_type", c_int32), ("name", c_char_p)])
+    ("version", c_uint32), ("type", c_int32), ("embed_type", c_int32), ("name", c_char_p),
+    ("tokenizer_gguf", c_char_p)])
 
 OptimizerOptions = _struct("rlp_optimizer_options", [
     ("version", c_uint32), ("lr", c_float), ("beta1", c_float), ("beta2", c_float), ("eps", c_float),

@@ -202,12 +202,13 @@ class Policy(Handle):
         with self._use() as p:
             check(F.rlp_policy_save(p, to_path(dir), int(dtype)), "rlp_policy_save")
 
-    def save_gguf(self, path, type="f16", embed_type=None, name=None):
+    def save_gguf(self, path, type="f16", embed_type=None, name=None, tokenizer_gguf=None):
         """Writes one GGUF file that llama.cpp / Ollama load (atomically):
         weight matrices in `type` (GGUFType or "f32", "f16", "bf16", "q8_0",
         "q4_0"), token embedding and head in `embed_type` (default: `type`),
         norms and biases in F32, `name` as general.name, the tokenizer's
-        GGUF metadata copied from the GGUF it came from."""
+        GGUF metadata copied from `tokenizer_gguf` or else from the GGUF the
+        policy's tokenizer came from."""
         keep = []
         opts = options(_ffi.GGUFSaveOptions, "rlp_gguf_save_options_init",
                        {"type": int(gguf_type(type)),
@@ -215,6 +216,9 @@ class Policy(Handle):
         if name is not None:
             keep.append(name.encode() if isinstance(name, str) else bytes(name))
             opts.name = keep[-1]
+        if tokenizer_gguf is not None:
+            keep.append(to_path(tokenizer_gguf))
+            opts.tokenizer_gguf = keep[-1]
         with self._use() as p:
             check(F.rlp_policy_save_gguf(p, to_path(path), byref(opts)), "rlp_policy_save_gguf")
 

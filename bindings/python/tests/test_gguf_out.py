@@ -44,6 +44,18 @@ def test_save_gguf_round_trip_tiny(ctx, tmp_path):
         with pytest.raises(rlpost.IOError, match="no-such-dir"):
             p.save_gguf(tmp_path / "no-such-dir" / "x.gguf", type="f32")
         assert not bad.exists() and sorted(os.listdir(tmp_path)) == ["tiny.gguf"]
+        with pytest.raises(rlpost.FormatError, match="not a GGUF"):
+            p.save_gguf(bad, tokenizer_gguf=ROOT / "README.md")
+        # a policy whose tokenizer came from tokenizer.json (an HF folder, as a
+        # resumed checkpoint): its tokenizer keys come from a GGUF named apart
+        p.save(tmp_path / "hf")
+    with rlpost.Policy(ctx, tmp_path / "hf") as h:
+        with pytest.raises(rlpost.UnsupportedError, match="tokenizer_gguf"):
+            h.save_gguf(bad)
+        assert not bad.exists()
+        h.save_gguf(bad, type="f32", tokenizer_gguf=TINY)
+        with rlpost.Policy(ctx, bad) as q:
+            assert list(q.logprobs(seq)) == want
 
 
 def _field(reader, key):
