@@ -239,9 +239,14 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * and llama.cpp's). The tokenizer goes into the metadata: every
  * `tokenizer.*` key (chat template included) of @c opts->tokenizer_gguf,
  * or else of the GGUF the policy's tokenizer came from, is copied as
- * stored; a policy whose tokenizer came from a tokenizer.json, without
- * @c tokenizer_gguf, gives RLP_E_UNSUPPORTED (not written yet); one without
- * a tokenizer (llama2.c) gives a file without one.
+ * stored; a byte-level BPE tokenizer that came from a tokenizer.json (an
+ * HF folder, a training checkpoint) is written as llama.cpp's converter
+ * writes it (model "gpt2", pre named after its pre-tokenizer: gpt2,
+ * smollm, qwen2 or llama-bpe; tokens padded with "[PADi]" to the model's
+ * vocabulary; token types; merges in rank order; special ids; add_bos;
+ * chat template); a SentencePiece one from a tokenizer.json gives
+ * RLP_E_UNSUPPORTED (pass @c tokenizer_gguf); a policy without a tokenizer
+ * (llama2.c) gives a file without one.
  * The file is written to a temporary name and renamed: on any error no
  * partial file is left and an existing @p path is untouched.
  * F32 output loads back through rlp_policy_load() bit for bit.

@@ -21,13 +21,7 @@
 
 /* ---- a growable byte buffer for the header ------------------------------ */
 
-typedef struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-    bool oom;
-} wbuf;
-
-static void put(wbuf *b, const void *src, size_t n)
+void rlpi_gguf_put(rlpi_gguf_wbuf *b, const void *src, size_t n)
 {
     if (b->oom)
         return;
@@ -47,38 +41,33 @@ static void put(wbuf *b, const void *src, size_t n)
 }
 
 /* GGUF is little-endian; the reader (gguf.c) already refuses other hosts */
-static void put_u32(wbuf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(wbuf *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(wbuf *b, const char *s)
+void rlpi_gguf_put_u32(rlpi_gguf_wbuf *b, uint32_t v) { rlpi_gguf_put(b, &v, 4); }
+void rlpi_gguf_put_u64(rlpi_gguf_wbuf *b, uint64_t v) { rlpi_gguf_put(b, &v, 8); }
+static void put_str(rlpi_gguf_wbuf *b, const char *s)
 {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
+    rlpi_gguf_put_u64(b, strlen(s));
+    rlpi_gguf_put(b, s, strlen(s));
 }
 
-typedef struct kvw {
-    wbuf b;
-    uint64_t n;
-} kvw;
-
-static void kv_key(kvw *k, const char *key, uint32_t type)
+void rlpi_gguf_kv_key(rlpi_gguf_kvw *k, const char *key, uint32_t type)
 {
     put_str(&k->b, key);
-    put_u32(&k->b, type);
+    rlpi_gguf_put_u32(&k->b, type);
     k->n++;
 }
-static void kv_u32(kvw *k, const char *key, uint32_t v)
+static void kv_u32(rlpi_gguf_kvw *k, const char *key, uint32_t v)
 {
-    kv_key(k, key, RLPI_GGUF_UINT32);
-    put_u32(&k->b, v);
+    rlpi_gguf_kv_key(k, key, RLPI_GGUF_UINT32);
+    rlpi_gguf_put_u32(&k->b, v);
 }
-static void kv_f32(kvw *k, const char *key, float v)
+static void kv_f32(rlpi_gguf_kvw *k, const char *key, float v)
 {
-    kv_key(k, key, RLPI_GGUF_FLOAT32);
-    put(&k->b, &v, 4);
+    rlpi_gguf_kv_key(k, key, RLPI_GGUF_FLOAT32);
+    rlpi_gguf_put(&k->b, &v, 4);
 }
-static void kv_str(kvw *k, const char *key, const char *v)
+static void kv_str(rlpi_gguf_kvw *k, const char *key, const char *v)
 {
-    kv_key(k, key, RLPI_GGUF_STRING);
+    rlpi_gguf_kv_key(k, key, RLPI_GGUF_STRING);
     put_str(&k->b, v);
 }
 /* "<arch>.<suffix>" keys */
@@ -101,7 +90,7 @@ uint32_t rlpi_gguf_file_type(uint32_t type)
     }
 }
 
-static void arch_metadata(kvw *k, const rlpi_model_config *c, const rlpi_gguf_write_opts *o)
+static void arch_metadata(rlpi_gguf_kvw *k, const rlpi_model_config *c, const rlpi_gguf_write_opts *o)
 {
     char key[128];
     const char *a = c->arch;
@@ -142,18 +131,18 @@ static void arch_metadata(kvw *k, const rlpi_model_config *c, const rlpi_gguf_wr
 
 /* Every `tokenizer.*` key of the source file, bytes as stored (the reader
  * validated them; string and array payloads are copied whole). */
-static void tokenizer_metadata(kvw *k, const rlpi_gguf *g)
+static void tokenizer_metadata(rlpi_gguf_kvw *k, const rlpi_gguf *g)
 {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const rlpi_gguf_kv *kv = &g->kv[i];
         if (strncmp(kv->key, "tokenizer.", 10) != 0)
             continue;
-        kv_key(k, kv->key, kv->type);
+        rlpi_gguf_kv_key(k, kv->key, kv->type);
         if (kv->type == RLPI_GGUF_ARRAY) {
-            put_u32(&k->b, kv->arr_type);
-            put_u64(&k->b, kv->arr_n);
+            rlpi_gguf_put_u32(&k->b, kv->arr_type);
+            rlpi_gguf_put_u64(&k->b, kv->arr_n);
         }
-        put(&k->b, kv->val, (size_t)kv->val_bytes);
+        rlpi_gguf_put(&k->b, kv->val, (size_t)kv->val_bytes);
     }
 }
 
@@ -382,8 +371,9 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
                               rlpi_arch_names());
 
     planned *plan = calloc(w->n + 2, sizeof *plan);
-    kvw kv = {{0}, 0};
-    wbuf hdr = {0};
+    rlpi_gguf_kvw kv = {{0}, 0};
+
+    rlpi_gguf_wbuf hdr = {0};
     uint8_t *out = NULL;
     float *tmp = NULL;
     size_t n_plan = 0;
@@ -397,27 +387,29 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
     arch_metadata(&kv, cfg, opts);
     if (tok && tok->gguf)
         tokenizer_metadata(&kv, tok->gguf);
-    put(&hdr, "GGUF", 4);
-    put_u32(&hdr, 3);
-    put_u64(&hdr, n_plan);
-    put_u64(&hdr, kv.n);
-    put(&hdr, kv.b.p, kv.b.n);
+    else if (tok && tok->core && (rc = rlpi_gguf_tokenizer_kv(&kv, tok->core, tok->json_path, cfg->vocab_size)))
+        goto done;
+    rlpi_gguf_put(&hdr, "GGUF", 4);
+    rlpi_gguf_put_u32(&hdr, 3);
+    rlpi_gguf_put_u64(&hdr, n_plan);
+    rlpi_gguf_put_u64(&hdr, kv.n);
+    rlpi_gguf_put(&hdr, kv.b.p, kv.b.n);
     uint64_t max_bytes = 0, max_elems = 0;
     for (size_t i = 0; i < n_plan; i++) {
         const planned *p = &plan[i];
         put_str(&hdr, p->name);
-        put_u32(&hdr, p->n_dims);
+        rlpi_gguf_put_u32(&hdr, p->n_dims);
         for (uint32_t d = 0; d < p->n_dims; d++)
-            put_u64(&hdr, p->ne[d]);
-        put_u32(&hdr, p->type);
-        put_u64(&hdr, p->offset);
+            rlpi_gguf_put_u64(&hdr, p->ne[d]);
+        rlpi_gguf_put_u32(&hdr, p->type);
+        rlpi_gguf_put_u64(&hdr, p->offset);
         if (p->nbytes > max_bytes)
             max_bytes = p->nbytes;
         if (p->ne[0] * p->ne[1] > max_elems)
             max_elems = p->ne[0] * p->ne[1];
     }
     static const uint8_t zeros[ALIGN];
-    put(&hdr, zeros, (size_t)(pad_to(hdr.n) - hdr.n));
+    rlpi_gguf_put(&hdr, zeros, (size_t)(pad_to(hdr.n) - hdr.n));
     out = malloc((size_t)max_bytes + ALIGN);
     tmp = malloc((size_t)(max_elems ? max_elems : 1) * sizeof *tmp);
     if (kv.b.oom || hdr.oom || !out || !tmp) {

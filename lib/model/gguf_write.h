@@ -11,8 +11,10 @@
 
 #include "model/config.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "model/weights.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct rlpi_gguf_write_opts {
@@ -22,13 +24,39 @@ typedef struct rlpi_gguf_write_opts {
 } rlpi_gguf_write_opts;
 
 /* Where the `tokenizer.*` keys come from: every such key of `gguf` (the
- * file the policy's tokenizer was read from) is copied as stored, chat
- * template included; or, when `gguf` is NULL, the entries of `kv` built by
- * rlpi_gguf_tokenizer_kv (gguf_write_tok.c); or none at all when both are
- * NULL (llama.cpp needs a tokenizer: only for tests and llama2.c models). */
+ * file the policy's tokenizer was read from) copied as stored; else keys
+ * built from the tokenizer `core` (read from the tokenizer.json at
+ * `json_path`, whose pre-tokenizer names tokenizer.ggml.pre) by
+ * rlpi_gguf_tokenizer_kv; none when both are NULL (llama2.c models). */
 typedef struct rlpi_gguf_tok_src {
     const rlpi_gguf *gguf;
+    const rlpi_tokenizer *core;
+    const char *json_path;
 } rlpi_gguf_tok_src;
+
+/* The metadata section under construction: bytes and the KV count. */
+typedef struct rlpi_gguf_wbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;                 /* an allocation failed: the bytes are incomplete */
+} rlpi_gguf_wbuf;
+typedef struct rlpi_gguf_kvw {
+    rlpi_gguf_wbuf b;
+    uint64_t n;
+} rlpi_gguf_kvw;
+void rlpi_gguf_put(rlpi_gguf_wbuf *b, const void *src, size_t n);
+void rlpi_gguf_put_u32(rlpi_gguf_wbuf *b, uint32_t v);
+void rlpi_gguf_put_u64(rlpi_gguf_wbuf *b, uint64_t v);
+/* Starts a KV: the key and the value type; the caller appends the value. */
+void rlpi_gguf_kv_key(rlpi_gguf_kvw *k, const char *key, uint32_t type);
+
+/* Appends the `tokenizer.*` keys of a byte-level BPE tokenizer (gguf_write_
+ * tok.c): model "gpt2", pre (from the tokenizer.json's pre-tokenizer),
+ * tokens padded to `n_vocab` with "[PADi]" UNUSED entries as llama.cpp's
+ * converter does, token_type, merges in rank order, special ids, add_bos,
+ * chat_template. RLP_E_UNSUPPORTED for SentencePiece tokenizers and
+ * pre-tokenizers without a GGUF name; RLP_E_IO / RLP_E_FORMAT for the JSON. */
+int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *core, const char *json_path, int32_t n_vocab);
 
 /* Writes `path`. Quantized types need rows (the innermost GGUF dim) that
  * are a multiple of 32; other rows fall back to F16, as llama.cpp's

@@ -4,6 +4,7 @@
 #include "model/gguf_write.h"
 #include "model/policy.h"
 #include "model/quant.h"
+#include "model/tokenizer.h"
 
 #include "core/error.h"
 
@@ -89,11 +90,6 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
         rc = rlpi_gguf_open(&g, tp);
     else if (o.tokenizer_gguf)
         rc = rlpi_error_set(RLP_E_FORMAT, "%s: tokenizer_gguf '%s' is not a GGUF file", __func__, tp);
-    else if (tp)
-        rc = rlpi_error_set(RLP_E_UNSUPPORTED,
-                            "%s: %s: the tokenizer came from '%s'; GGUF tokenizer metadata is written only for "
-                            "tokenizers read from a GGUF file (pass one as tokenizer_gguf)",
-                            __func__, path, tp);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
     /* a vocabulary of another size would load as a different model */
@@ -110,7 +106,9 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
     rlpi_weights w;
     if ((rc = rlpi_transformer_export(policy->tf, &w)) == RLP_OK) {
         rlpi_gguf_write_opts wo = {(uint32_t)o.type, o.embed_type, o.name};
-        rlpi_gguf_tok_src tok = {g};
+        /* else the keys are built from the tokenizer itself (read from a
+         * tokenizer.json) */
+        rlpi_gguf_tok_src tok = {g, g || !policy->tokenizer ? NULL : rlpi_tokenizer_core_of(policy->tokenizer), tp};
         if ((rc = rlpi_weights_check_finite(&w, "policy")) == RLP_OK)
             rc = rlpi_gguf_write_model(path, cfg, &w, &tok, &wo);
         rlpi_weights_free(&w);

@@ -413,3 +413,8 @@ RLP_API int rlp_detokenizer_flush(const char **out_text, size_t *out_len, rlp_de
     det->at_start = true;
     return rc;
 }
+
+const rlpi_tokenizer *rlpi_tokenizer_core_of(const rlp_tokenizer *tok)
+{
+    return tok ? tok->core : NULL;
+}

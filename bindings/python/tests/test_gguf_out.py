@@ -27,7 +27,7 @@ def test_save_gguf_round_trip_tiny(ctx, tmp_path):
         p.save_gguf(out, type="F32", name="tiny")
         with rlpost.Policy(ctx, out) as q:
             assert list(q.logprobs(seq)) == want  # same weights bit for bit: same floats
-            assert q.tokenizer.encode("ab") == p.tokenizer.encode("ab")
+            assert list(q.tokenizer.encode("ab")) == list(p.tokenizer.encode("ab"))
         # every type is accepted by name and by enum (rows of 4: F16 fallback for the block types)
         for t in ("f16", "bf16", "q8_0", rlpost.GGUFType.Q4_0):
             p.save_gguf(out, type=t, embed_type="f32")
@@ -47,15 +47,15 @@ def test_save_gguf_round_trip_tiny(ctx, tmp_path):
         with pytest.raises(rlpost.FormatError, match="not a GGUF"):
             p.save_gguf(bad, tokenizer_gguf=ROOT / "README.md")
         # a policy whose tokenizer came from tokenizer.json (an HF folder, as a
-        # resumed checkpoint): its tokenizer keys come from a GGUF named apart
+        # resumed checkpoint): its keys are built from the tokenizer, or copied
+        # from a GGUF named apart
         p.save(tmp_path / "hf")
     with rlpost.Policy(ctx, tmp_path / "hf") as h:
-        with pytest.raises(rlpost.UnsupportedError, match="tokenizer_gguf"):
-            h.save_gguf(bad)
-        assert not bad.exists()
-        h.save_gguf(bad, type="f32", tokenizer_gguf=TINY)
-        with rlpost.Policy(ctx, bad) as q:
-            assert list(q.logprobs(seq)) == want
+        for tg in (None, TINY):
+            h.save_gguf(bad, type="f32", tokenizer_gguf=tg)
+            with rlpost.Policy(ctx, bad) as q:
+                assert list(q.logprobs(seq)) == want
+                assert list(q.tokenizer.encode("abab")) == list(h.tokenizer.encode("abab"))
 
 
 def _field(reader, key):
@@ -132,6 +132,25 @@ def test_quantized_bytes_equal_gguf_py(smollm2_files):
             assert got.tobytes() == want.tobytes(), "%s %s" % (name, t.name)
             n_checked += 1
         assert n_checked == 30 * 7 + 1  # every layer's 7 matrices and the embedding
+
+
+def test_tokenizer_keys_from_tokenizer_json(smollm2_path, tmp_path):
+    """SmolLM2 saved as an HF folder (tokenizer.json written from the GGUF),
+    loaded back, saved as GGUF: the tokenizer keys llama.cpp reads equal the
+    original GGUF's (the merges, rebuilt from the tokenizer's table, in the
+    same order)."""
+    gguf = pytest.importorskip("gguf")
+    with rlpost.Context(n_threads=2, seed=1) as c:
+        with rlpost.Policy(c, smollm2_path, trainable=False) as p:
+            p.save(tmp_path / "hf", rlpost.DType.BF16)
+        with rlpost.Policy(c, tmp_path / "hf", trainable=False) as h:
+            h.save_gguf(tmp_path / "out.gguf", type="bf16")
+    a, b = gguf.GGUFReader(smollm2_path), gguf.GGUFReader(tmp_path / "out.gguf")
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                "tokenizer.ggml.merges", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                "tokenizer.ggml.add_bos_token"):
+        assert b.fields[key].contents() == a.fields[key].contents(), key
+    assert b.fields["tokenizer.chat_template"].contents() == a.fields["tokenizer.chat_template"].contents()
 
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a little"]
