@@ -245,8 +245,9 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * smollm, qwen2 or llama-bpe; tokens padded with "[PADi]" to the model's
  * vocabulary; token types; merges in rank order; special ids; add_bos;
  * chat template); a SentencePiece one from a tokenizer.json gives
- * RLP_E_UNSUPPORTED (pass @c tokenizer_gguf); a policy without a tokenizer
- * (llama2.c) gives a file without one.
+ * RLP_E_UNSUPPORTED (pass @c tokenizer_gguf), and so does a policy without
+ * a tokenizer (llama2.c): neither llama.cpp nor rlp_policy_load reads a
+ * GGUF without one.
  * The file is written to a temporary name and renamed: on any error no
  * partial file is left and an existing @p path is untouched.
  * F32 output loads back through rlp_policy_load() bit for bit.

@@ -90,6 +90,12 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
         rc = rlpi_gguf_open(&g, tp);
     else if (o.tokenizer_gguf)
         rc = rlpi_error_set(RLP_E_FORMAT, "%s: tokenizer_gguf '%s' is not a GGUF file", __func__, tp);
+    if (!rc && !g && !policy->tokenizer)
+        rc = rlpi_error_set(RLP_E_UNSUPPORTED,
+                            "%s: %s: the policy has no tokenizer (a llama2.c model), and neither llama.cpp nor "
+                            "rlp_policy_load reads a GGUF without one; pass a GGUF with its vocabulary as "
+                            "tokenizer_gguf",
+                            __func__, path);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
     /* a vocabulary of another size would load as a different model */

@@ -222,3 +222,11 @@ def test_llama_cpp_matches_our_policy(smollm2_files, smollm2_path, type_, tol):
           % (type_, n_same, n_tok, worst))
     assert n_same == n_tok
     assert worst < tol
+
+
+def test_llama2c_without_tokenizer_is_refused(policy, tmp_path):
+    """stories260K (llama2.c) has no tokenizer: a GGUF without one would
+    load nowhere, so it is refused by name, with nothing written."""
+    with pytest.raises(rlpost.UnsupportedError, match="no tokenizer"):
+        policy.save_gguf(tmp_path / "s.gguf", type="f32")
+    assert not (tmp_path / "s.gguf").exists()
