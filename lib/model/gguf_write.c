@@ -120,7 +120,7 @@ static void arch_metadata(rlpi_gguf_kvw *k, const rlpi_model_config *c, const rl
         kv_u32(k, akey(key, sizeof key, a, "rope.scaling.original_context_length"),
                (uint32_t)c->rope_original_max_pos);
     }
-    if (c->sliding_window > 0) {
+    if (c->sliding_window > 0 && rlpi_arch_find(a)->sliding_window) {
         kv_u32(k, akey(key, sizeof key, a, "attention.sliding_window"), (uint32_t)c->sliding_window);
         if (c->rope_theta_local > 0.0f)
             kv_f32(k, akey(key, sizeof key, a, "rope.freq_base_swa"), c->rope_theta_local);
@@ -277,6 +277,39 @@ static float *llama3_rope_freqs(const rlpi_model_config *c)
     return f;
 }
 
+/* What GGUF cannot say is refused rather than written into a file that
+ * llama.cpp would run as another model: it derives the attention scale
+ * (1/sqrt(key_length)), the embedding scale (sqrt(dim) for Gemma, none
+ * otherwise) and Gemma 3's local/global layer pattern (every
+ * local_period-th layer global) from the architecture. */
+static int expressible(const rlpi_model_config *c, const rlpi_arch_desc *a, const char *path)
+{
+    float dflt = 1.0f / sqrtf((float)c->head_dim);
+    if (c->attn_scale != 0.0f && fabsf(c->attn_scale - dflt) > 1e-6f * dflt)
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "%s: attention scale %g is not 1/sqrt(head_dim) = %g, which GGUF cannot express", path,
+                              (double)c->attn_scale, (double)dflt);
+    float emb = a->embed_scale_sqrt_dim ? sqrtf((float)c->dim) : 1.0f;
+    float have = c->embed_scale == 0.0f ? 1.0f : c->embed_scale;
+    if (fabsf(have - emb) > 1e-6f * emb)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: embedding scale %g is not the %s family's %g", path,
+                              (double)have, a->name, (double)emb);
+    /* (a window on a family without local layers, as Mistral v0.1's, is
+     * left out as llama.cpp's converter leaves it out) */
+    if (c->sliding_window > 0 && a->sliding_window) {
+        rlpi_model_config d = *c;
+        rlpi_arch_default_local_layers(a, &d);
+        for (int32_t i = 0; i < c->n_layers && i < RLPI_MAX_LAYERS; i++)
+            if (d.local_layers[i] != c->local_layers[i])
+                return rlpi_error_set(RLP_E_UNSUPPORTED,
+                                      "%s: layer %d is %s, but in GGUF every %d-th %s layer is global and the others "
+                                      "local",
+                                      path, (int)i, c->local_layers[i] ? "local" : "global", (int)a->local_period,
+                                      a->name);
+    }
+    return RLP_OK;
+}
+
 static uint64_t pad_to(uint64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* Chooses each tensor's type: 1-D in F32 (llama.cpp keeps norms and biases
@@ -370,6 +403,9 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
         return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: architecture '%s' has no GGUF form (%s)", path, cfg->arch,
                               rlpi_arch_names());
 
+    int rc = expressible(cfg, a, path);
+    if (rc)
+        return rc;
     planned *plan = calloc(w->n + 2, sizeof *plan);
     rlpi_gguf_kvw kv = {{0}, 0};
 
@@ -379,8 +415,8 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
     size_t n_plan = 0;
     rlpi_atomic_file f = {.fd = -1};
     bool opened = false;
-    int rc = plan ? plan_tensors(cfg, a, w, opts, path, plan, &n_plan)
-                  : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", path);
+    rc = plan ? plan_tensors(cfg, a, w, opts, path, plan, &n_plan)
+              : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", path);
     if (rc)
         goto done;
 

@@ -470,6 +470,25 @@ static void qwen3_gemma3_names_and_keys(void **state)
             assert_true(f == 30.0f);
         }
         rlpi_gguf_close(g);
+        if (gemma) {
+            /* what GGUF cannot say is refused, and no file is written */
+            unlink(out);
+            rlpi_model_config bad = c;
+            bad.local_layers[1] = 0; /* only every 6th layer is global in Gemma 3 */
+            assert_int_equal(rlpi_gguf_write_model(out, &bad, &w, NULL, &o), RLP_E_UNSUPPORTED);
+            assert_non_null(strstr(rlp_error_last(), "layer 1 is global"));
+            bad = c;
+            bad.attn_scale = 0.0625f; /* query_pre_attn_scalar 256 with head_dim 32 */
+            assert_int_equal(rlpi_gguf_write_model(out, &bad, &w, NULL, &o), RLP_E_UNSUPPORTED);
+            assert_non_null(strstr(rlp_error_last(), "attention scale"));
+            bad = c;
+            bad.embed_scale = 1.0f;
+            assert_int_equal(rlpi_gguf_write_model(out, &bad, &w, NULL, &o), RLP_E_UNSUPPORTED);
+            assert_false(file_exists(out));
+            bad = c;
+            bad.attn_scale = 1.0f / sqrtf(32.0f); /* the default, spelt out: fine */
+            assert_int_equal(rlpi_gguf_write_model(out, &bad, &w, NULL, &o), RLP_OK);
+        }
         rlpi_weights_free(&w);
     }
     unlink(out);
