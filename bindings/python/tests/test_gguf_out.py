@@ -163,50 +163,54 @@ def _llama_logprobs(llm, tokens, n_prompt):
     llm.reset()
     llm.eval(tokens)
     scores = np.asarray(llm.scores[:len(tokens)], dtype=np.float64)
-    lp, argmax = [], []
+    lp, argmax, gap = [], [], []
     for i in range(n_prompt, len(tokens)):
         row = scores[i - 1]
         m = row.max()
         lse = m + math.log(np.exp(row - m).sum())
         lp.append(row[tokens[i]] - lse)
         argmax.append(int(row.argmax()))
-    return lp, argmax
+        gap.append(m - row[tokens[i]])
+    return lp, argmax, gap
 
 
-_PROBE = """
-import sys, llama_cpp
-llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, logits_all=True, n_threads=2, verbose=False)
-llm.eval(llm.tokenize(b"Once upon a time, a little girl", add_bos=False))
-"""
+def _llama(llama_cpp, path):
+    """llama.cpp on `path`, KV cache in F32 (no fp16 rounding of K and V),
+    without ggml's extra CPU buffer types: their AMX matmul crashes in this
+    llama-cpp-python build on this machine's CPU (SIGSEGV in
+    ggml_backend_amx_mul_mat, for llama.cpp's own Q4_1 SmolLM2 file too);
+    the plain CPU kernels compute the same products."""
+    import llama_cpp.llama as impl
+    default = impl.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = False
+        return p
+    impl.llama_cpp.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False,
+                               type_k=0, type_v=0)
+    finally:
+        impl.llama_cpp.llama_model_default_params = default
 
 
-def _llama_cpp_runs_quantized(smollm2_path):
-    """Whether this llama-cpp-python build evaluates a quantized model at
-    all: probed in a child process on the SmolLM2 Q4_1 file that llama.cpp's
-    own tools wrote (some builds crash in their quantized CPU kernels on
-    some CPUs, whatever the file)."""
-    import subprocess
-    import sys
-    r = subprocess.run([sys.executable, "-c", _PROBE, str(smollm2_path)], capture_output=True, timeout=300)
-    return r.returncode == 0
-
-
-@pytest.mark.parametrize("type_,tol", [("f32", 1e-3), ("bf16", 0.1), ("q8_0", 0.25)])
-def test_llama_cpp_matches_our_policy(smollm2_files, smollm2_path, type_, tol):
+@pytest.mark.parametrize("type_,tol", [("f32", 1e-3), ("bf16", 0.1), ("q8_0", 0.25), ("q4_0", 0.5)])
+def test_llama_cpp_matches_our_policy(smollm2_files, type_, tol):
     """Our greedy completion of each prompt (policy loaded from the written
     file), scored by llama.cpp on the same file: every greedy token equals
     llama.cpp's argmax there (so its greedy decode is the same), and the
     logprobs agree within `tol` nats (F32, with llama.cpp's KV cache in F32
     too: summation order only, 1.4e-5 seen; BF16: llama.cpp rounds the
     activations to bf16 in its BF16 matmuls, 2.9e-2 seen; Q8_0: to 8 bits
-    in its Q8_0 matmuls)."""
+    in its Q8_0 matmuls, 0.13 seen; Q4_0: likewise, 0.31 seen, and one of
+    the 48 positions a near tie that llama.cpp's rounding tips the other
+    way: there our token is within `tol` of llama.cpp's best)."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    if type_ == "q8_0" and not _llama_cpp_runs_quantized(smollm2_path):
-        pytest.skip("this llama-cpp-python build crashes on quantized models (its own Q4_1 SmolLM2 too)")
     path = smollm2_files[type_]
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False,
-                          type_k=0, type_v=0)  # GGML_TYPE_F32 KV cache: no fp16 rounding of K and V
-    worst, n_tok, n_same = 0.0, 0, 0
+    llm = _llama(llama_cpp, path)
+    worst, worst_gap, n_tok, n_same = 0.0, 0.0, 0, 0
     with rlpost.Context(n_threads=2, seed=1) as c, rlpost.Policy(c, path, trainable=False) as p, \
             rlpost.RolloutEngine(p, max_batch=4, max_seq_len=128) as eng:
         for text in PROMPTS:
@@ -215,14 +219,16 @@ def test_llama_cpp_matches_our_policy(smollm2_files, smollm2_path, type_, tol):
             b = eng.generate([list(prompt)], temperature=0.0, max_new_tokens=N_NEW, ignore_eos=True)
             comp = list(b[0].completion_tokens)
             ours = list(p.logprobs([(list(prompt) + comp, len(prompt))]))
-            theirs, argmax = _llama_logprobs(llm, list(prompt) + comp, len(prompt))
+            theirs, argmax, gap = _llama_logprobs(llm, list(prompt) + comp, len(prompt))
             n_tok += len(comp)
             n_same += sum(a == t for a, t in zip(argmax, comp))
+            worst_gap = max(worst_gap, max(gap))
             worst = max(worst, max(abs(a - b) for a, b in zip(ours, theirs)))
-    print("llama.cpp vs rlpost on SmolLM2 %s: %d/%d greedy tokens equal, max |dlogprob| %.2e"
-          % (type_, n_same, n_tok, worst))
-    assert n_same == n_tok
-    assert worst < tol
+    print("llama.cpp vs rlpost on SmolLM2 %s: %d/%d greedy tokens equal, max |dlogprob| %.2e, "
+          "largest shortfall of our greedy token from llama.cpp's best %.2e"
+          % (type_, n_same, n_tok, worst, worst_gap))
+    assert n_same == n_tok if type_ != "q4_0" else n_same >= n_tok - 2
+    assert worst < tol and worst_gap < tol
 
 
 def test_llama2c_without_tokenizer_is_refused(policy, tmp_path):
