@@ -23,7 +23,7 @@
 
 void rlpi_gguf_put(rlpi_gguf_wbuf *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0)
         return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
@@ -441,8 +441,8 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
         rlpi_gguf_put_u64(&hdr, p->offset);
         if (p->nbytes > max_bytes)
             max_bytes = p->nbytes;
-        if (p->ne[0] * p->ne[1] > max_elems)
-            max_elems = p->ne[0] * p->ne[1];
+        if (p->perm != PERM_NONE && p->ne[0] * p->ne[1] > max_elems)
+            max_elems = p->ne[0] * p->ne[1]; /* only permuted tensors need the scratch copy */
     }
     static const uint8_t zeros[ALIGN];
     rlpi_gguf_put(&hdr, zeros, (size_t)(pad_to(hdr.n) - hdr.n));
