@@ -11,7 +11,7 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: rlpost export MODEL OUT.gguf [--type f32|f16|bf16|q8_0|q4_0] [--embed-type T] "
+    fprintf(stderr, "usage: rlpost export MODEL OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k] [--embed-type T] "
                     "[--name NAME] [--tokenizer FILE.gguf]\n");
     return EXIT_USAGE;
 }

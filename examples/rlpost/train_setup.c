@@ -274,7 +274,7 @@ int train_check_config(run *r)
     if (gguf) {
         int32_t t;
         if (rlp_gguf_type_from_name(&t, gguf) != RLP_OK) {
-            fmt(r->err, ERR_CAP, "checkpoint.gguf: '%s' is not f32, f16, bf16, q8_0 or q4_0", gguf);
+            fmt(r->err, ERR_CAP, "checkpoint.gguf: '%s' is not f32, f16, bf16, q8_0, q4_0 or q4_k", gguf);
             return -1;
         }
         r->gguf_type = t;

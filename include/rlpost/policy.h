@@ -193,6 +193,7 @@ typedef enum rlp_gguf_type {
     RLP_GGUF_F16 = 1,
     RLP_GGUF_Q4_0 = 2,
     RLP_GGUF_Q8_0 = 8,
+    RLP_GGUF_Q4_K = 12,
     RLP_GGUF_BF16 = 30
 } rlp_gguf_type;
 
@@ -216,7 +217,7 @@ typedef struct rlp_gguf_save_options {
 RLP_API int rlp_gguf_save_options_init(rlp_gguf_save_options *opts, uint32_t version);
 
 /**
- * The rlp_gguf_type named @p name ("f32", "f16", "bf16", "q8_0", "q4_0";
+ * The rlp_gguf_type named @p name ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k";
  * case-insensitive). RLP_OK; RLP_E_INVALID_ARG naming the unknown name.
  */
 RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
@@ -232,11 +233,13 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * reversed dimension order, q/k rows permuted for llama/mistral, no
  * output.weight when the head is tied, norm weights as the effective scale
  * (Gemma's 1 + w, as GGUF stores it). Matrices are written in
- * @c opts->type; 1-D tensors (norms, biases) always in F32; a quantized
- * type whose 32-element block does not divide a row falls back to F16 for
- * that tensor (as the converter does). Quantization follows ggml's
- * reference quantize_row_q8_0 / quantize_row_q4_0 (bytes equal gguf-py's
- * and llama.cpp's). The tokenizer goes into the metadata: every
+ * @c opts->type; 1-D tensors (norms, biases) always in F32; a row that is
+ * not a whole number of the type's blocks (32 elements; Q4_K 256) makes
+ * that tensor F16, or Q8_0 for Q4_K when 32 divides it (as llama.cpp
+ * falls back too). Quantization follows ggml's reference
+ * quantize_row_q8_0 / q4_0 / q4_K (no importance matrix): the bytes equal
+ * gguf-py's and llama.cpp's quantizers'. The tokenizer goes into the
+ * metadata: every
  * `tokenizer.*` key (chat template included) of @c opts->tokenizer_gguf,
  * or else of the GGUF the policy's tokenizer came from, is copied as
  * stored; a byte-level BPE tokenizer that came from a tokenizer.json (an

@@ -85,6 +85,7 @@ uint32_t rlpi_gguf_file_type(uint32_t type)
     case RLPI_GGML_F16: return 1;   /* MOSTLY_F16 */
     case RLPI_GGML_Q4_0: return 2;  /* MOSTLY_Q4_0 */
     case RLPI_GGML_Q8_0: return 7;  /* MOSTLY_Q8_0 */
+    case RLPI_GGML_Q4_K: return 14; /* MOSTLY_Q4_K_S: Q4_K throughout */
     case RLPI_GGML_BF16: return 32; /* MOSTLY_BF16 */
     default: return 0;              /* ALL_F32 */
     }
@@ -314,14 +315,20 @@ static uint64_t pad_to(uint64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* Chooses each tensor's type: 1-D in F32 (llama.cpp keeps norms and biases
  * in F32), the embedding and head in embed_type, other matrices in type;
- * a quantized type whose block does not divide the row falls back to F16. */
+ * a row that is not whole blocks of the type falls back (below). */
 static uint32_t tensor_type(const planned *p, const rlpi_gguf_write_opts *o)
 {
     if (p->n_dims == 1)
         return RLPI_GGML_F32;
     bool emb = !strcmp(p->name, "token_embd.weight") || !strcmp(p->name, "output.weight");
     uint32_t t = emb && o->embed_type >= 0 ? (uint32_t)o->embed_type : o->type;
-    return p->ne[0] % rlpi_ggml_type(t)->blck == 0 ? t : RLPI_GGML_F16;
+    if (p->ne[0] % rlpi_ggml_type(t)->blck == 0)
+        return t;
+    /* Q4_K rows that are not whole 256-blocks (SmolLM2's 576): Q8_0, the
+     * nearest type we write with 32-blocks (llama.cpp's quantize uses Q5_0) */
+    if (t == RLPI_GGML_Q4_K && p->ne[0] % 32 == 0)
+        return RLPI_GGML_Q8_0;
+    return RLPI_GGML_F16;
 }
 
 static int plan_tensors(const rlpi_model_config *c, const rlpi_arch_desc *a, const rlpi_weights *w,
@@ -392,11 +399,11 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
 {
     RLPI_CHECK_ARG(path && cfg && w && opts, "NULL argument");
     if (!rlpi_quantize_supported(opts->type))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: tensor type %u cannot be written (F32, F16, BF16, Q8_0, Q4_0)",
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: tensor type %u cannot be written (F32, F16, BF16, Q8_0, Q4_0, Q4_K)",
                               path, opts->type);
     if (opts->embed_type >= 0 && !rlpi_quantize_supported((uint32_t)opts->embed_type))
         return rlpi_error_set(RLP_E_INVALID_ARG,
-                              "%s: embedding type %d cannot be written (F32, F16, BF16, Q8_0, Q4_0)", path,
+                              "%s: embedding type %d cannot be written (F32, F16, BF16, Q8_0, Q4_0, Q4_K)", path,
                               (int)opts->embed_type);
     const rlpi_arch_desc *a = rlpi_arch_find(cfg->arch);
     if (!a || strcmp(a->name, cfg->arch))

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 typedef struct rlpi_gguf_write_opts {
-    uint32_t type;        /* ggml type of 2-D weights: RLPI_GGML_F32/F16/BF16/Q8_0/Q4_0 */
+    uint32_t type;        /* ggml type of 2-D weights: RLPI_GGML_F32/F16/BF16/Q8_0/Q4_0/Q4_K */
     int32_t embed_type;   /* ggml type of token_embd / output; -1 = `type` */
     const char *name;     /* general.name; NULL = the architecture name */
 } rlpi_gguf_write_opts;
@@ -59,7 +59,8 @@ void rlpi_gguf_kv_key(rlpi_gguf_kvw *k, const char *key, uint32_t type);
 int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *core, const char *json_path, int32_t n_vocab);
 
 /* Writes `path`. Quantized types need rows (the innermost GGUF dim) that
- * are a multiple of 32; other rows fall back to F16, as llama.cpp's
+ * are a multiple of their block (32; Q4_K 256); other rows fall back to Q8_0
+ * (Q4_K, rows of whole 32-blocks) or F16, as llama.cpp's
  * converter does. Returns RLP_OK; RLP_E_INVALID_ARG (NULL, a type it cannot
  * write); RLP_E_UNSUPPORTED (an architecture without an arch row, a tensor
  * name it cannot map, naming it); RLP_E_FORMAT (a tensor whose shape

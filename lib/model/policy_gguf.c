@@ -28,7 +28,8 @@ static const struct {
     const char *name;
     int32_t type;
 } TYPE_NAMES[] = {{"f32", RLP_GGUF_F32}, {"f16", RLP_GGUF_F16}, {"bf16", RLP_GGUF_BF16},
-                  {"q8_0", RLP_GGUF_Q8_0}, {"q4_0", RLP_GGUF_Q4_0}};
+                  {"q8_0", RLP_GGUF_Q8_0}, {"q4_0", RLP_GGUF_Q4_0},
+                  {"q4_k", RLP_GGUF_Q4_K}};
 
 int rlp_gguf_type_from_name(int32_t *out_type, const char *name)
 {
@@ -39,7 +40,7 @@ int rlp_gguf_type_from_name(int32_t *out_type, const char *name)
             *out_type = TYPE_NAMES[i].type;
             return RLP_OK;
         }
-    return rlpi_error_set(RLP_E_INVALID_ARG, "%s: unknown GGUF tensor type '%.32s' (f32, f16, bf16, q8_0, q4_0)",
+    return rlpi_error_set(RLP_E_INVALID_ARG, "%s: unknown GGUF tensor type '%.32s' (f32, f16, bf16, q8_0, q4_0, q4_k)",
                           __func__, name);
 }
 
@@ -74,11 +75,11 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
         o = *opts;
     }
     if (!type_ok(o.type))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %s: type %d is not an rlp_gguf_type (f32, f16, bf16, q8_0, q4_0)",
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %s: type %d is not an rlp_gguf_type (f32, f16, bf16, q8_0, q4_0, q4_k)",
                               __func__, path, (int)o.type);
     if (o.embed_type != -1 && !type_ok(o.embed_type))
         return rlpi_error_set(RLP_E_INVALID_ARG,
-                              "%s: %s: embed_type %d is not an rlp_gguf_type (f32, f16, bf16, q8_0, q4_0) or -1",
+                              "%s: %s: embed_type %d is not an rlp_gguf_type (f32, f16, bf16, q8_0, q4_0, q4_k) or -1",
                               __func__, path, (int)o.embed_type);
 
     /* tokenizer keys: copied from the GGUF named, else from the one the

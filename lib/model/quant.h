@@ -59,7 +59,7 @@ int rlpi_dequantize(uint32_t type, const void *src, size_t src_bytes, float *dst
 uint16_t rlpi_fp32_to_fp16(float f);
 uint16_t rlpi_fp32_to_bf16(float f);
 
-/* True when rlpi_quantize() can write `type`: F32, F16, BF16, Q8_0, Q4_0. */
+/* True when rlpi_quantize() can write `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_K. */
 bool rlpi_quantize_supported(uint32_t type);
 
 /* Quantizes src[n] (n a multiple of the type's block size) into dst, which
@@ -70,6 +70,8 @@ bool rlpi_quantize_supported(uint32_t type);
  *   Q8_0: d = max|x| / 127, q = round(x / d)            (32 per block)
  *   Q4_0: m = the x of largest |x| (sign kept), d = m / -8,
  *         q = min(15, trunc(x / d + 8.5))               (32 per block)
+ *   Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins found by ggml's
+ *         make_qkx2_quants search (quantize_row_q4_K_ref)  (256 per block)
  * Non-finite input gives non-finite scales; callers check weights first.
  * RLP_OK, RLP_E_UNSUPPORTED (type), RLP_E_INVALID_ARG (geometry).
  * Thread-safe, no allocation. */

@@ -21,8 +21,8 @@ lp() { "$rlpost" logprobs "$1" --tokens 0,1,2,3,4,5 --threads 1 | sed 's/"model"
 [ "$(lp "$tiny")" = "$(lp "$out/tiny.gguf")" ] || fail "F32 export: logprobs differ"
 "$rlpost" export "$tiny" "$out/tiny16.gguf" --type F16 --embed-type q8_0 >/dev/null || fail "export --type F16"
 
-"$rlpost" export "$tiny" "$out/bad.gguf" --type q4_k 2>"$out/err"
-[ $? -eq 2 ] && grep -q "q4_k" "$out/err" || fail "unknown --type: $(cat "$out/err")"
+"$rlpost" export "$tiny" "$out/bad.gguf" --type q5_k 2>"$out/err"
+[ $? -eq 2 ] && grep -q "q5_k" "$out/err" || fail "unknown --type: $(cat "$out/err")"
 "$rlpost" export "$tiny" "$out/no-such-dir/x.gguf" 2>"$out/err"
 [ $? -eq 1 ] && grep -q "no-such-dir" "$out/err" || fail "unwritable output: $(cat "$out/err")"
 "$rlpost" export "$tiny" 2>/dev/null

@@ -133,10 +133,43 @@ static void block_quant_within_bounds(void **state)
             }
         }
     }
+    /* Q4_K: each element within two of its sub-block's steps
+     * ((max - min) / 15): the weighted least-squares fit of ggml's search
+     * may clip an extreme (about 1.1 steps seen), and the 6-bit scale and
+     * min are rounded; the bytes themselves equal llama.cpp's quantizer
+     * (bindings/python/tests/test_gguf_out.py) */
+    enum { NK = 256 * 8 };
+    static float xk[NK], yk[NK];
+    static uint8_t qk[NK / 256 * 144];
+    for (int i = 0; i < NK; i++)
+        xk[i] = frand() * (float)(1 + i / 32 % 5) + (i / 256 == 2 ? 3.0f : 0.0f); /* one block all positive */
+    for (int k = 0; k < 256; k++)
+        xk[256 * 5 + k] = 0.0f;
+    assert_int_equal(rlpi_quantize(RLPI_GGML_Q4_K, xk, NK, qk, sizeof qk), RLP_OK);
+    assert_int_equal(rlpi_dequantize(RLPI_GGML_Q4_K, qk, sizeof qk, yk, NK), RLP_OK);
+    double se = 0, sx = 0;
+    for (int j = 0; j < NK / 32; j++) {
+        float lo = xk[32 * j], hi = xk[32 * j];
+        for (int k = 0; k < 32; k++)
+            lo = fminf(lo, xk[32 * j + k]), hi = fmaxf(hi, xk[32 * j + k]);
+        float step = (hi - fminf(lo, 0.0f)) / 15.0f;
+        for (int k = 0; k < 32; k++) {
+            float e = fabsf(yk[32 * j + k] - xk[32 * j + k]);
+            if (e > step * 2.0f + 1e-6f)
+                fail_msg("Q4_K sub-block %d elem %d: |%g - %g| > %g", j, k, (double)yk[32 * j + k],
+                         (double)xk[32 * j + k], (double)step);
+            se += (double)e * e;
+            sx += (double)xk[32 * j + k] * xk[32 * j + k];
+        }
+    }
+    assert_true(se / sx < 0.01); /* relative RMS error below 10% (4-bit: ~3-5% expected) */
+    for (int k = 0; k < 256; k++)
+        assert_true(yk[256 * 5 + k] == 0.0f);
+
     /* geometry and type errors */
     assert_int_equal(rlpi_quantize(RLPI_GGML_Q8_0, x, 31, q, 34), RLP_E_INVALID_ARG);
     assert_int_equal(rlpi_quantize(RLPI_GGML_Q8_0, x, 32, q, 33), RLP_E_INVALID_ARG);
-    assert_int_equal(rlpi_quantize(RLPI_GGML_Q4_K, x, 256, q, 144), RLP_E_UNSUPPORTED);
+    assert_int_equal(rlpi_quantize(RLPI_GGML_Q4_1, x, 32, q, 20), RLP_E_UNSUPPORTED);
 }
 
 /* ---- writer vs loader ------------------------------------------------------ */
@@ -347,15 +380,18 @@ static void synthetic_models_every_type(void **state)
 {
     (void)state;
     static const char *const archs[] = {"llama", "mistral", "qwen2"};
-    static const uint32_t types[] = {RLPI_GGML_F32, RLPI_GGML_F16, RLPI_GGML_BF16, RLPI_GGML_Q8_0, RLPI_GGML_Q4_0};
+    static const uint32_t types[] = {RLPI_GGML_F32, RLPI_GGML_F16, RLPI_GGML_BF16, RLPI_GGML_Q8_0, RLPI_GGML_Q4_0,
+                                     RLPI_GGML_Q4_K};
     char out[1024];
     tmp_path(out, sizeof out, "synth.gguf");
     for (size_t a = 0; a < 3; a++) {
         rlpi_model_config c, c2;
         rlpi_weights w, w2;
         synth_model(archs[a], &c, &w);
-        for (size_t t = 0; t < 5; t++) {
+        for (size_t t = 0; t < 6; t++) {
             rlpi_gguf_write_opts o = {types[t], -1, NULL};
+            /* rows of 64 and 96 are not whole Q4_K blocks: Q8_0 */
+            uint32_t written = types[t] == RLPI_GGML_Q4_K ? RLPI_GGML_Q8_0 : types[t];
             if (rlpi_gguf_write_model(out, &c, &w, NULL, &o) != RLP_OK)
                 fail_msg("%s %s: %s", archs[a], rlpi_ggml_type(types[t])->name, rlp_error_last());
             rlpi_weights_init(&w2);
@@ -365,12 +401,12 @@ static void synthetic_models_every_type(void **state)
             if (types[t] == RLPI_GGML_F32)
                 assert_weights_equal(&w, &w2);
             else
-                assert_within_type(&w, &w2, types[t]);
+                assert_within_type(&w, &w2, written);
             /* every matrix in the asked type, every 1-D tensor in F32 */
             rlpi_gguf *g;
             assert_int_equal(rlpi_gguf_open(&g, out), RLP_OK);
             for (uint64_t i = 0; i < g->n_tensors; i++)
-                assert_int_equal(g->tensors[i].type, g->tensors[i].n_dims == 1 ? RLPI_GGML_F32 : types[t]);
+                assert_int_equal(g->tensors[i].type, g->tensors[i].n_dims == 1 ? RLPI_GGML_F32 : written);
             uint32_t ft;
             assert_int_equal(rlpi_gguf_get_u32(g, "general.file_type", &ft), RLP_OK);
             assert_int_equal(ft, rlpi_gguf_file_type(types[t]));
@@ -513,9 +549,9 @@ static void bad_input_leaves_no_file(void **state)
     assert_int_equal(rlp_gguf_save_options_init(&o, 99), RLP_E_INVALID_ARG);
     assert_int_equal(rlp_policy_save_gguf(NULL, out, &o), RLP_E_INVALID_ARG);
     assert_int_equal(rlp_policy_save_gguf(p, NULL, &o), RLP_E_INVALID_ARG);
-    o.type = 12; /* Q4_K: readable, not writable */
+    o.type = 13; /* Q5_K: readable, not writable */
     assert_int_equal(rlp_policy_save_gguf(p, out, &o), RLP_E_INVALID_ARG);
-    assert_non_null(strstr(rlp_error_last(), "type 12"));
+    assert_non_null(strstr(rlp_error_last(), "type 13"));
     assert_false(file_exists(out));
     o.type = RLP_GGUF_F16;
     o.embed_type = 7;
@@ -541,8 +577,10 @@ static void bad_input_leaves_no_file(void **state)
     assert_int_equal(t, RLP_GGUF_Q8_0);
     assert_int_equal(rlp_gguf_type_from_name(&t, "bf16"), RLP_OK);
     assert_int_equal(t, RLP_GGUF_BF16);
-    assert_int_equal(rlp_gguf_type_from_name(&t, "q4_k"), RLP_E_INVALID_ARG);
-    assert_non_null(strstr(rlp_error_last(), "q4_k"));
+    assert_int_equal(rlp_gguf_type_from_name(&t, "q4_k"), RLP_OK);
+    assert_int_equal(t, RLP_GGUF_Q4_K);
+    assert_int_equal(rlp_gguf_type_from_name(&t, "q5_k"), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "q5_k"));
     /* and a good save through the API replaces it */
     o.type = RLP_GGUF_F32;
     if (rlp_policy_save_gguf(p, out, &o) != RLP_OK)

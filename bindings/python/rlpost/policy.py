@@ -29,6 +29,7 @@ class GGUFType(enum.IntEnum):
     F16 = 1
     Q4_0 = 2
     Q8_0 = 8
+    Q4_K = 12
     BF16 = 30
 
 
@@ -205,7 +206,7 @@ class Policy(Handle):
     def save_gguf(self, path, type="f16", embed_type=None, name=None, tokenizer_gguf=None):
         """Writes one GGUF file that llama.cpp / Ollama load (atomically):
         weight matrices in `type` (GGUFType or "f32", "f16", "bf16", "q8_0",
-        "q4_0"), token embedding and head in `embed_type` (default: `type`),
+        "q4_0", "q4_k"), token embedding and head in `embed_type` (default: `type`),
         norms and biases in F32, `name` as general.name, the tokenizer's
         GGUF metadata copied from `tokenizer_gguf` or else from the GGUF the
         policy's tokenizer came from."""

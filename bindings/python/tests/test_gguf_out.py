@@ -37,8 +37,8 @@ def test_save_gguf_round_trip_tiny(ctx, tmp_path):
         assert rlpost.gguf_type("Q8_0") == rlpost.GGUFType.Q8_0
         # bad input: a clear error, nothing written
         bad = tmp_path / "bad.gguf"
-        with pytest.raises(rlpost.InvalidArgumentError, match="q4_k"):
-            p.save_gguf(bad, type="q4_k")
+        with pytest.raises(rlpost.InvalidArgumentError, match="q5_k"):
+            p.save_gguf(bad, type="q5_k")
         with pytest.raises(rlpost.InvalidArgumentError, match="type 3"):
             p.save_gguf(bad, type=3)
         with pytest.raises(rlpost.IOError, match="no-such-dir"):
@@ -107,7 +107,7 @@ def smollm2_files(smollm2_path, tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf_out")
     files = {}
     with rlpost.Context(n_threads=2, seed=1) as c, rlpost.Policy(c, smollm2_path, trainable=False) as p:
-        for t in ("f32", "q8_0", "q4_0", "bf16"):
+        for t in ("f32", "q8_0", "q4_0", "bf16", "q4_k"):
             files[t] = d / ("smollm2-%s.gguf" % t)
             p.save_gguf(files[t], type=t)
     return files
@@ -153,6 +153,37 @@ def test_tokenizer_keys_from_tokenizer_json(smollm2_path, tmp_path):
     assert b.fields["tokenizer.chat_template"].contents() == a.fields["tokenizer.chat_template"].contents()
 
 
+def test_q4_k_bytes_equal_llama_cpp(smollm2_files, tmp_path):
+    """Q4_K (no importance matrix) is byte for byte what llama.cpp's own
+    quantizer (llama_model_quantize, Q4_K_S, pure) makes from our F32 file,
+    for every tensor both write in Q4_K (SmolLM2's rows of 1536; rows of 576
+    are not whole 256-blocks: llama.cpp falls back to Q5_0, we to Q8_0)."""
+    gguf = pytest.importorskip("gguf")
+    np = pytest.importorskip("numpy")
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import ctypes
+    ref = tmp_path / "llama-q4_k.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = 14  # LLAMA_FTYPE_MOSTLY_Q4_K_S
+    params.pure = True
+    params.nthread = 2
+    assert llama_cpp.llama_model_quantize(str(smollm2_files["f32"]).encode(), str(ref).encode(),
+                                          ctypes.byref(params)) == 0
+    Q = gguf.GGMLQuantizationType
+    ours = {t.name: t for t in gguf.GGUFReader(smollm2_files["q4_k"]).tensors}
+    n = 0
+    for t in gguf.GGUFReader(ref).tensors:
+        if t.tensor_type != Q.Q4_K:
+            continue
+        assert ours[t.name].tensor_type == Q.Q4_K, t.name
+        assert np.asarray(ours[t.name].data).tobytes() == np.asarray(t.data).tobytes(), t.name
+        n += 1
+    assert n == 30  # every layer's ffn_down
+    for name, t in ours.items():
+        if len(t.shape) == 2:
+            assert t.tensor_type == (Q.Q4_K if t.shape[0] % 256 == 0 else Q.Q8_0), name
+
+
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a little"]
 N_NEW = 16
 
@@ -196,7 +227,7 @@ def _llama(llama_cpp, path):
         impl.llama_cpp.llama_model_default_params = default
 
 
-@pytest.mark.parametrize("type_,tol", [("f32", 1e-3), ("bf16", 0.1), ("q8_0", 0.25), ("q4_0", 0.5)])
+@pytest.mark.parametrize("type_,tol", [("f32", 1e-3), ("bf16", 0.1), ("q8_0", 0.25), ("q4_0", 0.5), ("q4_k", 0.5)])
 def test_llama_cpp_matches_our_policy(smollm2_files, type_, tol):
     """Our greedy completion of each prompt (policy loaded from the written
     file), scored by llama.cpp on the same file: every greedy token equals
@@ -227,7 +258,7 @@ def test_llama_cpp_matches_our_policy(smollm2_files, type_, tol):
     print("llama.cpp vs rlpost on SmolLM2 %s: %d/%d greedy tokens equal, max |dlogprob| %.2e, "
           "largest shortfall of our greedy token from llama.cpp's best %.2e"
           % (type_, n_same, n_tok, worst, worst_gap))
-    assert n_same == n_tok if type_ != "q4_0" else n_same >= n_tok - 2
+    assert n_same == n_tok if type_ not in ("q4_0", "q4_k") else n_same >= n_tok - 2
     assert worst < tol and worst_gap < tol
 
 
