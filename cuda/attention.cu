@@ -5,11 +5,16 @@
 //
 // Layout (backend.h): q/out (n, H, hd), k/v (n, KV, hd), lse (H, n); query
 // head h reads kv head h / (H/KV); token i of sequence s attends to keys
-// [seq_start[s], i]; scale 1/sqrt(hd).
+// [seq_start[s], i], or with a sliding window W > 0 to [max(seq_start[s],
+// i − W + 1), i]; softmax(q·k·scale), scale given (1/sqrt(hd) for most
+// models, Gemma 3's query_pre_attn_scalar^−½). Key and query tiles wholly
+// outside the window are never visited, so a local layer costs O(n·W),
+// not O(n²).
 //
 // Forward: a block per (BQ query rows of one sequence, head); it walks the
-// key tiles of the causal range with an online softmax (running max m and
-// sum l per row) and writes out = Σ p v / l and lse = m + log l.
+// key tiles of the causal range (from the window's start for the tile's
+// first row) with an online softmax (running max m and sum l per row) and
+// writes out = Σ p v / l and lse = m + log l.
 //
 // Backward: P is recomputed from the saved lse, never stored. Two kernels,
 // each owning what it writes, so there are no atomics and the result is
@@ -130,6 +135,19 @@ __device__ __forceinline__ void tile_ptv(float (&acc)[NA][ND], const float *P, c
     }
 }
 
+// Key j visible from query i (both absolute rows of one sequence): causal,
+// and inside the sliding window when W > 0.
+__device__ __forceinline__ bool visible(int i, int j, int W)
+{
+    return j <= i && (W == 0 || i - j < W);
+}
+
+// First key any of the query rows from q0 on can see.
+__device__ __forceinline__ int first_key(int k_begin, int q0, int W)
+{
+    return W == 0 ? k_begin : max(k_begin, q0 - W + 1);
+}
+
 // ------------------------------------------------------------------ forward
 
 #define FWD_BQ 64
@@ -143,7 +161,7 @@ constexpr size_t fwd_smem_floats()
 template <int D, int BK>
 __global__ static void __launch_bounds__(ATT_THREADS)
     attn_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
-                    const __grid_constant__ seq_table tab, int n, int H, int KV, int hd, float scale)
+                    const __grid_constant__ seq_table tab, int n, int H, int KV, int hd, float scale, int W)
 {
     constexpr int BQ = FWD_BQ, NA = BQ / 16, NB = BK / 16, ND = D / 16, LDS = D + 1, LDP = BK + 1;
     extern __shared__ float smem[];
@@ -170,10 +188,11 @@ __global__ static void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < ND; j++)
             o[a][j] = 0.0f;
     }
-    // every row of the tile (padding rows past qlast included) has key
-    // k_begin in the first tile, so m is finite from the first tile on and
-    // exp(m_old − m_new) never sees −∞ − (−∞)
-    for (int k0 = k_begin; k0 <= qlast; k0 += BK) {
+    // Without a window every row of the tile has key k_begin in the first
+    // tile, so m is finite from then on; with one, a late row may see no key
+    // of the first tiles: m stays −∞ there and the exponents below are
+    // taken against 0 instead (alpha = e^−∞ = 0 over an empty o and l).
+    for (int k0 = first_key(k_begin, q0, W); k0 <= qlast; k0 += BK) {
         __syncthreads(); // the previous tile's Ks/Vs/Ps are consumed
         load_rows<D, BK, LDS>(Ks, kh, kstride, k0, qlast, hd);
         load_rows<D, BK, LDS>(Vs, vh, kstride, k0, qlast, hd);
@@ -193,17 +212,17 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 #pragma unroll
             for (int b = 0; b < NB; b++) {
                 const int kj = k0 + tx + 16 * b;
-                const float x = kj <= qi ? sc[a][b] * scale : -INFINITY;
+                const float x = visible(qi, kj, W) ? sc[a][b] * scale : -INFINITY;
                 sc[a][b] = x;
                 mx = fmaxf(mx, x);
             }
             mx = half_warp_max(mx);
-            const float mnew = fmaxf(m[a], mx);
-            const float alpha = expf(m[a] - mnew);
+            const float mnew = fmaxf(m[a], mx), mref = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = expf(m[a] - mref);
             float ps = 0.0f;
 #pragma unroll
             for (int b = 0; b < NB; b++) {
-                const float p = expf(sc[a][b] - mnew);
+                const float p = expf(sc[a][b] - mref);
                 sc[a][b] = p;
                 ps += p;
             }
@@ -266,7 +285,7 @@ template <int D, int BK, int BQ>
 __global__ static void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
                          const float *lse, const float *Dv, const __grid_constant__ seq_table tab, int n, int H, int KV,
-                         int hd, float scale)
+                         int hd, float scale, int W)
 {
     constexpr int NK = BK / 16, NQ = BQ / 16, ND = D / 16, LDS = D + 1, LDP = BK + 1;
     extern __shared__ float smem[];
@@ -284,6 +303,8 @@ __global__ static void __launch_bounds__(ATT_THREADS)
     const int s_end = tab.seq_start[s + 1];
     const int k0 = tab.seq_start[s] + (blockIdx.x - tab.tile_start[s]) * BK;
     const int klast = min(k0 + BK, s_end) - 1;
+    // queries after klast + W − 1 see none of these keys
+    const int q_end = W == 0 ? s_end : min(s_end, klast + W);
     const int64_t qstride = (int64_t)H * hd, kstride = (int64_t)KV * hd;
 
     load_rows<D, BK, LDS>(Ks, k + (int64_t)kvh * hd, kstride, k0, klast, hd);
@@ -298,8 +319,8 @@ __global__ static void __launch_bounds__(ATT_THREADS)
     for (int g = 0; g < group; g++) {
         const int h = kvh * group + g;
         // queries before k0 see none of these keys
-        for (int i0 = k0; i0 < s_end; i0 += BQ) {
-            const int ilast = min(i0 + BQ, s_end) - 1;
+        for (int i0 = k0; i0 < q_end; i0 += BQ) {
+            const int ilast = min(i0 + BQ, q_end) - 1;
             __syncthreads(); // the previous query tile is consumed
             load_rows<D, BQ, LDS>(Qs, q + (int64_t)h * hd, qstride, i0, ilast, hd);
             load_rows<D, BQ, LDS>(dOs, dout + (int64_t)h * hd, qstride, i0, ilast, hd);
@@ -322,7 +343,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int b = 0; b < NK; b++) {
                     const int r = ty + 16 * a, c = tx + 16 * b, i = i0 + r, j = k0 + c;
-                    const bool ok = i <= ilast && j <= klast && j <= i;
+                    const bool ok = i <= ilast && j <= klast && visible(i, j, W);
                     const float p = ok ? expf(sc[a][b] * scale - ls[r]) : 0.0f;
                     Ps[r * LDP + c] = p;
                     dSs[r * LDP + c] = ok ? p * (dp[a][b] - Ds[r]) : 0.0f;
@@ -359,7 +380,7 @@ template <int D, int BQ, int BK>
 __global__ static void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v, const float *lse,
                        const float *Dv, const __grid_constant__ seq_table tab, int n, int H, int KV, int hd,
-                       float scale)
+                       float scale, int W)
 {
     constexpr int NQ = BQ / 16, NK = BK / 16, ND = D / 16, LDS = D + 1, LDP = BK + 1;
     extern __shared__ float smem[];
@@ -388,7 +409,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
         for (int j = 0; j < ND; j++)
             dqa[a][j] = 0.0f;
     }
-    for (int k0 = k_begin; k0 <= qlast; k0 += BK) {
+    for (int k0 = first_key(k_begin, q0, W); k0 <= qlast; k0 += BK) {
         __syncthreads();
         load_rows<D, BK, LDS>(Ks, k + (int64_t)kvh * hd, kstride, k0, qlast, hd);
         load_rows<D, BK, LDS>(Vs, v + (int64_t)kvh * hd, kstride, k0, qlast, hd);
@@ -406,7 +427,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 #pragma unroll
             for (int b = 0; b < NK; b++) {
                 const int i = q0 + ty + 16 * a, j = k0 + tx + 16 * b;
-                const bool ok = i <= qlast && j <= i;
+                const bool ok = i <= qlast && visible(i, j, W);
                 const float p = ok ? expf(sc[a][b] * scale - lr[a]) : 0.0f;
                 dSs[(ty + 16 * a) * LDP + tx + 16 * b] = ok ? p * (dp[a][b] - Dr[a]) : 0.0f;
             }
@@ -463,37 +484,44 @@ static bool shape_ok(int64_t n, int64_t n_heads, int64_t head_dim)
     return n <= INT_MAX / 2 && n_heads <= 65535 && head_dim <= RLPI_CUDA_MAX_HEAD_DIM;
 }
 
+// The window as the kernels take it: 0 when it cannot matter (none, or no
+// shorter than the n tokens of all sequences together).
+static int kernel_window(int64_t window, int64_t n)
+{
+    return window > 0 && window < n ? (int)window : 0;
+}
+
 template <int D, int BK>
 static int fwd_launch(float *out, float *lse, const float *q, const float *k, const float *v, const int64_t *seq_start,
-                      int64_t n_seq, int n, int H, int KV, int hd, cudaStream_t stream)
+                      int64_t n_seq, int n, int H, int KV, int hd, float scale, int W, cudaStream_t stream)
 {
     const size_t smem = fwd_smem_floats<D, BK>() * sizeof(float);
     cudaError_t err = cudaFuncSetAttribute(attn_fwd_kernel<D, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess)
         return (int)err;
-    const float scale = 1.0f / sqrtf((float)hd);
     return for_each_chunk(seq_start, n_seq, FWD_BQ, [&](const seq_table &tab, int tiles) {
         attn_fwd_kernel<D, BK><<<dim3((unsigned)tiles, (unsigned)H), ATT_THREADS, smem, stream>>>(
-            out, lse, q, k, v, tab, n, H, KV, hd, scale);
+            out, lse, q, k, v, tab, n, H, KV, hd, scale, W);
         return rlpi_launch_status();
     });
 }
 
 extern "C" int rlpi_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                                        const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                                       int64_t n_kv_heads, int64_t head_dim, void *stream)
+                                       int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window,
+                                       void *stream)
 {
     if (!shape_ok(n, n_heads, head_dim))
         return RLPI_CUDA_E_UNSUPPORTED;
-    const int N = (int)n, H = (int)n_heads, KV = (int)n_kv_heads, hd = (int)head_dim;
+    const int N = (int)n, H = (int)n_heads, KV = (int)n_kv_heads, hd = (int)head_dim, W = kernel_window(window, n);
     cudaStream_t s = (cudaStream_t)stream;
     if (hd <= 32)
-        return fwd_launch<32, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, s);
+        return fwd_launch<32, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, scale, W, s);
     if (hd <= 64)
-        return fwd_launch<64, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, s);
+        return fwd_launch<64, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, scale, W, s);
     if (hd <= 128)
-        return fwd_launch<128, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, s);
-    return fwd_launch<256, 32>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, s);
+        return fwd_launch<128, 64>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, scale, W, s);
+    return fwd_launch<256, 32>(out, lse, q, k, v, seq_start, n_seq, N, H, KV, hd, scale, W, s);
 }
 
 extern "C" size_t rlpi_cuda_attention_bwd_workspace(int64_t n, int64_t n_heads)
@@ -504,7 +532,7 @@ extern "C" size_t rlpi_cuda_attention_bwd_workspace(int64_t n, int64_t n_heads)
 template <int D, int BK_KV, int BQ_KV, int BQ_Q, int BK_Q>
 static int bwd_launch(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                       const float *v, const float *lse, const float *Dv, const int64_t *seq_start, int64_t n_seq,
-                      int n, int H, int KV, int hd, cudaStream_t stream)
+                      int n, int H, int KV, int hd, float scale, int W, cudaStream_t stream)
 {
     const size_t smem_kv = dkdv_smem_floats<D, BK_KV, BQ_KV>() * sizeof(float);
     const size_t smem_q = dq_smem_floats<D, BQ_Q, BK_Q>() * sizeof(float);
@@ -515,17 +543,16 @@ static int bwd_launch(float *dq, float *dk, float *dv, const float *dout, const 
                                    (int)smem_q);
     if (err != cudaSuccess)
         return (int)err;
-    const float scale = 1.0f / sqrtf((float)hd);
     int rc = for_each_chunk(seq_start, n_seq, BK_KV, [&](const seq_table &tab, int tiles) {
         attn_bwd_dkdv_kernel<D, BK_KV, BQ_KV><<<dim3((unsigned)tiles, (unsigned)KV), ATT_THREADS, smem_kv, stream>>>(
-            dk, dv, dout, q, k, v, lse, Dv, tab, n, H, KV, hd, scale);
+            dk, dv, dout, q, k, v, lse, Dv, tab, n, H, KV, hd, scale, W);
         return rlpi_launch_status();
     });
     if (rc)
         return rc;
     return for_each_chunk(seq_start, n_seq, BQ_Q, [&](const seq_table &tab, int tiles) {
         attn_bwd_dq_kernel<D, BQ_Q, BK_Q><<<dim3((unsigned)tiles, (unsigned)H), ATT_THREADS, smem_q, stream>>>(
-            dq, dout, q, k, v, lse, Dv, tab, n, H, KV, hd, scale);
+            dq, dout, q, k, v, lse, Dv, tab, n, H, KV, hd, scale, W);
         return rlpi_launch_status();
     });
 }
@@ -533,11 +560,12 @@ static int bwd_launch(float *dq, float *dk, float *dv, const float *dout, const 
 extern "C" int rlpi_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                        const float *k, const float *v, const float *out, const float *lse,
                                        const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                                       int64_t n_kv_heads, int64_t head_dim, float *workspace, void *stream)
+                                       int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window,
+                                       float *workspace, void *stream)
 {
     if (!shape_ok(n, n_heads, head_dim))
         return RLPI_CUDA_E_UNSUPPORTED;
-    const int N = (int)n, H = (int)n_heads, KV = (int)n_kv_heads, hd = (int)head_dim;
+    const int N = (int)n, H = (int)n_heads, KV = (int)n_kv_heads, hd = (int)head_dim, W = kernel_window(window, n);
     cudaStream_t s = (cudaStream_t)stream;
     float *Dv = workspace; // (H, n)
     attn_bwd_dot_kernel<<<rlpi_blocks(n * n_heads * 32, 256), 256, 0, s>>>(Dv, dout, out, n, H, hd);
@@ -545,10 +573,14 @@ extern "C" int rlpi_cuda_attention_bwd(float *dq, float *dk, float *dv, const fl
     if (err)
         return err;
     if (hd <= 32)
-        return bwd_launch<32, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd, s);
+        return bwd_launch<32, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd,
+                                              scale, W, s);
     if (hd <= 64)
-        return bwd_launch<64, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd, s);
+        return bwd_launch<64, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd,
+                                              scale, W, s);
     if (hd <= 128)
-        return bwd_launch<128, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd, s);
-    return bwd_launch<256, 32, 32, 32, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd, s);
+        return bwd_launch<128, 64, 32, 64, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd,
+                                              scale, W, s);
+    return bwd_launch<256, 32, 32, 32, 32>(dq, dk, dv, dout, q, k, v, lse, Dv, seq_start, n_seq, N, H, KV, hd,
+                                              scale, W, s);
 }

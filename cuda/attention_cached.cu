@@ -4,7 +4,9 @@
 // sum and output) with the dot products across its 32 lanes, and warp 0
 // merges the four at the end, so no score vector is ever stored. Keys and
 // values of query row i of sequence s are cache rows [0, past[s] + i −
-// q_start[s]] of slot slot[s] (rows p at p·KV·hd inside the slot).
+// q_start[s]] of slot slot[s] (rows p at p·KV·hd inside the slot); with a
+// sliding window W > 0 only the last W of them (row j visible from position
+// p iff j <= p and p − j < W), the earlier rows never read. softmax(q·k·scale).
 // Sequence tables travel as kernel parameters, CACHED_CHUNK sequences per
 // launch. Deterministic: the merge order is fixed.
 #include "common.cuh"
@@ -25,7 +27,8 @@ struct cache_table {
 template <int NT>
 __global__ static void __launch_bounds__(CACHED_WARPS * 32)
     attn_cached_kernel(float *out, const float *q, const float *kc, const float *vc,
-                       const __grid_constant__ cache_table tab, int64_t slot_stride, int H, int KV, int hd, float scale)
+                       const __grid_constant__ cache_table tab, int64_t slot_stride, int H, int KV, int hd, float scale,
+                       int W)
 {
     __shared__ float wm[CACHED_WARPS], wl[CACHED_WARPS], wacc[CACHED_WARPS][NT * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -39,7 +42,8 @@ __global__ static void __launch_bounds__(CACHED_WARPS * 32)
             hi = mid - 1;
     }
     const int s = lo;
-    const int nk = tab.past[s] + (i - tab.q_start[s]) + 1;
+    const int nk = tab.past[s] + (i - tab.q_start[s]) + 1; // keys [j0, nk)
+    const int j0 = W > 0 && nk > W ? nk - W : 0;
     const int64_t row = (int64_t)KV * hd;
     const float *K = kc + (int64_t)tab.slot[s] * slot_stride + (int64_t)kvh * hd;
     const float *V = vc + (int64_t)tab.slot[s] * slot_stride + (int64_t)kvh * hd;
@@ -53,7 +57,7 @@ __global__ static void __launch_bounds__(CACHED_WARPS * 32)
         acc[t] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = warp; j < nk; j += CACHED_WARPS) {
+    for (int j = j0 + warp; j < nk; j += CACHED_WARPS) {
         const float *kr = K + j * row, *vr = V + j * row;
         float dot = 0.0f;
 #pragma unroll
@@ -82,7 +86,7 @@ __global__ static void __launch_bounds__(CACHED_WARPS * 32)
     __syncthreads();
     if (warp != 0)
         return;
-    float M = -INFINITY; // warp 0 always has row 0, so M is finite
+    float M = -INFINITY; // warp 0 always has row j0, so M is finite
     for (int w = 0; w < CACHED_WARPS; w++)
         M = fmaxf(M, wm[w]);
     float L = 0.0f, o[NT];
@@ -109,9 +113,8 @@ __global__ static void __launch_bounds__(CACHED_WARPS * 32)
 template <int NT>
 static int cached_launch(float *out, const float *q, const float *kc, const float *vc, const int64_t *q_start,
                          const int64_t *slot, const int64_t *past, int64_t n_seq, int64_t slot_stride, int H, int KV,
-                         int hd, cudaStream_t stream)
+                         int hd, float scale, int W, cudaStream_t stream)
 {
-    const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t s0 = 0; s0 < n_seq;) {
         cache_table tab;
         int cnt = 0;
@@ -126,7 +129,7 @@ static int cached_launch(float *out, const float *q, const float *kc, const floa
         const int rows = tab.q_start[cnt] - tab.q_start[0];
         if (rows > 0) {
             attn_cached_kernel<NT><<<dim3((unsigned)rows, (unsigned)H), CACHED_WARPS * 32, 0, stream>>>(
-                out, q, kc, vc, tab, slot_stride, H, KV, hd, scale);
+                out, q, kc, vc, tab, slot_stride, H, KV, hd, scale, W);
             int err = rlpi_launch_status();
             if (err)
                 return err;
@@ -139,20 +142,23 @@ static int cached_launch(float *out, const float *q, const float *kc, const floa
 extern "C" int rlpi_cuda_attention_cached(float *out, const float *q, const float *kc, const float *vc,
                                           const int64_t *q_start, const int64_t *slot, const int64_t *past,
                                           int64_t n_seq, int64_t n, int64_t slot_stride, int64_t n_heads,
-                                          int64_t n_kv_heads, int64_t head_dim, void *stream)
+                                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window,
+                                          void *stream)
 {
     if (n > INT_MAX / 2 || n_heads > 65535 || head_dim > RLPI_CUDA_MAX_HEAD_DIM)
         return RLPI_CUDA_E_UNSUPPORTED;
     for (int64_t s = 0; s < n_seq; s++)
         if (slot[s] > INT_MAX || past[s] > INT_MAX / 2)
             return RLPI_CUDA_E_UNSUPPORTED;
+    // key counts stay below past + n < INT_MAX: a longer window changes nothing
     const int H = (int)n_heads, KV = (int)n_kv_heads, hd = (int)head_dim;
+    const int W = window > 0 && window < INT_MAX ? (int)window : 0;
     cudaStream_t s = (cudaStream_t)stream;
     if (hd <= 32)
-        return cached_launch<1>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, s);
+        return cached_launch<1>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, scale, W, s);
     if (hd <= 64)
-        return cached_launch<2>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, s);
+        return cached_launch<2>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, scale, W, s);
     if (hd <= 128)
-        return cached_launch<4>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, s);
-    return cached_launch<8>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, s);
+        return cached_launch<4>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, scale, W, s);
+    return cached_launch<8>(out, q, kc, vc, q_start, slot, past, n_seq, slot_stride, H, KV, hd, scale, W, s);
 }

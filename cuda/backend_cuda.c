@@ -340,19 +340,19 @@ static int c_rope(rlpi_backend *be, float *x, const int32_t *pos, const float *i
 
 static int c_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                            const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
-                           int64_t head_dim)
+                           int64_t head_dim, float scale, int64_t window)
 {
     cuda_state *st = enter(be);
     return leave(st, launched(st,
                               rlpi_cuda_attention_fwd(out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads,
-                                                      head_dim, st->stream),
+                                                      head_dim, scale, window, st->stream),
                               "attention"));
 }
 
 static int c_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                            const float *k, const float *v, const float *out, const float *lse,
                            const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
-                           int64_t head_dim)
+                           int64_t head_dim, float scale, int64_t window)
 {
     cuda_state *st = enter(be);
     void *ws = NULL;
@@ -360,19 +360,20 @@ static int c_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, co
     if (rc == RLP_OK)
         rc = launched(st,
                       rlpi_cuda_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, seq_start, n_seq, n, n_heads,
-                                              n_kv_heads, head_dim, ws, st->stream),
+                                              n_kv_heads, head_dim, scale, window, ws, st->stream),
                       "attention backward");
     return leave(st, rc);
 }
 
 static int c_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                              float scale, int64_t window)
 {
     cuda_state *st = enter(be);
     return leave(st, launched(st,
                               rlpi_cuda_attention_cached(out, q, kc, vc, q_start, slot, past, n_seq, n, slot_stride,
-                                                         n_heads, n_kv_heads, head_dim, st->stream),
+                                                         n_heads, n_kv_heads, head_dim, scale, window, st->stream),
                               "cached attention"));
 }
 
@@ -388,6 +389,32 @@ static int c_swiglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float 
     cuda_state *st = enter(be);
     return leave(st, launched(st, rlpi_cuda_swiglu_bwd(dgate, dup, dout, gate, up, n, st->stream),
                               "swiglu backward"));
+}
+
+static int c_geglu_fwd(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    cuda_state *st = enter(be);
+    return leave(st, launched(st, rlpi_cuda_geglu_fwd(out, gate, up, n, st->stream), "geglu"));
+}
+
+static int c_geglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int64_t n)
+{
+    cuda_state *st = enter(be);
+    return leave(st, launched(st, rlpi_cuda_geglu_bwd(dgate, dup, dout, gate, up, n, st->stream),
+                              "geglu backward"));
+}
+
+static int c_softcap_fwd(rlpi_backend *be, float *x, int64_t n, float cap)
+{
+    cuda_state *st = enter(be);
+    return leave(st, launched(st, rlpi_cuda_softcap_fwd(x, cap, n, st->stream), "softcap"));
+}
+
+static int c_softcap_bwd(rlpi_backend *be, float *dx, const float *y, int64_t n, float cap)
+{
+    cuda_state *st = enter(be);
+    return leave(st, launched(st, rlpi_cuda_softcap_bwd(dx, y, cap, n, st->stream), "softcap backward"));
 }
 
 static int c_add(rlpi_backend *be, float *y, const float *x, int64_t n)
@@ -575,10 +602,14 @@ static const rlpi_backend_ops cuda_ops = {
     .attention_bwd = c_attention_bwd,
     .swiglu_fwd = c_swiglu_fwd,
     .swiglu_bwd = c_swiglu_bwd,
+    .geglu_fwd = c_geglu_fwd,
+    .geglu_bwd = c_geglu_bwd,
     .add = c_add,
     .add_bias = c_add_bias,
     .bias_bwd = c_bias_bwd,
     .scale = c_scale,
+    .softcap_fwd = c_softcap_fwd,
+    .softcap_bwd = c_softcap_bwd,
     .logprob_rows = c_logprob_rows,
     .logprob_rows_bwd = c_logprob_rows_bwd,
     .sum_squares = c_sum_squares,

@@ -70,6 +70,13 @@ int rlpi_cuda_rope(float *x, const int32_t *pos, const float *inv_freq, int64_t 
 int rlpi_cuda_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n, void *stream);
 int rlpi_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                          int64_t n, void *stream);
+/* GeGLU: out = gelu_tanh(gate)·up, backward as SwiGLU's */
+int rlpi_cuda_geglu_fwd(float *out, const float *gate, const float *up, int64_t n, void *stream);
+int rlpi_cuda_geglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                        int64_t n, void *stream);
+/* soft-capping in place: x = cap·tanh(x/cap); dx *= 1 − (y/cap)² */
+int rlpi_cuda_softcap_fwd(float *x, float cap, int64_t n, void *stream);
+int rlpi_cuda_softcap_bwd(float *dx, const float *y, float cap, int64_t n, void *stream);
 int rlpi_cuda_add(float *y, const float *x, int64_t n, void *stream);
 int rlpi_cuda_add_bias(float *y, const float *bias, int64_t rows, int64_t cols, void *stream);
 int rlpi_cuda_scale(float *x, float alpha, int64_t n, void *stream);
@@ -85,22 +92,23 @@ int rlpi_cuda_logprob_rows(float *logp, float *entropy, const float *logits, con
 int rlpi_cuda_logprob_rows_bwd(float *logits, const int32_t *targets, const float *dlogp, const float *dentropy,
                                int64_t n, int64_t vocab, float inv_temp, int *bad, void *stream);
 
-/* attention.cu: training attention over packed sequences (host seq_start) */
+/* attention.cu: training attention over packed sequences (host seq_start),
+ * softmax(q·k·scale), window 0 = causal, W > 0 = sliding window of W keys */
 int rlpi_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                             const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                            int64_t n_kv_heads, int64_t head_dim, void *stream);
+                            int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window, void *stream);
 /* Floats of workspace rlpi_cuda_attention_bwd needs. */
 size_t rlpi_cuda_attention_bwd_workspace(int64_t n, int64_t n_heads);
 int rlpi_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                             const float *v, const float *out, const float *lse, const int64_t *seq_start,
                             int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                            float *workspace, void *stream);
+                            float scale, int64_t window, float *workspace, void *stream);
 
 /* attention_cached.cu: decode/prefill against KV-cache slots (host tables) */
 int rlpi_cuda_attention_cached(float *out, const float *q, const float *kc, const float *vc,
                                const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
                                int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                               int64_t head_dim, void *stream);
+                               int64_t head_dim, float scale, int64_t window, void *stream);
 
 /* sample.cu: one draw per block (rlpi_op_sample_rows). A draw's inputs and
  * results travel as these records (host staging ↔ device). status: 0 ok,

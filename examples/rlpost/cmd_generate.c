@@ -1,5 +1,5 @@
 /* `rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]
- *   [--assistant-prefix A] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]
+ *   [--assistant-prefix A] [--no-thinking] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]
  *   [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]`:
  * samples completions with the local rollout engine and prints one JSON
  * object: per sample its text, token ids, behaviour logprobs, finish reason
@@ -8,7 +8,9 @@
  * optional system message); the message text is never parsed for special
  * tokens (public-bugs case #1). --assistant-prefix opens the assistant's
  * turn with plain text (no special tokens), as a task's "assistant_prefix"
- * does, so a checkpoint can be replayed on exactly its training prompt. */
+ * does, so a checkpoint can be replayed on exactly its training prompt.
+ * --no-thinking renders Qwen3's non-thinking generation prompt (its
+ * template's enable_thinking=False; other templates ignore it). */
 #include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
@@ -26,7 +28,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]\n"
-            "         [--assistant-prefix A] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
+            "         [--assistant-prefix A] [--no-thinking] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
             "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]\n");
 }
 
@@ -135,7 +137,7 @@ int cmd_generate(int argc, char **argv)
     const char *model = NULL, *system = NULL, *prefix = NULL;
     const char *texts[MAX_PROMPTS], *stops[MAX_STOPS];
     size_t n_prompts = 0, n_stops = 0;
-    int chat = 0, bad = 0;
+    int chat = 0, bad = 0, no_thinking = 0;
     long long threads = 0, max_batch = 32, v;
     rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
     for (int i = 2; i < argc && !bad; i++) {
@@ -143,6 +145,8 @@ int cmd_generate(int argc, char **argv)
         int takes = 1;
         if (!strcmp(a, "--chat"))
             chat = 1, takes = 0;
+        else if (!strcmp(a, "--no-thinking"))
+            no_thinking = 1, takes = 0;
         else if (!val && a[0] == '-')
             bad = 1;
         else if (!strcmp(a, "--prompt"))
@@ -180,9 +184,10 @@ int cmd_generate(int argc, char **argv)
                     val && takes ? val : "");
         i += takes;
     }
-    if (bad || !model || n_prompts == 0 || ((system || prefix) && !chat)) {
-        if ((system || prefix) && !chat)
-            fprintf(stderr, "rlpost generate: %s needs --chat\n", system ? "--system" : "--assistant-prefix");
+    if (bad || !model || n_prompts == 0 || ((system || prefix || no_thinking) && !chat)) {
+        if ((system || prefix || no_thinking) && !chat)
+            fprintf(stderr, "rlpost generate: %s needs --chat\n",
+                    system ? "--system" : prefix ? "--assistant-prefix" : "--no-thinking");
         usage();
         return EXIT_USAGE;
     }
@@ -218,7 +223,10 @@ int cmd_generate(int argc, char **argv)
         size_t n = 0;
         if (chat) {
             rlp_chat_message msgs[2] = {{"system", system}, {"user", texts[p]}};
-            ids[p] = system ? encode_chat_messages(tok, msgs, 2, &n) : encode_chat_messages(tok, msgs + 1, 1, &n);
+            rlp_chat_options copts = RLP_CHAT_OPTIONS_INIT;
+            copts.enable_thinking = !no_thinking;
+            ids[p] = system ? encode_chat_messages_opts(tok, msgs, 2, &copts, &n)
+                            : encode_chat_messages_opts(tok, msgs + 1, 1, &copts, &n);
             if (ids[p] && prefix && *prefix && !(ids[p] = append_prefix(tok, ids[p], &n, prefix)))
                 goto done;
         } else {

@@ -57,7 +57,7 @@ int cmd_info(int argc, char **argv)
         fprintf(stderr, "usage: rlpost info MODEL\n");
         return EXIT_USAGE;
     }
-    rlp_model_info mi;
+    rlp_model_info mi = {.version = RLP_MODEL_INFO_VERSION};
     if (rlp_model_inspect(&mi, argv[2]) != RLP_OK) {
         fprintf(stderr, "rlpost info: %s\n", rlp_error_last());
         return 1;
@@ -74,6 +74,12 @@ int cmd_info(int argc, char **argv)
            mi.context_length, (double)mi.rope_theta,
            mi.rope_scaling == 1 ? "llama3" : mi.rope_scaling == 2 ? "linear" : "none", (double)mi.rms_eps,
            mi.tie_embeddings ? "true" : "false", mi.attention_bias ? "true" : "false");
+    printf(", \"activation\": \"%s\", \"qk_norm\": %s, \"post_norms\": %s, \"norm_offset\": %g, "
+           "\"embed_scale\": %g, \"attn_scale\": %g, \"final_softcap\": %g, \"sliding_window\": %d, "
+           "\"n_local_layers\": %d, \"rope_theta_local\": %g",
+           mi.activation, mi.qk_norm ? "true" : "false", mi.post_norms ? "true" : "false", (double)mi.norm_offset,
+           (double)mi.embed_scale, (double)mi.attn_scale, (double)mi.final_softcap, mi.sliding_window,
+           mi.n_local_layers, (double)mi.rope_theta_local);
     print_tokenizer_info(argv[2]);
     printf("}\n");
     return 0;

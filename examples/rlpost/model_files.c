@@ -48,14 +48,20 @@ int32_t *encode_chat(const rlp_tokenizer *tok, const char *user, size_t *n)
 
 int32_t *encode_chat_messages(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs, size_t *n)
 {
+    return encode_chat_messages_opts(tok, msgs, n_msgs, NULL, n);
+}
+
+int32_t *encode_chat_messages_opts(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs,
+                                   const rlp_chat_options *opts, size_t *n)
+{
     size_t need = 0;
-    int rc = rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, NULL, 0, &need);
+    int rc = rlp_tokenizer_apply_chat_template_opts(tok, msgs, n_msgs, opts, NULL, 0, &need);
     if (rc != RLP_OK && rc != RLP_E_OVERFLOW) {
         fprintf(stderr, "rlpost: chat template: %s\n", rlp_error_last());
         return NULL;
     }
     int32_t *ids = malloc((need ? need : 1) * sizeof *ids);
-    if (!ids || rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, ids, need, n) != RLP_OK) {
+    if (!ids || rlp_tokenizer_apply_chat_template_opts(tok, msgs, n_msgs, opts, ids, need, n) != RLP_OK) {
         fprintf(stderr, "rlpost: chat template: %s\n", rlp_error_last());
         free(ids);
         return NULL;

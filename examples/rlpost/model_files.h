@@ -17,5 +17,8 @@ int32_t *encode_chat(const rlp_tokenizer *tok, const char *user, size_t *n);
 /* Chat-templates a conversation (with the generation prompt); message
  * content is never parsed for special tokens. */
 int32_t *encode_chat_messages(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs, size_t *n);
+/* The same with chat options (Qwen3's enable_thinking); NULL = defaults. */
+int32_t *encode_chat_messages_opts(const rlp_tokenizer *tok, const rlp_chat_message *msgs, size_t n_msgs,
+                                   const rlp_chat_options *opts, size_t *n);
 
 #endif

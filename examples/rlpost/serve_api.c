@@ -616,6 +616,29 @@ static char *message_content(pctx *c, const json_t *m, size_t i)
     return s;
 }
 
+/* The chat template's keyword arguments: `chat_template_kwargs` as vLLM and
+ * SGLang take them ({"enable_thinking": false} for Qwen3), and the
+ * top-level `enable_thinking` some clients send. Other kwargs are ignored,
+ * as a Jinja template ignores variables it does not read. */
+static int parse_chat_kwargs(pctx *c, const json_t *o, rlp_chat_options *opts)
+{
+    const json_t *kw = json_object_get(o, "chat_template_kwargs");
+    int top = -1, inner = -1;
+    if (!absent(kw)) {
+        if (!json_is_object(kw))
+            return fail(c, "'chat_template_kwargs' must be an object");
+        if (!absent(json_object_get(kw, "enable_thinking")) &&
+            get_bool(c, kw, "enable_thinking", 1, &inner))
+            return fail(c, "'chat_template_kwargs.enable_thinking' must be a boolean");
+    }
+    if (!absent(json_object_get(o, "enable_thinking")) && get_bool(c, o, "enable_thinking", 1, &top))
+        return -1;
+    if (top >= 0 && inner >= 0 && top != inner)
+        return fail(c, "'enable_thinking' and 'chat_template_kwargs.enable_thinking' disagree");
+    opts->enable_thinking = inner >= 0 ? inner : top >= 0 ? top : 1;
+    return 0;
+}
+
 /* messages → chat template → prompt ids. Message content is never parsed
  * for special tokens (the template API encodes it apart from its
  * scaffolding: public-bugs case #1). */
@@ -628,6 +651,14 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job, const serve_
     int agp = 1;
     if (get_bool(c, o, "add_generation_prompt", 1, &agp))
         return -1;
+    rlp_chat_options copts = RLP_CHAT_OPTIONS_INIT;
+    if (parse_chat_kwargs(c, o, &copts))
+        return -1;
+    copts.add_generation_prompt = agp;
+    const char *tname = c->srv->tok ? rlp_tokenizer_chat_template(c->srv->tok) : NULL;
+    if (tools->tools && tname && strcmp(tname, "gemma3") == 0)
+        return fail(c, "'tools': the model's chat template (gemma3) has no tool-calling format "
+                       "(Gemma 3 ships none), so tools are refused rather than guessed");
     /* one more slot: the system message that carries the tools when the
      * request has none */
     rlp_chat_message *cm = calloc(n + 1, sizeof *cm);
@@ -667,8 +698,7 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job, const serve_
     }
     if (!rc && tools->tools) {
         bool has_system = strcmp(cm[0].role, "system") == 0;
-        const char *name = c->srv->tok ? rlp_tokenizer_chat_template(c->srv->tok) : NULL;
-        char *sys = serve_tools_system(name, has_system ? contents[0] : NULL, tools->tools);
+        char *sys = serve_tools_system(tname, has_system ? contents[0] : NULL, tools->tools);
         if (!sys) {
             rc = fail(c, "out of memory");
         } else if (has_system) {
@@ -687,13 +717,13 @@ static int parse_messages(pctx *c, const json_t *o, serve_job *job, const serve_
     size_t need = 0, got = 0;
     int32_t *ids = NULL;
     if (!rc) {
-        int r = rlp_tokenizer_apply_chat_template(c->srv->tok, cm, n, agp, NULL, 0, &need);
+        int r = rlp_tokenizer_apply_chat_template_opts(c->srv->tok, cm, n, &copts, NULL, 0, &need);
         if (r != RLP_OK && r != RLP_E_OVERFLOW)
             rc = fail(c, "'messages': %s", rlp_error_last());
     }
     if (!rc && !(ids = malloc((need ? need : 1) * sizeof *ids)))
         rc = fail(c, "out of memory");
-    if (!rc && rlp_tokenizer_apply_chat_template(c->srv->tok, cm, n, agp, ids, need, &got) != RLP_OK)
+    if (!rc && rlp_tokenizer_apply_chat_template_opts(c->srv->tok, cm, n, &copts, ids, need, &got) != RLP_OK)
         rc = fail(c, "'messages': %s", rlp_error_last());
     for (size_t i = 0; contents && i < n; i++)
         free(contents[i]);

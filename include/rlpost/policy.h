@@ -280,7 +280,7 @@ RLP_API int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path
 RLP_API int rlp_policy_load_optimizer(rlp_policy *policy, const char *path);
 
 /** Version of rlp_model_info filled by this library. */
-#define RLP_MODEL_INFO_VERSION 1
+#define RLP_MODEL_INFO_VERSION 2
 
 /** What a model file holds (rlp_model_inspect()). */
 typedef struct rlp_model_info {
@@ -296,11 +296,27 @@ typedef struct rlp_model_info {
     uint64_t n_params;           /**< parameters, a tied head counted once */
     uint64_t n_tensors;          /**< tensors stored in the file */
     char dtypes[128];            /**< stored dtypes with tensor counts, e.g. "Q4_1:210 F32:61 Q8_0:1" */
+    /* version 2: how the family computes (what differs between Llama,
+     * Qwen2/3, Mistral and Gemma 3) */
+    char activation[16];         /**< gated MLP: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, Gemma) */
+    int32_t qk_norm;             /**< 1: per-head RMSNorm of queries and keys before RoPE (Qwen3, Gemma 3) */
+    int32_t post_norms;          /**< 1: RMSNorm of each sublayer's output before the residual add (Gemma) */
+    float norm_offset;           /**< HF files store norm weights as scale - this: 1 for Gemma, else 0 */
+    float embed_scale;           /**< token embeddings are multiplied by this (Gemma: sqrt(dim)); 0 = none */
+    float attn_scale;            /**< softmax scale of q·k in effect (1/sqrt(head_dim) unless the file
+                                      sets another, e.g. Gemma's query_pre_attn_scalar^-1/2) */
+    float final_softcap;         /**< logits = c·tanh(logits/c) with this c; 0 = off */
+    int32_t sliding_window;      /**< positions a local layer's query sees (itself included); 0 = none */
+    int32_t n_local_layers;      /**< layers that use the sliding window (and rope_theta_local) */
+    float rope_theta_local;      /**< RoPE base of the local layers; 0 = rope_theta */
 } rlp_model_info;
 
 /**
  * Reads a model file or folder (as rlp_policy_load() would) and describes
- * it. Thread-safe (no shared state).
+ * it. Set out->version first (RLP_MODEL_INFO_VERSION): a version-1 caller
+ * gets only the fields up to dtypes written (its struct is that long), any
+ * higher version the whole struct; out->version is set to what was
+ * filled. Thread-safe (no shared state).
  * @return RLP_OK or the loader's error (RLP_E_IO, RLP_E_FORMAT, RLP_E_UNSUPPORTED).
  */
 RLP_API int rlp_model_inspect(rlp_model_info *out, const char *path);

@@ -65,7 +65,10 @@ typedef struct rlp_prompt_set rlp_prompt_set;
  *     "user_template" (must contain "{prompt}" once; the question goes
  *     there), "assistant_prefix" (text that opens the assistant's turn,
  *     e.g. "<think>"; "" for none), "chat" (boolean: render through a
- *     tokenizer's chat template when rlp_task_next_batch() gets one).
+ *     tokenizer's chat template when rlp_task_next_batch() gets one; or
+ *     an object of chat options, which also means true:
+ *     {"enable_thinking": false} gives Qwen3's non-thinking generation
+ *     prompt, see rlp_chat_options).
  *     Explicit keys override the preset's. "logic-rl" is the system prompt of
  *     Logic-RL (Xie et al. 2025, github.com/Unakar/Logic-RL,
  *     examples/data_preprocess/kk.py, template 'qwen-instruct') with the user

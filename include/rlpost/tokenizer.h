@@ -152,9 +152,11 @@ typedef struct rlp_chat_message {
 
 /**
  * Chooses the chat template: a name ("chatml", "qwen3", "smollm2", "llama3",
- * "llama2") or the Jinja source of a model's template, recognised by its
+ * "llama2", "gemma3" or "gemma") or the Jinja source of a model's template, recognised by its
  * distinctive parts. A tokenizer starts with the template of its
- * tokenizer_config.json (or GGUF), else the one its special tokens imply.
+ * tokenizer_config.json (or GGUF), else the one its special tokens imply
+ * (`<start_of_turn>`: gemma3; `<|im_start|>`: chatml; Llama-3's header
+ * tokens: llama3; a SentencePiece vocabulary with BOS: llama2).
  *
  * @param tok        the tokenizer
  * @param name_or_source  NUL-terminated
@@ -166,7 +168,7 @@ RLP_API int rlp_tokenizer_set_chat_template(rlp_tokenizer *tok, const char *name
 
 /**
  * Name of the chat template in use ("chatml", "qwen3", "smollm2", "llama3",
- * "llama2"), or NULL when the tokenizer has none (rlp_error_last() says so).
+ * "llama2", "gemma3"), or NULL when the tokenizer has none (rlp_error_last() says so).
  * Static string. Thread-safe.
  */
 RLP_API const char *rlp_tokenizer_chat_template(const rlp_tokenizer *tok);
@@ -179,7 +181,12 @@ RLP_API const char *rlp_tokenizer_chat_template(const rlp_tokenizer *tok);
  * ChatML (reasoning kept in a <think> block only after the last user query;
  * tool definitions not supported), ChatML for SmolLM2 (with its default system prompt "You are a helpful AI assistant
  * named SmolLM, trained by Hugging Face" when the first message is not a
- * system message)), Llama-3 (3.0), Llama-2.
+ * system message)), Llama-3 (3.0), Llama-2, Gemma 3 (a system message
+ * folded into the first user turn, "assistant" written "model", contents
+ * trimmed; user/assistant must alternate, no tool turns). Templates that
+ * begin with a BOS (Llama-3, Llama-2, Gemma 3) write it themselves: the
+ * ids hold exactly one BOS, so encode nothing in front of them.
+ * Same as rlp_tokenizer_apply_chat_template_opts() with enable_thinking 1.
  *
  * @param tok    the tokenizer
  * @param msgs   @p n messages
@@ -197,6 +204,50 @@ RLP_API int rlp_tokenizer_apply_chat_template(const rlp_tokenizer *tok,
                                               const rlp_chat_message *msgs, size_t n,
                                               int add_generation_prompt, int32_t *ids,
                                               size_t cap, size_t *n_out);
+
+/** Version of rlp_chat_options understood by this header. */
+#define RLP_CHAT_OPTIONS_VERSION 1
+
+/** Options of rlp_tokenizer_apply_chat_template_opts() (the keyword
+ *  arguments of a Jinja template's render call). Fields are only ever
+ *  appended; set @ref version. */
+typedef struct rlp_chat_options {
+    uint32_t version;          /**< RLP_CHAT_OPTIONS_VERSION */
+    int add_generation_prompt; /**< non-zero (default): end with the assistant turn opener */
+    int enable_thinking;       /**< Qwen3 only, others ignore it: 0 ends the generation
+                                    prompt with an empty, closed reasoning block
+                                    ("<think>\n\n</think>\n\n"), as Qwen3's template does
+                                    with enable_thinking=False, so the model answers
+                                    without reasoning; non-zero (default) renders as
+                                    rlp_tokenizer_apply_chat_template() */
+} rlp_chat_options;
+
+#define RLP_CHAT_OPTIONS_INIT { RLP_CHAT_OPTIONS_VERSION, 1, 1 }
+
+/** Fills @p opts with the defaults (RLP_CHAT_OPTIONS_INIT).
+ *  @return RLP_OK; RLP_E_INVALID_ARG (NULL, or @p version not 1 …
+ *  RLP_CHAT_OPTIONS_VERSION). Thread-safe. */
+RLP_API int rlp_chat_options_init(rlp_chat_options *opts, uint32_t version);
+
+/**
+ * rlp_tokenizer_apply_chat_template() with options.
+ *
+ * @param tok    the tokenizer
+ * @param msgs   @p n messages
+ * @param n      number of messages (≥ 1)
+ * @param opts   options (version 1 … RLP_CHAT_OPTIONS_VERSION); NULL means
+ *               RLP_CHAT_OPTIONS_INIT
+ * @param[out] ids   receives up to @p cap ids
+ * @param cap    capacity of @p ids
+ * @param[out] n_out  the number of ids, also on RLP_E_OVERFLOW
+ * @return as rlp_tokenizer_apply_chat_template(); RLP_E_INVALID_ARG also
+ *         for an unknown @p opts->version.
+ * Thread-safe (with itself and encode).
+ */
+RLP_API int rlp_tokenizer_apply_chat_template_opts(const rlp_tokenizer *tok,
+                                                   const rlp_chat_message *msgs, size_t n,
+                                                   const rlp_chat_options *opts, int32_t *ids,
+                                                   size_t cap, size_t *n_out);
 
 /** Streaming decoder: turns ids arriving one at a time into text deltas. */
 typedef struct rlp_detokenizer rlp_detokenizer;

@@ -120,18 +120,23 @@ struct rlpi_backend_ops {
                 int64_t n_heads, int64_t head_dim, int inverse);
     int (*attention_fwd)(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
                          const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
     int (*attention_bwd)(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
                          const float *q, const float *k, const float *v, const float *out,
                          const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
     int (*swiglu_fwd)(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
     int (*swiglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout,
                       const float *gate, const float *up, int64_t n);
+    int (*geglu_fwd)(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    int (*geglu_bwd)(rlpi_backend *be, float *dgate, float *dup, const float *dout,
+                     const float *gate, const float *up, int64_t n);
     int (*add)(rlpi_backend *be, float *y, const float *x, int64_t n);
     int (*add_bias)(rlpi_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
     int (*bias_bwd)(rlpi_backend *be, float *dbias_accum, const float *dy, int64_t rows, int64_t cols);
     int (*scale)(rlpi_backend *be, float *x, float alpha, int64_t n);
+    int (*softcap_fwd)(rlpi_backend *be, float *x, int64_t n, float cap);
+    int (*softcap_bwd)(rlpi_backend *be, float *dx, const float *y, int64_t n, float cap);
     int (*logprob_rows)(rlpi_backend *be, float *logp, float *entropy, const float *logits,
                         const int32_t *targets, int64_t n, int64_t vocab, float inv_temp);
     int (*logprob_rows_bwd)(rlpi_backend *be, float *logits_to_dlogits, const int32_t *targets,
@@ -143,7 +148,8 @@ struct rlpi_backend_ops {
     /* inference against a KV cache (see rlpi_op_attention_cached) */
     int (*attention_cached)(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                             const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                            int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+                            int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                            float scale, int64_t window);
 
     /* sampling (rollout engine) */
     /* see rlpi_op_sample_rows; rows_host NULL = rows 0..n-1; all but
@@ -225,29 +231,39 @@ int rlpi_op_rope(rlpi_backend *be, rlpi_ref x, rlpi_ref pos, rlpi_ref inv_freq, 
                  int64_t head_dim, int inverse);
 /* Causal grouped-query attention over packed sequences [seq_start[s],
  * seq_start[s+1]): q (n, H, hd), k/v (n, KV, hd) → out (n, H, hd), with the
- * softmax log-sum-exp per (head, token) saved in lse (H, n). Scale 1/sqrt(hd). */
+ * softmax log-sum-exp per (head, token) saved in lse (H, n).
+ * softmax(q·k·scale) (scale > 0; 1/sqrt(hd) for most models). window 0 =
+ * full causal attention; window W > 0 = sliding window: a query at
+ * in-sequence position p sees keys p−W+1..p only. */
 int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                          int64_t n_kv_heads, int64_t head_dim);
+                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window);
 /* Causal GQA of new query rows against a KV cache, for generation.
  * Sequence s owns query rows [q_start[s], q_start[s+1]) of q (n, H, hd);
  * its keys and values are in cache slot slot[s] of kc/vc, laid out
  * (slots, slot_stride) with row p of a slot at p·KV·hd, and already hold
  * the new rows. Query row i of s sits at position past[s] + (i − q_start[s])
- * and attends to cache rows [0, that position]. Host arrays q_start
- * (n_seq + 1), slot and past (n_seq). out (n, H, hd). Scale 1/sqrt(hd). */
+ * and attends to cache rows [0, that position]; with window W > 0 only to
+ * rows j with position − j < W. Host arrays q_start (n_seq + 1), slot and
+ * past (n_seq). out (n, H, hd). softmax(q·k·scale), as attention_fwd. */
 int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
                              const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
                              int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                             int64_t head_dim);
-/* Writes dq, dk, dv (not accumulated). */
+                             int64_t head_dim, float scale, int64_t window);
+/* Writes dq, dk, dv (not accumulated); scale and window as the forward's. */
 int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
                           rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,
-                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          float scale, int64_t window);
 /* out = silu(gate) · up, elementwise over n values */
 int rlpi_op_swiglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n);
 int rlpi_op_swiglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
                        rlpi_ref up, int64_t n);
+/* out = gelu_tanh(gate) · up, gelu_tanh(x) = 0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))
+ * (Gemma's GeGLU MLP); backward as swiglu's */
+int rlpi_op_geglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n);
+int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
+                      rlpi_ref up, int64_t n);
 /* y += x */
 int rlpi_op_add(rlpi_backend *be, rlpi_ref y, rlpi_ref x, int64_t n);
 /* y (rows, cols) += bias (cols) broadcast over rows */
@@ -255,6 +271,10 @@ int rlpi_op_add_bias(rlpi_backend *be, rlpi_ref y, rlpi_ref bias, int64_t rows, 
 /* dbias (cols) += column sums of dy (rows, cols) */
 int rlpi_op_bias_bwd(rlpi_backend *be, rlpi_ref dbias, rlpi_ref dy, int64_t rows, int64_t cols);
 int rlpi_op_scale(rlpi_backend *be, rlpi_ref x, float alpha, int64_t n);
+/* Logit soft-capping in place: x = cap·tanh(x/cap) (cap > 0); the backward
+ * scales dx in place by 1 − (y/cap)², y the capped values. */
+int rlpi_op_softcap_fwd(rlpi_backend *be, rlpi_ref x, int64_t n, float cap);
+int rlpi_op_softcap_bwd(rlpi_backend *be, rlpi_ref dx, rlpi_ref y, int64_t n, float cap);
 /* For each row of logits (n, vocab): z = logits·inv_temp, logp[i] =
  * z[target] - logsumexp(z), entropy[i] = -Σ softmax(z) log softmax(z)
  * (entropy may be a NULL buffer). The temperature-scaled distribution is

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "backend/sampler.h" /* rlpi_sampler_params_check */
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -145,13 +146,29 @@ static int check_seqs(const char *op, const int64_t *seq_start, int64_t n_seq, i
     return RLP_OK;
 }
 
+/* softmax scale finite and positive, window 0 (none) or positive */
+static int check_scale_window(const char *op, float scale, int64_t window)
+{
+    if (!(scale > 0 && scale < INFINITY))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: softmax scale %g is not a positive finite number", op,
+                              (double)scale);
+    if (window < 0)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: negative sliding window %lld", op, (long long)window);
+    return RLP_OK;
+}
+
 int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref q, rlpi_ref k, rlpi_ref v,
                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
-                          int64_t n_kv_heads, int64_t head_dim)
+                          int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
     static const char op[] = "attention";
     SLOT(attention_fwd);
     DIMS_OK(n >= 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0);
+    {
+        int rc_ = check_scale_window(op, scale, window);
+        if (rc_)
+            return rc_;
+    }
     int rc = check_seqs(op, seq_start, n_seq, n);
     if (rc)
         return rc;
@@ -161,17 +178,24 @@ int rlpi_op_attention_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref lse, rlpi_ref
     RES(q, prod(prod(n, n_heads), head_dim), qq);
     RES(k, prod(prod(n, n_kv_heads), head_dim), kk);
     RES(v, prod(prod(n, n_kv_heads), head_dim), vv);
-    return n ? be->ops->attention_fwd(be, o, l, qq, kk, vv, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim)
+    return n ? be->ops->attention_fwd(be, o, l, qq, kk, vv, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim,
+                                      scale, window)
              : RLP_OK;
 }
 
 int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref dv, rlpi_ref dout, rlpi_ref q,
                           rlpi_ref k, rlpi_ref v, rlpi_ref out, rlpi_ref lse, const int64_t *seq_start,
-                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+                          int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                          float scale, int64_t window)
 {
     static const char op[] = "attention backward";
     SLOT(attention_bwd);
     DIMS_OK(n >= 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim > 0);
+    {
+        int rc_ = check_scale_window(op, scale, window);
+        if (rc_)
+            return rc_;
+    }
     int rc = check_seqs(op, seq_start, n_seq, n);
     if (rc)
         return rc;
@@ -187,7 +211,7 @@ int rlpi_op_attention_bwd(rlpi_backend *be, rlpi_ref dq, rlpi_ref dk, rlpi_ref d
     RES(out, nq, o);
     RES(lse, prod(n, n_heads), l);
     return n ? be->ops->attention_bwd(be, a, b, c, d, qq, kk, vv, o, l, seq_start, n_seq, n, n_heads,
-                                      n_kv_heads, head_dim)
+                                      n_kv_heads, head_dim, scale, window)
              : RLP_OK;
 }
 
@@ -214,6 +238,31 @@ int rlpi_op_swiglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref 
     RES(gate, n, g);
     RES(up, n, u);
     return n ? be->ops->swiglu_bwd(be, dg, du, d, g, u, n) : RLP_OK;
+}
+
+int rlpi_op_geglu_fwd(rlpi_backend *be, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n)
+{
+    static const char op[] = "geglu";
+    SLOT(geglu_fwd);
+    float *o, *g, *u;
+    RES(out, n, o);
+    RES(gate, n, g);
+    RES(up, n, u);
+    return n ? be->ops->geglu_fwd(be, o, g, u, n) : RLP_OK;
+}
+
+int rlpi_op_geglu_bwd(rlpi_backend *be, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate,
+                      rlpi_ref up, int64_t n)
+{
+    static const char op[] = "geglu backward";
+    SLOT(geglu_bwd);
+    float *dg, *du, *d, *g, *u;
+    RES(dgate, n, dg);
+    RES(dup, n, du);
+    RES(dout, n, d);
+    RES(gate, n, g);
+    RES(up, n, u);
+    return n ? be->ops->geglu_bwd(be, dg, du, d, g, u, n) : RLP_OK;
 }
 
 int rlpi_op_add(rlpi_backend *be, rlpi_ref y, rlpi_ref x, int64_t n)
@@ -255,6 +304,27 @@ int rlpi_op_scale(rlpi_backend *be, rlpi_ref x, float alpha, int64_t n)
     float *xx;
     RES(x, n, xx);
     return n ? be->ops->scale(be, xx, alpha, n) : RLP_OK;
+}
+
+int rlpi_op_softcap_fwd(rlpi_backend *be, rlpi_ref x, int64_t n, float cap)
+{
+    static const char op[] = "softcap";
+    SLOT(softcap_fwd);
+    DIMS_OK(cap > 0 && cap < INFINITY);
+    float *xx;
+    RES(x, n, xx);
+    return n ? be->ops->softcap_fwd(be, xx, n, cap) : RLP_OK;
+}
+
+int rlpi_op_softcap_bwd(rlpi_backend *be, rlpi_ref dx, rlpi_ref y, int64_t n, float cap)
+{
+    static const char op[] = "softcap backward";
+    SLOT(softcap_bwd);
+    DIMS_OK(cap > 0 && cap < INFINITY);
+    float *d, *yy;
+    RES(dx, n, d);
+    RES(y, n, yy);
+    return n ? be->ops->softcap_bwd(be, d, yy, n, cap) : RLP_OK;
 }
 
 int rlpi_op_logprob_rows(rlpi_backend *be, rlpi_ref logp, rlpi_ref entropy, rlpi_ref logits, rlpi_ref targets,
@@ -317,12 +387,17 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
 int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_ref kc, rlpi_ref vc,
                              const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
                              int64_t n, int64_t n_slots, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                             int64_t head_dim)
+                             int64_t head_dim, float scale, int64_t window)
 {
     static const char op[] = "cached attention";
     SLOT(attention_cached);
     DIMS_OK(n >= 0 && n_seq >= 0 && n_slots > 0 && n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0 &&
             head_dim > 0 && slot_stride > 0 && slot_stride % prod(n_kv_heads, head_dim) == 0);
+    {
+        int rc_ = check_scale_window(op, scale, window);
+        if (rc_)
+            return rc_;
+    }
     if (!slot || !past)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: NULL slot or past", op);
     int rc = check_seqs(op, q_start, n_seq, n);
@@ -343,7 +418,7 @@ int rlpi_op_attention_cached(rlpi_backend *be, rlpi_ref out, rlpi_ref q, rlpi_re
     RES(kc, prod(n_slots, slot_stride), kk);
     RES(vc, prod(n_slots, slot_stride), vv);
     return n ? be->ops->attention_cached(be, o, qq, kk, vv, q_start, slot, past, n_seq, n, slot_stride, n_heads,
-                                         n_kv_heads, head_dim)
+                                         n_kv_heads, head_dim, scale, window)
              : RLP_OK;
 }
 

@@ -284,6 +284,10 @@ static const rlpi_backend_ops cpu_ops = {
     .adamw = rlpi_cpu_adamw,
     /* sampling (rollout engine) */
     .sample_rows = cpu_sample_rows,
+    .geglu_fwd = rlpi_cpu_geglu_fwd,
+    .geglu_bwd = rlpi_cpu_geglu_bwd,
+    .softcap_fwd = rlpi_cpu_softcap_fwd,
+    .softcap_bwd = rlpi_cpu_softcap_bwd,
 };
 
 int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)

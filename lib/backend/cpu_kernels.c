@@ -230,8 +230,17 @@ typedef struct attn_arg {
     const float *q, *k, *v, *dout, *o, *lse_in;
     const int64_t *seq_start;
     int64_t n_seq, n, H, KV, hd, max_len;
+    int64_t window; /* 0 = full causal; W = keys p − W + 1 .. p */
+    float scale;
     int nomem;
 } attn_arg;
+
+/* First key a query at in-sequence index i (of a sequence starting at
+ * `start`) sees: the sequence start, or the sliding window's edge. */
+static inline int64_t first_key(int64_t start, int64_t i, int64_t window)
+{
+    return window > 0 && i - window + 1 > start ? i - window + 1 : start;
+}
 
 static int64_t seq_of(const int64_t *seq_start, int64_t n_seq, int64_t tok)
 {
@@ -256,11 +265,11 @@ static void attn_fwd_range(void *p, int64_t b, int64_t e, int tid)
         __atomic_store_n(&a->nomem, 1, __ATOMIC_RELAXED);
         return;
     }
-    const float scale = 1.0f / sqrtf((float)a->hd);
+    const float scale = a->scale;
     const int64_t group = a->H / a->KV;
     for (int64_t it = b; it < e; it++) {
         int64_t h = it / a->n, i = it % a->n, kvh = h / group;
-        int64_t start = a->seq_start[seq_of(a->seq_start, a->n_seq, i)];
+        int64_t start = first_key(a->seq_start[seq_of(a->seq_start, a->n_seq, i)], i, a->window);
         const float *q = a->q + (i * a->H + h) * a->hd;
         float m = -INFINITY;
         for (int64_t j = start; j <= i; j++) {
@@ -294,12 +303,23 @@ static int64_t max_seq_len(const int64_t *seq_start, int64_t n_seq)
 }
 
 static int attention_fwd_streaming(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                                   const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+                                   const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                                   int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
-    attn_arg a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .seq_start = seq_start,
-                  .n_seq = n_seq, .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim,
-                  .max_len = max_seq_len(seq_start, n_seq)};
+    attn_arg a = {.out = out,
+                  .lse = lse,
+                  .q = q,
+                  .k = k,
+                  .v = v,
+                  .seq_start = seq_start,
+                  .n_seq = n_seq,
+                  .n = n,
+                  .H = n_heads,
+                  .KV = n_kv_heads,
+                  .hd = head_dim,
+                  .max_len = max_seq_len(seq_start, n_seq),
+                  .window = window,
+                  .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n * n_heads, 4, attn_fwd_range, &a);
     return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "attention: out of memory") : RLP_OK;
 }
@@ -312,7 +332,7 @@ static void attn_bwd_range(void *p, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     attn_arg *a = p;
-    const float scale = 1.0f / sqrtf((float)a->hd);
+    const float scale = a->scale;
     const int64_t group = a->H / a->KV;
     for (int64_t it = b; it < e; it++) {
         int64_t sidx = it / a->KV, kvh = it % a->KV;
@@ -329,7 +349,7 @@ static void attn_bwd_range(void *p, int64_t b, int64_t e, int tid)
                 float lse = a->lse_in[h * a->n + i];
                 float *dq = a->dq + (i * a->H + h) * a->hd;
                 memset(dq, 0, (size_t)a->hd * sizeof(float));
-                for (int64_t j = start; j <= i; j++) {
+                for (int64_t j = first_key(start, i, a->window); j <= i; j++) {
                     const float *kj = a->k + (j * a->KV + kvh) * a->hd;
                     const float *vj = a->v + (j * a->KV + kvh) * a->hd;
                     float pij = expf(dotf(q, kj, a->hd) * scale - lse);
@@ -342,14 +362,28 @@ static void attn_bwd_range(void *p, int64_t b, int64_t e, int tid)
     }
 }
 
-static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                   const float *q, const float *k, const float *v, const float *out,
-                                   const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                                   int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+static int attention_bwd_streaming(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                   const float *k, const float *v, const float *out, const float *lse,
+                                   const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads,
+                                   int64_t n_kv_heads, int64_t head_dim, float scale, int64_t window)
 {
-    attn_arg a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out,
-                  .lse_in = lse, .seq_start = seq_start, .n_seq = n_seq, .n = n, .H = n_heads,
-                  .KV = n_kv_heads, .hd = head_dim};
+    attn_arg a = {.dq = dq,
+                  .dk = dk,
+                  .dv = dv,
+                  .dout = dout,
+                  .q = q,
+                  .k = k,
+                  .v = v,
+                  .o = out,
+                  .lse_in = lse,
+                  .seq_start = seq_start,
+                  .n_seq = n_seq,
+                  .n = n,
+                  .H = n_heads,
+                  .KV = n_kv_heads,
+                  .hd = head_dim,
+                  .window = window,
+                  .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n_seq * n_kv_heads, 1, attn_bwd_range, &a);
     return RLP_OK;
 }
@@ -370,6 +404,7 @@ typedef struct sm_arg {
     float *lse;         /* (L) out (forward) */
     const float *lse_in, *dO, *O;
     int64_t L, ld_o, hd;
+    int64_t window; /* 0 = full causal */
     float scale;
 } sm_arg;
 
@@ -379,14 +414,17 @@ static void softmax_rows(void *p, int64_t b, int64_t e, int tid)
     sm_arg *a = p;
     for (int64_t i = b; i < e; i++) {
         float *row = a->S + i * a->L;
+        int64_t j0 = first_key(0, i, a->window);
         float m = -INFINITY;
-        for (int64_t j = 0; j <= i; j++) {
+        for (int64_t j = j0; j <= i; j++) {
             float v = row[j] * a->scale;
             m = v > m ? v : m;
         }
-        double sum = rlpi_vec_exp_affine_sum(row, i + 1, a->scale, m);
+        double sum = rlpi_vec_exp_affine_sum(row + j0, i + 1 - j0, a->scale, m);
         float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j <= i; j++)
+        for (int64_t j = 0; j < j0; j++)
+            row[j] = 0.0f; /* sliding-window mask */
+        for (int64_t j = j0; j <= i; j++)
             row[j] *= inv;
         for (int64_t j = i + 1; j < a->L; j++)
             row[j] = 0.0f; /* causal mask */
@@ -403,8 +441,11 @@ static void softmax_bwd_rows(void *p, int64_t b, int64_t e, int tid)
         float *prow = a->S + i * a->L, *drow = a->dS + i * a->L;
         float D = dotf(a->dO + i * a->ld_o, a->O + i * a->ld_o, a->hd);
         float l = a->lse_in[i];
-        rlpi_vec_exp_affine_sum(prow, i + 1, a->scale, l);
-        for (int64_t j = 0; j <= i; j++)
+        int64_t j0 = first_key(0, i, a->window);
+        rlpi_vec_exp_affine_sum(prow + j0, i + 1 - j0, a->scale, l);
+        for (int64_t j = 0; j < j0; j++)
+            prow[j] = drow[j] = 0.0f; /* sliding-window mask */
+        for (int64_t j = j0; j <= i; j++)
             drow[j] = prow[j] * (drow[j] - D);
         for (int64_t j = i + 1; j < a->L; j++)
             prow[j] = drow[j] = 0.0f;
@@ -424,6 +465,8 @@ typedef struct blas_attn {
     float *scratch;      /* per thread: S, dS (max_len² each) and l (max_len) */
     size_t scratch_per_thread;
     int64_t n, H, KV, hd, max_len;
+    int64_t window;
+    float scale;
 } blas_attn;
 
 static void attn_blas_fwd_task(void *p, int64_t task, int tid)
@@ -439,7 +482,7 @@ static void attn_blas_fwd_task(void *p, int64_t task, int tid)
      * cheaper than L small products */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, Q, ldq, K, ldk,
                 0.0f, S, (blasint)L);
-    sm_arg sm = {.S = S, .lse = l, .L = L, .scale = 1.0f / sqrtf((float)hd)};
+    sm_arg sm = {.S = S, .lse = l, .L = L, .window = a->window, .scale = a->scale};
     softmax_rows(&sm, 0, L, tid);
     for (int64_t i = 0; i < L; i++)
         a->lse[h * a->n + t0 + i] = l[i];
@@ -457,7 +500,7 @@ static void attn_blas_bwd_task(void *p, int64_t task, int tid)
     int64_t t0 = a->seq_start[s], L = a->seq_start[s + 1] - t0;
     const int64_t hd = a->hd, group = a->H / a->KV;
     const int ldq = (int)(a->H * hd), ldk = (int)(a->KV * hd);
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = a->scale;
     float *S = a->scratch + (size_t)tid * a->scratch_per_thread, *dS = S + a->max_len * a->max_len;
     const float *K = a->k + t0 * ldk + kvh * hd, *V = a->v + t0 * ldk + kvh * hd;
     for (int64_t h = kvh * group; h < (kvh + 1) * group; h++) {
@@ -469,8 +512,16 @@ static void attn_blas_bwd_task(void *p, int64_t task, int tid)
         /* dP = dO Vᵀ */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)L, (blasint)hd, 1.0f, dO, ldq, V,
                     ldk, 0.0f, dS, (blasint)L);
-        sm_arg sm = {.S = S, .dS = dS, .lse_in = a->lse_in + h * a->n + t0, .dO = dO, .O = O, .L = L, .ld_o = ldq,
-                     .hd = hd, .scale = scale};
+        sm_arg sm = {.S = S,
+                     .dS = dS,
+                     .lse_in = a->lse_in + h * a->n + t0,
+                     .dO = dO,
+                     .O = O,
+                     .L = L,
+                     .ld_o = ldq,
+                     .hd = hd,
+                     .window = a->window,
+                     .scale = scale};
         softmax_bwd_rows(&sm, 0, L, tid);
         /* dQ = scale·dS K ; dK += scale·dSᵀ Q ; dV += Pᵀ dO */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)hd, (blasint)L, scale, dS,
@@ -509,32 +560,55 @@ static int blas_attn_prepare(rlpi_backend *be, blas_attn *a, const int64_t *seq_
     return RLP_OK;
 }
 
-int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, float scale, int64_t window)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    blas_attn a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .n = n, .H = n_heads, .KV = n_kv_heads,
-                   .hd = head_dim};
+    blas_attn a = {.out = out,
+                   .lse = lse,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .n = n,
+                   .H = n_heads,
+                   .KV = n_kv_heads,
+                   .hd = head_dim,
+                   .window = window,
+                   .scale = scale};
     if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
-        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim);
+        return attention_fwd_streaming(be, out, lse, q, k, v, seq_start, n_seq, n, n_heads, n_kv_heads, head_dim, scale,
+                                       window);
     rlpi_threadpool_run_tasks(POOL(be), n_seq * n_heads, attn_blas_fwd_task, &a);
     free(a.order);
     free(a.scratch);
     return RLP_OK;
 }
 
-int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                           const float *q, const float *k, const float *v, const float *out,
-                           const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
+int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *out, const float *lse, const int64_t *seq_start,
+                           int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                           int64_t window)
 {
     int64_t max_len = max_seq_len(seq_start, n_seq);
-    blas_attn a = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o = out, .lse_in = lse,
-                   .n = n, .H = n_heads, .KV = n_kv_heads, .hd = head_dim};
+    blas_attn a = {.dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .dout = dout,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .o = out,
+                   .lse_in = lse,
+                   .n = n,
+                   .H = n_heads,
+                   .KV = n_kv_heads,
+                   .hd = head_dim,
+                   .window = window,
+                   .scale = scale};
     if (max_len > rlpi_cpu_attention_blas_max_len || blas_attn_prepare(be, &a, seq_start, n_seq, max_len))
         return attention_bwd_streaming(be, dq, dk, dv, dout, q, k, v, out, lse, seq_start, n_seq, n, n_heads,
-                                       n_kv_heads, head_dim);
+                                       n_kv_heads, head_dim, scale, window);
     rlpi_threadpool_run_tasks(POOL(be), n_seq * n_kv_heads, attn_blas_bwd_task, &a);
     free(a.order);
     free(a.scratch);
@@ -564,6 +638,8 @@ typedef struct cached_arg {
     const float *q, *kc, *vc;
     const int64_t *q_start, *slot, *past;
     int64_t n_seq, n, slot_stride, H, KV, hd, max_keys;
+    int64_t window;
+    float scale;
     int nomem;
 } cached_arg;
 
@@ -579,14 +655,16 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
         __atomic_store_n(&a->nomem, 1, __ATOMIC_RELAXED);
         return;
     }
-    const float scale = 1.0f / sqrtf((float)a->hd);
+    const float scale = a->scale;
     for (int64_t it = b; it < e; it++) {
         int64_t i = it / a->KV, kvh = it % a->KV;
         int64_t sq = seq_of(a->q_start, a->n_seq, i);
         int64_t pos = a->past[sq] + (i - a->q_start[sq]);
-        const float *K = a->kc + a->slot[sq] * a->slot_stride + kvh * a->hd;
-        const float *V = a->vc + a->slot[sq] * a->slot_stride + kvh * a->hd;
-        const int64_t row = a->KV * a->hd, nk = pos + 1;
+        /* keys j0 .. pos: K and V start at row j0 so the loops below are
+         * those of full causal attention over nk rows */
+        const int64_t row = a->KV * a->hd, j0 = first_key(0, pos, a->window), nk = pos + 1 - j0;
+        const float *K = a->kc + a->slot[sq] * a->slot_stride + j0 * row + kvh * a->hd;
+        const float *V = a->vc + a->slot[sq] * a->slot_stride + j0 * row + kvh * a->hd;
         for (int64_t g = 0; g < group; g++) {
             int64_t h = kvh * group + g;
             const float *q = a->q + (i * a->H + h) * a->hd;
@@ -610,16 +688,29 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
 
 int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                              int64_t head_dim)
+                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                              float scale, int64_t window)
 {
     int64_t max_keys = 1;
     for (int64_t s = 0; s < n_seq; s++)
         if (past[s] + q_start[s + 1] - q_start[s] > max_keys)
             max_keys = past[s] + q_start[s + 1] - q_start[s];
-    cached_arg a = {.out = out, .q = q, .kc = kc, .vc = vc, .q_start = q_start, .slot = slot, .past = past,
-                    .n_seq = n_seq, .n = n, .slot_stride = slot_stride, .H = n_heads, .KV = n_kv_heads,
-                    .hd = head_dim, .max_keys = max_keys};
+    cached_arg a = {.out = out,
+                    .q = q,
+                    .kc = kc,
+                    .vc = vc,
+                    .q_start = q_start,
+                    .slot = slot,
+                    .past = past,
+                    .n_seq = n_seq,
+                    .n = n,
+                    .slot_stride = slot_stride,
+                    .H = n_heads,
+                    .KV = n_kv_heads,
+                    .hd = head_dim,
+                    .max_keys = max_keys,
+                    .window = window,
+                    .scale = scale};
     rlpi_threadpool_parallel_for(POOL(be), n * n_kv_heads, 1, attn_cached_range, &a);
     return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "cached attention: out of memory") : RLP_OK;
 }
@@ -644,6 +735,77 @@ int rlpi_cpu_swiglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float 
 {
     ew_arg a = {.y = dgate, .y2 = dup, .a = gate, .b = up, .c = dout};
     rlpi_threadpool_parallel_for(POOL(be), n, 4096, swiglu_bwd_range, &a);
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------------- GeGLU */
+
+static void geglu_fwd_range(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    ew_arg *a = p;
+    rlpi_vec_geglu_fwd(a->y + b, a->a + b, a->b + b, e - b);
+}
+
+int rlpi_cpu_geglu_fwd(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    ew_arg a = {.y = out, .a = gate, .b = up};
+    rlpi_threadpool_parallel_for(POOL(be), n, 4096, geglu_fwd_range, &a);
+    return RLP_OK;
+}
+
+static void geglu_bwd_range(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    ew_arg *a = p;
+    rlpi_vec_geglu_bwd(a->y + b, a->y2 + b, a->c + b, a->a + b, a->b + b, e - b);
+}
+
+int rlpi_cpu_geglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int64_t n)
+{
+    ew_arg a = {.y = dgate, .y2 = dup, .a = gate, .b = up, .c = dout};
+    rlpi_threadpool_parallel_for(POOL(be), n, 4096, geglu_bwd_range, &a);
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------- soft-capping */
+
+/* x = cap·tanh(x / cap); tanhf is scalar, but this runs over one chunk
+ * of logits rows (head_chunk_tokens × vocab) per call, only for models
+ * that ask for it */
+static void softcap_fwd_range(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    ew_arg *a = p;
+    const float cap = a->alpha, inv = 1.0f / a->alpha;
+    for (int64_t i = b; i < e; i++)
+        a->y[i] = cap * tanhf(a->y[i] * inv);
+}
+
+int rlpi_cpu_softcap_fwd(rlpi_backend *be, float *x, int64_t n, float cap)
+{
+    ew_arg a = {.y = x, .alpha = cap};
+    rlpi_threadpool_parallel_for(POOL(be), n, 4096, softcap_fwd_range, &a);
+    return RLP_OK;
+}
+
+/* d/dx cap·tanh(x/cap) = 1 − tanh² = 1 − (y/cap)² */
+static void softcap_bwd_range(void *p, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    ew_arg *a = p;
+    const float inv = 1.0f / a->alpha;
+    for (int64_t i = b; i < e; i++) {
+        float t = a->a[i] * inv;
+        a->y[i] *= 1.0f - t * t;
+    }
+}
+
+int rlpi_cpu_softcap_bwd(rlpi_backend *be, float *dx, const float *y, int64_t n, float cap)
+{
+    ew_arg a = {.y = dx, .a = y, .alpha = cap};
+    rlpi_threadpool_parallel_for(POOL(be), n, 4096, softcap_bwd_range, &a);
     return RLP_OK;
 }
 

@@ -21,20 +21,25 @@ int rlpi_cpu_rmsnorm_bwd(rlpi_backend *be, float *dx, float *dw, const float *do
                          const float *w, const float *rstd, int64_t n, int64_t dim);
 int rlpi_cpu_rope(rlpi_backend *be, float *x, const int32_t *pos, const float *inv_freq, int64_t n,
                   int64_t n_heads, int64_t head_dim, int inverse);
-int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
-int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                           const float *q, const float *k, const float *v, const float *out,
-                           const float *lse, const int64_t *seq_start, int64_t n_seq, int64_t n,
-                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+int rlpi_cpu_attention_fwd(rlpi_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int64_t *seq_start, int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads,
+                           int64_t head_dim, float scale, int64_t window);
+int rlpi_cpu_attention_bwd(rlpi_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *out, const float *lse, const int64_t *seq_start,
+                           int64_t n_seq, int64_t n, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float scale,
+                           int64_t window);
 int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, const float *kc, const float *vc,
                               const int64_t *q_start, const int64_t *slot, const int64_t *past, int64_t n_seq,
-                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads,
-                              int64_t head_dim);
+                              int64_t n, int64_t slot_stride, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                              float scale, int64_t window);
 int rlpi_cpu_swiglu_fwd(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
 int rlpi_cpu_swiglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout,
                         const float *gate, const float *up, int64_t n);
+int rlpi_cpu_geglu_fwd(rlpi_backend *be, float *out, const float *gate, const float *up, int64_t n);
+int rlpi_cpu_geglu_bwd(rlpi_backend *be, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int64_t n);
+int rlpi_cpu_softcap_fwd(rlpi_backend *be, float *x, int64_t n, float cap);
+int rlpi_cpu_softcap_bwd(rlpi_backend *be, float *dx, const float *y, int64_t n, float cap);
 int rlpi_cpu_add(rlpi_backend *be, float *y, const float *x, int64_t n);
 int rlpi_cpu_add_bias(rlpi_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
 int rlpi_cpu_bias_bwd(rlpi_backend *be, float *dbias, const float *dy, int64_t rows, int64_t cols);

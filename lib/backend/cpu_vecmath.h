@@ -1,5 +1,5 @@
 /* Vectorised exp-based row kernels of the CPU backend: the logprob head's
- * softmax statistics and gradient, SiLU, and the exponentials of the
+ * softmax statistics and gradient, SiLU, GELU (tanh form), and the exponentials of the
  * attention softmax. glibc's expf is scalar (one call per element: ~10 % of
  * a train step, all of it in the head's 49,152-wide rows); these evaluate
  * a polynomial exp 16 lanes at a time and are compiled for AVX-512, AVX2
@@ -34,5 +34,12 @@ void rlpi_vec_swiglu_fwd(float *y, const float *g, const float *u, int64_t n);
 
 /* SwiGLU backward: dg = d·u·σ(g)·(1 + g·(1 − σ(g))), du = d·g·σ(g). */
 void rlpi_vec_swiglu_bwd(float *dg, float *du, const float *d, const float *g, const float *u, int64_t n);
+
+/* GeGLU: y = gelu_tanh(g)·u, gelu_tanh(g) = 0.5·g·(1 + tanh(√(2/π)(g + 0.044715 g³))),
+ * evaluated as g·σ(2·√(2/π)(g + 0.044715 g³)) with the polynomial exp. */
+void rlpi_vec_geglu_fwd(float *y, const float *g, const float *u, int64_t n);
+
+/* GeGLU backward: dg = d·u·gelu_tanh'(g), du = d·gelu_tanh(g). */
+void rlpi_vec_geglu_bwd(float *dg, float *du, const float *d, const float *g, const float *u, int64_t n);
 
 #endif

@@ -38,6 +38,8 @@ typedef struct tools_env {
     unsigned tools;
     size_t top_k;
     char *suffix;     /* "observation_suffix": text after each <information> block, or NULL */
+    int no_thinking;  /* "enable_thinking": false: hermes reopens the assistant turn as Qwen3's
+                         non-thinking generation prompt does */
     rlpi_bm25 *ix;    /* the fixed corpus, or NULL when KBs come from the metadata */
     pthread_mutex_t mu; /* guards kbs */
     kb_entry kbs[MAX_KBS];
@@ -353,6 +355,9 @@ static int step_hermes(rlp_env_reply *reply, const tools_env *env, const rlpi_bm
     }
     if (!rc)
         rc = rlp_env_reply_add_text(reply, "<|im_end|>\n<|im_start|>assistant\n", 33, RLP_ENCODE_PARSE_SPECIAL);
+    /* the task's prompt ended the same way (its "chat": {"enable_thinking": false}) */
+    if (!rc && env->no_thinking)
+        rc = rlp_env_reply_add_text(reply, "<think>\n\n</think>\n\n", 19, RLP_ENCODE_PARSE_SPECIAL);
     if (!rc && first_err)
         rc = rlp_env_reply_set_tool_error(reply, first_err);
     rlpi_tool_calls_free(calls, n);
@@ -493,7 +498,7 @@ static int inline_corpus(rlpi_bm25 **out, const json_t *arr)
 static int parse_options(tools_env *env, const json_t *o)
 {
     static const char *const keys[] = {"template", "corpus", "corpus_inline", "lookup_kb", "top_k", "tools",
-                                       "observation_suffix"};
+                                       "observation_suffix", "enable_thinking"};
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)o, key, v)
@@ -504,7 +509,7 @@ static int parse_options(tools_env *env, const json_t *o)
         if (k == sizeof keys / sizeof keys[0])
             return rlpi_error_set(RLP_E_INVALID_ARG,
                                   "unknown option \"%.64s\" (template, corpus, corpus_inline, lookup_kb, top_k, tools, "
-                                  "observation_suffix)",
+                                  "observation_suffix, enable_thinking)",
                                   key);
     }
     env->tpl = TPL_SEARCH;
@@ -542,6 +547,14 @@ static int parse_options(tools_env *env, const json_t *o)
             return rlpi_error_set(RLP_E_INVALID_ARG, "\"observation_suffix\" must be a string");
         if (!(env->suffix = strdup(json_string_value(v))))
             return rlpi_error_set(RLP_E_NOMEM, "tools environment: out of memory");
+    }
+    if ((v = json_object_get(o, "enable_thinking"))) {
+        if (!json_is_boolean(v))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "\"enable_thinking\" must be true or false");
+        if (env->tpl != TPL_HERMES && json_is_false(v))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "\"enable_thinking\": false needs the hermes template (the "
+                                  "search template opens no assistant turn)");
+        env->no_thinking = json_is_false(v);
     }
     env->top_k = 3;
     if ((v = json_object_get(o, "top_k"))) {

@@ -10,14 +10,21 @@
 #include <math.h>
 #include <string.h>
 
+#define POST_ATTN "post_attention_layernorm.weight"
+
 static const rlpi_arch_desc ARCHS[] = {
-    /* name      hf_class                 alt            perm   bias   act                qkn    post   off   emb    swa    per  theta_l  ctx */
-    {"llama", "LlamaForCausalLM", NULL, true, false, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 2048},
-    {"mistral", "MistralForCausalLM", NULL, true, false, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 2048},
-    {"qwen2", "Qwen2ForCausalLM", NULL, false, true, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 32768},
-    {"qwen3", "Qwen3ForCausalLM", NULL, false, false, RLPI_ACT_SILU, true, false, 0.0f, false, false, 0, 0.0f, 40960},
+    /* name      hf_class                 alt            perm   bias   act                qkn    post   off   emb    swa    per  theta_l  ctx
+     *   tie    ffn_norm */
+    {"llama", "LlamaForCausalLM", NULL, true, false, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 2048,
+     false, POST_ATTN},
+    {"mistral", "MistralForCausalLM", NULL, true, false, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 2048,
+     false, POST_ATTN},
+    {"qwen2", "Qwen2ForCausalLM", NULL, false, true, RLPI_ACT_SILU, false, false, 0.0f, false, false, 0, 0.0f, 32768,
+     false, POST_ATTN},
+    {"qwen3", "Qwen3ForCausalLM", NULL, false, false, RLPI_ACT_SILU, true, false, 0.0f, false, false, 0, 0.0f, 40960,
+     false, POST_ATTN},
     {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, RLPI_ACT_GELU_TANH, true, true, 1.0f, true, true, 6,
-     10000.0f, 131072},
+     10000.0f, 131072, true, "pre_feedforward_layernorm.weight"},
 };
 
 const rlpi_arch_desc *rlpi_arch_find(const char *name)

@@ -25,6 +25,11 @@ typedef struct rlpi_arch_desc {
     int32_t local_period;     /* default pattern: layer i is global when (i + 1) % period == 0 */
     float rope_theta_local;   /* default local RoPE base (0 = rope_theta) */
     int32_t default_context;  /* max_position_embeddings when the file has none */
+    bool hf_tie_default;      /* tie_word_embeddings when config.json omits it (transformers'
+                               * config class default: true for Gemma 3) */
+    const char *gguf_ffn_norm;/* HF name (after "model.layers.N.") of GGUF's blk.N.ffn_norm: the
+                               * MLP's input norm, post_attention_layernorm unless the family
+                               * has post-norms (then pre_feedforward_layernorm) */
 } rlpi_arch_desc;
 
 /* The row whose name (or HF alternative type) is `name`; NULL if none. */

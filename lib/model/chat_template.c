@@ -1,7 +1,8 @@
 /* Chat templates as code: ChatML (Qwen2/2.5, with its tool turns), Qwen3's
- * ChatML (reasoning in <think> blocks, tool turns; tool definitions go into
- * the system message, written by the caller as `rlpost serve` does), ChatML
- * with SmolLM2's default system prompt, Llama-3 and Llama-2, chosen by name or by
+ * ChatML (reasoning in <think> blocks, tool turns, the enable_thinking
+ * switch; tool definitions go into the system message, written by the
+ * caller as `rlpost serve` does), ChatML with SmolLM2's default system
+ * prompt, Llama-3, Llama-2 and Gemma 3, chosen by name or by
  * recognising a model's Jinja source. Rendering produces text segments so
  * that scaffolding is encoded with special tokens parsed and message
  * content without (public-bugs case #1). No Jinja interpreter. */
@@ -22,6 +23,7 @@ static const struct {
     {"qwen3", RLPI_CHAT_QWEN3},    {"smollm2", RLPI_CHAT_CHATML_SMOLLM},
     {"smollm", RLPI_CHAT_CHATML_SMOLLM}, {"llama3", RLPI_CHAT_LLAMA3},
     {"llama-3", RLPI_CHAT_LLAMA3},  {"llama2", RLPI_CHAT_LLAMA2}, {"llama-2", RLPI_CHAT_LLAMA2},
+    {"gemma", RLPI_CHAT_GEMMA3},    {"gemma3", RLPI_CHAT_GEMMA3}, {"gemma-3", RLPI_CHAT_GEMMA3},
 };
 
 const char *rlpi_chat_template_name(int kind)
@@ -32,6 +34,19 @@ const char *rlpi_chat_template_name(int kind)
     case RLPI_CHAT_LLAMA3: return "llama3";
     case RLPI_CHAT_LLAMA2: return "llama2";
     case RLPI_CHAT_QWEN3: return "qwen3";
+    case RLPI_CHAT_GEMMA3: return "gemma3";
+    default: return NULL;
+    }
+}
+
+const char *rlpi_chat_template_end_of_turn(int kind)
+{
+    switch (kind) {
+    case RLPI_CHAT_CHATML:
+    case RLPI_CHAT_CHATML_SMOLLM:
+    case RLPI_CHAT_QWEN3: return "<|im_end|>";
+    case RLPI_CHAT_LLAMA3: return "<|eot_id|>";
+    case RLPI_CHAT_GEMMA3: return "<end_of_turn>";
     default: return NULL;
     }
 }
@@ -65,8 +80,16 @@ int rlpi_chat_template_detect(int *kind, const char *src)
         *kind = RLPI_CHAT_LLAMA2;
         return RLP_OK;
     }
+    /* Gemma 2 and 3 share the turn markers; Gemma 2's template refuses a
+     * system message where Gemma 3's folds it into the first user turn,
+     * which renders Gemma 2 conversations (no system) identically. */
+    if (strstr(src, "<start_of_turn>") && strstr(src, "<end_of_turn>")) {
+        *kind = RLPI_CHAT_GEMMA3;
+        return RLP_OK;
+    }
     return rlpi_error_set(RLP_E_UNSUPPORTED,
-                          "chat template not recognised (known: chatml, qwen3, smollm2, llama3, llama2): "
+                          "chat template not recognised (known: chatml, qwen3, smollm2, llama3, llama2, "
+                          "gemma3): "
                           "\"%.60s%s\"",
                           src, strlen(src) > 60 ? "..." : "");
 }
@@ -86,6 +109,10 @@ int rlpi_chat_template_default(const rlpi_tokenizer *tok)
         return RLPI_CHAT_CHATML;
     if (has_token(tok, "<|start_header_id|>") && has_token(tok, "<|eot_id|>"))
         return RLPI_CHAT_LLAMA3;
+    /* before the SPM fallback: Gemma's vocabulary is SentencePiece too
+     * (its GGUFs often carry no template) */
+    if (has_token(tok, "<start_of_turn>") && has_token(tok, "<end_of_turn>"))
+        return RLPI_CHAT_GEMMA3;
     if (rlpi_tokenizer_model(tok) == RLPI_TOK_SPM && rlpi_tokenizer_special(tok, RLP_TOKEN_BOS) >= 0)
         return RLPI_CHAT_LLAMA2;
     return RLPI_CHAT_NONE;
@@ -94,7 +121,17 @@ int rlpi_chat_template_default(const rlpi_tokenizer *tok)
 typedef struct segs {
     rlpi_text_seg *v;
     size_t n, cap;
+    char **own; /* [n_own] strings the segments point into, freed after encoding */
+    size_t n_own;
 } segs;
+
+static void segs_free(segs *s)
+{
+    for (size_t i = 0; i < s->n_own; i++)
+        free(s->own[i]);
+    free(s->own);
+    free(s->v);
+}
 
 static int seg(segs *s, const char *text, size_t len, bool special)
 {
@@ -113,6 +150,32 @@ static int seg(segs *s, const char *text, size_t len, bool special)
     s->v[s->n].parse_special = special;
     s->n++;
     return RLP_OK;
+}
+
+/* One content segment made of `n` pieces (text, length pairs) joined.
+ * The encoder matches added tokens within a segment only, so text whose
+ * whitespace may join across a piece boundary into one added token
+ * (Gemma's "\n\n\n") must be a single segment. */
+static int seg_join(segs *s, size_t n, const char *const *p, const size_t *len)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += len[i];
+    char **own = realloc(s->own, (s->n_own + 1) * sizeof *own);
+    if (!own)
+        return rlpi_error_set(RLP_E_NOMEM, "chat template: out of memory");
+    s->own = own;
+    char *buf = malloc(total + 1);
+    if (!buf)
+        return rlpi_error_set(RLP_E_NOMEM, "chat template: out of memory");
+    s->own[s->n_own++] = buf;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(buf + at, p[i], len[i]);
+        at += len[i];
+    }
+    buf[at] = 0;
+    return seg(s, buf, total, false);
 }
 
 #define SCAF(s, lit) seg((s), (lit), strlen(lit), true)
@@ -219,7 +282,7 @@ static const char *last_strstr(const char *s, size_t n, const char *p)
  * turns after the last real user query keep their reasoning in a
  * <think> block (an empty one on the final turn), earlier ones lose it;
  * consecutive tool results share one user turn. */
-static int render_qwen3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen)
+static int render_qwen3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen, bool thinking)
 {
     int rc = RLP_OK;
     size_t last_query = n - 1;
@@ -270,6 +333,10 @@ static int render_qwen3(segs *s, const rlpi_chat_msg *m, size_t n, bool gen)
     }
     if (rc == RLP_OK && gen)
         rc = SCAF(s, "<|im_start|>assistant\n");
+    /* Qwen3's "non-thinking mode": an already closed, empty reasoning
+     * block, so the model goes straight to the answer */
+    if (rc == RLP_OK && gen && !thinking)
+        rc = SCAF(s, "<think>\n\n</think>\n\n");
     return rc;
 }
 
@@ -343,8 +410,59 @@ static int render_llama2(segs *s, const rlpi_tokenizer *tok, const rlpi_chat_msg
     return rc;
 }
 
+/* Google's Gemma 3 template (google/gemma-3-*-it): <bos>, then user and
+ * model turns strictly alternating, each content trimmed; a system
+ * message's text (untrimmed) and "\n\n" open the first user turn; the
+ * role "assistant" is written "model". Like Llama-2, the BOS is the
+ * tokenizer's own token, written here so that the encoder adds none. */
+static int render_gemma3(segs *s, const rlpi_tokenizer *tok, const rlpi_chat_msg *m, size_t n,
+                         bool gen)
+{
+    const char *sys = NULL;
+    size_t first = 0;
+    if (strcmp(m[0].role, "system") == 0) {
+        sys = m[0].content;
+        first = 1;
+    }
+    size_t bl = 0;
+    const char *bos = rlpi_tokenizer_token_piece(tok, rlpi_tokenizer_special(tok, RLP_TOKEN_BOS), &bl);
+    int rc = bos ? seg(s, bos, bl, true) : RLP_OK;
+    for (size_t i = first; i < n && rc == RLP_OK; i++) {
+        bool user = strcmp(m[i].role, "user") == 0;
+        bool model = strcmp(m[i].role, "assistant") == 0 || strcmp(m[i].role, "model") == 0;
+        if (user != ((i - first) % 2 == 0) || (!user && !model))
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "chat template gemma3: msgs[%zu].role \"%s\": roles must be an "
+                                  "optional system, then user/assistant alternating (Gemma 3 has "
+                                  "no tool turns)",
+                                  i, m[i].role);
+        const char *b;
+        size_t len;
+        strip(m[i].content, true, true, &b, &len);
+        /* the "\n" after the role, the untrimmed system text, its "\n\n"
+         * and the content as one run: Gemma's newline runs are added
+         * tokens, matched only within one segment (seg_join) */
+        bool pre = i == first && sys;
+        const char *p[4] = {"\n", pre ? sys : "", pre ? "\n\n" : "", b};
+        size_t pl[4] = {1, pre ? strlen(sys) : 0, pre ? 2 : 0, len};
+        if ((rc = SCAF(s, user ? "<start_of_turn>user" : "<start_of_turn>model")) ||
+            (rc = seg_join(s, 4, p, pl)) || (rc = SCAF(s, "<end_of_turn>\n")))
+            break;
+    }
+    if (rc == RLP_OK && gen)
+        rc = SCAF(s, "<start_of_turn>model\n");
+    return rc;
+}
+
 int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
                              size_t n, bool add_generation_prompt, rlpi_ids *ids)
+{
+    return rlpi_chat_template_apply_ex(tok, kind, msgs, n, add_generation_prompt, true, ids);
+}
+
+int rlpi_chat_template_apply_ex(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
+                                size_t n, bool add_generation_prompt, bool enable_thinking,
+                                rlpi_ids *ids)
 {
     if (n == 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "chat template: no messages");
@@ -356,14 +474,15 @@ int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_cha
         if (rc)
             return rc;
     }
-    segs s = {NULL, 0, 0};
+    segs s = {NULL, 0, 0, NULL, 0};
     int rc;
     switch (kind) {
     case RLPI_CHAT_CHATML:
     case RLPI_CHAT_CHATML_SMOLLM:
         rc = render_chatml(&s, msgs, n, add_generation_prompt, kind == RLPI_CHAT_CHATML_SMOLLM);
         break;
-    case RLPI_CHAT_QWEN3: rc = render_qwen3(&s, msgs, n, add_generation_prompt); break;
+    case RLPI_CHAT_QWEN3: rc = render_qwen3(&s, msgs, n, add_generation_prompt, enable_thinking); break;
+    case RLPI_CHAT_GEMMA3: rc = render_gemma3(&s, tok, msgs, n, add_generation_prompt); break;
     case RLPI_CHAT_LLAMA3: rc = render_llama3(&s, msgs, n, add_generation_prompt); break;
     case RLPI_CHAT_LLAMA2: rc = render_llama2(&s, tok, msgs, n); break;
     default:
@@ -371,6 +490,6 @@ int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_cha
     }
     if (rc == RLP_OK)
         rc = rlpi_tokenizer_encode_segs(tok, s.v, s.n, false, ids);
-    free(s.v);
+    segs_free(&s);
     return rc;
 }

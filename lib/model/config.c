@@ -42,8 +42,8 @@ int rlpi_model_config_validate(const rlpi_model_config *c, const char *source)
         BAD("%s: attention scale %g out of [0, 1e3]", source, (double)c->attn_scale);
     if (!(c->final_softcap >= 0) || !isfinite(c->final_softcap))
         BAD("%s: final logit soft-cap %g must be >= 0", source, (double)c->final_softcap);
-    if (c->sliding_window < 0)
-        BAD("%s: sliding window %d is negative", source, c->sliding_window);
+    if (c->sliding_window < 0 || c->sliding_window > 1 << 24)
+        BAD("%s: sliding window %d out of range [0, %d]", source, c->sliding_window, 1 << 24);
     if (!(c->rope_theta_local >= 0) || !isfinite(c->rope_theta_local))
         BAD("%s: local rope theta %g must be >= 0", source, (double)c->rope_theta_local);
     for (int32_t i = 0; i < RLPI_MAX_LAYERS; i++) {

@@ -1,13 +1,17 @@
-/* GGUF → (rlpi_model_config, rlpi_weights) for the Llama family. The file is
+/* GGUF → (rlpi_model_config, rlpi_weights) for the families of
+ * lib/model/arch.c (llama, mistral, qwen2, qwen3, gemma3). The file is
  * already validated by gguf.c; here every tensor's shape is checked against
  * the config (a hostile file could still lie about shapes), names are mapped
- * to Hugging Face's, and q/k rows are returned to HF order. Must not touch
- * the tokenizer keys beyond the vocabulary size. */
+ * to Hugging Face's, and q/k rows are returned to HF order where the
+ * family's row says llama.cpp's converter permuted them. Gemma's norms are
+ * stored as 1 + w already (the effective scale we hold): no conversion.
+ * Must not touch the tokenizer keys beyond the vocabulary size. */
 #include "model/gguf_model.h"
 
 #include "core/clock.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "model/arch.h"
 #include "model/quant.h"
 
 #include <math.h>
@@ -111,6 +115,78 @@ static int llama3_from_rope_freqs(const rlpi_gguf *g, const rlpi_gguf_tensor *t,
     return RLP_OK;
 }
 
+/* Local (sliding-window) layers: `<arch>.attention.sliding_window_pattern`
+ * as llama.cpp reads it (get_key_or_arr): a period n (layer i local when
+ * i % n < n - 1, i.e. (i + 1) % n != 0; 0 = every layer local) or one bool
+ * per layer (true = local); absent = the family's period (Gemma 3: 6,
+ * which llama.cpp hard-codes and its converter does not write). */
+static int local_pattern(const rlpi_gguf *g, const rlpi_arch_desc *ad, rlpi_model_config *c)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ad->name);
+    const rlpi_gguf_kv *kv = rlpi_gguf_find(g, key);
+    if (!kv) {
+        rlpi_arch_default_local_layers(ad, c);
+        return RLP_OK;
+    }
+    memset(c->local_layers, 0, sizeof c->local_layers);
+    if (kv->type == RLPI_GGUF_ARRAY) {
+        if (kv->arr_type != RLPI_GGUF_BOOL || kv->arr_n != (uint64_t)c->n_layers)
+            return rlpi_error_set(RLP_E_FORMAT, "%s: '%s' must be %d bools (one per layer), not %llu of type %s",
+                                  g->source, key, c->n_layers, (unsigned long long)kv->arr_n,
+                                  rlpi_gguf_vtype_name(kv->arr_type));
+        for (int32_t i = 0; i < c->n_layers; i++) {
+            if (kv->val[i] > 1)
+                return rlpi_error_set(RLP_E_FORMAT, "%s: '%s'[%d] = %u is not a bool", g->source, key, i,
+                                      (unsigned)kv->val[i]);
+            c->local_layers[i] = kv->val[i];
+        }
+        return RLP_OK;
+    }
+    uint32_t n;
+    int rc = rlpi_gguf_get_u32(g, key, &n);
+    if (rc)
+        return rc;
+    if (n > (uint32_t)c->n_layers)
+        return rlpi_error_set(RLP_E_FORMAT, "%s: '%s' = %u exceeds the %d layers", g->source, key, n, c->n_layers);
+    for (int32_t i = 0; i < c->n_layers; i++)
+        c->local_layers[i] = n == 0 || (uint32_t)i % n < n - 1;
+    return RLP_OK;
+}
+
+/* What the family's row leaves to the file: the sliding window and its
+ * layers, the local RoPE base (`rope.freq_base_swa`, else the row's 10000
+ * that llama.cpp hard-codes for Gemma 3), `attention.scale` (else
+ * 1/sqrt(head_dim), as llama.cpp uses for Gemma 3 below 27B) and
+ * `final_logit_softcapping`. */
+static int family_keys(const rlpi_gguf *g, const rlpi_arch_desc *ad, rlpi_model_config *c)
+{
+    const char *a = ad->name;
+    int rc;
+    if ((rc = arch_f32(g, a, "attention.scale", &c->attn_scale, false, 0.0f)) ||
+        (rc = arch_f32(g, a, "final_logit_softcapping", &c->final_softcap, false, 0.0f)))
+        return rc;
+    if (!(c->attn_scale >= 0) || !(c->final_softcap >= 0))
+        return rlpi_error_set(RLP_E_FORMAT, "%s: %s.attention.scale %g / %s.final_logit_softcapping %g must be >= 0",
+                              g->source, a, (double)c->attn_scale, a, (double)c->final_softcap);
+    if (!ad->sliding_window)
+        return RLP_OK; /* Mistral's window key, if any, is not ours to use (as before) */
+    uint32_t sw;
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+    if ((rc = rlpi_gguf_get_u32(g, key, &sw)))
+        return rc;
+    if (sw < 1 || sw > 1u << 24)
+        return rlpi_error_set(RLP_E_FORMAT, "%s: '%s' = %u is out of range [1, %d]", g->source, key, sw, 1 << 24);
+    c->sliding_window = (int32_t)sw;
+    if (c->n_layers < 1 || c->n_layers > RLPI_MAX_LAYERS)
+        return rlpi_error_set(RLP_E_FORMAT, "%s: %s.block_count %d out of range [1, %d]", g->source, a, c->n_layers,
+                              RLPI_MAX_LAYERS);
+    if ((rc = arch_f32(g, a, "rope.freq_base_swa", &c->rope_theta_local, false, c->rope_theta_local)))
+        return rc;
+    return local_pattern(g, ad, c);
+}
+
 int rlpi_gguf_model_config(const rlpi_gguf *g, rlpi_model_config *cfg)
 {
     RLPI_CHECK_ARG(g && cfg, "NULL argument");
@@ -123,11 +199,14 @@ int rlpi_gguf_model_config(const rlpi_gguf *g, rlpi_model_config *cfg)
     if (s.len == 0 || s.len >= sizeof c.arch)
         return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: general.architecture of length %llu is not supported",
                               g->source, (unsigned long long)s.len);
-    memcpy(c.arch, s.ptr, (size_t)s.len);
-    if (strlen(c.arch) != s.len || (strcmp(c.arch, "llama") && strcmp(c.arch, "qwen2") && strcmp(c.arch, "mistral")))
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: architecture '%.*s' is not supported (llama, qwen2, mistral)",
-                              g->source, (int)s.len, s.ptr);
-    const char *a = c.arch;
+    char name[sizeof c.arch];
+    memcpy(name, s.ptr, (size_t)s.len);
+    name[s.len] = '\0';
+    const rlpi_arch_desc *ad = strlen(name) == s.len ? rlpi_arch_find(name) : NULL;
+    if (!ad || strcmp(ad->name, name))
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: architecture '%.*s' is not supported (%s)", g->source,
+                              (int)s.len, s.ptr, rlpi_arch_names());
+    const char *a = ad->name;
     if ((rc = arch_u32(g, a, "block_count", &c.n_layers, true, 0)) ||
         (rc = arch_u32(g, a, "embedding_length", &c.dim, true, 0)) ||
         (rc = arch_u32(g, a, "attention.head_count", &c.n_heads, true, 0)) ||
@@ -137,6 +216,7 @@ int rlpi_gguf_model_config(const rlpi_gguf *g, rlpi_model_config *cfg)
         (rc = arch_f32(g, a, "rope.freq_base", &c.rope_theta, false, 10000.0f)) ||
         (rc = arch_f32(g, a, "attention.layer_norm_rms_epsilon", &c.rms_eps, true, 0)))
         return rc;
+    rlpi_arch_apply(ad, &c); /* after dim: the embedding scale is sqrt(dim) */
     if (c.n_heads < 1)
         return rlpi_error_set(RLP_E_FORMAT, "%s: %s.attention.head_count is 0", g->source, a);
     int32_t key_len, val_len, rot;
@@ -210,7 +290,9 @@ int rlpi_gguf_model_config(const rlpi_gguf *g, rlpi_model_config *cfg)
         *(i ? &c.eos_id : &c.bos_id) = (int32_t)id;
     }
     c.tie_embeddings = rlpi_gguf_find_tensor(g, "output.weight") == NULL;
-    c.attention_bias = rlpi_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    c.attention_bias = c.attention_bias || rlpi_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    if ((rc = family_keys(g, ad, &c)))
+        return rc;
     if ((rc = rlpi_model_config_validate(&c, g->source)))
         return rc;
     *cfg = c;
@@ -252,7 +334,10 @@ static bool map_name(const rlpi_model_config *c, const char *name, mapping *m)
 {
     int64_t d = c->dim, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             f = c->ffn_dim, v = c->vocab_size;
-    bool permuted = strcmp(c->arch, "qwen2") != 0; /* converter permutes llama, mistral */
+    const rlpi_arch_desc *ad = rlpi_arch_find(c->arch);
+    if (!ad)
+        return false;
+    bool permuted = ad->gguf_permute_qk;
     m->perm = PERM_NONE;
     m->n_dims = 2;
     m->cols = d;
@@ -278,27 +363,39 @@ static bool map_name(const rlpi_model_config *c, const char *name, mapping *m)
     static const struct {
         const char *gguf, *hf;
         int n_dims;
-        char rows, cols; /* 'd' dim, 'q' heads*hd, 'k' kv heads*hd, 'f' ffn */
+        char rows, cols; /* 'd' dim, 'q' heads*hd, 'k' kv heads*hd, 'f' ffn, 'h' head_dim */
         char perm;       /* 'q', 'k' or 0 */
+        char needs;      /* 'n' only with q/k norms, 'p' only with post-norms, 0 always */
     } table[] = {
-        {"attn_norm.weight", "input_layernorm.weight", 1, 'd', 0, 0},
-        {"attn_q.weight", "self_attn.q_proj.weight", 2, 'q', 'd', 'q'},
-        {"attn_k.weight", "self_attn.k_proj.weight", 2, 'k', 'd', 'k'},
-        {"attn_v.weight", "self_attn.v_proj.weight", 2, 'k', 'd', 0},
-        {"attn_output.weight", "self_attn.o_proj.weight", 2, 'd', 'q', 0},
-        {"attn_q.bias", "self_attn.q_proj.bias", 1, 'q', 0, 'q'},
-        {"attn_k.bias", "self_attn.k_proj.bias", 1, 'k', 0, 'k'},
-        {"attn_v.bias", "self_attn.v_proj.bias", 1, 'k', 0, 0},
-        {"ffn_norm.weight", "post_attention_layernorm.weight", 1, 'd', 0, 0},
-        {"ffn_gate.weight", "mlp.gate_proj.weight", 2, 'f', 'd', 0},
-        {"ffn_up.weight", "mlp.up_proj.weight", 2, 'f', 'd', 0},
-        {"ffn_down.weight", "mlp.down_proj.weight", 2, 'd', 'f', 0},
+        {"attn_norm.weight", "input_layernorm.weight", 1, 'd', 0, 0, 0},
+        {"attn_q.weight", "self_attn.q_proj.weight", 2, 'q', 'd', 'q', 0},
+        {"attn_k.weight", "self_attn.k_proj.weight", 2, 'k', 'd', 'k', 0},
+        {"attn_v.weight", "self_attn.v_proj.weight", 2, 'k', 'd', 0, 0},
+        {"attn_output.weight", "self_attn.o_proj.weight", 2, 'd', 'q', 0, 0},
+        {"attn_q.bias", "self_attn.q_proj.bias", 1, 'q', 0, 'q', 0},
+        {"attn_k.bias", "self_attn.k_proj.bias", 1, 'k', 0, 'k', 0},
+        {"attn_v.bias", "self_attn.v_proj.bias", 1, 'k', 0, 0, 0},
+        {"ffn_gate.weight", "mlp.gate_proj.weight", 2, 'f', 'd', 0, 0},
+        {"ffn_up.weight", "mlp.up_proj.weight", 2, 'f', 'd', 0, 0},
+        {"ffn_down.weight", "mlp.down_proj.weight", 2, 'd', 'f', 0, 0},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", 1, 'h', 0, 0, 'n'},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", 1, 'h', 0, 0, 'n'},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", 1, 'd', 0, 0, 'p'},
+        {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", 1, 'd', 0, 0, 'p'},
     };
+    if (!strcmp(s, "ffn_norm.weight")) {
+        /* the MLP's input norm: HF's name depends on the family (arch.c) */
+        snprintf(m->hf, sizeof m->hf, "model.layers.%d.%s", l, ad->gguf_ffn_norm);
+        m->n_dims = 1, m->rows = d;
+        return true;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(s, table[i].gguf))
             continue;
+        if ((table[i].needs == 'n' && !c->qk_norm) || (table[i].needs == 'p' && !c->post_norms))
+            return false;
         int64_t sz[128] = {0};
-        sz['d'] = d, sz['q'] = q, sz['k'] = kv, sz['f'] = f;
+        sz['d'] = d, sz['q'] = q, sz['k'] = kv, sz['f'] = f, sz['h'] = c->head_dim;
         snprintf(m->hf, sizeof m->hf, "model.layers.%d.%s", l, table[i].hf);
         m->n_dims = table[i].n_dims;
         m->rows = sz[(int)table[i].rows];
@@ -406,19 +503,39 @@ int rlpi_gguf_model_weights(const rlpi_gguf *g, rlpi_model_config *cfg, rlpi_wei
     if (rc)
         return rc;
 
-    /* Every tensor the transformer needs must be there. */
-    cfg->attention_bias = rlpi_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    /* Every tensor the transformer needs must be there (named as the
+     * file would name it, and as we do). */
+    const rlpi_arch_desc *ad = rlpi_arch_find(cfg->arch);
+    cfg->attention_bias = (ad && ad->qkv_bias) || rlpi_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     char name[160];
-    static const char *const per_layer[] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-        "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
-    size_t n_req = cfg->attention_bias ? 12 : 9;
+    const char *ffn_norm = ad ? ad->gguf_ffn_norm : "post_attention_layernorm.weight";
+    const struct {
+        const char *gguf, *hf;
+        bool needed;
+    } per_layer[] = {
+        {"attn_norm.weight", "input_layernorm.weight", true},
+        {"attn_q.weight", "self_attn.q_proj.weight", true},
+        {"attn_k.weight", "self_attn.k_proj.weight", true},
+        {"attn_v.weight", "self_attn.v_proj.weight", true},
+        {"attn_output.weight", "self_attn.o_proj.weight", true},
+        {"ffn_norm.weight", ffn_norm, true},
+        {"ffn_gate.weight", "mlp.gate_proj.weight", true},
+        {"ffn_up.weight", "mlp.up_proj.weight", true},
+        {"ffn_down.weight", "mlp.down_proj.weight", true},
+        {"attn_q.bias", "self_attn.q_proj.bias", cfg->attention_bias},
+        {"attn_k.bias", "self_attn.k_proj.bias", cfg->attention_bias},
+        {"attn_v.bias", "self_attn.v_proj.bias", cfg->attention_bias},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", cfg->qk_norm},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", cfg->qk_norm},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", cfg->post_norms},
+        {"post_ffw_norm.weight", "post_feedforward_layernorm.weight", cfg->post_norms},
+    };
     for (int l = 0; l < cfg->n_layers; l++)
-        for (size_t k = 0; k < n_req; k++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[k]);
-            if (!rlpi_weights_find(w, name))
-                return rlpi_error_set(RLP_E_FORMAT, "%s: missing tensor for '%s'", g->source, name);
+        for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[k].hf);
+            if (per_layer[k].needed && !rlpi_weights_find(w, name))
+                return rlpi_error_set(RLP_E_FORMAT, "%s: missing tensor for '%s' (%s needs 'blk.%d.%s')",
+                                      g->source, name, cfg->arch, l, per_layer[k].gguf);
         }
     if (!rlpi_weights_find(w, "model.embed_tokens.weight"))
         return rlpi_error_set(RLP_E_FORMAT, "%s: missing tensor 'token_embd.weight'", g->source);

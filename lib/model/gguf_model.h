@@ -1,7 +1,8 @@
-/* Builds a Llama-family model (config + fp32 weights in Hugging Face names
- * and layout) from a validated GGUF file. It maps metadata and tensor names,
- * checks every shape against the config, dequantizes, and undoes llama.cpp's
- * Q/K row permutation; it must not parse the file itself (gguf.c does). */
+/* Builds a model of a family in lib/model/arch.c (config + fp32 weights in
+ * Hugging Face names and layout) from a validated GGUF file. It maps
+ * metadata and tensor names, checks every shape against the config,
+ * dequantizes, and undoes llama.cpp's Q/K row permutation where the family's
+ * row says so; it must not parse the file itself (gguf.c does). */
 #ifndef RLPI_MODEL_GGUF_MODEL_H
 #define RLPI_MODEL_GGUF_MODEL_H
 
@@ -18,8 +19,11 @@ typedef struct rlpi_gguf_load_stats {
     uint64_t fp32_bytes;    /* bytes of the weights produced (aliases not counted) */
 } rlpi_gguf_load_stats;
 
-/* Fills *cfg from `general.architecture` ("llama", "qwen2", "mistral") and
- * that architecture's `{arch}.*` keys; validates it. RLP_E_UNSUPPORTED for
+/* Fills *cfg from `general.architecture` (a row of arch.c: "llama",
+ * "mistral", "qwen2", "qwen3", "gemma3"), the row's architecture fields and
+ * that architecture's `{arch}.*` keys (Gemma 3: sliding window, pattern,
+ * local RoPE base; any: attention.scale, final_logit_softcapping);
+ * validates it. RLP_E_UNSUPPORTED for
  * another architecture or a feature the transformer lacks (yarn, partial
  * rotary, value_length != key_length); RLP_E_FORMAT / RLP_E_NOT_FOUND for
  * bad or missing keys (the message names the key). */

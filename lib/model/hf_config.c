@@ -1,12 +1,15 @@
-/* config.json parsing and rendering for Llama / Qwen2 / Mistral. Strict on
- * types (an integer field holding a string or 1.5 is a broken file, not a
- * default), lenient on keys we do not need. */
+/* config.json parsing and rendering for the families of lib/model/arch.c
+ * (Llama, Mistral, Qwen2, Qwen3, Gemma 3). Strict on types (an integer
+ * field holding a string or 1.5 is a broken file, not a default), lenient
+ * on keys we do not need. What differs by family comes from the table, not
+ * from the family's name. */
 #include "model/hf_config.h"
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_guard.h"
 #include "core/mapfile.h"
+#include "model/arch.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -14,18 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct arch_info {
-    const char *hf_class;   /* architectures[0] */
-    const char *model_type; /* model_type, also our cfg->arch */
-} arch_info;
-
-static const arch_info ARCHS[] = {
-    {"LlamaForCausalLM", "llama"},
-    {"Qwen2ForCausalLM", "qwen2"},
-    {"MistralForCausalLM", "mistral"},
-};
-#define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
 
 #define BAD(...) return rlpi_error_set(RLP_E_FORMAT, __VA_ARGS__)
 
@@ -83,7 +74,7 @@ static int get_bool(json_t *root, const char *key, int def, const char *src, int
     return RLP_OK;
 }
 
-static int find_arch(json_t *root, const char *src, const arch_info **out)
+static int find_arch(json_t *root, const char *src, const rlpi_arch_desc **out)
 {
     json_t *archs = json_object_get(root, "architectures");
     json_t *mt = json_object_get(root, "model_type");
@@ -92,57 +83,29 @@ static int find_arch(json_t *root, const char *src, const arch_info **out)
             !json_is_string(json_array_get(archs, 0)))
             BAD("%s: 'architectures' must be a non-empty array of strings", src);
         const char *a = json_string_value(json_array_get(archs, 0));
-        for (size_t i = 0; i < N_ARCHS; i++)
-            if (!strcmp(a, ARCHS[i].hf_class)) {
-                *out = &ARCHS[i];
-                return RLP_OK;
-            }
+        if ((*out = rlpi_arch_find_hf_class(a)))
+            return RLP_OK;
         return rlpi_error_set(RLP_E_UNSUPPORTED,
-                              "%s: architecture '%.64s' is not supported (LlamaForCausalLM, "
-                              "Qwen2ForCausalLM, MistralForCausalLM are)",
-                              src, a);
+                              "%s: architecture '%.64s' is not supported (the *ForCausalLM of %s are)",
+                              src, a, rlpi_arch_names());
     }
     if (mt && !json_is_null(mt)) {
         if (!json_is_string(mt))
             BAD("%s: 'model_type' must be a string", src);
         const char *m = json_string_value(mt);
-        for (size_t i = 0; i < N_ARCHS; i++)
-            if (!strcmp(m, ARCHS[i].model_type)) {
-                *out = &ARCHS[i];
-                return RLP_OK;
-            }
-        return rlpi_error_set(RLP_E_UNSUPPORTED,
-                              "%s: model_type '%.64s' is not supported (llama, qwen2, mistral are)",
-                              src, m);
+        if ((*out = rlpi_arch_find(m)))
+            return RLP_OK;
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: model_type '%.64s' is not supported (%s are)",
+                              src, m, rlpi_arch_names());
     }
     BAD("%s: neither 'architectures' nor 'model_type' says what model this is", src);
 }
 
-/* RoPE settings. transformers < 5 writes top-level `rope_theta` and a
- * `rope_scaling` object (type key "type" or "rope_type"); transformers 5
- * writes one `rope_parameters` object holding rope_theta and rope_type.
- * Both are read; rope_parameters wins when present. */
-static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
+/* rope_type and its parameters from one rope_scaling / rope_parameters
+ * object (`what` names it in messages); absent type = default when v5. */
+static int parse_rope_type(json_t *rs, int v5, const char *what, const char *src, rlpi_model_config *c)
 {
-    c->rope_scaling = RLPI_ROPE_SCALING_NONE;
-    c->rope_factor = 1.0f;
-    int rc = get_num(root, "rope_theta", 0, 10000.0, src, &c->rope_theta);
-    if (rc)
-        return rc;
-    json_t *rs = json_object_get(root, "rope_parameters");
-    int v5 = rs && !json_is_null(rs);
-    if (v5) {
-        if (!json_is_object(rs))
-            BAD("%s: 'rope_parameters' must be an object or null", src);
-        if ((rc = get_num(rs, "rope_theta", 0, (double)c->rope_theta, src, &c->rope_theta)))
-            return rc;
-    } else {
-        rs = json_object_get(root, "rope_scaling");
-        if (!rs || json_is_null(rs))
-            return RLP_OK;
-        if (!json_is_object(rs))
-            BAD("%s: 'rope_scaling' must be an object or null", src);
-    }
+    int rc;
     /* transformers renamed "type" to "rope_type"; files carry either */
     json_t *t = json_object_get(rs, "rope_type");
     if (!t)
@@ -150,8 +113,7 @@ static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
     if (!t && v5)
         return RLP_OK; /* rope_parameters with only rope_theta */
     if (!json_is_string(t))
-        BAD("%s: %s needs a string 'rope_type' (or 'type')", src,
-            v5 ? "rope_parameters" : "rope_scaling");
+        BAD("%s: %s needs a string 'rope_type' (or 'type')", src, what);
     const char *type = json_string_value(t);
     if (!strcmp(type, "default"))
         return RLP_OK;
@@ -168,12 +130,66 @@ static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
                           &c->rope_original_max_pos)))
             return rc;
         if (!(c->rope_low_freq_factor > 0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
-            BAD("%s: rope_scaling needs 0 < low_freq_factor < high_freq_factor", src);
+            BAD("%s: %s needs 0 < low_freq_factor < high_freq_factor", src, what);
         return RLP_OK;
     }
     return rlpi_error_set(RLP_E_UNSUPPORTED,
-                          "%s: rope_scaling type '%.32s' is not supported (llama3, linear are)", src,
-                          type);
+                          "%s: %s type '%.32s' is not supported (llama3, linear are)", src, what, type);
+}
+
+/* RoPE settings. transformers < 5 writes top-level `rope_theta` and a
+ * `rope_scaling` object (type key "type" or "rope_type"); transformers 5
+ * writes one `rope_parameters` object holding rope_theta and rope_type, or,
+ * for families with local layers (Gemma 3), one such object per layer kind
+ * ({"full_attention": {...}, "sliding_attention": {...}}). All are read;
+ * rope_parameters wins when present. Scaling applies to global layers;
+ * local layers take only their base (rope_theta_local, which the caller
+ * has set to the family's default or rope_local_base_freq). */
+static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
+{
+    c->rope_scaling = RLPI_ROPE_SCALING_NONE;
+    c->rope_factor = 1.0f;
+    int rc = get_num(root, "rope_theta", 0, 10000.0, src, &c->rope_theta);
+    if (rc)
+        return rc;
+    json_t *rs = json_object_get(root, "rope_parameters");
+    if (rs && !json_is_null(rs)) {
+        if (!json_is_object(rs))
+            BAD("%s: 'rope_parameters' must be an object or null", src);
+        json_t *full = json_object_get(rs, "full_attention");
+        const char *what = "rope_parameters";
+        if (full) {
+            if (!json_is_object(full))
+                BAD("%s: 'rope_parameters.full_attention' must be an object", src);
+            json_t *loc = json_object_get(rs, "sliding_attention");
+            if (loc && !json_is_null(loc)) {
+                if (!json_is_object(loc))
+                    BAD("%s: 'rope_parameters.sliding_attention' must be an object", src);
+                rlpi_model_config lc = *c;
+                if ((rc = get_num(loc, "rope_theta", 0,
+                                  (double)(c->rope_theta_local > 0 ? c->rope_theta_local : c->rope_theta), src,
+                                  &c->rope_theta_local)) ||
+                    (rc = parse_rope_type(loc, 1, "rope_parameters.sliding_attention", src, &lc)))
+                    return rc;
+                if (lc.rope_scaling != RLPI_ROPE_SCALING_NONE)
+                    return rlpi_error_set(RLP_E_UNSUPPORTED,
+                                          "%s: rope_parameters.sliding_attention: RoPE scaling on local "
+                                          "(sliding-window) layers is not supported",
+                                          src);
+            }
+            rs = full;
+            what = "rope_parameters.full_attention";
+        }
+        if ((rc = get_num(rs, "rope_theta", 0, (double)c->rope_theta, src, &c->rope_theta)))
+            return rc;
+        return parse_rope_type(rs, 1, what, src, c);
+    }
+    rs = json_object_get(root, "rope_scaling");
+    if (!rs || json_is_null(rs))
+        return RLP_OK;
+    if (!json_is_object(rs))
+        BAD("%s: 'rope_scaling' must be an object or null", src);
+    return parse_rope_type(rs, 0, "rope_scaling", src, c);
 }
 
 /* bos/eos: an id, null, or (eos in Llama 3.x) a list whose first is used. */
@@ -194,73 +210,89 @@ static int get_token_id(json_t *root, const char *key, const char *src, int32_t 
     return RLP_OK;
 }
 
-static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
+/* The gated MLP's activation: Gemma's `hidden_activation` (wins) or
+ * `hidden_act`; it must be the one the family's row runs. */
+static int parse_activation(json_t *root, const rlpi_arch_desc *a, const char *src)
 {
-    if (!json_is_object(root))
-        BAD("%s: config is not a JSON object", src);
-    memset(c, 0, sizeof *c);
-    const arch_info *a = NULL;
-    int rc = find_arch(root, src, &a);
+    static const char *const keys[2] = {"hidden_activation", "hidden_act"};
+    for (int i = 0; i < 2; i++) {
+        json_t *act = json_object_get(root, keys[i]);
+        if (!act || json_is_null(act))
+            continue;
+        if (!json_is_string(act))
+            BAD("%s: '%s' must be a string", src, keys[i]);
+        const char *v = json_string_value(act);
+        int kind = !strcmp(v, "silu") || !strcmp(v, "swish")                   ? RLPI_ACT_SILU
+                   : !strcmp(v, "gelu_pytorch_tanh") || !strcmp(v, "gelu_tanh") ? RLPI_ACT_GELU_TANH
+                                                                                : -1;
+        if (kind != a->activation)
+            return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: %s '%.32s' is not supported for %s (%s is)", src,
+                                  keys[i], v, a->hf_class,
+                                  a->activation == RLPI_ACT_SILU ? "silu" : "gelu_pytorch_tanh");
+        return RLP_OK;
+    }
+    return RLP_OK;
+}
+
+/* Which layers are local, for families with interleaved sliding-window
+ * layers (Gemma 3): transformers 5 (and late 4.x) list them in
+ * `layer_types`; older files give a period, `sliding_window_pattern`
+ * (transformers 5 writes `_sliding_window_pattern`): layer i is global when
+ * (i + 1) % period == 0. When both are given they must agree. */
+static int parse_local_layers(json_t *root, const rlpi_arch_desc *a, const char *src, rlpi_model_config *c)
+{
+    int rc = get_int(root, "sliding_window", 1, 0, 1, 1 << 24, src, &c->sliding_window);
     if (rc)
         return rc;
-    snprintf(c->arch, sizeof c->arch, "%s", a->model_type);
-    int is_qwen2 = !strcmp(a->model_type, "qwen2");
-    int is_mistral = !strcmp(a->model_type, "mistral");
-
-    json_t *act = json_object_get(root, "hidden_act");
-    if (act && !json_is_null(act)) {
-        if (!json_is_string(act))
-            BAD("%s: 'hidden_act' must be a string", src);
-        if (strcmp(json_string_value(act), "silu"))
-            return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported (silu is)",
-                                  src, json_string_value(act));
-    }
-    if ((rc = get_int(root, "hidden_size", 1, 0, 1, INT32_MAX, src, &c->dim)) ||
-        (rc = get_int(root, "intermediate_size", 1, 0, 1, INT32_MAX, src, &c->ffn_dim)) ||
-        (rc = get_int(root, "num_hidden_layers", 1, 0, 1, INT32_MAX, src, &c->n_layers)) ||
-        (rc = get_int(root, "num_attention_heads", 1, 0, 1, INT32_MAX, src, &c->n_heads)) ||
-        (rc = get_int(root, "num_key_value_heads", 0, c->n_heads, 1, INT32_MAX, src,
-                      &c->n_kv_heads)) ||
-        (rc = get_int(root, "vocab_size", 1, 0, 1, INT32_MAX, src, &c->vocab_size)) ||
-        (rc = get_int(root, "max_position_embeddings", 0, is_qwen2 ? 32768 : 2048, 1, INT32_MAX,
-                      src, &c->max_seq_len)))
-        return rc;
-    json_t *hd = json_object_get(root, "head_dim");
-    if (hd && !json_is_null(hd)) {
-        if ((rc = get_int(root, "head_dim", 1, 0, 1, INT32_MAX, src, &c->head_dim)))
+    int32_t period = 0;
+    static const char *const pkeys[2] = {"sliding_window_pattern", "_sliding_window_pattern"};
+    const char *pkey = NULL;
+    for (int i = 0; i < 2 && !period; i++) {
+        if ((rc = get_int(root, pkeys[i], 0, 0, 1, RLPI_MAX_LAYERS, src, &period)))
             return rc;
-    } else {
-        if (c->dim % c->n_heads != 0)
-            BAD("%s: hidden_size %d is not a multiple of num_attention_heads %d and no head_dim "
-                "is given",
-                src, c->dim, c->n_heads);
-        c->head_dim = c->dim / c->n_heads;
+        pkey = pkeys[i];
     }
-    if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, src, &c->rms_eps)) ||
-        (rc = parse_rope(root, src, c)))
-        return rc;
-    int tie, bias, mlp_bias;
-    if ((rc = get_bool(root, "tie_word_embeddings", 0, src, &tie)) ||
-        (rc = get_bool(root, "attention_bias", 0, src, &bias)) ||
-        (rc = get_bool(root, "mlp_bias", 0, src, &mlp_bias)))
-        return rc;
-    c->tie_embeddings = tie;
-    if (is_qwen2) {
-        c->attention_bias = true; /* Qwen2Attention hard-codes q/k/v bias, no o_proj bias */
-    } else if (bias) {
-        /* LlamaAttention's attention_bias also biases o_proj, which our
-         * transformer has no place for */
-        return rlpi_error_set(RLP_E_UNSUPPORTED,
-                              "%s: attention_bias=true (o_proj bias) is not supported for %s", src,
-                              a->hf_class);
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt))
+            BAD("%s: 'layer_types' must be an array of strings", src);
+        if (json_array_size(lt) != (size_t)c->n_layers)
+            BAD("%s: 'layer_types' has %zu entries, num_hidden_layers is %d", src, json_array_size(lt),
+                c->n_layers);
+        for (int32_t i = 0; i < c->n_layers; i++) {
+            const char *k = json_string_value(json_array_get(lt, (size_t)i));
+            if (!k)
+                BAD("%s: 'layer_types' must be an array of strings", src);
+            if (!strcmp(k, "sliding_attention"))
+                c->local_layers[i] = 1;
+            else if (strcmp(k, "full_attention"))
+                return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: layer type '%.32s' is not supported", src, k);
+            if (period && c->local_layers[i] != ((i + 1) % period != 0))
+                BAD("%s: 'layer_types'[%d] is %s but '%s' = %d makes it %s", src, i, k, pkey, period,
+                    (i + 1) % period ? "sliding_attention" : "full_attention");
+        }
+        return RLP_OK;
     }
-    if (mlp_bias)
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: mlp_bias=true is not supported", src);
+    if (period) {
+        for (int32_t i = 0; i < c->n_layers; i++)
+            c->local_layers[i] = (i + 1) % period != 0;
+        return RLP_OK;
+    }
+    rlpi_arch_default_local_layers(a, c);
+    return RLP_OK;
+}
 
-    /* Sliding-window attention equals full attention within the window,
-     * so capping the context keeps every result exact. */
-    int use_sw = is_mistral;
-    if (is_qwen2 && (rc = get_bool(root, "use_sliding_window", 0, src, &use_sw)))
+/* Families without local layers (Mistral, Qwen2/3 with use_sliding_window):
+ * sliding-window attention equals full attention within the window, so
+ * capping the context keeps every result exact. Mistral has no switch (a
+ * non-null sliding_window is used); Qwen has `use_sliding_window`. */
+static int cap_by_window(json_t *root, const char *src, rlpi_model_config *c)
+{
+    int use_sw = 0, rc;
+    json_t *sw_key = json_object_get(root, "sliding_window");
+    int has_switch = json_object_get(root, "use_sliding_window") != NULL;
+    if ((rc = get_bool(root, "use_sliding_window", !has_switch && sw_key && !json_is_null(sw_key), src,
+                       &use_sw)))
         return rc;
     /* transformers 5 lists each layer's attention kind */
     json_t *lt = json_object_get(root, "layer_types");
@@ -274,8 +306,7 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
             if (!strcmp(k, "sliding_attention"))
                 use_sw = 1;
             else if (strcmp(k, "full_attention"))
-                return rlpi_error_set(RLP_E_UNSUPPORTED,
-                                      "%s: layer type '%.32s' is not supported", src, k);
+                return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: layer type '%.32s' is not supported", src, k);
         }
     }
     if (use_sw) {
@@ -285,7 +316,90 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         if (sw > 0 && sw < c->max_seq_len)
             c->max_seq_len = sw;
     }
-    if ((rc = get_token_id(root, "bos_token_id", src, &c->bos_id)) ||
+    return RLP_OK;
+}
+
+static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
+{
+    if (!json_is_object(root))
+        BAD("%s: config is not a JSON object", src);
+    memset(c, 0, sizeof *c);
+    const rlpi_arch_desc *a = NULL;
+    int rc = find_arch(root, src, &a);
+    if (rc || (rc = parse_activation(root, a, src)))
+        return rc;
+    if ((rc = get_int(root, "hidden_size", 1, 0, 1, INT32_MAX, src, &c->dim)) ||
+        (rc = get_int(root, "intermediate_size", 1, 0, 1, INT32_MAX, src, &c->ffn_dim)) ||
+        (rc = get_int(root, "num_hidden_layers", 1, 0, 1, INT32_MAX, src, &c->n_layers)) ||
+        (rc = get_int(root, "num_attention_heads", 1, 0, 1, INT32_MAX, src, &c->n_heads)) ||
+        (rc = get_int(root, "num_key_value_heads", 0, c->n_heads, 1, INT32_MAX, src,
+                      &c->n_kv_heads)) ||
+        (rc = get_int(root, "vocab_size", 1, 0, 1, INT32_MAX, src, &c->vocab_size)) ||
+        (rc = get_int(root, "max_position_embeddings", 0, a->default_context, 1, INT32_MAX,
+                      src, &c->max_seq_len)))
+        return rc;
+    if (c->n_layers > RLPI_MAX_LAYERS)
+        BAD("%s: 'num_hidden_layers' = %d is out of range [1, %d]", src, c->n_layers, RLPI_MAX_LAYERS);
+    rlpi_arch_apply(a, c); /* needs dim (embedding scale) */
+    json_t *hd = json_object_get(root, "head_dim");
+    if (hd && !json_is_null(hd)) {
+        if ((rc = get_int(root, "head_dim", 1, 0, 1, INT32_MAX, src, &c->head_dim)))
+            return rc;
+    } else {
+        if (c->dim % c->n_heads != 0)
+            BAD("%s: hidden_size %d is not a multiple of num_attention_heads %d and no head_dim "
+                "is given",
+                src, c->dim, c->n_heads);
+        c->head_dim = c->dim / c->n_heads;
+    }
+    if (a->sliding_window &&
+        (rc = get_num(root, "rope_local_base_freq", 0, (double)c->rope_theta_local, src, &c->rope_theta_local)))
+        return rc;
+    if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, src, &c->rms_eps)) ||
+        (rc = parse_rope(root, src, c)))
+        return rc;
+    int tie, bias, mlp_bias, bidir;
+    if ((rc = get_bool(root, "tie_word_embeddings", a->hf_tie_default, src, &tie)) ||
+        (rc = get_bool(root, "attention_bias", 0, src, &bias)) ||
+        (rc = get_bool(root, "mlp_bias", 0, src, &mlp_bias)) ||
+        (rc = get_bool(root, "use_bidirectional_attention", 0, src, &bidir)))
+        return rc;
+    c->tie_embeddings = tie;
+    if (bias && !a->qkv_bias) {
+        /* LlamaAttention's attention_bias (as Qwen3's and Gemma 3's) also
+         * biases o_proj, which our transformer has no place for; Qwen2
+         * hard-codes q/k/v biases (set from the row) and ignores the key */
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "%s: attention_bias=true (o_proj bias) is not supported for %s", src,
+                              a->hf_class);
+    }
+    if (mlp_bias)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: mlp_bias=true is not supported", src);
+    if (bidir)
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "%s: use_bidirectional_attention=true (an encoder) is not supported", src);
+    json_t *asc = json_object_get(root, "attn_logit_softcapping");
+    if (asc && !json_is_null(asc))
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "%s: attn_logit_softcapping (Gemma 2 attention soft-capping) is not supported", src);
+    if ((rc = get_num(root, "final_logit_softcapping", 0, 0.0, src, &c->final_softcap)))
+        return rc;
+    if (c->final_softcap < 0)
+        BAD("%s: 'final_logit_softcapping' = %g must be positive or null", src, (double)c->final_softcap);
+    json_t *qs = json_object_get(root, "query_pre_attn_scalar");
+    if (qs && !json_is_null(qs)) {
+        float q;
+        if ((rc = get_num(root, "query_pre_attn_scalar", 1, 0.0, src, &q)))
+            return rc;
+        if (!(q > 0))
+            BAD("%s: 'query_pre_attn_scalar' = %g must be positive", src, (double)q);
+        c->attn_scale = 1.0f / sqrtf(q);
+    }
+    if (a->sliding_window)
+        rc = parse_local_layers(root, a, src, c);
+    else
+        rc = cap_by_window(root, src, c);
+    if (rc || (rc = get_token_id(root, "bos_token_id", src, &c->bos_id)) ||
         (rc = get_token_id(root, "eos_token_id", src, &c->eos_id)))
         return rc;
     return rlpi_model_config_validate(c, src);
@@ -333,27 +447,72 @@ static json_t *json_float(float f)
     return json_real(strtod(buf, NULL));
 }
 
-static const arch_info *arch_of(const rlpi_model_config *c)
-{
-    for (size_t i = 0; i < N_ARCHS; i++)
-        if (!strcmp(c->arch, ARCHS[i].model_type))
-            return &ARCHS[i];
-    return NULL;
-}
-
 static json_t *token_or_null(int32_t id)
 {
     return id >= 0 ? json_integer(id) : json_null();
 }
 
+/* {"rope_theta": .., "rope_type": .., scaling parameters} of the global
+ * layers, as transformers 5 reads it (also the legacy rope_scaling object
+ * without rope_theta when `with_theta` is false; NULL without scaling). */
+static json_t *rope_object(const rlpi_model_config *c, bool with_theta)
+{
+    if (!with_theta && c->rope_scaling == RLPI_ROPE_SCALING_NONE)
+        return json_null();
+    json_t *rs = json_object();
+    if (with_theta)
+        json_object_set_new(rs, "rope_theta", json_float(c->rope_theta));
+    int llama3 = c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3;
+    if (c->rope_scaling == RLPI_ROPE_SCALING_NONE) {
+        json_object_set_new(rs, "rope_type", json_string("default"));
+        return rs;
+    }
+    json_object_set_new(rs, "rope_type", json_string(llama3 ? "llama3" : "linear"));
+    json_object_set_new(rs, "factor", json_float(c->rope_factor));
+    if (llama3) {
+        json_object_set_new(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_pos));
+    }
+    return rs;
+}
+
+/* Gemma 3's keys: local layers, per-kind RoPE, attention scale, soft-cap.
+ * Written in transformers 5's spelling (layer_types, nested
+ * rope_parameters) with the 4.x keys alongside for older readers. */
+static void dump_local_layers(json_t *r, const rlpi_model_config *c)
+{
+    float theta_l = c->rope_theta_local > 0 ? c->rope_theta_local : c->rope_theta;
+    json_t *rp = json_object();
+    json_object_set_new(rp, "full_attention", rope_object(c, true));
+    json_t *loc = json_object();
+    json_object_set_new(loc, "rope_theta", json_float(theta_l));
+    json_object_set_new(loc, "rope_type", json_string("default"));
+    json_object_set_new(rp, "sliding_attention", loc);
+    json_object_set_new(r, "rope_parameters", rp);
+    json_object_set_new(r, "rope_local_base_freq", json_float(theta_l));
+    json_object_set_new(r, "sliding_window", json_integer(c->sliding_window > 0 ? c->sliding_window : c->max_seq_len));
+    json_t *lt = json_array();
+    for (int32_t i = 0; i < c->n_layers; i++)
+        json_array_append_new(lt, json_string(c->sliding_window > 0 && c->local_layers[i] ? "sliding_attention"
+                                                                                          : "full_attention"));
+    json_object_set_new(r, "layer_types", lt);
+    /* q^-1/2 = attn_scale; written as an integer when it is one (256) */
+    double q = 1.0 / ((double)rlpi_model_config_attn_scale(c) * (double)rlpi_model_config_attn_scale(c));
+    double qr = floor(q + 0.5);
+    json_object_set_new(r, "query_pre_attn_scalar", fabs(q - qr) < 1e-3 * qr ? json_integer((json_int_t)qr)
+                                                                               : json_real(q));
+    json_object_set_new(r, "attn_logit_softcapping", json_null());
+    json_object_set_new(r, "use_bidirectional_attention", json_false());
+}
+
 int rlpi_hf_config_dump(const rlpi_model_config *c, char **out)
 {
     *out = NULL;
-    const arch_info *a = arch_of(c);
+    const rlpi_arch_desc *a = rlpi_arch_find(c->arch);
     if (!a)
         return rlpi_error_set(RLP_E_UNSUPPORTED,
                               "config.json: arch '%.32s' has no transformers class here", c->arch);
-    int is_qwen2 = !strcmp(a->model_type, "qwen2");
     json_t *r = json_object();
     json_t *archs = json_array();
     if (!r || !archs) {
@@ -363,7 +522,8 @@ int rlpi_hf_config_dump(const rlpi_model_config *c, char **out)
     }
     json_array_append_new(archs, json_string(a->hf_class));
     json_object_set_new(r, "architectures", archs);
-    json_object_set_new(r, "model_type", json_string(a->model_type));
+    /* Gemma 3's text model is "gemma3_text" ("gemma3" is the multimodal one) */
+    json_object_set_new(r, "model_type", json_string(a->hf_alt_type ? a->hf_alt_type : a->name));
     json_object_set_new(r, "hidden_size", json_integer(c->dim));
     json_object_set_new(r, "intermediate_size", json_integer(c->ffn_dim));
     json_object_set_new(r, "num_hidden_layers", json_integer(c->n_layers));
@@ -372,46 +532,33 @@ int rlpi_hf_config_dump(const rlpi_model_config *c, char **out)
     json_object_set_new(r, "head_dim", json_integer(c->head_dim));
     json_object_set_new(r, "vocab_size", json_integer(c->vocab_size));
     json_object_set_new(r, "max_position_embeddings", json_integer(c->max_seq_len));
-    json_object_set_new(r, "hidden_act", json_string("silu"));
+    if (c->activation == RLPI_ACT_GELU_TANH)
+        json_object_set_new(r, "hidden_activation", json_string("gelu_pytorch_tanh"));
+    else
+        json_object_set_new(r, "hidden_act", json_string("silu"));
     json_object_set_new(r, "rms_norm_eps", json_float(c->rms_eps));
     json_object_set_new(r, "rope_theta", json_float(c->rope_theta));
-    if (c->rope_scaling == RLPI_ROPE_SCALING_NONE) {
-        json_object_set_new(r, "rope_scaling", json_null());
+    json_object_set_new(r, "rope_scaling", rope_object(c, false));
+    if (a->sliding_window) {
+        dump_local_layers(r, c);
     } else {
-        json_t *rs = json_object();
-        int llama3 = c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3;
-        json_object_set_new(rs, "rope_type", json_string(llama3 ? "llama3" : "linear"));
-        json_object_set_new(rs, "factor", json_float(c->rope_factor));
-        if (llama3) {
-            json_object_set_new(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
-            json_object_set_new(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
-            json_object_set_new(rs, "original_max_position_embeddings",
-                                json_integer(c->rope_original_max_pos));
-        }
-        json_object_set_new(r, "rope_scaling", rs);
+        /* transformers 5 reads rope_parameters; older versions keep it as
+         * an unused attribute. Both spellings carry the same values. */
+        json_object_set_new(r, "rope_parameters", rope_object(c, true));
     }
-    /* transformers 5 reads rope_parameters; older versions keep it as an
-     * unused attribute. Both spellings carry the same values. */
-    json_t *rp = json_object();
-    json_object_set_new(rp, "rope_theta", json_float(c->rope_theta));
-    if (c->rope_scaling == RLPI_ROPE_SCALING_NONE) {
-        json_object_set_new(rp, "rope_type", json_string("default"));
-    } else {
-        json_t *rs = json_object_get(r, "rope_scaling");
-        const char *k;
-        json_t *v;
-        json_object_foreach(rs, k, v)
-            json_object_set(rp, k, v);
-    }
-    json_object_set_new(r, "rope_parameters", rp);
+    if (c->final_softcap > 0 || a->sliding_window)
+        json_object_set_new(r, "final_logit_softcapping",
+                            c->final_softcap > 0 ? json_float(c->final_softcap) : json_null());
     json_object_set_new(r, "tie_word_embeddings", json_boolean(c->tie_embeddings));
-    if (is_qwen2) {
+    if (a->qkv_bias) {
         json_object_set_new(r, "use_sliding_window", json_false());
     } else {
         json_object_set_new(r, "attention_bias", json_false());
         json_object_set_new(r, "mlp_bias", json_false());
+        if (a->qk_norm && !a->sliding_window) /* Qwen3 has the switch, off */
+            json_object_set_new(r, "use_sliding_window", json_false());
     }
-    if (!strcmp(a->model_type, "mistral"))
+    if (!strcmp(a->name, "mistral"))
         json_object_set_new(r, "sliding_window", json_null());
     json_object_set_new(r, "bos_token_id", token_or_null(c->bos_id));
     json_object_set_new(r, "eos_token_id", token_or_null(c->eos_id));

@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,12 @@ int rlpi_hf_check_weights(const rlpi_model_config *c, const rlpi_weights *w, con
             (rc = L("mlp.up_proj.weight", 2, c->ffn_dim, c->dim)) ||
             (rc = L("mlp.down_proj.weight", 2, c->dim, c->ffn_dim)))
             return rc;
+        if (c->qk_norm && ((rc = L("self_attn.q_norm.weight", 1, c->head_dim, 0)) ||
+                           (rc = L("self_attn.k_norm.weight", 1, c->head_dim, 0))))
+            return rc;
+        if (c->post_norms && ((rc = L("pre_feedforward_layernorm.weight", 1, c->dim, 0)) ||
+                              (rc = L("post_feedforward_layernorm.weight", 1, c->dim, 0))))
+            return rc;
         if (c->attention_bias &&
             ((rc = L("self_attn.q_proj.bias", 1, q, 0)) || (rc = L("self_attn.k_proj.bias", 1, kv, 0)) ||
              (rc = L("self_attn.v_proj.bias", 1, kv, 0))))
@@ -66,6 +73,34 @@ int rlpi_hf_check_weights(const rlpi_model_config *c, const rlpi_weights *w, con
     }
 #undef L
     return RLP_OK;
+}
+
+/* RMSNorm weights by HF name: every *layernorm.weight (input_, post_attention_,
+ * pre_/post_feedforward_), q_norm / k_norm, and the final model.norm. */
+bool rlpi_hf_is_norm_weight(const char *name)
+{
+    size_t n = strlen(name);
+    static const char *const ends[] = {"layernorm.weight", "_norm.weight"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t k = strlen(ends[i]);
+        if (n >= k && !strcmp(name + n - k, ends[i]))
+            return true;
+    }
+    return !strcmp(name, "model.norm.weight");
+}
+
+/* HF stores Gemma's norm weights as w with the scale 1 + w; the transformer
+ * holds the effective scale (config.h), so the offset is added once here. */
+static void add_norm_offset(rlpi_weights *w, float offset)
+{
+    if (offset == 0.0f)
+        return;
+    for (size_t i = 0; i < w->n; i++) {
+        rlpi_tensor *t = &w->tensors[i];
+        if (t->alias_of < 0 && t->data && rlpi_hf_is_norm_weight(t->name))
+            for (size_t j = 0; j < t->n_elems; j++)
+                t->data[j] += offset;
+    }
 }
 
 static int exists(const char *path)
@@ -104,6 +139,7 @@ int rlpi_hf_dir_load(const char *dir, rlpi_model_config *cfg, rlpi_weights *w)
         goto out;
     if ((rc = rlpi_hf_check_weights(cfg, w, dir)))
         goto out;
+    add_norm_offset(w, cfg->norm_offset);
     /* A tied model that stores a head anyway: transformers re-ties it to
      * the embedding and ignores the stored values, so do the same. */
     if (cfg->tie_embeddings) {
@@ -139,6 +175,8 @@ int rlpi_hf_dir_save(const char *dir, const rlpi_model_config *cfg, const rlpi_w
     rlpi_st_metadata_init(&meta);
     rlpi_weights view;
     rlpi_weights_init(&view);
+    float **owned = NULL; /* offset-free norm copies of the view */
+    size_t n_owned = 0;
     if (!cpath || !spath || !gpath) {
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", dir);
         goto out;
@@ -146,22 +184,39 @@ int rlpi_hf_dir_save(const char *dir, const rlpi_model_config *cfg, const rlpi_w
     if ((rc = rlpi_st_metadata_set(&meta, "format", "pt")))
         goto out;
     /* A shallow view of `w` without lm_head when tied: save_pretrained
-     * drops tied weights too, and from_pretrained re-ties the head. */
+     * drops tied weights too, and from_pretrained re-ties the head. Norm
+     * weights of a family with a norm offset are copies with the offset
+     * taken off (HF's convention; `w` holds the effective scale). */
     const rlpi_weights *src = w;
     const rlpi_tensor *head = rlpi_weights_find(w, "lm_head.weight");
-    if (cfg->tie_embeddings && head) {
-        view.tensors = malloc(w->n * sizeof *view.tensors);
-        if (!view.tensors) {
+    bool drop_head = cfg->tie_embeddings && head;
+    if (drop_head || cfg->norm_offset != 0.0f) {
+        view.tensors = calloc(w->n ? w->n : 1, sizeof *view.tensors);
+        owned = calloc(w->n ? w->n : 1, sizeof *owned);
+        if (!view.tensors || !owned) {
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", dir);
             goto out;
         }
         for (size_t i = 0; i < w->n; i++) {
-            if (&w->tensors[i] == head)
+            if (drop_head && &w->tensors[i] == head)
                 continue;
             view.tensors[view.n] = w->tensors[i];
             /* resolve aliases to data pointers so indices may shift */
-            view.tensors[view.n].data = (float *)rlpi_tensor_data(w, &w->tensors[i]);
+            const float *d = rlpi_tensor_data(w, &w->tensors[i]);
+            view.tensors[view.n].data = (float *)d;
             view.tensors[view.n].alias_of = -1;
+            if (cfg->norm_offset != 0.0f && rlpi_hf_is_norm_weight(w->tensors[i].name)) {
+                size_t ne = w->tensors[i].n_elems;
+                float *c = malloc((ne ? ne : 1) * sizeof *c);
+                if (!c) {
+                    rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", dir);
+                    goto out;
+                }
+                for (size_t j = 0; j < ne; j++)
+                    c[j] = d[j] - cfg->norm_offset;
+                owned[n_owned++] = c;
+                view.tensors[view.n].data = c;
+            }
             view.n++;
         }
         src = &view;
@@ -171,6 +226,9 @@ int rlpi_hf_dir_save(const char *dir, const rlpi_model_config *cfg, const rlpi_w
         (rc = rlpi_hf_generation_config_write(gpath, cfg)))
         goto out;
 out:
+    for (size_t i = 0; i < n_owned; i++)
+        free(owned[i]);
+    free(owned);
     free(view.tensors); /* borrowed names and data: not rlpi_weights_free */
     rlpi_st_metadata_free(&meta);
     free(cpath);

@@ -10,13 +10,23 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 
+#include <stdbool.h>
+
 /* Loads `dir`. In a tied model lm_head.weight is an alias of
  * model.embed_tokens.weight (no copy), whether or not the file stores a
- * head (transformers ignores a stored one too). RLP_E_FORMAT for a missing or
+ * head (transformers ignores a stored one too). Norm weights come back as
+ * the effective scale: cfg->norm_offset (1 for Gemma) is added to each
+ * (rlpi_hf_is_norm_weight), and rlpi_hf_dir_save takes it off again.
+ * Sharded folders (model.safetensors.index.json) load the same way. RLP_E_FORMAT for a missing or
  * mis-shaped tensor (message names it and both shapes), RLP_E_NOT_FOUND
  * when neither weights file exists, plus the errors of the readers. On
  * failure `w` is freed. */
 int rlpi_hf_dir_load(const char *dir, rlpi_model_config *cfg, rlpi_weights *w);
+
+/* True for an RMSNorm weight by its HF name (*layernorm.weight,
+ * *_norm.weight, model.norm.weight): the tensors whose stored value is
+ * scale - norm_offset in HF files. */
+bool rlpi_hf_is_norm_weight(const char *name);
 
 /* Checks that `w` has every tensor `cfg` needs with the right shape (the
  * same check the loader runs). */

@@ -1,7 +1,10 @@
 /* KV-cached inference: the decoder layers of transformer.c without the
  * activations that backward needs, writing keys and values into cache
  * slots and attending over them. Like transformer.c it calls only backend
- * wrappers, so the CUDA backend runs it unchanged. */
+ * wrappers, so the CUDA backend runs it unchanged. Sliding-window layers
+ * keep every row too (the window masks by position): simpler slot
+ * copies and prefix sharing, at the cost of cache memory a ring buffer
+ * would save on local layers. */
 #include "model/kv_cache.h"
 
 #include "core/error.h"
@@ -18,6 +21,7 @@ struct rlpi_kv_cache {
     /* workspace of the last call, grown on demand */
     int64_t ws_tokens, ws_seqs;
     rlpi_buffer *x, *xn, *rstd, *q, *k, *v, *att, *gate, *up, *act; /* (n, ·) */
+    rlpi_buffer *tmp, *rstd_h;  /* post_norms: a sublayer's normed output (n, dim); qk_norm: (n·H) rstd */
     rlpi_buffer *ids, *pos;     /* int32 (n) */
     rlpi_buffer *last, *rows, *rows_n, *rows_rstd, *logits; /* (n_seq, ·) */
 };
@@ -65,8 +69,9 @@ void rlpi_kv_cache_free(rlpi_kv_cache *kv)
 {
     if (!kv)
         return;
-    rlpi_buffer *bufs[] = {kv->kv, kv->x, kv->xn, kv->rstd, kv->q, kv->k, kv->v, kv->att, kv->gate, kv->up,
-                           kv->act, kv->ids, kv->pos, kv->last, kv->rows, kv->rows_n, kv->rows_rstd, kv->logits};
+    rlpi_buffer *bufs[] = {kv->kv,   kv->x,      kv->xn,        kv->rstd,   kv->q,   kv->k,     kv->v,
+                           kv->att,  kv->gate,   kv->up,        kv->act,    kv->ids, kv->pos,   kv->last,
+                           kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         rlpi_buffer_free(bufs[i]);
     free(kv);
@@ -134,6 +139,10 @@ static int ensure_workspace(rlpi_kv_cache *kv, const rlpi_transformer *tf, int64
         (rc = grow(be, &kv->rows, S * c->dim)) || (rc = grow(be, &kv->rows_n, S * c->dim)) ||
         (rc = grow(be, &kv->rows_rstd, S)) || (rc = grow(be, &kv->logits, S * c->vocab_size)))
         return rc;
+    if (c->post_norms && (rc = grow(be, &kv->tmp, N * c->dim)))
+        return rc;
+    if (c->qk_norm && (rc = grow(be, &kv->rstd_h, N * c->n_heads)))
+        return rc;
     kv->ws_tokens = N;
     kv->ws_seqs = S;
     return RLP_OK;
@@ -154,20 +163,31 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     rlpi_backend *be = tf->be;
     rlpi_buffer *W = tf->params;
     int64_t d = c->dim;
+    rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
                             RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, kv->q, 0, kv->xn, 0, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, kv->k, 0, kv->xn, 0, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    /* with qk_norm the projection goes to `att` (free until the attention)
+     * and its per-head norm to q/k; k's (n, KV·hd) fits there too */
+    rlpi_buffer *qdst = c->qk_norm ? kv->att : kv->q;
+    TRY(rlpi_tf_mm(tf, qdst, 0, kv->xn, 0, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    if (c->attention_bias)
+        TRY(rlpi_op_add_bias(be, RLPI_REF(qdst, 0), RLPI_REF(W, P->bq), n, tf->qdim));
+    if (c->qk_norm)
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
+                                RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim, c->rms_eps));
+    rlpi_buffer *kdst = c->qk_norm ? kv->att : kv->k;
+    TRY(rlpi_tf_mm(tf, kdst, 0, kv->xn, 0, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    if (c->attention_bias)
+        TRY(rlpi_op_add_bias(be, RLPI_REF(kdst, 0), RLPI_REF(W, P->bk), n, tf->kvdim));
+    if (c->qk_norm)
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
+                                RLPI_REF(W, P->k_norm), n * c->n_kv_heads, c->head_dim, c->rms_eps));
     TRY(rlpi_tf_mm(tf, kv->v, 0, kv->xn, 0, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
-    if (c->attention_bias) {
-        TRY(rlpi_op_add_bias(be, RLPI_REF(kv->q, 0), RLPI_REF(W, P->bq), n, tf->qdim));
-        TRY(rlpi_op_add_bias(be, RLPI_REF(kv->k, 0), RLPI_REF(W, P->bk), n, tf->kvdim));
+    if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kv->v, 0), RLPI_REF(W, P->bv), n, tf->kvdim));
-    }
-    TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads,
-                     c->head_dim, 0));
-    TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads,
-                     c->head_dim, 0));
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
+    TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim,
+                     0));
     /* the new keys and values go to their slots' rows [past, past + new) */
     size_t ko = k_off(kv, l), vo = v_off(kv, l);
     for (int64_t s = 0; s < n_seq; s++) {
@@ -179,15 +199,32 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     }
     TRY(rlpi_op_attention_cached(be, RLPI_REF(kv->att, 0), RLPI_REF(kv->q, 0), RLPI_REF(kv->kv, ko),
                                  RLPI_REF(kv->kv, vo), q_start, slot, past, n_seq, n, kv->n_slots, kv->slot_stride,
-                                 c->n_heads, c->n_kv_heads, c->head_dim));
-    /* x += att·Woᵀ ; x += swiglu(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ */
-    TRY(rlpi_tf_mm(tf, kv->x, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+                                 c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
+    /* x += att·Woᵀ (or its post-attention norm) ; x += act(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ (or its post-ffw norm) */
+    if (c->post_norms) {
+        TRY(rlpi_tf_mm(tf, kv->xn, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 0.0f));
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
+                                RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
+        TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
+    } else {
+        TRY(rlpi_tf_mm(tf, kv->x, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+    }
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
                             RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     TRY(rlpi_tf_mm(tf, kv->gate, 0, kv->xn, 0, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
     TRY(rlpi_tf_mm(tf, kv->up, 0, kv->xn, 0, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
-    TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
-    TRY(rlpi_tf_mm(tf, kv->x, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    if (c->activation == RLPI_ACT_GELU_TANH)
+        TRY(rlpi_op_geglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
+    else
+        TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
+    if (c->post_norms) {
+        TRY(rlpi_tf_mm(tf, kv->xn, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
+                                RLPI_REF(W, P->post_ffn_norm), n, d, c->rms_eps));
+        TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
+    } else {
+        TRY(rlpi_tf_mm(tf, kv->x, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    }
     return RLP_OK;
 }
 
@@ -243,6 +280,7 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     int64_t d = c->dim;
     TRY(rlpi_op_embedding_fwd(tf->be, RLPI_REF(kv->x, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(kv->ids, 0), n,
                               d, c->vocab_size));
+    TRY(rlpi_tf_embed_scale(tf, kv->x, 0, n));
     for (int l = 0; l < c->n_layers; l++)
         TRY(layer_extend(tf, kv, l, n, n_seq, q_start, slot, past));
     /* the head only for each sequence's last row */
@@ -250,6 +288,7 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     TRY(rlpi_op_rmsnorm_fwd(tf->be, RLPI_REF(kv->rows_n, 0), RLPI_REF(kv->rows_rstd, 0), RLPI_REF(kv->rows, 0),
                             RLPI_REF(tf->params, tf->final_norm), n_seq, d, c->rms_eps));
     TRY(rlpi_tf_mm(tf, kv->logits, 0, kv->rows_n, 0, 0, tf->params, tf->lm_head, 1, n_seq, c->vocab_size, d, 0.0f));
+    TRY(rlpi_tf_softcap(tf, kv->logits, 0, n_seq));
     return logits ? rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4) : RLP_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,9 +324,11 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
     rlpi_weights w;
     if ((rc = rlpi_model_load_weights(path, &c, &w, NULL)) != RLP_OK)
         return rlpi_error_wrap("%s", __func__);
+    /* read before anything is written: it says how long the caller's struct is */
+    uint32_t want = out->version;
     rlp_model_info info;
     memset(&info, 0, sizeof info);
-    info.version = RLP_MODEL_INFO_VERSION;
+    info.version = want >= 2 ? RLP_MODEL_INFO_VERSION : 1;
     snprintf(info.architecture, sizeof info.architecture, "%s", c.arch);
     snprintf(info.format, sizeof info.format, "%s",
              fmt == FORMAT_GGUF ? "gguf" : fmt == FORMAT_HF_DIR ? "hf" : "llama2c");
@@ -342,6 +345,16 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
     info.rope_scaling = c.rope_scaling;
     info.tie_embeddings = c.tie_embeddings;
     info.attention_bias = c.attention_bias;
+    snprintf(info.activation, sizeof info.activation, "%s", c.activation == RLPI_ACT_GELU_TANH ? "gelu_tanh" : "silu");
+    info.qk_norm = c.qk_norm;
+    info.post_norms = c.post_norms;
+    info.norm_offset = c.norm_offset;
+    info.embed_scale = c.embed_scale;
+    info.attn_scale = rlpi_model_config_attn_scale(&c);
+    info.final_softcap = c.final_softcap;
+    info.sliding_window = c.sliding_window;
+    info.n_local_layers = rlpi_model_config_n_local_layers(&c);
+    info.rope_theta_local = c.rope_theta_local;
     /* dtype histogram over stored tensors (aliases are not stored) */
     char names[8][8];
     uint64_t counts[8];
@@ -367,6 +380,6 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
         used += (size_t)snprintf(info.dtypes + used, sizeof info.dtypes - used, "%s%s:%llu", k ? " " : "", names[k],
                                  (unsigned long long)counts[k]);
     rlpi_weights_free(&w);
-    *out = info;
+    memcpy(out, &info, want >= 2 ? sizeof info : offsetof(rlp_model_info, activation));
     return RLP_OK;
 }

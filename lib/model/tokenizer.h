@@ -186,14 +186,29 @@ typedef enum rlpi_chat_kind {
     RLPI_CHAT_CHATML_SMOLLM = 2,   /* ChatML + SmolLM2's default system prompt */
     RLPI_CHAT_LLAMA3 = 3,
     RLPI_CHAT_LLAMA2 = 4,
-    RLPI_CHAT_QWEN3 = 5            /* ChatML + Qwen3's <think> handling and tool turns */
+    RLPI_CHAT_QWEN3 = 5,           /* ChatML + Qwen3's <think> handling and tool turns */
+    RLPI_CHAT_GEMMA3 = 6           /* Gemma 3: system folded into the first user turn */
 } rlpi_chat_kind;
 
 /* Recognises a Jinja template source by its distinctive substrings, or a
- * name ("chatml", "qwen3", "smollm2", "llama3", "llama2"). RLP_E_UNSUPPORTED
- * naming an excerpt of anything else. */
+ * name ("chatml", "qwen3", "smollm2", "llama3", "llama2", "gemma3").
+ * RLP_E_UNSUPPORTED naming an excerpt of anything else. */
 int rlpi_chat_template_detect(int *kind, const char *src);
 const char *rlpi_chat_template_name(int kind);
+/* Canonical Jinja source of a built-in kind, for writers of model files
+ * (GGUF tokenizer.chat_template, tokenizer_config.json) so that llama.cpp,
+ * Ollama or transformers render what rlpi_chat_template_apply() does;
+ * rlpi_chat_template_detect() maps it back to `kind`. Static string; NULL
+ * for RLPI_CHAT_NONE or an unknown kind. Qwen3's is the official template
+ * (enable_thinking honoured); Gemma 3's the official one; ChatML's writes
+ * tool results as Qwen2.5 does and has no default system prompt. */
+const char *rlpi_chat_template_jinja(int kind);
+/* The text of the token that ends an assistant turn in template `kind`
+ * ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"), for whoever decides where
+ * generation stops: Gemma 3's GGUF names <eos> as its EOS, but its chat
+ * model ends a turn with <end_of_turn> (llama.cpp stops on both). NULL for
+ * llama2 (its EOS </s> ends the turn) and unknown kinds. Static string. */
+const char *rlpi_chat_template_end_of_turn(int kind);
 /* The template a tokenizer uses when none was set: from its template
  * source, else guessed from its special tokens; RLPI_CHAT_NONE if none. */
 int rlpi_chat_template_default(const rlpi_tokenizer *tok);
@@ -204,9 +219,18 @@ typedef struct rlpi_chat_msg {
 } rlpi_chat_msg;
 
 /* Renders messages with template `kind` and encodes: scaffolding with
- * special tokens parsed, content with parse_special off. */
+ * special tokens parsed, content with parse_special off. No BOS is added
+ * by the encoder: templates that start with one (llama3, llama2, gemma3)
+ * write it themselves, so the ids hold exactly one. Same as
+ * rlpi_chat_template_apply_ex() with enable_thinking true. */
 int rlpi_chat_template_apply(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
                              size_t n, bool add_generation_prompt, rlpi_ids *ids);
+/* enable_thinking false: Qwen3's generation prompt gets an empty
+ * "<think>\n\n</think>\n\n" block (the model answers without reasoning),
+ * as Qwen3's official template does; other kinds ignore it. */
+int rlpi_chat_template_apply_ex(const rlpi_tokenizer *tok, int kind, const rlpi_chat_msg *msgs,
+                                size_t n, bool add_generation_prompt, bool enable_thinking,
+                                rlpi_ids *ids);
 
 /* What a named byte-level pre-tokenizer does, for writers of tokenizer.json:
  * an explicit split regex before ByteLevel (NULL: ByteLevel's own GPT-2

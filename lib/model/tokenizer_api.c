@@ -297,6 +297,34 @@ RLP_API const char *rlp_tokenizer_chat_template(const rlp_tokenizer *tok)
     return name;
 }
 
+RLP_API int rlp_chat_options_init(rlp_chat_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version >= 1 && version <= RLP_CHAT_OPTIONS_VERSION, "unknown version");
+    rlp_chat_options d = RLP_CHAT_OPTIONS_INIT;
+    *opts = d;
+    return RLP_OK;
+}
+
+static int apply_chat(const char *fn, const rlp_tokenizer *tok, const rlp_chat_message *msgs,
+                      size_t n, bool gen, bool thinking, int32_t *ids, size_t cap, size_t *n_out)
+{
+    rlpi_chat_msg *m = malloc(n * sizeof *m);
+    if (!m)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", fn);
+    for (size_t i = 0; i < n; i++) {
+        m[i].role = msgs[i].role;
+        m[i].content = msgs[i].content;
+    }
+    rlpi_ids v = {NULL, 0, 0};
+    int rc = rlpi_chat_template_apply_ex(tok->core, tok->chat_kind, m, n, gen, thinking, &v);
+    free(m);
+    if (rc == RLP_OK)
+        rc = copy_ids(&v, ids, cap, n_out);
+    rlpi_ids_free(&v);
+    return rc == RLP_OK ? rc : rlpi_error_wrap("%s", fn);
+}
+
 RLP_API int rlp_tokenizer_apply_chat_template(const rlp_tokenizer *tok,
                                               const rlp_chat_message *msgs, size_t n,
                                               int add_generation_prompt, int32_t *ids,
@@ -307,20 +335,27 @@ RLP_API int rlp_tokenizer_apply_chat_template(const rlp_tokenizer *tok,
     RLPI_CHECK_ARG(n > 0, "n is 0");
     RLPI_CHECK_ARG(ids || cap == 0, "ids is NULL");
     RLPI_CHECK_ARG(n_out, "n_out is NULL");
-    rlpi_chat_msg *m = malloc(n * sizeof *m);
-    if (!m)
-        return rlpi_error_set(RLP_E_NOMEM, "rlp_tokenizer_apply_chat_template: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        m[i].role = msgs[i].role;
-        m[i].content = msgs[i].content;
-    }
-    rlpi_ids v = {NULL, 0, 0};
-    int rc = rlpi_chat_template_apply(tok->core, tok->chat_kind, m, n, add_generation_prompt != 0, &v);
-    free(m);
-    if (rc == RLP_OK)
-        rc = copy_ids(&v, ids, cap, n_out);
-    rlpi_ids_free(&v);
-    return rc == RLP_OK ? rc : rlpi_error_wrap("rlp_tokenizer_apply_chat_template");
+    return apply_chat("rlp_tokenizer_apply_chat_template", tok, msgs, n, add_generation_prompt != 0,
+                      true, ids, cap, n_out);
+}
+
+RLP_API int rlp_tokenizer_apply_chat_template_opts(const rlp_tokenizer *tok,
+                                                   const rlp_chat_message *msgs, size_t n,
+                                                   const rlp_chat_options *opts, int32_t *ids,
+                                                   size_t cap, size_t *n_out)
+{
+    RLPI_CHECK_ARG(tok, "tok is NULL");
+    RLPI_CHECK_ARG(msgs, "msgs is NULL");
+    RLPI_CHECK_ARG(n > 0, "n is 0");
+    RLPI_CHECK_ARG(ids || cap == 0, "ids is NULL");
+    RLPI_CHECK_ARG(n_out, "n_out is NULL");
+    RLPI_CHECK_ARG(!opts || (opts->version >= 1 && opts->version <= RLP_CHAT_OPTIONS_VERSION),
+                   "opts->version is not 1 … RLP_CHAT_OPTIONS_VERSION");
+    rlp_chat_options d = RLP_CHAT_OPTIONS_INIT;
+    if (!opts)
+        opts = &d;
+    return apply_chat("rlp_tokenizer_apply_chat_template_opts", tok, msgs, n,
+                      opts->add_generation_prompt != 0, opts->enable_thinking != 0, ids, cap, n_out);
 }
 
 /* ------------------------------------------------------------------------ */

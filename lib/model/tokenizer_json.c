@@ -438,7 +438,12 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
     const char *pad = config_token(cfg, "pad_token"), *unk = config_token(cfg, "unk_token");
     const char *one[2] = {NULL, NULL};
     one[0] = bos;
-    L.spec.bos_id = bos ? find_any(tokens, n_vocab, one) : find_any(tokens, n_vocab, bos_names);
+    /* "bos_token": null is Hugging Face's "no BOS" (Qwen2/Qwen3): an
+     * ordinary vocabulary entry that happens to read "<s>" is not one */
+    json_t *bos_v = cfg ? json_object_get(cfg, "bos_token") : NULL;
+    L.spec.bos_id = bos                       ? find_any(tokens, n_vocab, one)
+                    : bos_v && json_is_null(bos_v) ? -1
+                                              : find_any(tokens, n_vocab, bos_names);
     one[0] = eos;
     L.spec.eos_id = eos ? find_any(tokens, n_vocab, one) : find_any(tokens, n_vocab, eos_names);
     one[0] = pad;

@@ -1,4 +1,4 @@
-/* Llama-family decoder: forward and backward over packed sequences, the
+/* The decoder (every family of model/config.h): forward and backward over packed sequences, the
  * chunked fused logprob head, and the parameter/gradient layout. Like
  * llm.c, parameters and gradients are each one allocation with tensors at
  * offsets, and every layer is a forward/backward pair over explicit
@@ -39,7 +39,7 @@ static int add_info(rlpi_transformer *tf, const char *name, int32_t nd, int64_t 
 static int build_layout(rlpi_transformer *tf)
 {
     const rlpi_model_config *c = &tf->cfg;
-    size_t max_infos = 4 + (size_t)c->n_layers * 12;
+    size_t max_infos = 4 + (size_t)c->n_layers * 16;
     tf->infos = calloc(max_infos, sizeof *tf->infos);
     tf->names = calloc(max_infos, sizeof *tf->names);
     tf->layers = calloc((size_t)c->n_layers, sizeof *tf->layers);
@@ -66,10 +66,27 @@ static int build_layout(rlpi_transformer *tf)
             ADD(LNAME("self_attn.v_proj.bias"), 1, tf->kvdim, 0, true, &L->bv);
         }
         ADD(LNAME("self_attn.o_proj.weight"), 2, c->dim, tf->qdim, false, &L->wo);
-        ADD(LNAME("post_attention_layernorm.weight"), 1, c->dim, 0, true, &L->ffn_norm);
+        if (c->qk_norm) {
+            ADD(LNAME("self_attn.q_norm.weight"), 1, c->head_dim, 0, true, &L->q_norm);
+            ADD(LNAME("self_attn.k_norm.weight"), 1, c->head_dim, 0, true, &L->k_norm);
+        }
+        /* with post-norms (Gemma 2/3) HF's post_attention_layernorm is the
+         * attention OUTPUT norm and the MLP's input norm is
+         * pre_feedforward_layernorm; without, post_attention_layernorm is
+         * the MLP's input norm (Llama) */
+        if (c->post_norms) {
+            ADD(LNAME("post_attention_layernorm.weight"), 1, c->dim, 0, true, &L->post_attn_norm);
+            ADD(LNAME("pre_feedforward_layernorm.weight"), 1, c->dim, 0, true, &L->ffn_norm);
+        } else {
+            ADD(LNAME("post_attention_layernorm.weight"), 1, c->dim, 0, true, &L->ffn_norm);
+        }
         ADD(LNAME("mlp.gate_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wg);
         ADD(LNAME("mlp.up_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wu);
         ADD(LNAME("mlp.down_proj.weight"), 2, c->dim, c->ffn_dim, false, &L->wd);
+        if (c->post_norms)
+            ADD(LNAME("post_feedforward_layernorm.weight"), 1, c->dim, 0, true, &L->post_ffn_norm);
+        L->local = c->sliding_window > 0 && l < RLPI_MAX_LAYERS && c->local_layers[l];
+        L->window = L->local ? c->sliding_window : 0;
 #undef LNAME
     }
     ADD("model.norm.weight", 1, c->dim, 0, true, &tf->final_norm);
@@ -82,13 +99,16 @@ static int build_layout(rlpi_transformer *tf)
 }
 
 /* inv_freq[i] = θ^(−2i/hd), with Llama 3.1 or linear scaling
- * (HF transformers `_compute_llama3_parameters`). */
-static void compute_inv_freq(const rlpi_model_config *c, float *out)
+ * (HF transformers `_compute_llama3_parameters`) when `scaled`. */
+static void compute_inv_freq(const rlpi_model_config *c, double theta, bool scaled, float *out)
 {
     int half = c->head_dim / 2;
     for (int i = 0; i < half; i++) {
-        double f = 1.0 / pow((double)c->rope_theta, (2.0 * i) / (double)c->head_dim);
-        if (c->rope_scaling == RLPI_ROPE_SCALING_LINEAR) {
+        double f = 1.0 / pow(theta, (2.0 * i) / (double)c->head_dim);
+        if (!scaled) {
+            /* local layers of an interleaved model: plain RoPE (HF builds
+             * their rotary embedding with the default rope type) */
+        } else if (c->rope_scaling == RLPI_ROPE_SCALING_LINEAR) {
             f /= c->rope_factor;
         } else if (c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3) {
             double old = c->rope_original_max_pos, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
@@ -119,6 +139,8 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->params);
     rlpi_buffer_free(tf->grads);
     rlpi_buffer_free(tf->inv_freq);
+    rlpi_buffer_free(tf->inv_freq_local);
+    rlpi_buffer_free(tf->head_capped);
     rlpi_buffer_free(tf->tokens);
     rlpi_buffer_free(tf->positions);
     rlpi_buffer_free(tf->sel);
@@ -163,6 +185,26 @@ int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w)
     return RLP_OK;
 }
 
+/* What the layers below cannot do beyond rlpi_model_config_validate's
+ * ranges: refused here with the field named rather than computed wrongly. */
+static int check_runnable(const rlpi_model_config *c)
+{
+    /* compute_inv_freq divides by (high − low) and by low */
+    if (c->rope_scaling == RLPI_ROPE_SCALING_LLAMA3 &&
+        !(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+          c->rope_original_max_pos > 0))
+        return rlpi_error_set(RLP_E_UNSUPPORTED,
+                              "transformer: Llama 3 RoPE scaling needs 0 < low_freq_factor (%g) < high_freq_factor "
+                              "(%g) and original_max_position_embeddings (%d) > 0",
+                              (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
+                              c->rope_original_max_pos);
+    /* below this every logit would be capped flat (and 1/cap overflows long before 0) */
+    if (c->final_softcap > 0 && !(c->final_softcap >= 1e-3f))
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "transformer: final logit soft-cap %g is below 1e-3",
+                              (double)c->final_softcap);
+    return RLP_OK;
+}
+
 int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
                             const rlpi_weights *w, const rlpi_transformer_options *opts)
 {
@@ -184,6 +226,9 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
     tf->be = be;
     tf->qdim = (int64_t)cfg->n_heads * cfg->head_dim;
     tf->kvdim = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    tf->attn_scale = rlpi_model_config_attn_scale(cfg);
+    if ((rc = check_runnable(&tf->cfg)) != RLP_OK)
+        goto fail;
     if ((rc = build_layout(tf)) != RLP_OK)
         goto fail;
     if ((rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->params)) != RLP_OK ||
@@ -193,11 +238,19 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
         goto fail;
     if (tf->grads && (rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
         goto fail;
-    float inv_freq[512];
-    compute_inv_freq(&tf->cfg, inv_freq);
-    if ((rc = rlpi_buffer_alloc(be, (size_t)cfg->head_dim / 2 * sizeof(float), &tf->inv_freq)) != RLP_OK ||
-        (rc = rlpi_buffer_upload(tf->inv_freq, 0, inv_freq, (size_t)cfg->head_dim / 2 * sizeof(float))) != RLP_OK)
+    float inv_freq[512]; /* head_dim <= 1024 (rlpi_model_config_validate) */
+    size_t half_bytes = (size_t)cfg->head_dim / 2 * sizeof(float);
+    compute_inv_freq(&tf->cfg, tf->cfg.rope_theta, true, inv_freq);
+    if ((rc = rlpi_buffer_alloc(be, half_bytes, &tf->inv_freq)) != RLP_OK ||
+        (rc = rlpi_buffer_upload(tf->inv_freq, 0, inv_freq, half_bytes)) != RLP_OK)
         goto fail;
+    if (rlpi_model_config_n_local_layers(&tf->cfg) > 0) {
+        double theta_local = tf->cfg.rope_theta_local > 0 ? tf->cfg.rope_theta_local : tf->cfg.rope_theta;
+        compute_inv_freq(&tf->cfg, theta_local, false, inv_freq);
+        if ((rc = rlpi_buffer_alloc(be, half_bytes, &tf->inv_freq_local)) != RLP_OK ||
+            (rc = rlpi_buffer_upload(tf->inv_freq_local, 0, inv_freq, half_bytes)) != RLP_OK)
+            goto fail;
+    }
     *out = tf;
     return RLP_OK;
 fail:
@@ -302,7 +355,21 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     PLACE(gate, nf);
     PLACE(up, nf);
     PLACE(act, nf);
+    /* the new families' extras (empty when off: a Llama layer is as before) */
+    size_t nh = c->qk_norm ? (size_t)n : 0, npost = c->post_norms ? nd : 0, rpost = c->post_norms ? (size_t)n : 0;
+    PLACE(q_raw, nh * (size_t)tf->qdim);
+    PLACE(k_raw, nh * (size_t)tf->kvdim);
+    PLACE(rstd_q, nh * (size_t)c->n_heads);
+    PLACE(rstd_k, nh * (size_t)c->n_kv_heads);
+    PLACE(attn_o, npost);
+    PLACE(rstd_po, rpost);
+    PLACE(mlp_o, npost);
+    PLACE(rstd_pf, rpost);
 #undef PLACE
+    if (!c->qk_norm) { /* the projections write q and k directly */
+        L.q_raw = L.q;
+        L.k_raw = L.k;
+    }
     L.total = off;
     return L;
 }
@@ -334,6 +401,40 @@ int rlpi_tf_mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A
             return rc_;              \
     } while (0)
 
+int rlpi_tf_softcap(rlpi_transformer *tf, rlpi_buffer *logits, size_t off, int64_t rows)
+{
+    if (!(tf->cfg.final_softcap > 0))
+        return RLP_OK;
+    return rlpi_op_softcap_fwd(tf->be, RLPI_REF(logits, off), rows * tf->cfg.vocab_size, tf->cfg.final_softcap);
+}
+
+int rlpi_tf_embed_scale(rlpi_transformer *tf, rlpi_buffer *x, size_t off, int64_t rows)
+{
+    float s = tf->cfg.embed_scale;
+    if (!(s > 0) || s == 1.0f)
+        return RLP_OK;
+    return rlpi_op_scale(tf->be, RLPI_REF(x, off), s, rows * tf->cfg.dim);
+}
+
+rlpi_buffer *rlpi_tf_inv_freq(rlpi_transformer *tf, int l)
+{
+    return tf->layers[l].local && tf->inv_freq_local ? tf->inv_freq_local : tf->inv_freq;
+}
+
+/* The gated MLP's activation: SwiGLU or GeGLU (cfg.activation). */
+static int mlp_act_fwd(rlpi_transformer *tf, rlpi_ref out, rlpi_ref gate, rlpi_ref up, int64_t n)
+{
+    return tf->cfg.activation == RLPI_ACT_GELU_TANH ? rlpi_op_geglu_fwd(tf->be, out, gate, up, n)
+                                                    : rlpi_op_swiglu_fwd(tf->be, out, gate, up, n);
+}
+
+static int mlp_act_bwd(rlpi_transformer *tf, rlpi_ref dgate, rlpi_ref dup, rlpi_ref dout, rlpi_ref gate, rlpi_ref up,
+                       int64_t n)
+{
+    return tf->cfg.activation == RLPI_ACT_GELU_TANH ? rlpi_op_geglu_bwd(tf->be, dgate, dup, dout, gate, up, n)
+                                                    : rlpi_op_swiglu_bwd(tf->be, dgate, dup, dout, gate, up, n);
+}
+
 /* One decoder layer: xs[l] → xs[l+1], saving what backward needs in `a`
  * (a buffer laid out by tf->lay starting at aoff). */
 static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, size_t x_in, size_t x_out)
@@ -345,29 +446,51 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     rlpi_buffer *W = tf->params;
     int64_t n = tf->n, d = c->dim;
 #define A(field) RLPI_REF(a, aoff + L->field)
+    rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->q, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->k, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->q_raw, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, a, aoff + L->k_raw, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
     TRY(rlpi_tf_mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
     if (c->attention_bias) {
-        TRY(rlpi_op_add_bias(be, A(q), RLPI_REF(W, P->bq), n, tf->qdim));
-        TRY(rlpi_op_add_bias(be, A(k), RLPI_REF(W, P->bk), n, tf->kvdim));
+        TRY(rlpi_op_add_bias(be, A(q_raw), RLPI_REF(W, P->bq), n, tf->qdim));
+        TRY(rlpi_op_add_bias(be, A(k_raw), RLPI_REF(W, P->bk), n, tf->kvdim));
         TRY(rlpi_op_add_bias(be, A(v), RLPI_REF(W, P->bv), n, tf->kvdim));
     }
-    TRY(rlpi_op_rope(be, A(q), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 0));
-    TRY(rlpi_op_rope(be, A(k), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 0));
+    if (c->qk_norm) { /* per-head RMSNorm before RoPE: (n·heads) rows of head_dim */
+        TRY(rlpi_op_rmsnorm_fwd(be, A(q), A(rstd_q), A(q_raw), RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim,
+                                c->rms_eps));
+        TRY(rlpi_op_rmsnorm_fwd(be, A(k), A(rstd_k), A(k_raw), RLPI_REF(W, P->k_norm), n * c->n_kv_heads, c->head_dim,
+                                c->rms_eps));
+    }
+    TRY(rlpi_op_rope(be, A(q), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
+    TRY(rlpi_op_rope(be, A(k), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim, 0));
     TRY(rlpi_op_attention_fwd(be, A(att), A(lse), A(q), A(k), A(v), tf->seq_start, tf->n_seq, n, c->n_heads,
-                              c->n_kv_heads, c->head_dim));
-    /* x_mid = x_in + att·Woᵀ */
-    TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+                              c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
+    if (c->post_norms) {
+        /* x_mid = x_in + RMSNorm_post_attn(att·Woᵀ) */
+        TRY(rlpi_tf_mm(tf, a, aoff + L->attn_o, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 0.0f));
+        TRY(rlpi_op_rmsnorm_fwd(be, A(x_mid), A(rstd_po), A(attn_o), RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
+        TRY(rlpi_op_add(be, A(x_mid), RLPI_REF(tf->xs, x_in), n * d));
+    } else {
+        /* x_mid = x_in + att·Woᵀ */
+        TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+    }
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
     TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
-    TRY(rlpi_op_swiglu_fwd(be, A(act), A(gate), A(up), n * c->ffn_dim));
-    /* x_out = x_mid + act·Wdᵀ */
-    TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
-    TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    TRY(mlp_act_fwd(tf, A(act), A(gate), A(up), n * c->ffn_dim));
+    if (c->post_norms) {
+        /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
+        TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n, d,
+                                c->rms_eps));
+        TRY(rlpi_op_add(be, RLPI_REF(tf->xs, x_out), A(x_mid), n * d));
+    } else {
+        /* x_out = x_mid + act·Wdᵀ */
+        TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
+        TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+    }
 #undef A
     return RLP_OK;
 }
@@ -456,6 +579,7 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
 
     TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->xs, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(tf->tokens, 0),
                               n, d, c->vocab_size));
+    TRY(rlpi_tf_embed_scale(tf, tf->xs, 0, n));
     size_t nd = (size_t)(n * d);
     for (int l = 0; l < c->n_layers; l++) {
         size_t x_in = keep_for_backward ? (size_t)l * nd : (size_t)(l % 2) * nd;
@@ -488,6 +612,8 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
         for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
             int64_t rows = m - r0 < chunk ? m - r0 : chunk;
             rc = rlpi_tf_mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+            if (!rc)
+                rc = rlpi_tf_softcap(tf, logits, 0, rows);
             if (!rc)
                 rc = rlpi_op_logprob_rows(be, RLPI_REF(lp, (size_t)r0), RLPI_REF(ent, (size_t)r0), RLPI_REF(logits, 0),
                                           RLPI_REF(tf->targets_sel, (size_t)r0), rows, c->vocab_size, inv_temp);
@@ -545,6 +671,8 @@ int rlpi_transformer_logits_rows(rlpi_transformer *tf, const rlpi_packed_batch *
     if (!rc)
         rc = rlpi_tf_mm(tf, out, 0, sel, 0, 0, tf->params, tf->lm_head, 1, R, c->vocab_size, d, 0.0f);
     if (!rc)
+        rc = rlpi_tf_softcap(tf, out, 0, R);
+    if (!rc)
         rc = rlpi_buffer_download(out, 0, logits, (size_t)(R * c->vocab_size) * 4);
     rlpi_buffer_free(idx);
     rlpi_buffer_free(sel);
@@ -573,6 +701,7 @@ int rlpi_transformer_last_logits(rlpi_transformer *tf, const rlpi_packed_batch *
 typedef struct grad_scratch {
     rlpi_buffer *buf;
     size_t dx, dxn, dact, dgate, dup, datt, dq, dk, dv; /* offsets */
+    size_t dq_raw, dk_raw, dpost; /* qk_norm: before the norm (alias dq/dk without); post_norms: (n, dim) */
 } grad_scratch;
 
 static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, grad_scratch *g)
@@ -586,33 +715,56 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     size_t x_in = (size_t)l * (size_t)(n * d);
 #define A(field) RLPI_REF(a, aoff + L->field)
 #define SR(field) RLPI_REF(S, g->field)
-    /* MLP: out = x_mid + act·Wdᵀ */
-    TRY(rlpi_tf_mm(tf, S, g->dact, S, g->dx, 0, W, P->wd, 0, n, F, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wd, S, g->dx, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
-    TRY(rlpi_op_swiglu_bwd(be, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
+    /* MLP: out = x_mid + act·Wdᵀ, or x_mid + RMSNorm_post_ffw(act·Wdᵀ); dmlp = ∂L/∂(act·Wdᵀ) */
+    size_t dmlp = g->dx;
+    if (c->post_norms) {
+        TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), RLPI_REF(G, P->post_ffn_norm), SR(dx), A(mlp_o),
+                                RLPI_REF(W, P->post_ffn_norm), A(rstd_pf), n, d));
+        dmlp = g->dpost;
+    }
+    TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+    TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
     TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
     TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
     TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
     TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
                             A(rstd2), n, d));
-    /* attention: x_mid = x_in + att·Woᵀ */
-    TRY(rlpi_tf_mm(tf, S, g->datt, S, g->dx, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wo, S, g->dx, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
-    TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse),
-                              tf->seq_start, tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim));
-    TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_heads, c->head_dim, 1));
-    TRY(rlpi_op_rope(be, SR(dk), RLPI_REF(tf->positions, 0), RLPI_REF(tf->inv_freq, 0), n, c->n_kv_heads, c->head_dim, 1));
+    /* attention: x_mid = x_in + att·Woᵀ, or x_in + RMSNorm_post_attn(att·Woᵀ); dattn = ∂L/∂(att·Woᵀ) */
+    size_t dattn = g->dx;
+    if (c->post_norms) {
+        TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), RLPI_REF(G, P->post_attn_norm), SR(dx), A(attn_o),
+                                RLPI_REF(W, P->post_attn_norm), A(rstd_po), n, d));
+        dattn = g->dpost;
+    }
+    rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
+    TRY(rlpi_tf_mm(tf, S, g->datt, S, dattn, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wo, S, dattn, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
+    TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse), tf->seq_start,
+                              tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
+    TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 1));
+    TRY(rlpi_op_rope(be, SR(dk), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim, 1));
+    if (c->qk_norm) { /* dq_raw, dk_raw = the per-head norms' input gradients */
+        TRY(rlpi_buffer_fill_f32(S, g->dq_raw, (size_t)(n * tf->qdim), 0.0f));
+        TRY(rlpi_buffer_fill_f32(S, g->dk_raw, (size_t)(n * tf->kvdim), 0.0f));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dq_raw), RLPI_REF(G, P->q_norm), SR(dq), A(q_raw), RLPI_REF(W, P->q_norm),
+                                A(rstd_q), n * c->n_heads, c->head_dim));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), RLPI_REF(G, P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm),
+                                A(rstd_k), n * c->n_kv_heads, c->head_dim));
+    }
     if (c->attention_bias) {
-        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq), n, tf->qdim));
-        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk), n, tf->kvdim));
+        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));
+        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk_raw), n, tf->kvdim));
         TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
     }
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq_raw, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
+    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk_raw, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
     TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+    TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
                             RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
@@ -646,6 +798,9 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
         rc = realloc_buf(be, &tf->head_b, (size_t)m * 4);
     if (!rc)
         rc = realloc_buf(be, &tf->head_dhsel, (size_t)(m * d) * 4);
+    bool capped = c->final_softcap > 0;
+    if (!rc && capped)
+        rc = realloc_buf(be, &tf->head_capped, (size_t)(chunk * c->vocab_size) * 4);
     if (!rc) {
         dl = tf->head_a;
         de = dentropy ? tf->head_b : NULL;
@@ -659,10 +814,19 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
         int64_t rows = m - r0 < chunk ? m - r0 : chunk;
         /* recompute this chunk's logits rather than keep m × vocab of them */
         rc = rlpi_tf_mm(tf, logits, 0, tf->hsel, (size_t)(r0 * d), 0, tf->params, tf->lm_head, 1, rows, c->vocab_size, d, 0.0f);
+        size_t nlog = (size_t)(rows * c->vocab_size);
+        if (!rc && capped) { /* keep y = c·tanh(logits/c): its backward needs it after logits become dlogits */
+            rc = rlpi_tf_softcap(tf, logits, 0, rows);
+            if (!rc)
+                rc = rlpi_buffer_copy(tf->head_capped, 0, logits, 0, nlog * 4);
+        }
         if (!rc)
             rc = rlpi_op_logprob_rows_bwd(be, RLPI_REF(logits, 0), RLPI_REF(tf->targets_sel, (size_t)r0),
                                           RLPI_REF(dl, (size_t)r0), de ? RLPI_REF(de, (size_t)r0) : RLPI_REF(NULL, 0),
                                           rows, c->vocab_size, tf->inv_temp);
+        if (!rc && capped)
+            rc = rlpi_op_softcap_bwd(be, RLPI_REF(logits, 0), RLPI_REF(tf->head_capped, 0), (int64_t)nlog,
+                                     c->final_softcap);
         if (!rc) /* dhsel = dlogits · W_lm */
             rc = rlpi_tf_mm(tf, dhsel, (size_t)(r0 * d), logits, 0, 0, tf->params, tf->lm_head, 0, rows, d, c->vocab_size, 0.0f);
         if (!rc) /* dW_lm += dlogitsᵀ · hsel */
@@ -698,7 +862,14 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     PLACE(dq, n * tf->qdim);
     PLACE(dk, n * tf->kvdim);
     PLACE(dv, n * tf->kvdim);
+    PLACE(dq_raw, c->qk_norm ? n * tf->qdim : 0);
+    PLACE(dk_raw, c->qk_norm ? n * tf->kvdim : 0);
+    PLACE(dpost, c->post_norms ? n * d : 0);
 #undef PLACE
+    if (!c->qk_norm) {
+        g.dq_raw = g.dq;
+        g.dk_raw = g.dk;
+    }
     int rc = realloc_buf(be, &tf->grad_scratch, off * 4);
     if (rc)
         return rc;
@@ -719,6 +890,8 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
         if (!rc)
             rc = layer_backward(tf, l, tf->acts, aoff, &g);
     }
+    if (!rc) /* the lookup's output was scaled: so is its gradient (the tied head's is not) */
+        rc = rlpi_tf_embed_scale(tf, g.buf, g.dx, n);
     if (!rc)
         rc = rlpi_op_embedding_bwd(be, RLPI_REF(tf->grads, tf->embed), RLPI_REF(g.buf, g.dx), RLPI_REF(tf->tokens, 0),
                                    n, d, c->vocab_size);

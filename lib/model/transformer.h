@@ -1,8 +1,15 @@
-/* The Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU,
- * tied or untied head, optional QKV bias) with forward and backward over a
- * packed batch of variable-length sequences, and the chunked fused logprob
- * head. Written only against the backend interface, so the CUDA backend
- * runs it unchanged. It knows nothing of RL: a loss hands it ∂L/∂logp. */
+/* The decoder of every family rlpi_model_config describes (RMSNorm, RoPE,
+ * grouped-query attention, gated MLP, tied or untied head), with what the
+ * families differ in read from the config alone, never from its name: QKV
+ * bias, per-head q/k RMSNorm before RoPE (Qwen3, Gemma 3), post-norms of
+ * the attention and MLP outputs (Gemma), SwiGLU or GeGLU, embedding scale,
+ * attention scale, sliding-window local layers with their own RoPE base,
+ * and the final logit soft-cap (applied wherever logits come out: the
+ * logprob head, logits_rows/last_logits and KV-cached decode). Forward and
+ * backward run over a packed batch of variable-length sequences, with the
+ * chunked fused logprob head. Written only against the backend interface,
+ * so the CUDA backend runs it unchanged. It knows nothing of RL: a loss
+ * hands it ∂L/∂logp. Norm weights are effective scales (Gemma's 1 + w). */
 #ifndef RLPI_MODEL_TRANSFORMER_H
 #define RLPI_MODEL_TRANSFORMER_H
 
@@ -35,7 +42,14 @@ typedef struct rlpi_transformer_options {
 
 /* Builds the model on `be` from a config and weights in HF names/layout
  * (copies them into one parameter buffer). Ties lm_head to the embedding
- * when cfg->tie_embeddings or when lm_head.weight is absent. */
+ * when cfg->tie_embeddings or when lm_head.weight is absent. Per layer it
+ * expects self_attn.q_norm/k_norm.weight (head_dim) with cfg->qk_norm and,
+ * with cfg->post_norms, post_attention_layernorm (the attention OUTPUT
+ * norm), pre_feedforward_layernorm (the MLP input norm) and
+ * post_feedforward_layernorm; without post_norms post_attention_layernorm
+ * is the MLP input norm. RLP_E_FORMAT for an invalid config or a missing
+ * or misshapen tensor (named), RLP_E_UNSUPPORTED for a config it cannot
+ * run (named field). */
 int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
                             const rlpi_weights *w, const rlpi_transformer_options *opts);
 void rlpi_transformer_free(rlpi_transformer *tf);

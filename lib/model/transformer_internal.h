@@ -6,13 +6,28 @@
 
 #include "model/transformer.h"
 
+/* Offsets (floats) of one layer's tensors in the parameter buffer.
+ * ffn_norm is the MLP's input norm (HF post_attention_layernorm without
+ * post_norms, pre_feedforward_layernorm with them); q_norm/k_norm exist
+ * with cfg.qk_norm, post_attn_norm/post_ffn_norm with cfg.post_norms. */
 typedef struct layer_params {
-    size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd; /* offsets (floats) */
+    size_t attn_norm, wq, wk, wv, bq, bk, bv, wo, ffn_norm, wg, wu, wd;
+    size_t q_norm, k_norm, post_attn_norm, post_ffn_norm;
+    int64_t window; /* sliding window of this layer's attention, 0 = full */
+    bool local;     /* uses the local RoPE frequencies (inv_freq_local) */
 } layer_params;
 
-/* Offsets (floats) of one layer's saved activations inside its buffer. */
+/* Offsets (floats) of one layer's saved activations inside its buffer.
+ * Fields of features a config lacks take no space: q_raw/k_raw alias q/k
+ * without qk_norm, and rstd_q, rstd_k, attn_o, rstd_po, mlp_o, rstd_pf
+ * are empty without their feature, so a Llama layer is laid out as
+ * before. */
 typedef struct act_layout {
-    size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act, total;
+    size_t xn1, rstd1, q, k, v, att, lse, x_mid, xn2, rstd2, gate, up, act;
+    size_t q_raw, k_raw, rstd_q, rstd_k; /* projections before the q/k norm, its (n·heads) rstd */
+    size_t attn_o, rstd_po;              /* att·Woᵀ before the post-attention norm, its rstd */
+    size_t mlp_o, rstd_pf;               /* act·Wdᵀ before the post-feed-forward norm, its rstd */
+    size_t total;
 } act_layout;
 
 struct rlpi_transformer {
@@ -29,7 +44,9 @@ struct rlpi_transformer {
     layer_params *layers;          /* (n_layers) */
     rlpi_buffer *params;           /* (n_params) */
     rlpi_buffer *grads;            /* (n_params) */
-    rlpi_buffer *inv_freq;         /* (head_dim / 2) */
+    rlpi_buffer *inv_freq;         /* (head_dim / 2), global layers */
+    rlpi_buffer *inv_freq_local;   /* (head_dim / 2), local (sliding-window) layers; NULL without them */
+    float attn_scale;              /* softmax scale in effect */
 
     /* state of the last forward */
     int64_t n, m, n_seq;           /* tokens, tokens with a target, sequences */
@@ -44,6 +61,7 @@ struct rlpi_transformer {
      * and re-allocating 10–60 MiB per step cost ~4 % of a train step in
      * page faults */
     rlpi_buffer *head_logits;      /* (chunk, vocab) */
+    rlpi_buffer *head_capped;      /* (chunk, vocab): soft-capped logits kept for their backward */
     rlpi_buffer *head_a, *head_b;  /* (m) each: logp/entropy forward, dlogp/dentropy backward */
     rlpi_buffer *head_dhsel;       /* (m, dim) */
     rlpi_buffer *grad_scratch;     /* backward's per-layer gradients */
@@ -52,6 +70,16 @@ struct rlpi_transformer {
 };
 
 /* C (m, n) = op(A) op(B) (+ C when beta = 1); row-major, contiguous. */
+/* Applies cfg.final_softcap (when set) in place to rows × vocab logits. */
+int rlpi_tf_softcap(rlpi_transformer *tf, rlpi_buffer *logits, size_t off, int64_t rows);
+
+/* Multiplies rows × dim embeddings by cfg.embed_scale when it is set and
+ * not 1 (Gemma's √dim). */
+int rlpi_tf_embed_scale(rlpi_transformer *tf, rlpi_buffer *x, size_t off, int64_t rows);
+
+/* The global or local RoPE table of layer l. */
+rlpi_buffer *rlpi_tf_inv_freq(rlpi_transformer *tf, int l);
+
 int rlpi_tf_mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A, size_t aoff, int ta,
                rlpi_buffer *B, size_t boff, int tb, int64_t m, int64_t n, int64_t k, float beta);
 

@@ -155,15 +155,33 @@ int rlpi_template_from_options(rlpi_template *t, const json_t *options, const ch
                               "logic-rl-base, tinyzero, tinyzero-base, search, hermes)",
                               name);
     t->chat = p->chat;
+    t->enable_thinking = 1;
     const char *system = p->system, *user = p->user, *prefix = p->prefix;
     if ((rc = string_opt(options, "system_prompt", &system)) < 0 ||
         (rc = string_opt(options, "user_template", &user)) < 0 ||
         (rc = string_opt(options, "assistant_prefix", &prefix)) < 0)
         return rc;
     json_t *chat = options ? json_object_get(options, "chat") : NULL;
-    if (chat) {
+    if (chat && json_is_object(chat)) {
+        /* the keyword arguments vLLM and SGLang take as chat_template_kwargs */
+        const char *key;
+        json_t *v;
+        json_object_foreach(chat, key, v) {
+            if (strcmp(key, "enable_thinking") != 0)
+                return rlpi_error_set(RLP_E_INVALID_ARG,
+                                      "task options: unknown key \"chat.%.64s\" (known: enable_thinking)",
+                                      key);
+            if (!json_is_boolean(v))
+                return rlpi_error_set(RLP_E_INVALID_ARG,
+                                      "task options: \"chat.enable_thinking\" must be true or false");
+            t->enable_thinking = json_is_true(v);
+        }
+        t->chat = 1;
+    } else if (chat) {
         if (!json_is_boolean(chat))
-            return rlpi_error_set(RLP_E_INVALID_ARG, "task options: \"chat\" must be true or false");
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "task options: \"chat\" must be true, false or an object of chat "
+                                  "options ({\"enable_thinking\": false})");
         t->chat = json_is_true(chat);
     }
     const char *ph = strstr(user, "{prompt}");
@@ -220,7 +238,9 @@ int rlpi_template_encode(const rlpi_template *t, const rlp_tokenizer *tok, const
     char *text = NULL;
     size_t n_chat = 0, n_prefix = 0, len = 0;
     const char *prefix = t->assistant_prefix ? t->assistant_prefix : "";
-    int rc = rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, NULL, 0, &n_chat);
+    rlp_chat_options co = RLP_CHAT_OPTIONS_INIT;
+    co.enable_thinking = t->enable_thinking;
+    int rc = rlp_tokenizer_apply_chat_template_opts(tok, msgs, n_msgs, &co, NULL, 0, &n_chat);
     if (rc != RLP_OK && rc != RLP_E_OVERFLOW)
         goto fail;
     /* the assistant prefix is model output to be, i.e. plain text: its
@@ -233,7 +253,7 @@ int rlpi_template_encode(const rlpi_template *t, const rlp_tokenizer *tok, const
         rc = rlpi_error_set(RLP_E_NOMEM, "task prompt: out of memory");
         goto fail;
     }
-    if ((rc = rlp_tokenizer_apply_chat_template(tok, msgs, n_msgs, 1, ids, n_chat, &n_chat)))
+    if ((rc = rlp_tokenizer_apply_chat_template_opts(tok, msgs, n_msgs, &co, ids, n_chat, &n_chat)))
         goto fail;
     if (*prefix && (rc = rlp_tokenizer_encode(tok, prefix, strlen(prefix), 0, ids + n_chat,
                                               n_prefix, &n_prefix)))

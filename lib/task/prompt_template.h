@@ -17,11 +17,14 @@ typedef struct rlpi_template {
     char *user;             /* contains "{prompt}" exactly once */
     char *assistant_prefix; /* NULL: none */
     int chat;               /* 1: render through the tokenizer's chat template when given one */
+    int enable_thinking;    /* 0: Qwen3's non-thinking generation prompt (rlp_chat_options) */
 } rlpi_template;
 
 /* Fills *t from the option keys "template" (a preset name; default
  * `default_preset`), "system_prompt", "user_template", "assistant_prefix"
- * and "chat" of `options` (may be NULL). RLP_E_INVALID_ARG naming the key. */
+ * and "chat" of `options` (may be NULL). "chat" is true, false, or an
+ * object of chat-template options (rendering through the chat template):
+ * {"enable_thinking": bool}. RLP_E_INVALID_ARG naming the key. */
 int rlpi_template_from_options(rlpi_template *t, const json_t *options, const char *default_preset);
 void rlpi_template_free(rlpi_template *t);
 

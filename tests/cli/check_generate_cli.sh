@@ -4,7 +4,9 @@
 # system and user messages (with the generation prompt) followed by A
 # encoded as plain text (no special tokens), which is how a task renders
 # "system_prompt" and "assistant_prefix"; the completion continues from A.
-# --assistant-prefix without --chat is refused (exit 2). Skips without the
+# --assistant-prefix without --chat is refused (exit 2). --no-thinking
+# (Qwen3's enable_thinking=False) leaves SmolLM2's template unchanged and
+# also needs --chat. Skips without the
 # default model (SmolLM2-135M-Instruct, scripts/fetch-model.sh).
 # Usage: check_generate_cli.sh RLPOST SOURCE_ROOT
 set -u
@@ -20,6 +22,7 @@ G() { "$rlpost" generate "$model" --chat --system "$sys" --prompt "What is 2 + 3
   --threads 1 "$@"; }
 G >"$out/plain.json" || fail "generate --chat --system"
 G --assistant-prefix "<think>" >"$out/prefix.json" || fail "generate --assistant-prefix"
+G --no-thinking >"$out/nothink.json" || fail "generate --no-thinking"
 "$rlpost" tokenize "$model" "<think>" >"$out/think.json" || fail "tokenize"
 python3 - "$out" <<'PY' || fail "prompt tokens"
 import json, sys
@@ -29,8 +32,13 @@ pre = json.load(open(d + "/prefix.json"))["prompts"][0]["tokens"]
 think = json.load(open(d + "/think.json"))
 assert len(think) > 1, think  # "<think>" is plain text here, not one special token
 assert pre == plain + think, (plain, pre, think)
+nothink = json.load(open(d + "/nothink.json"))["prompts"][0]["tokens"]
+assert nothink == plain, (plain, nothink)  # only Qwen3's template has the switch
 PY
 "$rlpost" generate "$model" --assistant-prefix "<think>" --prompt "x" >/dev/null 2>"$out/err"
 [ $? -eq 2 ] || fail "--assistant-prefix without --chat must exit 2"
 grep -q "needs --chat" "$out/err" || { cat "$out/err"; fail "message"; }
+"$rlpost" generate "$model" --no-thinking --prompt "x" >/dev/null 2>"$out/err"
+[ $? -eq 2 ] || fail "--no-thinking without --chat must exit 2"
+grep -q -e "--no-thinking needs --chat" "$out/err" || { cat "$out/err"; fail "message"; }
 echo ok

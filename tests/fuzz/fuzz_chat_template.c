@@ -124,12 +124,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const rlpi_tokenizer *tok = own ? own : plain;
 
     if (n > 0) {
-        int kinds[6] = {RLPI_CHAT_CHATML, RLPI_CHAT_CHATML_SMOLLM, RLPI_CHAT_LLAMA3, RLPI_CHAT_LLAMA2,
-                        RLPI_CHAT_QWEN3, rlpi_chat_template_default(tok)};
-        bool ok_roles = roles_ok(m, n);
-        for (int k = 0; k < 6; k++) {
+        int kinds[7] = {RLPI_CHAT_CHATML, RLPI_CHAT_CHATML_SMOLLM, RLPI_CHAT_LLAMA3, RLPI_CHAT_LLAMA2,
+                        RLPI_CHAT_QWEN3, RLPI_CHAT_GEMMA3, rlpi_chat_template_default(tok)};
+        bool ok_roles = roles_ok(m, n), thinking = !(data[0] & 2);
+        for (int k = 0; k < 7; k++) {
             rlpi_ids ids = {NULL, 0, 0};
-            int rc = rlpi_chat_template_apply(tok, kinds[k], m, n, gen, &ids);
+            int rc = rlpi_chat_template_apply_ex(tok, kinds[k], m, n, gen, thinking, &ids);
             if (rc == RLP_OK)
                 check_counts(kinds[k], m, n, gen, &ids);
             else if (ok_roles && (kinds[k] == RLPI_CHAT_CHATML || kinds[k] == RLPI_CHAT_CHATML_SMOLLM ||

@@ -18,7 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const templates[] = {"chatml", "qwen3", "smollm2", "llama3", "llama2"};
+static const char *const templates[] = {"chatml", "qwen3", "smollm2", "llama3", "llama2", "gemma3"};
 
 static void check_job(const serve_server *srv, const serve_job *job)
 {

@@ -74,7 +74,7 @@ fi || { tail -30 "$build/setup.log"; die "meson setup failed (log: $build/setup.
 mkdir -p "$logs"
 
 say "building the CUDA module, the GPU tests and the benchmark ($jobs jobs)"
-targets=(lib/librlpost-cuda.so tests/test_cuda_backend tests/test_cuda_ops tests/test_cuda_policy
+targets=(lib/librlpost-cuda.so tests/test_cuda_backend tests/test_cuda_ops tests/test_cuda_ops_ref tests/test_cuda_policy
          tests/test_cuda_request tests/test_cuda_data_parallel tests/test_cuda_smollm2_shape tests/test_nccl_module
          tests/bench/bench_train)
 ninja -C "$build" -j "$jobs" "${targets[@]}" >"$logs/build.log" 2>&1 \

@@ -9,11 +9,14 @@ Rerun:
 
 What it checks, per model folder written by build/tests/hf_roundtrip_writer
 (Llama untied with llama3 RoPE scaling, tied Llama, Qwen2 with q/k/v bias tied
-and untied, Mistral, Llama in BF16 and in F16):
+and untied, Mistral, Llama in BF16 and in F16, Qwen3 tied and untied, Gemma 3
+tied and untied with one local layer, and with linear RoPE scaling on its global
+layers and a logit soft-cap):
   * AutoModelForCausalLM.from_pretrained loads it as the right class with no
     missing, unexpected or mismatched keys;
   * every tensor equals our raw fp32 dump bit for bit (F32 files), or torch's
-    own rounding of that dump (.to(bfloat16/float16)) bit for bit;
+    own rounding of that dump (.to(bfloat16/float16)) bit for bit; Gemma's
+    norm weights equal dump - 1 (our weights hold the effective scale 1 + w);
   * tied models share one tensor for embed_tokens and lm_head;
   * config values (sizes, RoPE scaling, eps) read back as written.
 And for stories260K.bin converted from llama2.c (our q/k row permutation):
@@ -79,6 +82,9 @@ def check_folder(d, name):
             check(False, f"{name}: {k} not in transformers' state_dict")
             continue
         want = v if dtype is None else v.to(dtype).float()
+        if cfg.get("model_type") == "gemma3_text" and (k.endswith(("layernorm.weight", "_norm.weight"))
+                                                       or k == "model.norm.weight"):
+            want = want - 1.0  # fp32, as our writer subtracts
         got = sd[k].detach().float()
         same = got.shape == want.shape and torch.equal(got.view(torch.int32), want.view(torch.int32))
         if not same:
@@ -95,14 +101,25 @@ def check_folder(d, name):
     check(hc.hidden_size == cfg["hidden_size"] and hc.num_key_value_heads == cfg["num_key_value_heads"]
           and abs(hc.rms_norm_eps - cfg["rms_norm_eps"]) == 0, f"{name}: config sizes and eps")
     rp = getattr(hc, "rope_parameters", None) or {}  # transformers 5
+    rp = rp.get("full_attention", rp)  # Gemma 3: per layer kind
     theta = rp.get("rope_theta", getattr(hc, "rope_theta", None))
     check(theta == cfg["rope_theta"], f"{name}: rope_theta {theta} as transformers reads it")
     if cfg.get("rope_scaling"):
         rs = rp if rp.get("rope_type") else hc.rope_scaling
         check(rs.get("rope_type") == cfg["rope_scaling"]["rope_type"]
               and rs["factor"] == cfg["rope_scaling"]["factor"]
-              and rs["low_freq_factor"] == cfg["rope_scaling"]["low_freq_factor"],
+              and rs.get("low_freq_factor") == cfg["rope_scaling"].get("low_freq_factor"),
               f"{name}: rope scaling as transformers reads it {rs}")
+    if cfg.get("model_type") == "gemma3_text":
+        lt = getattr(hc, "layer_types", None)
+        check(lt == cfg["layer_types"] and hc.sliding_window == cfg["sliding_window"]
+              and hc.query_pre_attn_scalar == cfg["query_pre_attn_scalar"],
+              f"{name}: layer_types {lt}, window {hc.sliding_window}, query_pre_attn_scalar as written")
+        rpl = (getattr(hc, "rope_parameters", None) or {}).get("sliding_attention", {})
+        check(rpl.get("rope_theta") == cfg["rope_local_base_freq"] and rpl.get("rope_type") == "default",
+              f"{name}: local rope {rpl} as transformers reads it (no scaling on local layers)")
+        check(hc.final_logit_softcapping == cfg["final_logit_softcapping"],
+              f"{name}: final_logit_softcapping {hc.final_logit_softcapping}")
     with torch.no_grad():
         logits = model(torch.tensor([[1, 5, 9, 3]])).logits
     check(bool(torch.isfinite(logits).all()), f"{name}: forward pass gives finite logits")

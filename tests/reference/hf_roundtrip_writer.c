@@ -71,7 +71,9 @@ int main(int argc, char **argv)
         {"llama", "llama", false, RLPI_ST_F32},      {"llama_tied", "llama", true, RLPI_ST_F32},
         {"qwen2", "qwen2", true, RLPI_ST_F32},       {"qwen2_untied", "qwen2", false, RLPI_ST_F32},
         {"mistral", "mistral", false, RLPI_ST_F32},  {"llama_bf16", "llama", false, RLPI_ST_BF16},
-        {"llama_f16", "llama", true, RLPI_ST_F16},
+        {"llama_f16", "llama", true, RLPI_ST_F16},   {"qwen3", "qwen3", false, RLPI_ST_F32},
+        {"qwen3_tied", "qwen3", true, RLPI_ST_F32},  {"gemma3", "gemma3", true, RLPI_ST_F32},
+        {"gemma3_untied", "gemma3", false, RLPI_ST_F32}, {"gemma3_linear", "gemma3", true, RLPI_ST_F32},
     };
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         rlpi_model_config c;
@@ -84,6 +86,13 @@ int main(int argc, char **argv)
             c.rope_low_freq_factor = 1.0f;
             c.rope_high_freq_factor = 4.0f;
             c.rope_original_max_pos = 64;
+        }
+        if (c.rope_theta_local > 0) /* Gemma 3: global and local bases differ, as in the real model */
+            c.rope_theta = 1000000.0f;
+        if (!strcmp(models[i].name, "gemma3_linear")) { /* Gemma 3 4B+: linear scaling on global layers */
+            c.rope_scaling = RLPI_ROPE_SCALING_LINEAR;
+            c.rope_factor = 8.0f;
+            c.final_softcap = 30.0f;
         }
         if (tiny_weights(&c, &w, 100 + i) || save(argv[1], models[i].name, &c, &w, models[i].dt))
             return 1;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reference prompts of `rlpost serve` chat requests with tools.
 
-Writes fixtures/chat_qwen25_tools.jsonl and chat_qwen3_tools.jsonl, one
-object per line:
+Writes fixtures/chat_qwen25_tools.jsonl, chat_qwen3_tools.jsonl and
+chat_qwen3_tools_nothink.jsonl, one object per line:
   {"request": {"messages": [...], "tools": [...]?}, "add_generation_prompt": bool,
    "text": str, "ids": [...]}
 "request" is what an OpenAI client sends (tool_calls' arguments as JSON
@@ -10,7 +10,11 @@ text, content null beside tool calls); "text" is transformers'
 apply_chat_template with Qwen2.5-Instruct's Jinja template (below, as in
 Qwen/Qwen2.5-*-Instruct's tokenizer_config.json), or with Qwen3's (from
 the tokenizer_config.json beside --qwen3), after vLLM's
-preprocessing (tool_calls' arguments decoded into objects); "ids" are
+preprocessing (tool_calls' arguments decoded into objects); the
+_nothink file's requests ask for Qwen3's non-thinking mode, alternately as
+vLLM's "chat_template_kwargs": {"enable_thinking": false} and as a
+top-level "enable_thinking": false, and its text is rendered with
+enable_thinking=False; "ids" are
 `tokenizers` on the text with Qwen3's tokenizer.json (the same byte-level
 vocabulary and <tool_call>/<tool_response> tokens as Qwen2.5).
 
@@ -178,11 +182,27 @@ def main():
                                               add_generation_prompt=gen)
                 rows.append({"request": req, "add_generation_prompt": gen, "text": text,
                              "ids": tok.encode(text, add_special_tokens=False).ids})
-        path = os.path.join(a.out, name)
-        with open(path, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
-        print(f"{path}: {len(rows)} requests")
+        write(os.path.join(a.out, name), rows)
+    rows = []
+    for k, req in enumerate(cases()):
+        req = dict(req)
+        if k % 2 == 0:
+            req["chat_template_kwargs"] = {"enable_thinking": False}
+        else:
+            req["enable_thinking"] = False
+        text = hf.apply_chat_template(vllm_messages(req["messages"]), tools=req.get("tools"),
+                                      chat_template=qwen3_template, tokenize=False,
+                                      add_generation_prompt=True, enable_thinking=False)
+        rows.append({"request": req, "add_generation_prompt": True, "text": text,
+                     "ids": tok.encode(text, add_special_tokens=False).ids})
+    write(os.path.join(a.out, "chat_qwen3_tools_nothink.jsonl"), rows)
+
+
+def write(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
+    print(f"{path}: {len(rows)} requests")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@
 #include <string.h>
 
 static rlpi_backend *be[2]; /* 0 = CPU (reference), 1 = CUDA */
+
+/* the softmax scale of standard attention (the CPU's own expression) */
+#define DEF_SCALE(hd) (1.0f / sqrtf((float)(hd)))
 static rlpi_rng rng;
 static int failures;
 
@@ -356,11 +359,11 @@ static void test_attention(const int64_t *lens, int64_t n_seq, int64_t H, int64_
     twin q = twin_rand(nq, -2, 2), k = twin_rand(nkv, -2, 2), v = twin_rand(nkv, -1, 1);
     twin out = twin_new(nq), lse = twin_new((size_t)(n * H));
     for (int b = 0; b < 2; b++)
-        OK(rlpi_op_attention_fwd(be[b], R(&out, b), R(&lse, b), R(&q, b), R(&k, b), R(&v, b), ss, n_seq, n, H, KV, hd));
+        OK(rlpi_op_attention_fwd(be[b], R(&out, b), R(&lse, b), R(&q, b), R(&k, b), R(&v, b), ss, n_seq, n, H, KV, hd, DEF_SCALE(hd), 0));
     compare("attention forward: out", &out, 1e-5);
     compare("attention forward: lse", &lse, 1e-5);
     float *o1 = gpu_copy(&out), *l1 = gpu_copy(&lse);
-    OK(rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&k, 1), R(&v, 1), ss, n_seq, n, H, KV, hd));
+    OK(rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&k, 1), R(&v, 1), ss, n_seq, n, H, KV, hd, DEF_SCALE(hd), 0));
     same_bits("attention forward: out", &out, o1);
     same_bits("attention forward: lse", &lse, l1);
 
@@ -375,13 +378,13 @@ static void test_attention(const int64_t *lens, int64_t n_seq, int64_t H, int64_
     twin dq = twin_new(nq), dk = twin_new(nkv), dv = twin_new(nkv);
     for (int b = 0; b < 2; b++)
         OK(rlpi_op_attention_bwd(be[b], R(&dq, b), R(&dk, b), R(&dv, b), R(&dout, b), R(&q, b), R(&k, b), R(&v, b),
-                                 R(&out, b), R(&lse, b), ss, n_seq, n, H, KV, hd));
+                                 R(&out, b), R(&lse, b), ss, n_seq, n, H, KV, hd, DEF_SCALE(hd), 0));
     compare("attention backward: dq", &dq, 2e-5);
     compare("attention backward: dk", &dk, 2e-5);
     compare("attention backward: dv", &dv, 2e-5);
     float *g1 = gpu_copy(&dq), *g2 = gpu_copy(&dk), *g3 = gpu_copy(&dv);
     OK(rlpi_op_attention_bwd(be[1], R(&dq, 1), R(&dk, 1), R(&dv, 1), R(&dout, 1), R(&q, 1), R(&k, 1), R(&v, 1),
-                             R(&out, 1), R(&lse, 1), ss, n_seq, n, H, KV, hd));
+                             R(&out, 1), R(&lse, 1), ss, n_seq, n, H, KV, hd, DEF_SCALE(hd), 0));
     same_bits("attention backward: dq", &dq, g1);
     same_bits("attention backward: dk", &dk, g2);
     same_bits("attention backward: dv", &dv, g3);
@@ -414,7 +417,7 @@ static void test_attention_cached(const int64_t *rows, const int64_t *slot, cons
     twin q = twin_rand((size_t)(n * H * hd), -2, 2), out = twin_new((size_t)(n * H * hd));
     for (int b = 0; b < 2; b++)
         OK(rlpi_op_attention_cached(be[b], R(&out, b), R(&q, b), R(&kc, b), R(&vc, b), qs, slot, past, n_seq, n,
-                                    n_slots, stride, H, KV, hd));
+                                    n_slots, stride, H, KV, hd, DEF_SCALE(hd), 0));
     compare("cached attention", &out, 1e-5);
     free(qs);
     twin_free(&kc);
@@ -886,7 +889,7 @@ static void test_unsupported_head_dim(void)
 {
     const int64_t hd = 264, n = 3, ss[2] = {0, 3};
     twin q = twin_rand((size_t)(n * hd), -1, 1), out = twin_new((size_t)(n * hd)), lse = twin_new((size_t)n);
-    int rc = rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&q, 1), R(&q, 1), ss, 1, n, 1, 1, hd);
+    int rc = rlpi_op_attention_fwd(be[1], R(&out, 1), R(&lse, 1), R(&q, 1), R(&q, 1), R(&q, 1), ss, 1, n, 1, 1, hd, DEF_SCALE(hd), 0);
     printf("attention with head_dim %lld on the GPU: %s\n", (long long)hd, rlp_error_last());
     EXPECT(rc == RLP_E_UNSUPPORTED, "returned %d", rc);
     twin_free(&q);

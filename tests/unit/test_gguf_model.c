@@ -176,6 +176,12 @@ typedef struct tiny_opts {
     const float *rope_freqs; /* head_dim/2 floats -> rope_freqs.weight */
     bool bias;
     bool small;              /* head_dim 4 instead of 32 */
+    int64_t window;          /* <arch>.attention.sliding_window: 0 absent, < 0 written as int32 */
+    uint32_t key_length;     /* <arch>.attention.key_length, 0 absent */
+    int32_t pattern;         /* <arch>.attention.sliding_window_pattern: 0 absent, > 0 a period,
+                              * -1 an array of 2 bools (one too many for 1 layer) */
+    float softcap, attn_scale, theta_swa; /* <arch>.final_logit_softcapping, .attention.scale,
+                                           * .rope.freq_base_swa when != 0 */
 } tiny_opts;
 
 /* dim 2*hd, 2 heads of hd (1 KV head), ffn hd, vocab hd, 1 layer; all F32;
@@ -187,7 +193,7 @@ static void build_model(gb *b, const tiny_opts *o)
     struct {
         const char *name;
         uint64_t ne0, ne1;
-    } t[16];
+    } t[24];
     int n = 0;
 #define T(nm, a, c) (t[n].name = nm, t[n].ne0 = a, t[n].ne1 = c, n++)
     T("token_embd.weight", d, hd);
@@ -201,6 +207,16 @@ static void build_model(gb *b, const tiny_opts *o)
     T("blk.0.ffn_up.weight", d, hd);
     T("blk.0.ffn_down.weight", hd, d);
     T("output_norm.weight", d, 1);
+    const char *arch = o->arch ? o->arch : "llama";
+    /* the per-family tensors (arch.c): q/k norms, Gemma's post-norms */
+    if (!strcmp(arch, "qwen3") || !strcmp(arch, "gemma3")) {
+        T("blk.0.attn_q_norm.weight", hd, 1);
+        T("blk.0.attn_k_norm.weight", hd, 1);
+    }
+    if (!strcmp(arch, "gemma3")) {
+        T("blk.0.post_attention_norm.weight", d, 1);
+        T("blk.0.post_ffw_norm.weight", d, 1);
+    }
     if (o->bias) {
         T("blk.0.attn_q.bias", d, 1);
         T("blk.0.attn_k.bias", hd, 1);
@@ -215,8 +231,9 @@ static void build_model(gb *b, const tiny_opts *o)
     for (int i = 0; i < n; i++)
         kept += !(o->skip && !strcmp(o->skip, t[i].name));
     char key[64];
-    const char *arch = o->arch ? o->arch : "llama";
-    gb_header(b, 3, (uint64_t)kept, 10);
+    gb_header(b, 3, (uint64_t)kept,
+              10u + (o->window != 0) + (o->key_length != 0) + (o->pattern != 0) + (o->softcap != 0) +
+                  (o->attn_scale != 0) + (o->theta_swa != 0));
     gb_kv_str(b, "general.architecture", arch);
 #define KV(suffix, v) (snprintf(key, sizeof key, "%s.%s", arch, suffix), gb_kv_u32(b, key, (uint32_t)(v)))
     KV("block_count", 1);
@@ -227,11 +244,36 @@ static void build_model(gb *b, const tiny_opts *o)
     KV("context_length", 128);
     KV("vocab_size", hd);
     KV("rope.scaling.original_context_length", 64);
+    if (o->window > 0)
+        KV("attention.sliding_window", o->window);
+    if (o->key_length)
+        KV("attention.key_length", o->key_length);
+    if (o->pattern > 0)
+        KV("attention.sliding_window_pattern", o->pattern);
 #undef KV
+    if (o->window < 0) {
+        int32_t v = (int32_t)o->window;
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        gb_str(b, key), gb_u32(b, 5), gb_bytes(b, &v, 4);
+    }
+    const struct {
+        const char *suffix;
+        float v;
+    } fk[3] = {{"final_logit_softcapping", o->softcap}, {"attention.scale", o->attn_scale},
+               {"rope.freq_base_swa", o->theta_swa}};
+    for (int i = 0; i < 3; i++)
+        if (fk[i].v != 0) {
+            snprintf(key, sizeof key, "%s.%s", arch, fk[i].suffix);
+            gb_str(b, key), gb_u32(b, 6), gb_bytes(b, &fk[i].v, 4);
+        }
+    if (o->pattern < 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        gb_str(b, key), gb_u32(b, 9), gb_u32(b, 7), gb_u64(b, 2), gb_bytes(b, "\1\0", 2);
+    }
     float eps = 1e-6f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gb_str(b, key), gb_u32(b, 6), gb_bytes(b, &eps, 4);
-    uint64_t off = 0, offs[16];
+    uint64_t off = 0, offs[24];
     for (int i = 0; i < n; i++) {
         if (o->skip && !strcmp(o->skip, t[i].name))
             continue;
@@ -338,6 +380,93 @@ static void bad_models_are_refused_by_name(void **state)
         int rc = load_built(&cases[i].o, &c, &w);
         if (rc != cases[i].rc || !strstr(rlp_error_last(), cases[i].msg))
             fail_msg("case %zu: rc %d \"%s\", want %d \"%s\"", i, rc, rlp_error_last(), cases[i].rc, cases[i].msg);
+        rlpi_weights_free(&w);
+    }
+}
+
+/* Qwen3 and Gemma 3 files: q/k norms and Gemma's four norms land under
+ * HF's names with the file's values (Gemma's 1 + w is already the
+ * effective scale), no q/k permutation, the window and its layers from the
+ * keys or llama.cpp's defaults; and hostile variants fail by name. */
+static void qwen3_and_gemma3_files(void **state)
+{
+    (void)state;
+    rlpi_model_config c;
+    rlpi_weights w;
+    tiny_opts o = {.arch = "qwen3"};
+    if (load_built(&o, &c, &w) != RLP_OK)
+        fail_msg("%s", rlp_error_last());
+    assert_true(c.qk_norm && !c.post_norms && c.norm_offset == 0.0f && c.sliding_window == 0);
+    const rlpi_tensor *qn = rlpi_weights_find(&w, "model.layers.0.self_attn.q_norm.weight");
+    assert_non_null(qn);
+    assert_int_equal(qn->shape[0], 32);
+    const float *q = rlpi_weights_find(&w, "model.layers.0.self_attn.q_proj.weight")->data;
+    for (int r = 0; r < 64; r++) /* not permuted */
+        assert_true(q[r * 64] == 2.0f + (float)(r * 64) / 1024.0f);
+    assert_non_null(rlpi_weights_find(&w, "model.layers.0.post_attention_layernorm.weight"));
+    rlpi_weights_free(&w);
+
+    o = (tiny_opts){.arch = "gemma3", .window = 16};
+    if (load_built(&o, &c, &w) != RLP_OK)
+        fail_msg("%s", rlp_error_last());
+    assert_true(c.qk_norm && c.post_norms && c.norm_offset == 1.0f);
+    assert_int_equal(c.activation, RLPI_ACT_GELU_TANH);
+    assert_true(c.embed_scale == 8.0f); /* sqrt(64) */
+    assert_int_equal(c.sliding_window, 16);
+    assert_int_equal(c.local_layers[0], 1); /* period 6: layer 0 is local */
+    assert_true(c.rope_theta_local == 10000.0f && c.attn_scale == 0.0f);
+    /* tensor index 6 is ffn_norm: the MLP's input norm, values unchanged */
+    const float *pre = rlpi_weights_find(&w, "model.layers.0.pre_feedforward_layernorm.weight")->data;
+    assert_true(pre[0] == 6.0f && pre[5] == 6.0f + 5.0f / 1024.0f);
+    const float *post = rlpi_weights_find(&w, "model.layers.0.post_attention_layernorm.weight")->data;
+    assert_true(post[0] == 13.0f); /* post_attention_norm, after the q/k norms (11, 12) */
+    assert_non_null(rlpi_weights_find(&w, "model.layers.0.post_feedforward_layernorm.weight"));
+    rlpi_weights_free(&w);
+    o.pattern = 1; /* every layer global */
+    assert_int_equal(load_built(&o, &c, &w), RLP_OK);
+    assert_int_equal(c.local_layers[0], 0);
+    rlpi_weights_free(&w);
+    /* the optional keys llama.cpp's newer converters write */
+    o = (tiny_opts){.arch = "gemma3", .window = 16, .softcap = 30.0f, .attn_scale = 0.125f, .theta_swa = 5e4f};
+    assert_int_equal(load_built(&o, &c, &w), RLP_OK);
+    assert_true(c.final_softcap == 30.0f && c.attn_scale == 0.125f && c.rope_theta_local == 5e4f);
+    rlpi_weights_free(&w);
+    o.softcap = -1.0f;
+    assert_int_equal(load_built(&o, &c, &w), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "final_logit_softcapping -1 must be >= 0"));
+    rlpi_weights_free(&w);
+
+    const struct {
+        tiny_opts o;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {{.arch = "qwen3", .skip = "blk.0.attn_q_norm.weight"}, RLP_E_FORMAT,
+         "missing tensor for 'model.layers.0.self_attn.q_norm.weight' (qwen3 needs 'blk.0.attn_q_norm.weight')"},
+        {{.arch = "gemma3", .window = 16, .skip = "blk.0.post_ffw_norm.weight"}, RLP_E_FORMAT,
+         "missing tensor for 'model.layers.0.post_feedforward_layernorm.weight'"},
+        {{.arch = "gemma3", .window = 16, .skip = "blk.0.ffn_norm.weight"}, RLP_E_FORMAT,
+         "'model.layers.0.pre_feedforward_layernorm.weight' (gemma3 needs 'blk.0.ffn_norm.weight')"},
+        {{.arch = "gemma3"}, RLP_E_NOT_FOUND, "gemma3.attention.sliding_window"},
+        {{.arch = "gemma3", .window = -1}, RLP_E_FORMAT, "gemma3.attention.sliding_window"},
+        {{.arch = "gemma3", .window = (1 << 24) + 1}, RLP_E_FORMAT,
+         "'gemma3.attention.sliding_window' = 16777217 is out of range"},
+        {{.arch = "gemma3", .window = 16, .key_length = 16}, RLP_E_FORMAT,
+         "tensor 'blk.0.attn_q.weight' has shape [64, 64, 1, 1] (ne order), expected [64, 32]"},
+        {{.arch = "qwen3", .key_length = 48}, RLP_E_FORMAT, "tensor 'blk.0.attn_q.weight' has shape"},
+        {{.arch = "gemma3", .window = 16, .pattern = -1}, RLP_E_FORMAT,
+         "'gemma3.attention.sliding_window_pattern' must be 1 bools (one per layer), not 2"},
+        {{.arch = "gemma3", .window = 16, .pattern = 5}, RLP_E_FORMAT, "= 5 exceeds the 1 layers"},
+        {{.extra = "blk.0.attn_q_norm.weight"}, RLP_E_UNSUPPORTED,
+         "tensor 'blk.0.attn_q_norm.weight' is not part of a llama model"},
+        {{.arch = "qwen2", .bias = true, .extra = "blk.0.post_ffw_norm.weight"}, RLP_E_UNSUPPORTED,
+         "'blk.0.post_ffw_norm.weight' is not part of a qwen2 model"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = load_built(&cases[i].o, &c, &w);
+        if (rc != cases[i].rc || !strstr(rlp_error_last(), cases[i].msg))
+            fail_msg("case %zu: rc %d \"%s\", want %d \"%s\"", i, rc, rlp_error_last(), cases[i].rc,
+                     cases[i].msg);
         rlpi_weights_free(&w);
     }
 }
@@ -587,7 +716,10 @@ static int write_seeds(const char *dir)
         tiny_opts o;
     } seeds[] = {{"model_llama", {.small = true}},
                  {"model_qwen2_bias", {.arch = "qwen2", .bias = true, .small = true}},
-                 {"model_rope_freqs", {.rope_freqs = rf, .small = true}}};
+                 {"model_rope_freqs", {.rope_freqs = rf, .small = true}},
+                 {"model_qwen3", {.arch = "qwen3", .small = true}},
+                 {"model_gemma3", {.arch = "gemma3", .window = 4, .small = true}},
+                 {"model_gemma3_pattern", {.arch = "gemma3", .window = 4, .pattern = -1, .small = true}}};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         gb b = {0};
         char path[512];
@@ -611,6 +743,7 @@ int main(void)
         cmocka_unit_test(tokenizer_arrays_read_back),
         cmocka_unit_test(qk_rows_are_unpermuted_for_llama_only),
         cmocka_unit_test(bad_models_are_refused_by_name),
+        cmocka_unit_test(qwen3_and_gemma3_files),
         cmocka_unit_test(llama3_rope_scaling_is_recovered),
         cmocka_unit_test(case4_file_fails_model_load),
         cmocka_unit_test(special_ids_out_of_range_are_refused),

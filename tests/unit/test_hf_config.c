@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/hf_config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,6 +329,173 @@ static void transformers5_configs_parse(void **state)
     free(s);
 }
 
+/* Qwen3-0.6B as published (tied, head_dim 128 != 1024/16, no bias). */
+static const char QWEN3[] =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\","
+    "\"hidden_size\":1024,\"initializer_range\":0.02,\"intermediate_size\":3072,"
+    "\"max_position_embeddings\":40960,\"max_window_layers\":28,\"model_type\":\"qwen3\","
+    "\"num_attention_heads\":16,\"num_hidden_layers\":28,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-06,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000,\"sliding_window\":null,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"use_cache\":true,\"use_sliding_window\":false,\"vocab_size\":151936}";
+
+#define G3_LT5 "\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\"sliding_attention\"," \
+               "\"sliding_attention\",\"full_attention\","
+/* google/gemma-3-270m's config.json (transformers 4.5x: layer_types, the
+ * pattern, rope_local_base_freq; no tie key: Gemma 3 ties by default),
+ * with 19 layers instead of 18 so that the list is not a whole number of
+ * periods. */
+static const char GEMMA3_270M[] =
+    "{\"_sliding_window_pattern\":6,\"architectures\":[\"Gemma3ForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"attn_logit_softcapping\":null,\"bos_token_id\":2,\"eos_token_id\":1,"
+    "\"final_logit_softcapping\":null,\"head_dim\":256,\"hidden_activation\":\"gelu_pytorch_tanh\","
+    "\"hidden_size\":640,\"initializer_range\":0.02,\"intermediate_size\":2048,\"layer_types\":["
+    G3_LT5 G3_LT5 G3_LT5 "\"sliding_attention\"],\"max_position_embeddings\":32768,\"model_type\":\"gemma3_text\","
+    "\"num_attention_heads\":4,\"num_hidden_layers\":19,\"num_key_value_heads\":1,\"pad_token_id\":0,"
+    "\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-06,\"rope_local_base_freq\":10000.0,"
+    "\"rope_scaling\":null,\"rope_theta\":1000000.0,\"sliding_window\":512,\"torch_dtype\":\"bfloat16\","
+    "\"use_bidirectional_attention\":false,\"use_cache\":true,\"vocab_size\":262144}";
+
+/* Gemma3TextConfig as transformers 5.25 writes it (nested rope_parameters,
+ * no rope_theta at the top, no architectures), with linear scaling on the
+ * global layers as Gemma 3 4B+ has, a soft-cap and an odd layer count. */
+static const char GEMMA3_V5[] =
+    "{\"_sliding_window_pattern\":6,\"attention_bias\":false,\"attn_logit_softcapping\":null,"
+    "\"bos_token_id\":2,\"eos_token_id\":[1,106],\"final_logit_softcapping\":30.0,\"head_dim\":16,"
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":32,\"intermediate_size\":64,"
+    "\"layer_types\":[" G3_LT5 "\"sliding_attention\",\"sliding_attention\"],"
+    "\"max_position_embeddings\":131072,\"model_type\":\"gemma3_text\",\"num_attention_heads\":2,"
+    "\"num_hidden_layers\":8,\"num_key_value_heads\":1,\"query_pre_attn_scalar\":24,\"rms_norm_eps\":1e-06,"
+    "\"rope_parameters\":{\"full_attention\":{\"factor\":8.0,\"rope_theta\":1000000.0,\"rope_type\":\"linear\"},"
+    "\"sliding_attention\":{\"rope_theta\":20000.0,\"rope_type\":\"default\"}},\"sliding_window\":4096,"
+    "\"tie_word_embeddings\":true,\"use_bidirectional_attention\":false,\"vocab_size\":64}";
+
+/* A Gemma 3 base (4 layers) for the hostile cases: `%s` takes extra keys. */
+#define G3_BASE(extra)                                                                                     \
+    "{\"model_type\":\"gemma3_text\",\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":4," \
+    "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":16,\"vocab_size\":64" extra "}"
+
+static void qwen3_and_gemma3_configs(void **state)
+{
+    (void)state;
+    rlpi_model_config c;
+    if (parse(QWEN3, &c) != RLP_OK)
+        fail_msg("%s", rlp_error_last());
+    assert_string_equal(c.arch, "qwen3");
+    assert_int_equal(c.head_dim, 128);
+    assert_true(c.qk_norm && !c.post_norms && !c.attention_bias && c.tie_embeddings);
+    assert_int_equal(c.activation, RLPI_ACT_SILU);
+    assert_int_equal(c.max_seq_len, 40960); /* use_sliding_window false: no cap */
+    assert_true(c.norm_offset == 0.0f && c.embed_scale == 0.0f && c.attn_scale == 0.0f);
+    assert_int_equal(c.sliding_window, 0);
+
+    if (parse(GEMMA3_270M, &c) != RLP_OK)
+        fail_msg("%s", rlp_error_last());
+    assert_string_equal(c.arch, "gemma3");
+    assert_int_equal(c.head_dim, 256);
+    assert_int_equal(c.activation, RLPI_ACT_GELU_TANH);
+    assert_true(c.qk_norm && c.post_norms && c.tie_embeddings && !c.attention_bias);
+    assert_true(c.norm_offset == 1.0f);
+    assert_true(c.embed_scale == sqrtf(640.0f));
+    assert_true(c.attn_scale == 0.0625f);
+    assert_true(c.final_softcap == 0.0f);
+    assert_int_equal(c.sliding_window, 512);
+    assert_int_equal(c.max_seq_len, 32768); /* the window is per layer, not a cap */
+    assert_true(c.rope_theta == 1e6f && c.rope_theta_local == 1e4f);
+    assert_int_equal(rlpi_model_config_n_local_layers(&c), 16);
+    for (int i = 0; i < 19; i++)
+        assert_int_equal(c.local_layers[i], (i + 1) % 6 != 0);
+    assert_int_equal(c.bos_id, 2);
+    assert_int_equal(c.eos_id, 1);
+
+    if (parse(GEMMA3_V5, &c) != RLP_OK)
+        fail_msg("%s", rlp_error_last());
+    assert_true(c.rope_theta == 1e6f && c.rope_theta_local == 2e4f);
+    assert_int_equal(c.rope_scaling, RLPI_ROPE_SCALING_LINEAR);
+    assert_true(c.rope_factor == 8.0f);
+    assert_true(c.final_softcap == 30.0f);
+    assert_true(c.attn_scale == 1.0f / sqrtf(24.0f));
+    assert_int_equal(rlpi_model_config_n_local_layers(&c), 7);
+    assert_int_equal(c.local_layers[5], 0);
+    assert_int_equal(c.eos_id, 1);
+    /* older files: only the pattern (layer 6k+5 global); none: the row's 6 */
+    assert_int_equal(parse(G3_BASE(",\"sliding_window\":8,\"sliding_window_pattern\":2"), &c), RLP_OK);
+    assert_true(c.local_layers[0] && !c.local_layers[1] && c.local_layers[2] && !c.local_layers[3]);
+    assert_int_equal(parse(G3_BASE(",\"sliding_window\":8"), &c), RLP_OK);
+    assert_int_equal(rlpi_model_config_n_local_layers(&c), 4);
+    assert_true(c.rope_theta_local == 10000.0f && c.attn_scale == 0.0f && c.tie_embeddings);
+
+    /* dump -> parse is lossless for both families */
+    const char *srcs[] = {QWEN3, GEMMA3_270M, GEMMA3_V5};
+    for (int i = 0; i < 3; i++) {
+        rlpi_model_config a, b;
+        assert_int_equal(parse(srcs[i], &a), RLP_OK);
+        char *s;
+        assert_int_equal(rlpi_hf_config_dump(&a, &s), RLP_OK);
+        if (parse(s, &b) != RLP_OK)
+            fail_msg("%s\n%s", rlp_error_last(), s);
+        assert_memory_equal(&a, &b, sizeof a);
+        if (i == 1) {
+            assert_non_null(strstr(s, "\"model_type\": \"gemma3_text\""));
+            assert_non_null(strstr(s, "\"hidden_activation\": \"gelu_pytorch_tanh\""));
+            assert_non_null(strstr(s, "\"query_pre_attn_scalar\": 256,"));
+        }
+        free(s);
+    }
+
+    static const struct {
+        const char *json;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {G3_BASE(""), RLP_E_FORMAT, "required key 'sliding_window' is missing"},
+        {G3_BASE(",\"sliding_window\":-1"), RLP_E_FORMAT, "'sliding_window' = -1 is out of range"},
+        {G3_BASE(",\"sliding_window\":16777217"), RLP_E_FORMAT, "'sliding_window' = 16777217 is out of range"},
+        {G3_BASE(",\"sliding_window\":\"512\""), RLP_E_FORMAT, "'sliding_window' must be an integer"},
+        {G3_BASE(",\"sliding_window\":8,\"layer_types\":[\"sliding_attention\",\"full_attention\"]"), RLP_E_FORMAT,
+         "'layer_types' has 2 entries, num_hidden_layers is 4"},
+        {G3_BASE(",\"sliding_window\":8,\"sliding_window_pattern\":2,\"layer_types\":[\"sliding_attention\","
+                 "\"full_attention\",\"sliding_attention\",\"sliding_attention\"]"),
+         RLP_E_FORMAT, "'layer_types'[3] is sliding_attention but 'sliding_window_pattern' = 2 makes it full_attention"},
+        {G3_BASE(",\"sliding_window\":8,\"sliding_window_pattern\":0"), RLP_E_FORMAT,
+         "'sliding_window_pattern' = 0 is out of range"},
+        {G3_BASE(",\"sliding_window\":8,\"layer_types\":[\"sliding_attention\",\"full_attention\","
+                 "\"chunked_attention\",\"full_attention\"]"),
+         RLP_E_UNSUPPORTED, "layer type 'chunked_attention'"},
+        {G3_BASE(",\"sliding_window\":8,\"attn_logit_softcapping\":50.0"), RLP_E_UNSUPPORTED,
+         "attn_logit_softcapping"},
+        {G3_BASE(",\"sliding_window\":8,\"final_logit_softcapping\":-3"), RLP_E_FORMAT,
+         "'final_logit_softcapping' = -3 must be positive"},
+        {G3_BASE(",\"sliding_window\":8,\"query_pre_attn_scalar\":0"), RLP_E_FORMAT,
+         "'query_pre_attn_scalar' = 0 must be positive"},
+        {G3_BASE(",\"sliding_window\":8,\"hidden_activation\":\"silu\""), RLP_E_UNSUPPORTED,
+         "hidden_activation 'silu' is not supported for Gemma3ForCausalLM"},
+        {G3_BASE(",\"sliding_window\":8,\"use_bidirectional_attention\":true"), RLP_E_UNSUPPORTED,
+         "use_bidirectional_attention"},
+        {G3_BASE(",\"sliding_window\":8,\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6},"
+                 "\"sliding_attention\":{\"rope_theta\":1e4,\"rope_type\":\"linear\",\"factor\":2}}"),
+         RLP_E_UNSUPPORTED, "RoPE scaling on local (sliding-window) layers is not supported"},
+        {G3_BASE(",\"sliding_window\":8,\"rope_parameters\":{\"full_attention\":7}"), RLP_E_FORMAT,
+         "'rope_parameters.full_attention' must be an object"},
+        {"{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":10,\"attention_bias\":true}",
+         RLP_E_UNSUPPORTED, "attention_bias=true (o_proj bias) is not supported for Qwen3ForCausalLM"},
+        {"{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":10,\"head_dim\":7}",
+         RLP_E_FORMAT, "head_dim 7 must be even"},
+        {"{\"model_type\":\"qwen3\",\"hidden_size\":64,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":4,\"vocab_size\":10,\"hidden_act\":\"gelu_pytorch_tanh\"}",
+         RLP_E_UNSUPPORTED, "hidden_act 'gelu_pytorch_tanh' is not supported for Qwen3ForCausalLM"},
+        {"{\"model_type\":\"gemma3\"}", RLP_E_FORMAT, "required key 'hidden_size' is missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = parse(cases[i].json, &c);
+        if (rc != cases[i].code || !strstr(rlp_error_last(), cases[i].msg))
+            fail_msg("case %zu: got %d '%s', want %d '%s'", i, rc, rlp_error_last(), cases[i].code,
+                     cases[i].msg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +504,7 @@ int main(void)
         cmocka_unit_test(dump_round_trips),
         cmocka_unit_test(transformers5_configs_parse),
         cmocka_unit_test(broken_and_unsupported_configs),
+        cmocka_unit_test(qwen3_and_gemma3_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,8 +86,8 @@ static void assert_same(const rlpi_weights *a, const rlpi_weights *b, int bf16)
 static void save_load_round_trip(void **state)
 {
     (void)state;
-    const char *archs[] = {"llama", "qwen2", "mistral"};
-    for (int ai = 0; ai < 3; ai++) {
+    const char *archs[] = {"llama", "qwen2", "mistral", "qwen3", "gemma3"};
+    for (int ai = 0; ai < 5; ai++) {
         for (int tied = 0; tied < 2; tied++) {
             rlpi_model_config c, c2;
             rlpi_weights w, r;
@@ -114,6 +114,17 @@ static void save_load_round_trip(void **state)
             assert_int_equal(rlpi_safetensors_read(sub(name, "model.safetensors"), &raw, &m), 0);
             assert_string_equal(rlpi_st_metadata_get(&m, "format"), "pt");
             assert_int_equal(rlpi_weights_find(&raw, "lm_head.weight") == NULL, tied);
+            /* Gemma's norms are stored as scale - 1 (HF's convention), the
+             * rest as they are */
+            for (size_t k = 0; k < raw.n; k++) {
+                const rlpi_tensor *x = &raw.tensors[k], *y = rlpi_weights_find(&w, x->name);
+                float off = rlpi_hf_is_norm_weight(x->name) ? c.norm_offset : 0.0f;
+                assert_non_null(y);
+                for (size_t e = 0; e < x->n_elems; e++)
+                    if (x->data[e] != rlpi_tensor_data(&w, y)[e] - off)
+                        fail_msg("%s: %s[%zu] = %g stored, want %g", name, x->name, e, (double)x->data[e],
+                                 (double)(rlpi_tensor_data(&w, y)[e] - off));
+            }
             rlpi_st_metadata_free(&m);
             rlpi_weights_free(&raw);
 
@@ -121,6 +132,14 @@ static void save_load_round_trip(void **state)
                 fail_msg("load: %s", rlp_error_last());
             assert_memory_equal(&c, &c2, sizeof c);
             assert_int_equal(r.n, w.n);
+            if (c.norm_offset != 0.0f) {
+                /* (x - 1) + 1 is x only where no bits were lost: compare the
+                 * norms by what the load must give, (stored) + 1 */
+                for (size_t k = 0; k < w.n; k++)
+                    if (rlpi_hf_is_norm_weight(w.tensors[k].name))
+                        for (size_t e = 0; e < w.tensors[k].n_elems; e++)
+                            w.tensors[k].data[e] = (w.tensors[k].data[e] - 1.0f) + 1.0f;
+            }
             assert_same(&w, &r, 0);
             const rlpi_tensor *head = rlpi_weights_find(&r, "lm_head.weight");
             if (tied) {
@@ -154,37 +173,47 @@ static void bf16_save_rounds_each_weight(void **state)
 static void sharded_folder_loads(void **state)
 {
     (void)state;
-    rlpi_model_config c, c2;
-    rlpi_weights w, a, b, r;
-    tiny_config(&c, "llama", false);
-    assert_int_equal(tiny_weights(&c, &w, 5), RLP_OK);
-    assert_int_equal(rlpi_hf_dir_save(sub("sharded", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
-    unlink(sub("sharded", "model.safetensors"));
-    /* split in two shallow halves and write an index like save_pretrained */
-    size_t half = w.n / 2;
-    rlpi_weights_init(&a);
-    rlpi_weights_init(&b);
-    a.tensors = w.tensors;
-    a.n = half;
-    b.tensors = w.tensors + half;
-    b.n = w.n - half;
-    assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00001-of-00002.safetensors"), &a,
-                                            NULL), 0);
-    assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00002-of-00002.safetensors"), &b,
-                                            NULL), 0);
-    FILE *f = fopen(sub("sharded", "model.safetensors.index.json"), "w");
-    fprintf(f, "{\"metadata\":{},\"weight_map\":{");
-    for (size_t i = 0; i < w.n; i++)
-        fprintf(f, "%s\"%s\":\"model-0000%d-of-00002.safetensors\"", i ? "," : "",
-                w.tensors[i].name, i < half ? 1 : 2);
-    fprintf(f, "}}");
-    fclose(f);
-    if (rlpi_hf_dir_load(sub("sharded", NULL), &c2, &r) != RLP_OK)
-        fail_msg("%s", rlp_error_last());
-    assert_int_equal(r.n, w.n);
-    assert_same(&w, &r, 0);
-    rlpi_weights_free(&r);
-    rlpi_weights_free(&w);
+    /* Gemma 3 too: shards hold HF's values (norms as scale - 1), the load
+     * gives the scale */
+    const char *archs[2] = {"llama", "gemma3"};
+    for (int ai = 0; ai < 2; ai++) {
+        rlpi_model_config c, c2;
+        rlpi_weights w, a, b, r;
+        tiny_config(&c, archs[ai], false);
+        assert_int_equal(tiny_weights(&c, &w, 5), RLP_OK);
+        assert_int_equal(rlpi_hf_dir_save(sub("sharded", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+        unlink(sub("sharded", "model.safetensors"));
+        /* split in two shallow halves and write an index like save_pretrained */
+        size_t half = w.n / 2;
+        rlpi_weights_init(&a);
+        rlpi_weights_init(&b);
+        a.tensors = w.tensors;
+        a.n = half;
+        b.tensors = w.tensors + half;
+        b.n = w.n - half;
+        assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00001-of-00002.safetensors"), &a,
+                                                NULL), 0);
+        assert_int_equal(rlpi_safetensors_write(sub("sharded", "model-00002-of-00002.safetensors"), &b,
+                                                NULL), 0);
+        FILE *f = fopen(sub("sharded", "model.safetensors.index.json"), "w");
+        fprintf(f, "{\"metadata\":{},\"weight_map\":{");
+        for (size_t i = 0; i < w.n; i++)
+            fprintf(f, "%s\"%s\":\"model-0000%d-of-00002.safetensors\"", i ? "," : "",
+                    w.tensors[i].name, i < half ? 1 : 2);
+        fprintf(f, "}}");
+        fclose(f);
+        if (rlpi_hf_dir_load(sub("sharded", NULL), &c2, &r) != RLP_OK)
+            fail_msg("%s", rlp_error_last());
+        assert_int_equal(r.n, w.n);
+        assert_true(c2.norm_offset == c.norm_offset);
+        for (size_t i = 0; i < w.n; i++)
+            if (rlpi_hf_is_norm_weight(w.tensors[i].name))
+                for (size_t e = 0; e < w.tensors[i].n_elems; e++)
+                    w.tensors[i].data[e] += c.norm_offset; /* the file's values were HF's */
+        assert_same(&w, &r, 0);
+        rlpi_weights_free(&r);
+        rlpi_weights_free(&w);
+    }
 }
 
 static void missing_or_misshaped_tensors_fail(void **state)
@@ -230,6 +259,35 @@ static void missing_or_misshaped_tensors_fail(void **state)
     assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q), RLP_OK);
     assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
     assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_proj.bias' is missing"));
+    /* qwen3 config over llama weights: q_norm missing; gemma3 over qwen3
+     * weights: the feed-forward norms missing; gemma3 with q_norm of the
+     * wrong width (a head_dim the weights do not have) */
+    rlpi_model_config q3, g3;
+    rlpi_weights w3;
+    tiny_config(&q3, "qwen3", false);
+    tiny_config(&g3, "gemma3", false);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_norm.weight' is missing"));
+    assert_int_equal(tiny_weights(&q3, &w3, 5), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &q3, &w3, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &g3), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.pre_feedforward_layernorm.weight' is missing"));
+    rlpi_weights_free(&w3);
+    assert_int_equal(tiny_weights(&g3, &w3, 6), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &g3, &w3, RLPI_ST_F32), RLP_OK);
+    rlpi_model_config g3w = g3;
+    g3w.head_dim = 16;
+    g3w.attn_scale = 0.25f;
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &g3w), RLP_OK);
+    assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_FORMAT);
+    assert_non_null(strstr(rlp_error_last(), "'model.layers.0.self_attn.q_proj.weight' has shape [32, 32]"));
+    rlpi_weights_free(&w3);
+    assert_int_equal(rlpi_hf_dir_save(sub("bad", NULL), &c, &w, RLPI_ST_F32), RLP_OK);
+    assert_int_equal(rlpi_hf_config_write(sub("bad", "config.json"), &q), RLP_OK);
     /* no weights file at all */
     unlink(sub("bad", "model.safetensors"));
     assert_int_equal(rlpi_hf_dir_load(sub("bad", NULL), &c2, &r), RLP_E_NOT_FOUND);

@@ -604,6 +604,36 @@ static void logic_rl_prompt_through_chat_template(void **state)
     rlp_tokenizer_free(tok);
 }
 
+/* "chat": {"enable_thinking": false} renders Qwen3's non-thinking
+ * generation prompt (the tokenizer's template set to qwen3); bad chat
+ * options are refused naming the key. */
+static void chat_options_reach_the_template(void **state)
+{
+    (void)state;
+    rlp_tokenizer *tok = smollm2();
+    assert_int_equal(rlp_tokenizer_set_chat_template(tok, "qwen3"), RLP_OK);
+    const char *f = tmp_text("think", "{\"question\": \"What is 2+2?\", \"answer\": \"4\"}\n");
+    rlp_task *t;
+    assert_int_equal(rlp_task_open_jsonl(&t, f, "{\"chat\": {\"enable_thinking\": false}}"), RLP_OK);
+    rlp_prompt_set *set;
+    assert_int_equal(rlp_task_next_batch(&set, t, 1, tok), RLP_OK);
+    assert_string_equal(rlp_prompt_set_prompts(set)[0].text,
+                        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+    assert_int_equal(rlp_task_open_jsonl(&t, f, "{\"chat\": {\"enable_thinking\": true}}"), RLP_OK);
+    assert_int_equal(rlp_task_next_batch(&set, t, 1, tok), RLP_OK);
+    assert_string_equal(rlp_prompt_set_prompts(set)[0].text,
+                        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+    rlp_prompt_set_free(set);
+    rlp_task_free(t);
+    assert_int_equal(rlp_task_open_jsonl(&t, f, "{\"chat\": {\"thinking\": false}}"), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "chat.thinking"));
+    assert_int_equal(rlp_task_open_jsonl(&t, f, "{\"chat\": {\"enable_thinking\": 0}}"), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_task_open_jsonl(&t, f, "{\"chat\": 1}"), RLP_E_INVALID_ARG);
+    rlp_tokenizer_free(tok);
+}
+
 /* Public-bugs case #1 for dataset text: a question that spells control
  * tokens stays text; the special ids are only the template's own. */
 static void question_never_parsed_for_specials(void **state)
@@ -753,6 +783,7 @@ int main(void)
         cmocka_unit_test(generator_cursors),
         cmocka_unit_test(logic_rl_prompt_through_chat_template),
         cmocka_unit_test(question_never_parsed_for_specials),
+        cmocka_unit_test(chat_options_reach_the_template),
         cmocka_unit_test(failed_batch_leaves_cursor),
         cmocka_unit_test(plain_presets),
     };

@@ -578,6 +578,22 @@ static void test_env_hermes_template(void **state)
     assert_int_equal(o.tool_call, 0);
     rlp_env_episode_free(ep);
     rlp_env_free(env);
+
+    /* Qwen3's non-thinking mode: the reopened assistant turn gets the
+     * empty reasoning block its prompt had */
+    snprintf(body, sizeof body, "\"template\": \"hermes\", \"enable_thinking\": false, %s", INLINE);
+    env = make_env(body);
+    assert_int_equal(rlp_env_episode_start(&ep, env, NULL, NULL), RLP_OK);
+    step(ep, "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"6*7\"}}\n</tool_call>", &o);
+    assert_string_equal(o.observation, "<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>"
+                                       "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    rlp_env_episode_free(ep);
+    rlp_env_free(env);
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"enable_thinking\": false, \"corpus_inline\": []}", NULL),
+                     RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "hermes"));
+    assert_int_equal(rlp_env_create_builtin(&env, "tools", "{\"template\": \"hermes\", \"enable_thinking\": 0}", NULL),
+                     RLP_E_INVALID_ARG);
 }
 
 /* An oracle agent on the lookup task: it follows the question's path

@@ -5,15 +5,20 @@
 #ifndef RLPOST_TESTS_TINY_MODEL_H
 #define RLPOST_TESTS_TINY_MODEL_H
 
+#include "model/arch.h"
 #include "model/config.h"
 #include "model/weights.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-/* arch "llama" / "qwen2" / "mistral"; GQA with 4 heads of 8 over 2 kv heads */
+/* arch "llama" / "qwen2" / "mistral" / "qwen3" / "gemma3"; GQA with 4 heads
+ * of 8 over 2 kv heads. The family's row (arch.c) sets what the family
+ * computes; Gemma 3 gets a window of 4 on layer 0 only (layer 1 global) and
+ * its query_pre_attn_scalar = head_dim spelled out as a scale. */
 static inline void tiny_config(rlpi_model_config *c, const char *arch, bool tied)
 {
     memset(c, 0, sizeof *c);
@@ -33,6 +38,15 @@ static inline void tiny_config(rlpi_model_config *c, const char *arch, bool tied
     c->attention_bias = !strcmp(arch, "qwen2");
     c->bos_id = 1;
     c->eos_id = 2;
+    const rlpi_arch_desc *a = rlpi_arch_find(arch);
+    if (a && (a->qk_norm || a->post_norms)) { /* the rows before Qwen3 stay as they were */
+        rlpi_arch_apply(a, c);
+        if (a->sliding_window) {
+            c->sliding_window = 4;
+            c->local_layers[0] = 1;
+            c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+        }
+    }
 }
 
 static inline float tiny_rand(uint64_t *s)
@@ -86,6 +100,14 @@ static inline int tiny_weights(const rlpi_model_config *c, rlpi_weights *w, uint
         T("mlp.gate_proj.weight", c->ffn_dim, c->dim)
         T("mlp.up_proj.weight", c->ffn_dim, c->dim)
         T("mlp.down_proj.weight", c->dim, c->ffn_dim)
+        if (c->qk_norm) {
+            T("self_attn.q_norm.weight", c->head_dim, 0)
+            T("self_attn.k_norm.weight", c->head_dim, 0)
+        }
+        if (c->post_norms) {
+            T("pre_feedforward_layernorm.weight", c->dim, 0)
+            T("post_feedforward_layernorm.weight", c->dim, 0)
+        }
 #undef T
     }
     if ((rc = tiny_add(w, "model.norm.weight", c->dim, 0, &s)))

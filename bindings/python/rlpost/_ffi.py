@@ -120,6 +120,9 @@ ContextOptions = _struct("rlp_context_options", [
 
 ChatMessage = _struct("rlp_chat_message", [("role", c_char_p), ("content", c_char_p)])
 
+ChatOptions = _struct("rlp_chat_options", [
+    ("version", c_uint32), ("add_generation_prompt", c_int), ("enable_thinking", c_int)])
+
 Sequence = _struct("rlp_sequence", [
     ("tokens", POINTER(c_int32)), ("n_tokens", c_uint32), ("n_prompt", c_uint32)])
 
@@ -158,7 +161,10 @@ ModelInfo = _struct("rlp_model_info", [
     ("n_layers", c_int32), ("dim", c_int32), ("n_heads", c_int32), ("n_kv_heads", c_int32),
     ("head_dim", c_int32), ("ffn_dim", c_int32), ("vocab_size", c_int32), ("context_length", c_int32),
     ("rope_theta", c_float), ("rms_eps", c_float), ("rope_scaling", c_int32), ("tie_embeddings", c_int32),
-    ("attention_bias", c_int32), ("n_params", c_uint64), ("n_tensors", c_uint64), ("dtypes", c_char * 128)])
+    ("attention_bias", c_int32), ("n_params", c_uint64), ("n_tensors", c_uint64), ("dtypes", c_char * 128),
+    ("activation", c_char * 16), ("qk_norm", c_int32), ("post_norms", c_int32), ("norm_offset", c_float),
+    ("embed_scale", c_float), ("attn_scale", c_float), ("final_softcap", c_float), ("sliding_window", c_int32),
+    ("n_local_layers", c_int32), ("rope_theta_local", c_float)], version=2)
 
 MemoryStats = _struct("rlp_memory_stats", [
     ("version", c_uint32), ("weights", c_uint64), ("gradients", c_uint64), ("optimizer", c_uint64),
@@ -448,6 +454,9 @@ FUNCTIONS = [
     ("rlp_tokenizer_chat_template", _cs, [_h]),
     ("rlp_tokenizer_apply_chat_template", c_int,
      [_h, P(ChatMessage), c_size_t, c_int, P(c_int32), c_size_t, P(c_size_t)]),
+    ("rlp_chat_options_init", c_int, [P(ChatOptions), c_uint32]),
+    ("rlp_tokenizer_apply_chat_template_opts", c_int,
+     [_h, P(ChatMessage), c_size_t, P(ChatOptions), P(c_int32), c_size_t, P(c_size_t)]),
     ("rlp_detokenizer_create", c_int, [_out_h, _h, c_uint32]),
     ("rlp_detokenizer_push", c_int, [P(_buf), P(c_size_t), _h, c_int32]),
     ("rlp_detokenizer_flush", c_int, [P(_buf), P(c_size_t), _h]),

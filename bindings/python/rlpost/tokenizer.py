@@ -5,7 +5,7 @@ from ctypes import POINTER, byref, c_char, c_int32, c_size_t, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
-from ._util import CArray, empty, finish, text, to_bytes, to_path
+from ._util import CArray, empty, finish, options, text, to_bytes, to_path
 from .errors import STATUS_OVERFLOW
 
 F = _ffi.F
@@ -128,8 +128,8 @@ class Tokenizer(Handle):
         return i.value
 
     def set_chat_template(self, name_or_source):
-        """A template name ("chatml", "qwen3", "smollm2", "llama3", "llama2")
-        or a model's Jinja source."""
+        """A template name ("chatml", "qwen3", "smollm2", "llama3", "llama2",
+        "gemma3") or a model's Jinja source."""
         with self._use() as p:
             check(F.rlp_tokenizer_set_chat_template(p, to_bytes(name_or_source, "template")),
                   "rlp_tokenizer_set_chat_template")
@@ -140,22 +140,35 @@ class Tokenizer(Handle):
         with self._use() as p:
             return text(F.rlp_tokenizer_chat_template(p))
 
-    def apply_chat_template(self, messages, add_generation_prompt=True):
+    def apply_chat_template(self, messages, add_generation_prompt=True, enable_thinking=None):
         """Token ids of a conversation rendered with the chat template.
         messages: [{"role": "user", "content": "..."}, ...] or [(role, content)].
-        Message content is never parsed for special tokens."""
+        Message content is never parsed for special tokens.
+        enable_thinking: None or True renders as the template's default;
+        False gives Qwen3's non-thinking generation prompt (an empty, closed
+        <think> block); other templates ignore it (rlp_chat_options)."""
         arr, n_msgs, keep = _messages(messages)
         cap = 64 + sum(len(c) for _, c in keep) * 2
+        opts = None
+        if enable_thinking is not None:
+            opts = options(_ffi.ChatOptions, "rlp_chat_options_init",
+                           {"add_generation_prompt": bool(add_generation_prompt),
+                            "enable_thinking": bool(enable_thinking)}, [], what="apply_chat_template")
         with self._use() as p:
             while True:
                 ids, ptr = empty(cap, c_int32)
                 n = c_size_t()
-                rc = F.rlp_tokenizer_apply_chat_template(p, arr, n_msgs, 1 if add_generation_prompt else 0,
-                                                         ptr, cap, byref(n))
+                if opts is None:
+                    name = "rlp_tokenizer_apply_chat_template"
+                    rc = F.rlp_tokenizer_apply_chat_template(p, arr, n_msgs, 1 if add_generation_prompt else 0,
+                                                             ptr, cap, byref(n))
+                else:
+                    name = "rlp_tokenizer_apply_chat_template_opts"
+                    rc = F.rlp_tokenizer_apply_chat_template_opts(p, arr, n_msgs, byref(opts), ptr, cap, byref(n))
                 if rc == STATUS_OVERFLOW and n.value > cap:
                     cap = n.value
                     continue
-                check(rc, "rlp_tokenizer_apply_chat_template")
+                check(rc, name)
                 return finish(ids, n.value)
 
     def detokenizer(self, skip_special=False):

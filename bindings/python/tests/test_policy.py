@@ -23,8 +23,30 @@ def test_model_inspect(policy, stories_path):
     assert info.vocab_size == 512 and info.n_layers == 5 and info.dim == 64
     assert info.n_params == policy.n_params == 260032
     assert policy.tokenizer is None  # llama2.c checkpoints have none
+    # version 2: the architecture description (Llama: none of Gemma's extras)
+    assert info.activation == "silu"
+    assert not info.qk_norm and not info.post_norms and info.norm_offset == 0 and info.embed_scale == 0
+    assert abs(info.attn_scale - info.head_dim ** -0.5) < 1e-6
+    assert info.sliding_window == 0 and info.n_local_layers == 0 and info.final_softcap == 0
     with pytest.raises(rlpost.Error):
         rlpost.model_inspect(stories_path.parent / "no-such.bin")
+
+
+def test_model_inspect_gemma3():
+    # the real Gemma 3 270M GGUF (scripts/fetch-model.sh gemma3-270m), if fetched
+    import os
+    import pathlib
+    d = os.environ.get("RLPOST_MODEL_DIR") or str(pathlib.Path(__file__).resolve().parents[3] / "models")
+    path = pathlib.Path(d) / "gemma-3-270m-q4_k_m.gguf"
+    if not path.exists():
+        pytest.skip("%s is absent" % path)
+    info = rlpost.model_inspect(path)
+    assert info.architecture == "gemma3" and info.activation == "gelu_tanh"
+    assert info.qk_norm and info.post_norms and info.norm_offset == 1
+    assert info.n_layers == 18 and info.head_dim == 256 and info.dim == 640
+    assert abs(info.embed_scale - 640 ** 0.5) < 1e-4 and abs(info.attn_scale - 1 / 16) < 1e-7
+    # llama.cpp's Gemma 3: every 6th layer global, local RoPE base 10000
+    assert info.sliding_window == 512 and info.n_local_layers == 15 and info.rope_theta_local == 10000
 
 
 def test_logprobs(policy):
