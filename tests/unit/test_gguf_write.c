@@ -1,9 +1,10 @@
 /* GGUF out: quantizers against the dequantizers (every fp16/bf16 value
- * exact, Q8_0/Q4_0 within their block bound), the writer's layout against
+ * exact, Q8_0/Q4_0/Q4_K within their bounds), the writer's layout against
  * the loader (F32 round trip bit for bit on the tiny fixtures, a synthetic
- * model of every writable type, and the real SmolLM2 when downloaded —
- * skipped otherwise), names for the families the loader does not read yet
- * (qwen3, gemma3), and bad input (NULL, unwritable path, unknown type: a
+ * model of every family — llama, mistral, qwen2, qwen3, gemma3 — in every
+ * writable type, and the real SmolLM2 when downloaded — skipped
+ * otherwise), the GGUF names of Qwen3's and Gemma 3's tensors, what GGUF
+ * cannot express, and bad input (NULL, unwritable path, unknown type: a
  * clear error and no file left).
  *
  * Bounds: Q8_0 stores d16 = fp16(amax/127) and q = round(x·127/amax), so
@@ -208,6 +209,17 @@ static void assert_config_equal(const rlpi_model_config *a, const rlpi_model_con
     assert_int_equal(a->attention_bias, b->attention_bias);
     assert_int_equal(a->bos_id, b->bos_id);
     assert_int_equal(a->eos_id, b->eos_id);
+    /* what families differ in (Qwen3, Gemma 3) */
+    assert_int_equal(a->activation, b->activation);
+    assert_int_equal(a->qk_norm, b->qk_norm);
+    assert_int_equal(a->post_norms, b->post_norms);
+    assert_true(a->norm_offset == b->norm_offset);
+    assert_true((a->embed_scale == 0 ? 1 : a->embed_scale) == (b->embed_scale == 0 ? 1 : b->embed_scale));
+    assert_true(rlpi_model_config_attn_scale(a) == rlpi_model_config_attn_scale(b));
+    assert_true(a->final_softcap == b->final_softcap);
+    assert_int_equal(a->sliding_window, b->sliding_window);
+    assert_true((a->sliding_window ? a->rope_theta_local : 0) == (b->sliding_window ? b->rope_theta_local : 0));
+    assert_memory_equal(a->local_layers, b->local_layers, (size_t)a->n_layers);
 }
 
 static const char *tmp_path(char *buf, size_t n, const char *name)
@@ -379,12 +391,12 @@ static void assert_within_type(const rlpi_weights *a, const rlpi_weights *b, uin
 static void synthetic_models_every_type(void **state)
 {
     (void)state;
-    static const char *const archs[] = {"llama", "mistral", "qwen2"};
+    static const char *const archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
     static const uint32_t types[] = {RLPI_GGML_F32, RLPI_GGML_F16, RLPI_GGML_BF16, RLPI_GGML_Q8_0, RLPI_GGML_Q4_0,
                                      RLPI_GGML_Q4_K};
     char out[1024];
     tmp_path(out, sizeof out, "synth.gguf");
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < 5; a++) {
         rlpi_model_config c, c2;
         rlpi_weights w, w2;
         synth_model(archs[a], &c, &w);
@@ -449,8 +461,9 @@ static void short_rows_fall_back_to_f16(void **state)
     unlink(out);
 }
 
-/* qwen3 and gemma3: the loader of this branch does not read them yet, so
- * the names, types and keys are checked on the file itself. */
+/* qwen3 and gemma3: names, types and keys on the file itself (llama.cpp's
+ * names, which the round trip above cannot tell from a consistent
+ * misnaming). */
 static void qwen3_gemma3_names_and_keys(void **state)
 {
     (void)state;
