@@ -247,7 +247,10 @@ RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
  * writes it (model "gpt2", pre named after its pre-tokenizer: gpt2,
  * smollm, qwen2 or llama-bpe; tokens padded with "[PADi]" to the model's
  * vocabulary; token types; merges in rank order; special ids; add_bos;
- * chat template); a SentencePiece one from a tokenizer.json gives
+ * chat template); the chat template written is the one the policy's
+ * tokenizer renders with (its source's Jinja, or the canonical Jinja of a
+ * built-in kind set with rlp_tokenizer_set_chat_template or guessed for a
+ * vocabulary without one); a SentencePiece one from a tokenizer.json gives
  * RLP_E_UNSUPPORTED (pass @c tokenizer_gguf), and so does a policy without
  * a tokenizer (llama2.c): neither llama.cpp nor rlp_policy_load reads a
  * GGUF without one.

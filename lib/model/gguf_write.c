@@ -132,11 +132,12 @@ static void arch_metadata(rlpi_gguf_kvw *k, const rlpi_model_config *c, const rl
 
 /* Every `tokenizer.*` key of the source file, bytes as stored (the reader
  * validated them; string and array payloads are copied whole). */
-static void tokenizer_metadata(rlpi_gguf_kvw *k, const rlpi_gguf *g)
+static void tokenizer_metadata(rlpi_gguf_kvw *k, const rlpi_gguf *g, const char *chat_template)
 {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const rlpi_gguf_kv *kv = &g->kv[i];
-        if (strncmp(kv->key, "tokenizer.", 10) != 0)
+        if (strncmp(kv->key, "tokenizer.", 10) != 0 ||
+            (chat_template && !strcmp(kv->key, "tokenizer.chat_template")))
             continue;
         rlpi_gguf_kv_key(k, kv->key, kv->type);
         if (kv->type == RLPI_GGUF_ARRAY) {
@@ -145,6 +146,8 @@ static void tokenizer_metadata(rlpi_gguf_kvw *k, const rlpi_gguf *g)
         }
         rlpi_gguf_put(&k->b, kv->val, (size_t)kv->val_bytes);
     }
+    if (chat_template)
+        kv_str(k, "tokenizer.chat_template", chat_template);
 }
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -429,8 +432,9 @@ int rlpi_gguf_write_model(const char *path, const rlpi_model_config *cfg, const 
 
     arch_metadata(&kv, cfg, opts);
     if (tok && tok->gguf)
-        tokenizer_metadata(&kv, tok->gguf);
-    else if (tok && tok->core && (rc = rlpi_gguf_tokenizer_kv(&kv, tok->core, tok->json_path, cfg->vocab_size)))
+        tokenizer_metadata(&kv, tok->gguf, tok->chat_template);
+    else if (tok && tok->core &&
+             (rc = rlpi_gguf_tokenizer_kv(&kv, tok->core, tok->json_path, cfg->vocab_size, tok->chat_template)))
         goto done;
     rlpi_gguf_put(&hdr, "GGUF", 4);
     rlpi_gguf_put_u32(&hdr, 3);

@@ -32,6 +32,7 @@ typedef struct rlpi_gguf_tok_src {
     const rlpi_gguf *gguf;
     const rlpi_tokenizer *core;
     const char *json_path;
+    const char *chat_template; /* written as tokenizer.chat_template instead of the source's; NULL = the source's */
 } rlpi_gguf_tok_src;
 
 /* The metadata section under construction: bytes and the KV count. */
@@ -56,7 +57,8 @@ void rlpi_gguf_kv_key(rlpi_gguf_kvw *k, const char *key, uint32_t type);
  * converter does, token_type, merges in rank order, special ids, add_bos,
  * chat_template. RLP_E_UNSUPPORTED for SentencePiece tokenizers and
  * pre-tokenizers without a GGUF name; RLP_E_IO / RLP_E_FORMAT for the JSON. */
-int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *core, const char *json_path, int32_t n_vocab);
+int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *core, const char *json_path, int32_t n_vocab,
+                           const char *chat_template);
 
 /* Writes `path`. Quantized types need rows (the innermost GGUF dim) that
  * are a multiple of their block (32; Q4_K 256); other rows fall back to Q8_0

@@ -88,7 +88,8 @@ static int pre_name(const char *json_path, char *name, size_t cap)
     return rc;
 }
 
-int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *tok, const char *json_path, int32_t n_vocab)
+int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *tok, const char *json_path, int32_t n_vocab,
+                           const char *chat_template)
 {
     if (rlpi_tokenizer_model(tok) != RLPI_TOK_BYTE_BPE)
         return rlpi_error_set(RLP_E_UNSUPPORTED, "GGUF tokenizer metadata from a SentencePiece tokenizer is not "
@@ -170,7 +171,7 @@ int rlpi_gguf_tokenizer_kv(rlpi_gguf_kvw *k, const rlpi_tokenizer *tok, const ch
     uint8_t add_bos = rlpi_tokenizer_add_bos(tok) ? 1 : 0;
     rlpi_gguf_kv_key(k, "tokenizer.ggml.add_bos_token", RLPI_GGUF_BOOL);
     rlpi_gguf_put(&k->b, &add_bos, 1);
-    const char *tmpl = rlpi_tokenizer_chat_template_src(tok);
+    const char *tmpl = chat_template ? chat_template : rlpi_tokenizer_chat_template_src(tok);
     if (tmpl) {
         rlpi_gguf_kv_key(k, "tokenizer.chat_template", RLPI_GGUF_STRING);
         put_str_n(&k->b, tmpl, strlen(tmpl));

@@ -52,6 +52,24 @@ static bool type_ok(int32_t t)
     return false;
 }
 
+/* The chat template the policy renders with, as Jinja, when it is not the
+ * source's own: a built-in kind chosen with rlp_tokenizer_set_chat_template,
+ * or guessed for a tokenizer that shipped none (llama.cpp and Ollama would
+ * otherwise render another prompt than the one trained on). NULL: keep the
+ * source's. */
+static const char *chat_template_override(const rlp_tokenizer *t)
+{
+    if (!t)
+        return NULL;
+    int kind = rlpi_tokenizer_chat_kind_of(t), src_kind;
+    const char *src = rlpi_tokenizer_chat_template_src(rlpi_tokenizer_core_of(t));
+    if (kind == RLPI_CHAT_NONE)
+        return NULL;
+    if (src && rlpi_chat_template_detect(&src_kind, src) == RLP_OK && src_kind == kind)
+        return NULL;
+    return rlpi_chat_template_jinja(kind);
+}
+
 /* The file the tokenizer was read from, when it is a GGUF (by its magic). */
 static bool is_gguf(const char *path)
 {
@@ -115,7 +133,8 @@ int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_g
         rlpi_gguf_write_opts wo = {(uint32_t)o.type, o.embed_type, o.name};
         /* else the keys are built from the tokenizer itself (read from a
          * tokenizer.json) */
-        rlpi_gguf_tok_src tok = {g, g || !policy->tokenizer ? NULL : rlpi_tokenizer_core_of(policy->tokenizer), tp};
+        rlpi_gguf_tok_src tok = {g, g || !policy->tokenizer ? NULL : rlpi_tokenizer_core_of(policy->tokenizer), tp,
+                                 chat_template_override(policy->tokenizer)};
         if ((rc = rlpi_weights_check_finite(&w, "policy")) == RLP_OK)
             rc = rlpi_gguf_write_model(path, cfg, &w, &tok, &wo);
         rlpi_weights_free(&w);

@@ -244,5 +244,8 @@ struct rlp_tokenizer;
 int rlpi_tokenizer_wrap_public(rlpi_tokenizer *core, struct rlp_tokenizer **out);
 /* The core of a public tokenizer (borrowed). */
 const rlpi_tokenizer *rlpi_tokenizer_core_of(const struct rlp_tokenizer *tok);
+/* The chat template kind a public tokenizer renders with (its source's, a
+ * guess, or what rlp_tokenizer_set_chat_template chose). */
+int rlpi_tokenizer_chat_kind_of(const struct rlp_tokenizer *tok);
 
 #endif

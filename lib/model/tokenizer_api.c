@@ -453,3 +453,8 @@ const rlpi_tokenizer *rlpi_tokenizer_core_of(const rlp_tokenizer *tok)
 {
     return tok ? tok->core : NULL;
 }
+
+int rlpi_tokenizer_chat_kind_of(const rlp_tokenizer *tok)
+{
+    return tok ? tok->chat_kind : RLPI_CHAT_NONE;
+}

@@ -269,7 +269,7 @@ static void tiny_fixtures_round_trip_bit_for_bit(void **state)
         assert_int_equal(rlpi_gguf_model_load(src, &c1, &w1, NULL, NULL), RLP_OK);
         rlpi_gguf *g;
         assert_int_equal(rlpi_gguf_open(&g, src), RLP_OK);
-        rlpi_gguf_tok_src tok = {g, NULL, NULL};
+        rlpi_gguf_tok_src tok = {g, NULL, NULL, NULL};
         rlpi_gguf_write_opts o = {RLPI_GGML_F32, -1, "tiny"};
         if (rlpi_gguf_write_model(out, &c1, &w1, &tok, &o) != RLP_OK)
             fail_msg("%s", rlp_error_last());
@@ -625,7 +625,7 @@ static void smollm2_round_trip(void **state)
     assert_int_equal(rlpi_gguf_model_load(path, &c1, &w1, NULL, NULL), RLP_OK);
     rlpi_gguf *g;
     assert_int_equal(rlpi_gguf_open(&g, path), RLP_OK);
-    rlpi_gguf_tok_src tok = {g, NULL, NULL};
+    rlpi_gguf_tok_src tok = {g, NULL, NULL, NULL};
     static const uint32_t types[] = {RLPI_GGML_F32, RLPI_GGML_Q8_0};
     for (int t = 0; t < 2; t++) {
         rlpi_gguf_write_opts o = {types[t], -1, NULL};

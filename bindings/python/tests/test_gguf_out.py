@@ -58,6 +58,24 @@ def test_save_gguf_round_trip_tiny(ctx, tmp_path):
                 assert list(q.tokenizer.encode("abab")) == list(h.tokenizer.encode("abab"))
 
 
+def test_chat_template_in_use_is_written(ctx, tmp_path):
+    """The template the policy renders with goes into the GGUF: a built-in
+    kind chosen on a tokenizer that shipped none is written as its Jinja
+    source, which the reloaded tokenizer recognises as the same kind."""
+    out = tmp_path / "chat.gguf"
+    with rlpost.Policy(ctx, TINY) as p:
+        p.save_gguf(out, type="f32")
+        with rlpost.Policy(ctx, out) as q:
+            assert q.tokenizer.chat_template == p.tokenizer.chat_template
+        for name in ("chatml", "qwen3", "gemma3"):
+            p.tokenizer.set_chat_template(name)
+            p.save_gguf(out, type="f32")
+            with rlpost.Policy(ctx, out) as q:
+                assert q.tokenizer.chat_template == name
+    gguf = pytest.importorskip("gguf")
+    assert "<start_of_turn>" in gguf.GGUFReader(out).fields["tokenizer.chat_template"].contents()
+
+
 def _field(reader, key):
     f = reader.fields[key]
     return f, f.types
