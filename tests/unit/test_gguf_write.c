@@ -607,18 +607,17 @@ static void bad_input_leaves_no_file(void **state)
     rlp_context_free(ctx);
 }
 
-/* The real model: F32 bit for bit and Q8_0 within its bound, through
- * rlp_policy_load / rlp_policy_save_gguf. */
-static void smollm2_round_trip(void **state)
+/* A real model: F32 bit for bit (config, weights, tokenizer keys) and
+ * Q8_0 within its bound; skipped when the file is absent. */
+static void real_model_round_trip(const char *file)
 {
-    (void)state;
     char path[1024], out[1024];
-    model_path(path, sizeof path, "SmolLM2-135M-Instruct.Q4_1.gguf");
+    model_path(path, sizeof path, file);
     if (access(path, R_OK) != 0) {
         fprintf(stderr, "SKIP: %s absent; run scripts/fetch-model.sh (or set RLPOST_MODEL_DIR)\n", path);
         skip();
     }
-    tmp_path(out, sizeof out, "smollm2.gguf");
+    tmp_path(out, sizeof out, "real.gguf");
     rlpi_model_config c1, c2;
     rlpi_weights w1, w2;
     rlpi_weights_init(&w1);
@@ -648,6 +647,20 @@ static void smollm2_round_trip(void **state)
     unlink(out);
 }
 
+static void smollm2_round_trip(void **state)
+{
+    (void)state;
+    real_model_round_trip("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+/* Gemma 3 270M (Q4_K_M; scripts/fetch-model.sh gemma3-270m): sandwich
+ * norms, q/k norms, sliding-window layers, SentencePiece vocabulary. */
+static void gemma3_round_trip(void **state)
+{
+    (void)state;
+    real_model_round_trip("gemma-3-270m-q4_k_m.gguf");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +672,7 @@ int main(void)
         cmocka_unit_test(qwen3_gemma3_names_and_keys),
         cmocka_unit_test(bad_input_leaves_no_file),
         cmocka_unit_test(smollm2_round_trip),
+        cmocka_unit_test(gemma3_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
