@@ -417,6 +417,28 @@ int cmd_train(int argc, char **argv)
         if (last_ckpt != step && train_checkpoint(r, step))
             failed = 1;
     }
+    /* the final model for llama.cpp / Ollama (checkpoint.gguf) */
+    char gguf_path[PATH_MAX + 16] = "";
+    if (!failed && !interrupted && step == steps && r->gguf_type >= 0) {
+        fmt(gguf_path, sizeof gguf_path, "%s/model.gguf", r->out);
+        rlp_gguf_save_options go;
+        rlp_gguf_save_options_init(&go, RLP_GGUF_SAVE_OPTIONS_VERSION);
+        go.type = r->gguf_type;
+        /* the tokenizer keys of the model the run started from: a resumed
+         * policy's tokenizer is its checkpoint's tokenizer.json */
+        const char *model = cfg_str(r->cfg, "model");
+        FILE *mf = model ? fopen(model, "rb") : NULL;
+        char magic[4] = {0};
+        if (mf && fread(magic, 1, 4, mf) == 4 && !memcmp(magic, "GGUF", 4))
+            go.tokenizer_gguf = model;
+        if (mf)
+            fclose(mf);
+        if (rlp_policy_save_gguf(r->policy, gguf_path, &go) != RLP_OK) {
+            fprintf(stderr, "rlpost train: checkpoint.gguf: %s\n", rlp_error_last());
+            gguf_path[0] = '\0';
+            failed = 1;
+        }
+    }
     const char *png = train_plot(r->out);
 
     /* summary */
@@ -440,6 +462,8 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
     json_object_set_new(sum, "staleness_max", json_real(stale_max));
     json_object_set_new(sum, "output", json_string(r->out));
+    if (gguf_path[0])
+        json_object_set_new(sum, "gguf", json_string(gguf_path));
     json_object_set_new(sum, "wall_seconds", json_real(now_s() - t_start));
     json_object_set_new(sum, "reward_first3", jnum(mean_of(fr, first_n)));
     json_object_set_new(sum, "reward_last3", jnum(mean_of(lr, last_n)));

@@ -16,5 +16,6 @@ int cmd_reward(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_rollout_worker(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"serve", cmd_serve, "MODEL [--port p] [--token-file PATH] [--weights-dir DIR]: OpenAI-compatible rollout server"},
     {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
+    {"export", cmd_export, "MODEL OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]: write the model as a GGUF for llama.cpp/Ollama"},
     {"train", cmd_train, "CONFIG.json [--set key=value]... [--resume DIR]: RL post-training (the main job)"},
     {"eval", cmd_eval, "CONFIG.json [--checkpoint DIR]: held-out accuracy and format rate"},
     {"rollout-worker", cmd_rollout_worker, "CONFIG.json [--batches N]: rollouts for a trainer's rollout.inbox, "

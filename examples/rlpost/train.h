@@ -45,6 +45,7 @@ typedef struct run {
     rlp_rl_options rl;
     rlp_optimizer_options opt;
     int pull, async, remote, dtype;
+    int gguf_type;               /* checkpoint.gguf: rlp_gguf_type of the final model.gguf, or -1 = none */
     int threads_train, threads_rollout; /* async, local engine: the two contexts' shares of `threads` */
     char weights[PATH_MAX];      /* what the policy was loaded from (the model, or the resumed checkpoint) */
     char out[PATH_MAX];

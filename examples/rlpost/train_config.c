@@ -42,7 +42,7 @@ static const char defaults_json[] =
     "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"task_options\": {},"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
-    "\"checkpoint\": {\"interval\": 0, \"minutes\": 10.0, \"keep\": 2, \"dtype\": \"f32\"},"
+    "\"checkpoint\": {\"interval\": 0, \"minutes\": 10.0, \"keep\": 2, \"dtype\": \"f32\", \"gguf\": null},"
     "\"samples\": {\"per_step\": 4},"
     "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
     "}";
@@ -55,7 +55,7 @@ static const struct {
     {"tokenizer", JSON_STRING},         {"task.path", JSON_STRING},     {"task.template", JSON_STRING},
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
-    {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
+    {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"checkpoint.gguf", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

@@ -269,6 +269,16 @@ int train_check_config(run *r)
           "in [0, 100000] (0: keep every checkpoint)");
     if (lookup(dtypes, cfg_str(c, "checkpoint.dtype"), "checkpoint.dtype", &r->dtype, r->err))
         return -1;
+    r->gguf_type = -1;
+    const char *gguf = cfg_str(c, "checkpoint.gguf");
+    if (gguf) {
+        int32_t t;
+        if (rlp_gguf_type_from_name(&t, gguf) != RLP_OK) {
+            fmt(r->err, ERR_CAP, "checkpoint.gguf: '%s' is not f32, f16, bf16, q8_0, q4_0 or q4_k", gguf);
+            return -1;
+        }
+        r->gguf_type = t;
+    }
 
     const char *model = cfg_str(c, "model");
     if (!model || access(model, R_OK)) {

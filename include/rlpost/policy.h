@@ -187,6 +187,88 @@ typedef enum rlp_dtype {
  */
 RLP_API int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype);
 
+/** Tensor types of a GGUF file (ggml type ids; values fixed by the format). */
+typedef enum rlp_gguf_type {
+    RLP_GGUF_F32 = 0,
+    RLP_GGUF_F16 = 1,
+    RLP_GGUF_Q4_0 = 2,
+    RLP_GGUF_Q8_0 = 8,
+    RLP_GGUF_Q4_K = 12,
+    RLP_GGUF_BF16 = 30
+} rlp_gguf_type;
+
+/** Version of rlp_gguf_save_options understood by this header. */
+#define RLP_GGUF_SAVE_OPTIONS_VERSION 1
+
+/** Options of rlp_policy_save_gguf(). */
+typedef struct rlp_gguf_save_options {
+    uint32_t version;     /**< RLP_GGUF_SAVE_OPTIONS_VERSION */
+    int32_t type;         /**< rlp_gguf_type of the weight matrices (default F16) */
+    int32_t embed_type;   /**< rlp_gguf_type of token_embd / output, or -1 = @c type */
+    const char *name;     /**< general.name; NULL = the architecture name. Borrowed for the call */
+    const char *tokenizer_gguf; /**< a GGUF whose `tokenizer.*` keys to copy (e.g. the model a run
+                                     started from, when the policy was resumed from an HF folder);
+                                     NULL = the GGUF the policy's tokenizer came from. Borrowed */
+} rlp_gguf_save_options;
+
+#define RLP_GGUF_SAVE_OPTIONS_INIT { RLP_GGUF_SAVE_OPTIONS_VERSION, RLP_GGUF_F16, -1, NULL, NULL }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_gguf_save_options_init(rlp_gguf_save_options *opts, uint32_t version);
+
+/**
+ * The rlp_gguf_type named @p name ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k";
+ * case-insensitive). RLP_OK; RLP_E_INVALID_ARG naming the unknown name.
+ */
+RLP_API int rlp_gguf_type_from_name(int32_t *out_type, const char *name);
+
+/**
+ * Saves the policy as one GGUF file that llama.cpp (and so Ollama, LM
+ * Studio) loads, as llama.cpp's convert_hf_to_gguf.py would write it:
+ * general.architecture = the family ("llama", "qwen2", "qwen3", "mistral",
+ * "gemma3"), the `<arch>.*` hyper-parameters (block_count, context_length,
+ * embedding_length, feed_forward_length, attention.head_count(_kv),
+ * key/value_length, rope.freq_base, RoPE scaling, layer_norm_rms_epsilon,
+ * sliding_window, final_logit_softcapping), GGUF tensor names with ggml's
+ * reversed dimension order, q/k rows permuted for llama/mistral, no
+ * output.weight when the head is tied, norm weights as the effective scale
+ * (Gemma's 1 + w, as GGUF stores it). Matrices are written in
+ * @c opts->type; 1-D tensors (norms, biases) always in F32; a row that is
+ * not a whole number of the type's blocks (32 elements; Q4_K 256) makes
+ * that tensor F16, or Q8_0 for Q4_K when 32 divides it (as llama.cpp
+ * falls back too). Quantization follows ggml's reference
+ * quantize_row_q8_0 / q4_0 / q4_K (no importance matrix): the bytes equal
+ * gguf-py's and llama.cpp's quantizers'. The tokenizer goes into the
+ * metadata: every
+ * `tokenizer.*` key (chat template included) of @c opts->tokenizer_gguf,
+ * or else of the GGUF the policy's tokenizer came from, is copied as
+ * stored; a byte-level BPE tokenizer that came from a tokenizer.json (an
+ * HF folder, a training checkpoint) is written as llama.cpp's converter
+ * writes it (model "gpt2", pre named after its pre-tokenizer: gpt2,
+ * smollm, qwen2 or llama-bpe; tokens padded with "[PADi]" to the model's
+ * vocabulary; token types; merges in rank order; special ids; add_bos;
+ * chat template); the chat template written is the one the policy's
+ * tokenizer renders with (its source's Jinja, or the canonical Jinja of a
+ * built-in kind set with rlp_tokenizer_set_chat_template or guessed for a
+ * vocabulary without one); a SentencePiece one from a tokenizer.json gives
+ * RLP_E_UNSUPPORTED (pass @c tokenizer_gguf), and so does a policy without
+ * a tokenizer (llama2.c): neither llama.cpp nor rlp_policy_load reads a
+ * GGUF without one.
+ * The file is written to a temporary name and renamed: on any error no
+ * partial file is left and an existing @p path is untouched.
+ * F32 output loads back through rlp_policy_load() bit for bit.
+ * @param policy  the policy (read only; its weights are downloaded)
+ * @param path    the .gguf file to write
+ * @param opts    options, or NULL for the defaults
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL policy/path, unknown type or
+ *         options version); RLP_E_IO (names the file); RLP_E_FORMAT
+ *         (tokenizer_gguf is not a valid GGUF, or its vocabulary is not the
+ *         model's size); RLP_E_UNSUPPORTED (architecture, tokenizer
+ *         source); RLP_E_NOMEM.
+ * Thread-safety: not with a concurrent train step on the same policy.
+ */
+RLP_API int rlp_policy_save_gguf(const rlp_policy *policy, const char *path, const rlp_gguf_save_options *opts);
+
 /**
  * Saves the optimizer state (AdamW moments, step count, skipped count) and
  * the policy version to one safetensors file, atomically, for resume.

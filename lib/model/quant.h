@@ -51,4 +51,30 @@ float rlpi_bf16_to_fp32(uint16_t h);
  * blocks across threads. */
 int rlpi_dequantize(uint32_t type, const void *src, size_t src_bytes, float *dst, size_t n);
 
+/* ---- the other direction (quant_write.c) ---- */
+
+/* fp32 to IEEE binary16, round to nearest even (overflow to ±inf,
+ * subnormals kept, NaN stays NaN), and to bfloat16 the way ggml does
+ * (round to nearest even on the top 16 bits; NaN made quiet). */
+uint16_t rlpi_fp32_to_fp16(float f);
+uint16_t rlpi_fp32_to_bf16(float f);
+
+/* True when rlpi_quantize() can write `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_K. */
+bool rlpi_quantize_supported(uint32_t type);
+
+/* Quantizes src[n] (n a multiple of the type's block size) into dst, which
+ * must hold exactly n / blck * type_size bytes (`dst_bytes`). Block
+ * formulas follow ggml's reference quantizers (quantize_row_q8_0_ref,
+ * quantize_row_q4_0_ref in ggml-quants.c), so the bytes equal gguf-py's
+ * gguf.quants.quantize and llama.cpp's for the same input:
+ *   Q8_0: d = max|x| / 127, q = round(x / d)            (32 per block)
+ *   Q4_0: m = the x of largest |x| (sign kept), d = m / -8,
+ *         q = min(15, trunc(x / d + 8.5))               (32 per block)
+ *   Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins found by ggml's
+ *         make_qkx2_quants search (quantize_row_q4_K_ref)  (256 per block)
+ * Non-finite input gives non-finite scales; callers check weights first.
+ * RLP_OK, RLP_E_UNSUPPORTED (type), RLP_E_INVALID_ARG (geometry).
+ * Thread-safe, no allocation. */
+int rlpi_quantize(uint32_t type, const float *src, size_t n, void *dst, size_t dst_bytes);
+
 #endif

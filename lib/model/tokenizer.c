@@ -1231,3 +1231,53 @@ int rlpi_tokenizer_decode(const rlpi_tokenizer *tok, const int32_t *ids, size_t 
     *len = ol;
     return RLP_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The merge list, for writers (GGUF out)                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ranked_pair {
+    float prio;
+    int32_t left, right;
+} ranked_pair;
+
+static int cmp_ranked(const void *a, const void *b)
+{
+    const ranked_pair *x = a, *y = b;
+    return x->prio < y->prio ? -1 : x->prio > y->prio ? 1 : 0;
+}
+
+int rlpi_tokenizer_merge_pairs(const rlpi_tokenizer *tok, int32_t **pairs, size_t *n)
+{
+    *pairs = NULL;
+    *n = 0;
+    size_t count = 0, slots = tok->merges.slots ? tok->merges.mask + 1 : 0;
+    for (size_t i = 0; i < slots; i++)
+        count += tok->merges.slots[i].key != UINT64_MAX;
+    ranked_pair *r = malloc((count ? count : 1) * sizeof *r);
+    int32_t *out = malloc((count ? count : 1) * 2 * sizeof *out);
+    if (!r || !out) {
+        free(r);
+        free(out);
+        return rlpi_error_set(RLP_E_NOMEM, "tokenizer: out of memory for the merge list");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < slots; i++) {
+        const rlpi_pair_slot *s = &tok->merges.slots[i];
+        if (s->key == UINT64_MAX)
+            continue;
+        r[k].prio = s->prio;
+        r[k].left = (int32_t)(s->key >> 32);
+        r[k].right = (int32_t)(s->key & 0xffffffffu);
+        k++;
+    }
+    qsort(r, count, sizeof *r, cmp_ranked);
+    for (size_t i = 0; i < count; i++) {
+        out[2 * i] = r[i].left;
+        out[2 * i + 1] = r[i].right;
+    }
+    free(r);
+    *pairs = out;
+    *n = count;
+    return RLP_OK;
+}

@@ -150,6 +150,10 @@ bool rlpi_tokenizer_add_bos(const rlpi_tokenizer *tok);
 bool rlpi_tokenizer_strips_leading_space(const rlpi_tokenizer *tok);
 int32_t rlpi_tokenizer_special(const rlpi_tokenizer *tok, int which); /* rlp_token_role */
 const char *rlpi_tokenizer_chat_template_src(const rlpi_tokenizer *tok);
+/* The merge table as (left id, right id) pairs in priority order (BPE:
+ * the merge list's order, duplicates dropped as the builder drops them):
+ * *pairs is a malloc'd array of 2 * *n ids the caller frees. RLP_E_NOMEM. */
+int rlpi_tokenizer_merge_pairs(const rlpi_tokenizer *tok, int32_t **pairs, size_t *n);
 
 /* Lossy decode: token bytes concatenated, an SPM leading space stripped,
  * optionally CONTROL tokens skipped, ill-formed UTF-8 replaced by U+FFFD
@@ -238,5 +242,10 @@ int rlpi_tokenizer_pre_split(const char *name, const char **regex, bool *digits,
  * `core`, also on failure). */
 struct rlp_tokenizer;
 int rlpi_tokenizer_wrap_public(rlpi_tokenizer *core, struct rlp_tokenizer **out);
+/* The core of a public tokenizer (borrowed). */
+const rlpi_tokenizer *rlpi_tokenizer_core_of(const struct rlp_tokenizer *tok);
+/* The chat template kind a public tokenizer renders with (its source's, a
+ * guess, or what rlp_tokenizer_set_chat_template chose). */
+int rlpi_tokenizer_chat_kind_of(const struct rlp_tokenizer *tok);
 
 #endif

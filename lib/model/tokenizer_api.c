@@ -450,3 +450,13 @@ RLP_API int rlp_detokenizer_flush(const char **out_text, size_t *out_len, rlp_de
     det->at_start = true;
     return rc;
 }
+
+const rlpi_tokenizer *rlpi_tokenizer_core_of(const rlp_tokenizer *tok)
+{
+    return tok ? tok->core : NULL;
+}
+
+int rlpi_tokenizer_chat_kind_of(const rlp_tokenizer *tok)
+{
+    return tok ? tok->chat_kind : RLPI_CHAT_NONE;
+}

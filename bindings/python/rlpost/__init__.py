@@ -33,7 +33,7 @@ from .env import Env, EnvEpisode, EnvReply, parse_tool_calls
 from .errors import (AgainError, BackendError, CallbackError, ClosedError, Error, FormatError, InternalError,
                      InvalidArgumentError, IOError, NetworkError, NotFoundError, OutOfMemoryError, OverflowError,
                      StateError, TimeoutError, UnsupportedError)
-from .policy import Advantage, DType, KLEstimator, LossAgg, LossContext, LRSchedule, Policy, PolicyLoss, model_inspect
+from .policy import Advantage, DType, GGUFType, gguf_type, KLEstimator, LossAgg, LossContext, LRSchedule, Policy, PolicyLoss, model_inspect
 from .reward import InvalidSample, RefineMode, Reward, RewardFn, RewardRequest, builtin_names, refine
 from .rollout import InterruptMode, LogprobsMode, RolloutEngine, StreamEvent
 from .sync import Synchronizer, SyncMode, SyncTransport
@@ -58,7 +58,7 @@ __all__ = [
     "InvalidSample", "builtin_names", "refine", "ReplayBuffer", "Synchronizer", "Comm", "Trainer", "RolloutWorker",
     "BatchView", "StepRecord", "Env", "EnvReply", "EnvEpisode", "parse_tool_calls", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
-    "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "LRSchedule", "Advantage",
+    "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "GGUFType", "gguf_type", "LRSchedule", "Advantage",
     "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
     "STALENESS_UNBOUNDED", "TrainMode", "EpisodeEnd",

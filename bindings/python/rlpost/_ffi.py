@@ -130,6 +130,10 @@ PolicyOptions = _struct("rlp_policy_options", [
     ("version", c_uint32), ("head_chunk_tokens", c_uint32), ("activation_checkpointing", c_int32),
     ("trainable", c_int32)])
 
+GGUFSaveOptions = _struct("rlp_gguf_save_options", [
+    ("version", c_uint32), ("type", c_int32), ("embed_type", c_int32), ("name", c_char_p),
+    ("tokenizer_gguf", c_char_p)])
+
 OptimizerOptions = _struct("rlp_optimizer_options", [
     ("version", c_uint32), ("lr", c_float), ("beta1", c_float), ("beta2", c_float), ("eps", c_float),
     ("weight_decay", c_float), ("max_grad_norm", c_float), ("schedule", c_int32),
@@ -465,6 +469,9 @@ FUNCTIONS = [
     ("rlp_policy_load", c_int, [_out_h, _h, _cs, P(PolicyOptions)]),
     ("rlp_policy_save", c_int, [_h, _cs, c_int]),
     ("rlp_policy_save_optimizer", c_int, [_h, _cs]),
+    ("rlp_gguf_save_options_init", c_int, [P(GGUFSaveOptions), c_uint32]),
+    ("rlp_gguf_type_from_name", c_int, [P(c_int32), _cs]),
+    ("rlp_policy_save_gguf", c_int, [_h, _cs, P(GGUFSaveOptions)]),
     ("rlp_policy_load_optimizer", c_int, [_h, _cs]),
     ("rlp_model_inspect", c_int, [P(ModelInfo), _cs]),
     ("rlp_policy_free", None, [_h]),

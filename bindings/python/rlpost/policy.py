@@ -23,6 +23,26 @@ class DType(enum.IntEnum):
     BF16 = 2
 
 
+class GGUFType(enum.IntEnum):
+    """rlp_gguf_type: tensor type of GGUF output (ggml type ids)"""
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q8_0 = 8
+    Q4_K = 12
+    BF16 = 30
+
+
+def gguf_type(t):
+    """A GGUFType from a GGUFType or a name ("q8_0", "F16", ...); another
+    int passes through (the library refuses it with its message)."""
+    if isinstance(t, str):
+        out = ctypes.c_int32()
+        check(F.rlp_gguf_type_from_name(byref(out), t.encode()), "rlp_gguf_type_from_name")
+        return GGUFType(out.value)
+    return GGUFType(t) if int(t) in GGUFType._value2member_map_ else int(t)
+
+
 class LRSchedule(enum.IntEnum):
     """rlp_lr_schedule"""
     CONSTANT = 0
@@ -182,6 +202,26 @@ class Policy(Handle):
         tokenizer files) atomically."""
         with self._use() as p:
             check(F.rlp_policy_save(p, to_path(dir), int(dtype)), "rlp_policy_save")
+
+    def save_gguf(self, path, type="f16", embed_type=None, name=None, tokenizer_gguf=None):
+        """Writes one GGUF file that llama.cpp / Ollama load (atomically):
+        weight matrices in `type` (GGUFType or "f32", "f16", "bf16", "q8_0",
+        "q4_0", "q4_k"), token embedding and head in `embed_type` (default: `type`),
+        norms and biases in F32, `name` as general.name, the tokenizer's
+        GGUF metadata copied from `tokenizer_gguf` or else from the GGUF the
+        policy's tokenizer came from."""
+        keep = []
+        opts = options(_ffi.GGUFSaveOptions, "rlp_gguf_save_options_init",
+                       {"type": int(gguf_type(type)),
+                        "embed_type": -1 if embed_type is None else int(gguf_type(embed_type))}, keep)
+        if name is not None:
+            keep.append(name.encode() if isinstance(name, str) else bytes(name))
+            opts.name = keep[-1]
+        if tokenizer_gguf is not None:
+            keep.append(to_path(tokenizer_gguf))
+            opts.tokenizer_gguf = keep[-1]
+        with self._use() as p:
+            check(F.rlp_policy_save_gguf(p, to_path(path), byref(opts)), "rlp_policy_save_gguf")
 
     def save_optimizer(self, path):
         """AdamW moments, step counts and the version, for resume."""

@@ -236,7 +236,7 @@ ENUM_MAP = {
     "rlp_matmul_precision": (rlpost.MatmulPrecision, "RLP_MATMUL_"),
     "rlp_token_role": (rlpost.TokenRole, "RLP_TOKEN_"), "rlp_encode_flags": (rlpost.EncodeFlags, "RLP_ENCODE_"),
     "rlp_decode_flags": (rlpost.DecodeFlags, "RLP_DECODE_"), "rlp_lr_schedule": (rlpost.LRSchedule, "RLP_LR_"),
-    "rlp_dtype": (rlpost.DType, "RLP_DTYPE_"), "rlp_finish_reason": (rlpost.FinishReason, "RLP_FINISH_"),
+    "rlp_dtype": (rlpost.DType, "RLP_DTYPE_"), "rlp_gguf_type": (rlpost.GGUFType, "RLP_GGUF_"), "rlp_finish_reason": (rlpost.FinishReason, "RLP_FINISH_"),
     "rlp_logprobs_mode": (rlpost.LogprobsMode, "RLP_LOGPROBS_"),
     "rlp_interrupt_mode": (rlpost.InterruptMode, "RLP_INTERRUPT_"),
     "rlp_advantage": (rlpost.Advantage, "RLP_ADV_"), "rlp_policy_loss": (rlpost.PolicyLoss, "RLP_LOSS_"),
