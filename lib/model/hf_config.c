@@ -394,6 +394,10 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         if (!(q > 0))
             BAD("%s: 'query_pre_attn_scalar' = %g must be positive", src, (double)q);
         c->attn_scale = 1.0f / sqrtf(q);
+    } else if (a->sliding_window) {
+        /* absent: Gemma3TextConfig's default query_pre_attn_scalar, 256
+         * (not head_dim), so a config and its re-dump mean the same */
+        c->attn_scale = 1.0f / 16.0f;
     }
     if (a->sliding_window)
         rc = parse_local_layers(root, a, src, c);

@@ -423,7 +423,7 @@ static void qwen3_and_gemma3_configs(void **state)
     assert_true(c.local_layers[0] && !c.local_layers[1] && c.local_layers[2] && !c.local_layers[3]);
     assert_int_equal(parse(G3_BASE(",\"sliding_window\":8"), &c), RLP_OK);
     assert_int_equal(rlpi_model_config_n_local_layers(&c), 4);
-    assert_true(c.rope_theta_local == 10000.0f && c.attn_scale == 0.0f && c.tie_embeddings);
+    assert_true(c.rope_theta_local == 10000.0f && c.attn_scale == 1.0f / 16.0f /* HF default query_pre_attn_scalar 256 */ && c.tie_embeddings);
 
     /* dump -> parse is lossless for both families */
     const char *srcs[] = {QWEN3, GEMMA3_270M, GEMMA3_V5};
