@@ -406,6 +406,11 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
     if (rc || (rc = get_token_id(root, "bos_token_id", src, &c->bos_id)) ||
         (rc = get_token_id(root, "eos_token_id", src, &c->eos_id)))
         return rc;
+    /* A local RoPE base (rope_parameters.sliding_attention) means nothing
+     * without local layers; keeping it would make two configs that load
+     * the same model compare unequal (and not survive a re-dump). */
+    if (rlpi_model_config_n_local_layers(c) == 0)
+        c->rope_theta_local = 0.0f;
     return rlpi_model_config_validate(c, src);
 }
 
