@@ -4,19 +4,19 @@
  *   step     rlp_policy_train_rl on 32 trajectories of a 35-token prompt and
  *            20–64 completion tokens (mean ≈ 44), per micro-batch size, with
  *            π_prox from the training forward and with its own forward pass
- *            (the behaviour before): seconds per step (min / median / max,
- *            the configurations timed in turn, round after round, so that
- *            other load slows them alike; each timed step follows an
- *            untimed one that regrows the buffers) and the process's peak
- *            RSS over one step (VmHWM, reset through /proc/self/clear_refs
- *            after a warm-up step that allocates Adam's moments and the
- *            activation buffers)
+ *            (the behaviour before): wall seconds per step (min / median /
+ *            max) and CPU seconds (user + system, median), the
+ *            configurations timed in turn, round after round, so that other
+ *            load slows them alike; and the process's peak RSS over one step
+ *            (VmHWM, reset through /proc/self/clear_refs after a warm-up
+ *            step that allocates Adam's moments and the activation buffers)
  *   pack     sequence packing: 8 sequences of 16..256 tokens against 8 × 256,
  *            forward (rlp_policy_logprobs) and train step (NLL): the time
  *            ratio next to the token ratio (what a packed batch should cost)
  *            and the batch × longest ratio (what a padded one would)
  * Set OPENBLAS_CORETYPE=SkylakeX (as rlpost does) on AVX-512 machines.
- * Usage: bench_rl_step [threads] [repeats] [step|pack|all] [smollm2|tiny] */
+ * "nopeak" skips the peak-RSS steps (timings only).
+ * Usage: bench_rl_step [threads] [repeats] [step|pack|all] [smollm2|tiny] [nopeak] */
 #include "algo/rl_step.h"
 #include "core/rng.h"
 #include "model/policy.h"
@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double now(void)
@@ -103,7 +104,16 @@ static rlp_batch *main_job_batch(int32_t vocab, rlpi_rng *rng, size_t *tokens)
     return b;
 }
 
-static int bench_step(rlp_policy *p, int32_t vocab, int reps, rlpi_rng *rng)
+/* user + system CPU seconds of the whole process (every thread) */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static int bench_step(rlp_policy *p, int32_t vocab, int reps, int peak_pass, rlpi_rng *rng)
 {
     size_t tokens;
     rlp_batch *b = main_job_batch(vocab, rng, &tokens);
@@ -115,11 +125,11 @@ static int bench_step(rlp_policy *p, int32_t vocab, int reps, rlpi_rng *rng)
         const char *name;
         int force;
         uint32_t micro;
-        double peak, *t;
+        double peak, *t, *cpu;
     } cfg[] = {
-        {"reuse pi_prox, micro 256", 0, 256, 0, NULL},     {"reuse pi_prox, micro 1024", 0, 1024, 0, NULL},
-        {"reuse pi_prox, micro 0 (all)", 0, 0, 0, NULL},
-        {"own pi_prox pass, micro 0 (before)", 1, 0, 0, NULL},
+        {"reuse pi_prox, micro 256", 0, 256, 0, NULL, NULL},   {"reuse pi_prox, micro 1024", 0, 1024, 0, NULL, NULL},
+        {"reuse pi_prox, micro 0 (all)", 0, 0, 0, NULL, NULL},
+        {"own pi_prox pass, micro 0 (before)", 1, 0, 0, NULL, NULL},
     };
     enum { NC = sizeof cfg / sizeof *cfg };
     rlp_rl_stats st;
@@ -129,39 +139,53 @@ static int bench_step(rlp_policy *p, int32_t vocab, int reps, rlpi_rng *rng)
         rlp_rl_options o = RLP_RL_OPTIONS_INIT;
         o.micro_batch_tokens = cfg[c].micro;
         rlpi_rl_force_prox_forward(cfg[c].force);
-        if (rlp_policy_train_rl(p, b, NULL, &o, &st))
-            return die("train");
+        if (peak_pass || c == 0) /* c == 0: Adam's moments before any timing */
+            if (rlp_policy_train_rl(p, b, NULL, &o, &st))
+                return die("train");
         reset_peak();
-        if (rlp_policy_train_rl(p, b, NULL, &o, &st))
+        if (peak_pass && rlp_policy_train_rl(p, b, NULL, &o, &st))
             return die("train");
-        cfg[c].peak = proc_mib("VmHWM:");
+        cfg[c].peak = peak_pass ? proc_mib("VmHWM:") : NAN;
         cfg[c].t = malloc((size_t)reps * sizeof(double));
+        cfg[c].cpu = malloc((size_t)reps * sizeof(double));
     }
     /* times: the configurations in turn, `reps` rounds, so that a busy
-     * neighbour slows them alike (the buffers regrow once per round) */
+     * neighbour slows them alike; wall and CPU (user + system, all threads)
+     * seconds. The order keeps each one's buffers as in a run of its own:
+     * "before" follows a smaller configuration (its π_prox pass shrinks the
+     * buffers and its training forward regrows them, as at every step of
+     * a run), "reuse, all" follows "before" (its buffers are already the
+     * training size, as in a run) */
+    static const size_t order[] = {0, 1, 3, 2};
     for (int r = 0; r < reps; r++)
-        for (size_t c = 0; c < NC; c++) {
+        for (size_t oi = 0; oi < NC; oi++) {
+            size_t c = order[oi];
             rlp_rl_options o = RLP_RL_OPTIONS_INIT;
             o.micro_batch_tokens = cfg[c].micro;
             rlpi_rl_force_prox_forward(cfg[c].force);
-            if (rlp_policy_train_rl(p, b, NULL, &o, &st)) /* untimed: regrow the buffers */
-                return die("train");
-            double t0 = now();
+            double t0 = now(), c0 = cpu_s();
             if (rlp_policy_train_rl(p, b, NULL, &o, &st))
                 return die("train");
             cfg[c].t[r] = now() - t0;
+            cfg[c].cpu[r] = cpu_s() - c0;
         }
-    double base = 0;
+    double base = 0, base_cpu = 0;
     for (size_t c = 0; c < NC; c++) {
         qsort(cfg[c].t, (size_t)reps, sizeof(double), cmp_d);
-        if (cfg[c].force)
+        qsort(cfg[c].cpu, (size_t)reps, sizeof(double), cmp_d);
+        if (cfg[c].force) {
             base = cfg[c].t[reps / 2];
+            base_cpu = cfg[c].cpu[reps / 2];
+        }
     }
-    printf("%-36s %8s %8s %8s %9s %10s\n", "configuration", "min s", "median", "max", "/ before", "peak MiB");
+    printf("%-36s %7s %7s %7s %8s %8s %8s %9s\n", "configuration", "min s", "median", "max", "/ before", "CPU s",
+           "/ before", "peak MiB");
     for (size_t c = 0; c < NC; c++) {
-        printf("%-36s %8.2f %8.2f %8.2f %9.3f %10.0f\n", cfg[c].name, cfg[c].t[0], cfg[c].t[reps / 2],
-               cfg[c].t[reps - 1], cfg[c].t[reps / 2] / base, cfg[c].peak);
+        printf("%-36s %7.2f %7.2f %7.2f %8.3f %8.2f %8.3f %9.0f\n", cfg[c].name, cfg[c].t[0], cfg[c].t[reps / 2],
+               cfg[c].t[reps - 1], cfg[c].t[reps / 2] / base, cfg[c].cpu[reps / 2], cfg[c].cpu[reps / 2] / base_cpu,
+               cfg[c].peak);
         free(cfg[c].t);
+        free(cfg[c].cpu);
     }
     rlpi_rl_force_prox_forward(0);
     rlp_batch_free(b);
@@ -230,9 +254,10 @@ int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 3;
     const char *what = argc > 3 ? argv[3] : "all", *shape = argc > 4 ? argv[4] : "smollm2";
+    int peak_pass = !(argc > 5 && !strcmp(argv[5], "nopeak"));
     rlpi_model_config cfg;
     if (reps < 1 || shape_config(shape, &cfg) || (strcmp(what, "step") && strcmp(what, "pack") && strcmp(what, "all"))) {
-        fprintf(stderr, "usage: bench_rl_step [threads] [repeats] [step|pack|all] [smollm2|tiny]\n");
+        fprintf(stderr, "usage: bench_rl_step [threads] [repeats] [step|pack|all] [smollm2|tiny] [nopeak]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows as they come when redirected */
@@ -254,7 +279,7 @@ int main(int argc, char **argv)
     printf("%s shape, %d threads, RSS after load %.0f MiB\n", shape, threads, proc_mib("VmRSS:"));
     int rc = 0;
     if (!strcmp(what, "step") || !strcmp(what, "all"))
-        rc = bench_step(p, cfg.vocab_size, reps, &rng);
+        rc = bench_step(p, cfg.vocab_size, reps, peak_pass, &rng);
     if (!rc && (!strcmp(what, "pack") || !strcmp(what, "all")))
         rc = bench_pack(p, cfg.vocab_size, reps, &rng);
     rlp_policy_free(p);
