@@ -34,7 +34,7 @@ static const char defaults_json[] =
     "  \"dual_clip\": 0.0, \"tis_cap\": 0.0, \"behav_cap\": 0.0, \"behav_mask\": false, \"kl_coef\": 0.0,"
     "  \"kl_estimator\": \"k3\", \"kl_in_reward\": false, \"entropy_coef\": 0.0, \"loss_agg\": \"token-mean\","
     "  \"agg_norm_constant\": 0.0, \"overlong_max\": 0, \"overlong_cache\": 0, \"ppo_epochs\": 1,"
-    "  \"mini_batches\": 1, \"micro_batch_tokens\": 0},"
+    "  \"mini_batches\": 1, \"micro_batch_tokens\": 256},"
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"

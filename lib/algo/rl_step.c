@@ -7,7 +7,12 @@
  * policy version by one, however many optimizer steps it applied.
  * Observation tokens of a multi-turn episode (loss mask 0) are in the
  * sequences as context and counted nowhere: advantages, losses, token
- * means, statistics and the overlong penalty see model tokens only. */
+ * means, statistics and the overlong penalty see model tokens only.
+ * With one epoch of one mini-batch π_prox is the training forward's own
+ * logprobs (same weights, tokens, temperature and precision): the step
+ * then takes them from that forward instead of a forward of its own. */
+#include "algo/rl_step.h"
+
 #include "algo/rl_math.h"
 #include "core/clock.h"
 #include "core/batch.h"
@@ -29,9 +34,44 @@ int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version)
     return RLP_OK;
 }
 
+static int force_prox_forward;
+static uint64_t prox_forwards;
+
+void rlpi_rl_force_prox_forward(int on)
+{
+    __atomic_store_n(&force_prox_forward, on != 0, __ATOMIC_RELAXED);
+}
+
+uint64_t rlpi_rl_prox_forwards(void)
+{
+    return __atomic_load_n(&prox_forwards, __ATOMIC_RELAXED);
+}
+
+/* Whether π_prox can be the training forward's logprobs, detached. They
+ * are the same numbers as a separate forward's when the step applies one
+ * optimizer step (one epoch, one mini-batch: every micro-batch's forward
+ * runs on the weights the step started with) and nothing reads π_prox
+ * before that forward. Every other reader of logp_old is the loss itself
+ * (ratio, decoupled PPO's and truncated IS's π_prox/π_behav weight, GSPO's
+ * sequence ratio, the ratio statistics), which then sees ratio exactly 1:
+ * the same loss, and the same gradient, since π_prox is a constant there.
+ * The one reader before training is REINFORCE++ with the KL in the reward
+ * (per-token reward −β·KL(π_prox‖π_ref), advantages.c): it keeps the pass.
+ * The condition depends on the options only, so data-parallel ranks agree
+ * (and rlp_policy_logprobs runs no collective either way). */
+static bool prox_from_training(const rlp_rl_options *o, bool need_ref)
+{
+    if (__atomic_load_n(&force_prox_forward, __ATOMIC_RELAXED))
+        return false;
+    if (o->ppo_epochs != 1 || o->mini_batches != 1)
+        return false;
+    return !(o->advantage == RLP_ADV_REINFORCE_PP && o->kl_in_reward && o->kl_estimator && need_ref);
+}
+
 typedef struct rl_step {
     const rlp_rl_options *o;
     rlpi_rl_seqs all;             /* every used sequence of the step */
+    float *fill_old;              /* non-NULL: π_prox comes from the training forward; the loss writes it here */
     const float *adv;
     size_t mb_first;              /* first sequence (index into `all`) of the current mini-batch */
     rlpi_rl_norm norm;            /* of the current mini-batch (= one optimizer step) */
@@ -46,6 +86,14 @@ static int rl_loss(rlp_loss_context *lc, void *payload)
         return rlpi_error_set(RLP_E_NOMEM, "RL loss: out of memory");
     for (size_t i = 0; i < lc->n_seqs; i++)
         idx[i] = st->mb_first + lc->seq_index[i];
+    if (st->fill_old)
+        for (size_t i = 0; i < lc->n_seqs; i++) {
+            /* this micro-batch's logprobs are π_prox for its sequences (a
+             * length mismatch is reported by rlpi_rl_loss below) */
+            size_t g0 = st->all.tok_start[idx[i]], len = st->all.tok_start[idx[i] + 1] - g0;
+            size_t l0 = lc->token_start[i], ln = lc->token_start[i + 1] - l0;
+            memcpy(st->fill_old + g0, lc->logprobs + l0, (len < ln ? len : ln) * sizeof(float));
+        }
     double before = st->acc.loss;
     int rc = rlpi_rl_loss(st->o, &st->all, st->adv, idx, lc->n_seqs, lc->token_start, lc->logprobs, lc->entropy,
                           &st->norm, lc->dlogprobs, lc->dentropy, &st->acc);
@@ -237,9 +285,14 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                 memset(mask + tok_start[k], 1, t->n_tokens);
         }
     }
+    bool reuse = prox_from_training(&o, need_ref);
     if (!rc && used > 0) {
-        /* 4. π_prox with the current weights (and π_ref) */
-        rc = rlp_policy_logprobs(policy, seqs, used, temp, old, NULL, n_tok, NULL);
+        /* 4. π_prox with the current weights, unless the training forward
+         * gives it (filled in by rl_loss); π_ref */
+        if (!reuse) {
+            rc = rlp_policy_logprobs(policy, seqs, used, temp, old, NULL, n_tok, NULL);
+            __atomic_add_fetch(&prox_forwards, 1, __ATOMIC_RELAXED);
+        }
         if (!rc && need_ref)
             rc = rlp_policy_logprobs(ref, seqs, used, temp, refl, NULL, n_tok, NULL);
     }
@@ -247,6 +300,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                   .all = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
                           .token_reward = have_token_rewards ? tokr : NULL, .logp_old = old,
                           .logp_behav = behav, .logp_ref = need_ref ? refl : NULL, .mask = mask},
+                  .fill_old = reuse ? old : NULL,
                   .adv = adv};
     rlpi_adv_info ai = {0};
     if (!rc && comm)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,65 @@ static int copy_file(const char *src, const char *dst)
     return rc;
 }
 
+/* A view of a parameter-shaped buffer (parameters, AdamW's m or v) as
+ * HF-named tensors whose data points into the buffer itself: a checkpoint
+ * writes from it without a host copy of the model (0.5 GB for SmolLM2,
+ * 1 GB for the two moments, which set the main job's peak memory). Names
+ * are `prefix` + the parameter's name (owned by the view); the tied head
+ * is an alias. 1 when the buffer is not host memory (CUDA): the caller
+ * copies then. Free with view_free. */
+static int buffer_view(const rlp_policy *p, const rlpi_buffer *buf, const char *prefix, bool tied_head,
+                       rlpi_weights *view)
+{
+    rlpi_weights_init(view);
+    float *host = buf ? rlpi_buffer_host(buf) : NULL;
+    if (!host)
+        return 1;
+    size_t n = rlpi_transformer_n_tensors(p->tf);
+    view->tensors = calloc(n + 1, sizeof *view->tensors);
+    if (!view->tensors)
+        return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
+    view->cap = n + 1;
+    int32_t embed = -1;
+    for (size_t i = 0; i < n; i++) {
+        const rlpi_param_info *in = rlpi_transformer_tensor(p->tf, i);
+        rlpi_tensor *t = &view->tensors[view->n];
+        size_t len = strlen(prefix) + strlen(in->name) + 1;
+        if (!(t->name = malloc(len)))
+            return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
+        snprintf(t->name, len, "%s%s", prefix, in->name);
+        t->n_dims = in->n_dims;
+        t->shape[0] = in->shape[0];
+        t->shape[1] = in->shape[1];
+        t->n_elems = in->n_elems;
+        t->data = host + in->offset;
+        t->alias_of = -1;
+        snprintf(t->src_dtype, sizeof t->src_dtype, "F32");
+        if (!strcmp(in->name, "model.embed_tokens.weight"))
+            embed = (int32_t)view->n;
+        view->n++;
+    }
+    if (tied_head && rlpi_transformer_config(p->tf)->tie_embeddings && embed >= 0) {
+        rlpi_tensor *t = &view->tensors[view->n];
+        *t = view->tensors[embed];
+        if (!(t->name = strdup("lm_head.weight")))
+            return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
+        t->data = NULL;
+        t->alias_of = embed;
+        view->n++;
+    }
+    return RLP_OK;
+}
+
+/* The view's names are its own, its data the buffer's. */
+static void view_free(rlpi_weights *view)
+{
+    for (size_t i = 0; i < view->n; i++)
+        free(view->tensors[i].name);
+    free(view->tensors);
+    rlpi_weights_init(view);
+}
+
 int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
@@ -149,11 +209,19 @@ int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
     RLPI_CHECK_ARG(dtype >= RLP_DTYPE_F32 && dtype <= RLP_DTYPE_BF16, "dtype is not an rlp_dtype");
     static const rlpi_st_dtype map[] = {RLPI_ST_F32, RLPI_ST_F16, RLPI_ST_BF16};
     rlpi_weights w;
-    int rc = rlpi_transformer_export(policy->tf, &w);
-    if (rc)
+    int rc = buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, &w);
+    if (rc == RLP_OK) {
+        rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
+        view_free(&w);
+    } else if (rc == 1) { /* not host memory: a copy */
+        if ((rc = rlpi_transformer_export(policy->tf, &w)) != RLP_OK)
+            return rc;
+        rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
+        rlpi_weights_free(&w);
+    } else {
+        view_free(&w);
         return rc;
-    rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
-    rlpi_weights_free(&w);
+    }
     /* the tokenizer goes along: written from GGUF metadata, or the
      * tokenizer.json it came as copied (with its config) */
     const char *tp = policy->tokenizer_path;
@@ -187,6 +255,40 @@ static void optimizer_tensor_name(char *buf, size_t cap, int which, const char *
     snprintf(buf, cap, "%s/%s", which ? "v" : "m", param);
 }
 
+/* AdamW's m and v as one view ("m/<p>", "v/<p>" per parameter p): RLP_OK, 1 when there is
+ * none to view (no step yet, or device memory), or an error (the view
+ * freed). */
+static int moments_view(const rlp_policy *p, rlpi_weights *w)
+{
+    rlpi_weights m, v;
+    rlpi_weights_init(w);
+    int rc = buffer_view(p, p->opt.m, "m/", false, &m);
+    if (rc != RLP_OK) {
+        view_free(&m);
+        return rc;
+    }
+    if ((rc = buffer_view(p, p->opt.v, "v/", false, &v)) != RLP_OK) {
+        view_free(&m);
+        view_free(&v);
+        return rc;
+    }
+    rlpi_tensor *all = malloc((m.n + v.n) * sizeof *all);
+    if (!all) {
+        view_free(&m);
+        view_free(&v);
+        return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
+    }
+    for (size_t i = 0; i < m.n; i++) { /* m/p, v/p per parameter: the file's order as before */
+        all[2 * i] = m.tensors[i];
+        all[2 * i + 1] = v.tensors[i];
+    }
+    w->tensors = all;
+    w->n = w->cap = m.n + v.n;
+    free(m.tensors); /* their names now belong to w */
+    free(v.tensors);
+    return RLP_OK;
+}
+
 int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
@@ -194,12 +296,19 @@ int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
     if (!policy->trainable)
         return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
     rlpi_weights w;
-    rlpi_weights_init(&w);
     rlpi_st_metadata meta;
     rlpi_st_metadata_init(&meta);
-    int rc = RLP_OK;
     const rlpi_optimizer *opt = &policy->opt;
-    for (size_t i = 0; i < rlpi_transformer_n_tensors(policy->tf) && rc == RLP_OK; i++) {
+    /* host moments are written from their buffers; otherwise (no step
+     * yet: zeros; device memory) copied */
+    int rc = moments_view(policy, &w);
+    bool viewed = rc == RLP_OK;
+    if (rc < 0) {
+        rlpi_st_metadata_free(&meta);
+        return rc;
+    }
+    rc = RLP_OK;
+    for (size_t i = 0; !viewed && i < rlpi_transformer_n_tensors(policy->tf) && rc == RLP_OK; i++) {
         const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
         for (int which = 0; which < 2 && rc == RLP_OK; which++) {
             char name[300];
@@ -227,7 +336,10 @@ int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
         rlpi_st_write_opts wo = {.dtype = RLPI_ST_F32, .meta = &meta, .skip_aliases = true};
         rc = rlpi_safetensors_write(path, &w, &wo);
     }
-    rlpi_weights_free(&w);
+    if (viewed)
+        view_free(&w);
+    else
+        rlpi_weights_free(&w);
     rlpi_st_metadata_free(&meta);
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }

@@ -279,13 +279,44 @@ static int pack_build(pack *k, const rlp_sequence *seqs, size_t begin, size_t en
     return RLP_OK;
 }
 
-/* End of the micro-batch starting at `begin`: whole sequences up to
- * `budget` tokens (at least one). */
-static size_t next_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_t budget)
+/* End of a greedy micro-batch starting at `begin`: whole sequences up to
+ * `budget` tokens (at least one; budget 0 = all). */
+static size_t greedy_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_t budget)
 {
     size_t end = begin, tokens = 0;
     while (end < n && (end == begin || budget == 0 || tokens + seqs[end].n_tokens <= budget))
         tokens += seqs[end++].n_tokens;
+    return end;
+}
+
+/* End of the micro-batch starting at `begin`: whole sequences, packed
+ * back to back (no padding), at most `budget` tokens (at least one
+ * sequence), closed once it holds its share of what is left (the tokens
+ * left over as many micro-batches as the greedy cut would make). The
+ * greedy cut alone leaves a small last micro-batch (e.g. 1024 + 1024 +
+ * 200): less work per pass over the weights, and the transformer's
+ * buffers shrink for it and grow again (page faults) at the next step's
+ * first micro-batch. */
+static size_t next_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_t budget)
+{
+    size_t k = 0, left = 0;
+    for (size_t b = begin; b < n; k++) {
+        size_t e = greedy_cut(seqs, n, b, budget);
+        for (size_t i = b; i < e; i++)
+            left += seqs[i].n_tokens;
+        b = e;
+    }
+    if (k <= 1)
+        return n;
+    size_t target = (left + k - 1) / k, end = begin, tokens = 0;
+    while (end < n) {
+        size_t len = seqs[end].n_tokens;
+        /* take sequences until the share is reached, within the budget */
+        if (end > begin && (tokens >= target || tokens + len > budget))
+            break;
+        tokens += len;
+        end++;
+    }
     return end;
 }
 

@@ -106,6 +106,62 @@ static void adamw_matches_torch(void **state)
     unload(&f);
 }
 
+/* Micro-batches are whole sequences packed back to back, within the token
+ * budget, and even: 10 sequences of 10 tokens under a budget of 40 make
+ * 40 + 30 + 30 packed tokens, not the greedy 40 + 40 + 20 (whose small
+ * last one shrinks the activation buffers that the next step regrows). */
+typedef struct mb_log {
+    size_t n, seqs[16], tokens[16];
+} mb_log;
+
+static int logging_nll(rlp_loss_context *lc, void *payload)
+{
+    mb_log *log = payload;
+    if (log->n < 16) {
+        log->seqs[log->n] = lc->n_seqs;
+        log->tokens[log->n] = lc->n_tokens + lc->n_seqs; /* scored tokens + each sequence's first */
+        log->n++;
+    }
+    return rlp_loss_nll(lc, NULL);
+}
+
+static void micro_batches_even_and_within_budget(void **state)
+{
+    (void)state;
+    fx f;
+    load(&f, "adamw_llama_10_steps");
+    rlp_policy *p;
+    assert_int_equal(rlpi_policy_create(&p, ctx, &f.cfg, &f.w, NULL), RLP_OK);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++)
+        ids[i] = f.seqs[0].tokens[i % f.seqs[0].n_tokens];
+    rlp_sequence s[10];
+    for (int i = 0; i < 10; i++)
+        s[i] = (rlp_sequence){ids + 10 * i, 10, 1};
+    struct {
+        uint32_t budget;
+        size_t n, tokens[5];
+    } cases[] = {{40, 3, {40, 30, 30}}, {50, 2, {50, 50}}, {0, 1, {100}}, {100, 1, {100}}, {25, 5, {20, 20, 20, 20, 20}},
+                 {5, 10, {10, 10, 10, 10, 10}}}; /* a sequence over the budget goes alone */
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        rlp_train_options o = RLP_TRAIN_OPTIONS_INIT;
+        o.micro_batch_tokens = cases[c].budget;
+        mb_log log = {0};
+        rlp_train_stats st;
+        assert_int_equal(rlp_policy_train_step(p, s, 10, logging_nll, &log, &o, &st), RLP_OK);
+        print_message("budget %u: %u micro-batches:", cases[c].budget, st.n_micro_batches);
+        for (size_t i = 0; i < log.n; i++)
+            print_message(" %zu", log.tokens[i]);
+        print_message("\n");
+        assert_int_equal(st.n_micro_batches, cases[c].n);
+        assert_int_equal(log.n, cases[c].n);
+        for (size_t i = 0; i < log.n && i < 5; i++)
+            assert_int_equal(log.tokens[i], cases[c].tokens[i]);
+    }
+    rlp_policy_free(p);
+    unload(&f);
+}
+
 /* The step's normaliser spans the whole step: cutting it into micro-batches
  * changes neither loss nor gradient (verl #5625's kind, public-bugs #9). */
 static void micro_batching_is_invisible(void **state)
@@ -450,6 +506,7 @@ int main(void)
         cmocka_unit_test(frozen_clone),
         cmocka_unit_test(save_load_and_resume),
         cmocka_unit_test(schedules),
+        cmocka_unit_test(micro_batches_even_and_within_budget),
         cmocka_unit_test(rejects_null_and_bad_options),
         cmocka_unit_test(bf16_matmul_stays_near_fp32),
     };

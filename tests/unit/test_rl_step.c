@@ -7,13 +7,17 @@
  * KL against an identical reference being 0, and that GRPO raises a simple
  * reward within a few steps. Multi-turn batches: observation tokens (loss
  * mask 0) get no gradient and count nowhere, whatever their logprobs and
- * rewards. */
+ * rewards. With one epoch of one mini-batch the step takes π_prox from the
+ * training forward: the same loss, gradient, update and statistics as the
+ * step that recomputes it in a forward of its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "algo/rl_step.h"
+#include "core/batch.h"
 #include "model/policy.h"
 #include "tiny_model.h"
 
@@ -479,6 +483,135 @@ static void test_observation_tokens_get_no_gradient(void **state)
     rlp_policy_free(ref);
 }
 
+/* Everything a step reports and leaves, with π_prox taken from the
+ * training forward against the forced separate π_prox forward. */
+static double rel_diff(double a, double b)
+{
+    return fabs(a - b) / fmax(1.0, fmax(fabs(a), fabs(b))); /* absolute below 1: losses near 0 */
+}
+
+static float *params(rlp_policy *p, size_t *n)
+{
+    *n = rlpi_transformer_n_params(p->tf);
+    float *w = malloc(*n * sizeof *w);
+    assert_non_null(w);
+    assert_int_equal(rlpi_buffer_download(rlpi_transformer_params(p->tf), 0, w, *n * sizeof *w), RLP_OK);
+    return w;
+}
+
+static void test_prox_reuse_matches_two_forwards(void **state)
+{
+    (void)state;
+    struct {
+        int loss, adv, kl, kl_in_reward, mbs, epochs;
+        float tis, behav_cap, ent, clip_high;
+        int reuse; /* the expected choice */
+    } cfg[] = {
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 1.5f, 0, 0, 0.28f, 1}, /* truncated IS, clip-higher */
+        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_RLOO, 0, 0, 1, 1, 0, 1.3f, 0, 0.2f, 1},
+        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_GRPO, RLP_KL_K3, 0, 1, 1, 0, 0, 0.01f, 0.2f, 1},
+        {RLP_LOSS_GSPO, RLP_ADV_DR_GRPO, RLP_KL_K2, 0, 1, 1, 0, 0, 0, 0.2f, 1},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 0, 1, 1, 0, 0, 0, 0.2f, 1},
+        /* π_prox is read before training (KL in REINFORCE++'s reward), or
+         * the step takes several optimizer steps: the pass stays */
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 1, 1, 1, 0, 0, 0, 0.2f, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 2, 1, 0, 0, 0, 0.2f, 0},
+        {RLP_LOSS_GSPO, RLP_ADV_GRPO, 0, 0, 1, 2, 0, 0, 0, 0.2f, 0},
+    };
+    rlp_policy *ref = tiny(78);
+    for (int c = 0; c < (int)(sizeof cfg / sizeof *cfg); c++) {
+        rlp_rl_options o = RLP_RL_OPTIONS_INIT;
+        o.policy_loss = cfg[c].loss;
+        o.advantage = cfg[c].adv;
+        o.kl_estimator = cfg[c].kl;
+        o.kl_coef = cfg[c].kl ? 0.05f : 0.0f;
+        o.kl_in_reward = cfg[c].kl_in_reward;
+        o.mini_batches = (uint32_t)cfg[c].mbs;
+        o.ppo_epochs = (uint32_t)cfg[c].epochs;
+        o.tis_cap = cfg[c].tis;
+        o.behav_cap = cfg[c].behav_cap;
+        o.entropy_coef = cfg[c].ent;
+        o.clip_high = cfg[c].clip_high;
+        o.micro_batch_tokens = c % 2 ? 40 : 0; /* micro-batches: each fills its own sequences' π_prox */
+        rlp_policy *pa = tiny(11), *pb = tiny(11);
+        rlp_batch *b = rollout(pa, 11 + (uint64_t)c, NULL);
+        /* behaviour logprobs off π_prox, so that the IS weights π_prox/π_behav
+         * (decoupled PPO, truncated IS) vary and the caps bite */
+        for (size_t i = 0; i < b->n; i++)
+            for (size_t j = 0; j < b->items[i].n_tokens; j++)
+                b->items[i].logprobs[j] += 0.4f * (float)((int)((i * 7 + j * 3) % 5) - 2) / 2.0f;
+        rlp_rl_stats sa, sb;
+        rlpi_rl_force_prox_forward(1);
+        uint64_t n0 = rlpi_rl_prox_forwards();
+        assert_int_equal(rlp_policy_train_rl(pa, b, ref, &o, &sa), RLP_OK);
+        uint64_t n1 = rlpi_rl_prox_forwards();
+        rlpi_rl_force_prox_forward(0);
+        assert_int_equal(rlp_policy_train_rl(pb, b, ref, &o, &sb), RLP_OK);
+        uint64_t n2 = rlpi_rl_prox_forwards();
+        assert_int_equal(n1 - n0, 1);
+        assert_int_equal(n2 - n1, cfg[c].reuse ? 0 : 1);
+        print_message("config %d (reuse %d): loss %.9g vs %.9g, grad norm %.9g vs %.9g, ratio %.9g vs %.9g, "
+                      "w %.6g vs %.6g (max %.6g vs %.6g)\n",
+                      c, cfg[c].reuse, sa.loss, sb.loss, sa.grad_norm, sb.grad_norm, sa.ratio_mean, sb.ratio_mean,
+                      sa.behav_weight_mean, sb.behav_weight_mean, sa.behav_weight_max, sb.behav_weight_max);
+        if (cfg[c].reuse) /* exactly π_θ/π_prox = 1: no rounding between two passes */
+            assert_true(sb.ratio_mean == 1.0 && sb.ratio_max == 1.0);
+        /* The two π_prox agree to the rounding of two forward passes over
+         * differently packed batches: ~1e-7 in a typical logprob, up to
+         * 1.4e-5 measured in a rare token's (|log p| ≈ 10, summed in fp32),
+         * which is then the worst ratio's distance from 1 and moves a
+         * token's loss and gradient by that relative amount. 5e-5 is that
+         * with a margin; a wrong π_prox (another token's, a stale one, the
+         * behaviour's) is off by 1e-2 or more. Counts are exact. */
+        const double tol = 5e-5;
+        double pairs[][2] = {{sa.loss, sb.loss},
+                             {sa.pg_loss, sb.pg_loss},
+                             {sa.kl, sb.kl},
+                             {sa.entropy, sb.entropy},
+                             {sa.grad_norm, sb.grad_norm},
+                             {sa.ratio_mean, sb.ratio_mean},
+                             {sa.ratio_max, sb.ratio_max},
+                             {sa.behav_weight_mean, sb.behav_weight_mean},
+                             {sa.behav_weight_max, sb.behav_weight_max},
+                             {sa.adv_mean, sb.adv_mean},
+                             {sa.adv_std, sb.adv_std},
+                             {sa.reward_mean, sb.reward_mean}};
+        const char *names[] = {"loss", "pg_loss", "kl", "entropy", "grad_norm", "ratio_mean", "ratio_max",
+                               "behav_weight_mean", "behav_weight_max", "adv_mean", "adv_std", "reward_mean"};
+        for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++)
+            if (!(rel_diff(pairs[k][0], pairs[k][1]) <= tol))
+                fail_msg("config %d: %s %.9g (two passes) vs %.9g (reused)", c, names[k], pairs[k][0], pairs[k][1]);
+        /* the clip fractions count tokens whose ratio left the band: a ratio
+         * of 1 ± 1e-7 never does with ε ≥ 0.2 */
+        assert_true(sa.clip_frac_low == sb.clip_frac_low && sa.clip_frac_high == sb.clip_frac_high);
+        assert_true(sa.n_seqs == sb.n_seqs && sa.n_tokens == sb.n_tokens && sa.n_groups == sb.n_groups &&
+                    sa.zero_std_groups == sb.zero_std_groups && sa.optimizer_steps == sb.optimizer_steps &&
+                    sa.skipped_steps == sb.skipped_steps && sa.policy_version == sb.policy_version);
+        /* the weights it left (the gradient is in grad_norm above; the
+         * optimizer step consumes the buffer) */
+        size_t n;
+        rlp_policy *p0 = tiny(11);
+        float *wa = params(pa, &n), *wb = params(pb, &n), *w0 = params(p0, &n);
+        double dw = 0, step = 0;
+        for (size_t i = 0; i < n; i++) {
+            dw += ((double)wa[i] - wb[i]) * ((double)wa[i] - wb[i]);
+            step += ((double)wb[i] - w0[i]) * ((double)wb[i] - w0[i]);
+        }
+        print_message("  |Δw|/|update| %.3g\n", sqrt(dw / step));
+        assert_true(step > 0);
+        /* AdamW's first steps divide by |g|: an entry whose gradient is at
+         * the rounding level can flip its step; in norm the update stays
+         * the same to well within a percent */
+        assert_true(sqrt(dw / step) <= 1e-3);
+        free(wa), free(wb), free(w0);
+        rlp_policy_free(p0);
+        rlp_batch_free(b);
+        rlp_policy_free(pa), rlp_policy_free(pb);
+    }
+    rlp_policy_free(ref);
+}
+
 /* rlp_rl_advantages and the logprob mismatch see model tokens only */
 static void test_mask_in_advantages_and_mismatch(void **state)
 {
@@ -544,6 +677,7 @@ int main(void)
         cmocka_unit_test(test_epochs_minibatches_filter_invalid), cmocka_unit_test(test_versions_count_rl_steps),
         cmocka_unit_test(test_kl_to_identical_reference_is_zero), cmocka_unit_test(test_grpo_learns),
         cmocka_unit_test(test_observation_tokens_get_no_gradient), cmocka_unit_test(test_mask_in_advantages_and_mismatch),
+        cmocka_unit_test(test_prox_reuse_matches_two_forwards),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
