@@ -1,23 +1,52 @@
-/* Persistent worker threads woken per loop by a generation counter.
+/* Persistent worker threads handed each loop through a generation counter.
+ * A worker that finishes a loop spins for a bounded time (pause, then
+ * sched_yield) watching the counter before it sleeps on a condition
+ * variable, so back-to-back small loops (a decode step is hundreds of
+ * them) are handed over without a futex syscall; an idle pool sleeps.
  * Must not allocate per loop: it runs inside every layer of every step. */
 #include "core/threadpool.h"
 
 #include "core/error.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* How long a thread spins for the next hand-off before it sleeps. A batch-1
+ * decode step of SmolLM2-135M dispatches ~250 loops of 10-100 µs with a
+ * few µs of serial work between them; the spin must outlast those gaps but
+ * stay short against the time an idle pool would burn a core.
+ * docs/PERFORMANCE.md has the measurement behind the value. */
+#define DEFAULT_SPIN_US 100
+
+/* Keeps the hot words of the hand-off on their own cache lines: the
+ * dispatcher writes `generation` while workers poll it, and every worker
+ * decrements `pending` while the caller polls it. */
+#define CACHE_LINE 64
 
 struct rlpi_threadpool {
-    int n_threads;
+    /* written by the dispatcher, polled by spinning workers */
+    _Alignas(CACHE_LINE) uint64_t generation; /* bumped to start a loop (atomic) */
+    /* decremented by workers, polled by the waiting caller */
+    _Alignas(CACHE_LINE) int pending;         /* workers still running the current loop (atomic) */
+
+    _Alignas(CACHE_LINE) int n_threads;
+    int64_t spin_ns;             /* spin budget before sleeping (atomic; 0 = sleep at once) */
     pthread_t *workers;          /* (n_threads - 1) */
     pthread_mutex_t loop_lock;   /* serialises parallel_for callers */
+    /* sleeping: a worker that ran out of spin registers in `sleepers` under
+     * mu and waits on `wake`; a caller that ran out of spin sets
+     * `caller_sleeping` under mu and waits on `done` */
     pthread_mutex_t mu;
     pthread_cond_t wake;
     pthread_cond_t done;
-    uint64_t generation;         /* bumped to start a loop */
-    int pending;                 /* workers still running the current loop */
-    int quit;
-    /* the current loop */
+    int sleepers;                /* workers asleep or about to be (atomic) */
+    int caller_sleeping;         /* (atomic) */
+    int quit;                    /* set before the last generation bump */
+    /* the current loop: written before the generation bump (release), read
+     * after seeing it (acquire) */
     rlpi_range_fn fn;
     void *arg;
     int64_t n_items;
@@ -31,6 +60,76 @@ static void range_of(int64_t n_items, int n_ranges, int r, int64_t *b, int64_t *
     *e = *b + base + (r < extra ? 1 : 0);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Bounded waiting for a word to change: a short burst of pauses (a
+ * hand-off to a thread spinning on another core takes well under a µs),
+ * then sched_yield between checks until the budget is spent. Yielding
+ * rather than pausing matters when the waiting thread shares its core with
+ * the thread it waits for (more runnable threads than cores): a pausing
+ * waiter would hold the core for its whole budget while the other cannot
+ * run, and every hand-off would cost the budget. */
+#define PAUSE_ROUNDS 64
+
+typedef struct backoff {
+    int64_t budget_ns;
+    int64_t t0;
+    unsigned n;
+} backoff;
+
+/* One wait step; returns 0 once the budget is spent. */
+static int backoff_wait(backoff *b)
+{
+    if (b->n < PAUSE_ROUNDS) {
+        b->n++;
+        cpu_relax();
+        return 1;
+    }
+    sched_yield();
+    int64_t t = now_ns();
+    if (!b->t0)
+        b->t0 = t;
+    return t - b->t0 <= b->budget_ns;
+}
+
+/* Waits until *word != ref (returns 1) or the budget is spent (returns 0). */
+static int spin_u64_changed(const uint64_t *word, uint64_t ref, int64_t budget_ns)
+{
+    backoff b = {.budget_ns = budget_ns};
+    if (budget_ns <= 0)
+        return 0;
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == ref)
+        if (!backoff_wait(&b))
+            return 0;
+    return 1;
+}
+
+/* Waits until *word == 0 (returns 1) or the budget is spent (returns 0). */
+static int spin_int_zero(const int *word, int64_t budget_ns)
+{
+    backoff b = {.budget_ns = budget_ns};
+    if (budget_ns <= 0)
+        return 0;
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != 0)
+        if (!backoff_wait(&b))
+            return 0;
+    return 1;
+}
+
 struct worker_arg {
     rlpi_threadpool *pool;
     int tid;
@@ -42,39 +141,73 @@ static void *worker_main(void *p)
     free(p);
     rlpi_threadpool *pool = wa.pool;
     uint64_t seen = 0;
-    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->quit && pool->generation == seen)
-            pthread_cond_wait(&pool->wake, &pool->mu);
+        if (!spin_u64_changed(&pool->generation, seen, __atomic_load_n(&pool->spin_ns, __ATOMIC_RELAXED))) {
+            /* Sleep. Registering in `sleepers` and then reading the
+             * generation (both seq_cst) pairs with the dispatcher's bump
+             * and then read of `sleepers`: either this thread sees the new
+             * generation or the dispatcher sees a sleeper and broadcasts,
+             * which it can only do once this thread waits (it holds mu). */
+            pthread_mutex_lock(&pool->mu);
+            __atomic_add_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&pool->generation, __ATOMIC_SEQ_CST) == seen)
+                pthread_cond_wait(&pool->wake, &pool->mu);
+            __atomic_sub_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&pool->mu);
+        }
+        seen = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
         if (pool->quit)
             break;
-        seen = pool->generation;
         rlpi_range_fn fn = pool->fn;
         void *arg = pool->arg;
         int64_t n_items = pool->n_items;
         int n_ranges = pool->n_ranges;
-        pthread_mutex_unlock(&pool->mu);
         if (wa.tid < n_ranges) {
             int64_t b, e;
             range_of(n_items, n_ranges, wa.tid, &b, &e);
             fn(arg, b, e, wa.tid);
         }
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0)
+        /* the same pairing as above, for the caller asleep on `done` */
+        if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
+            __atomic_load_n(&pool->caller_sleeping, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
-    pthread_mutex_unlock(&pool->mu);
     return NULL;
+}
+
+/* RLPOST_POOL_SPIN_US overrides the spin budget (0: sleep at once, as
+ * before this hand-off existed; for hosts with more busy threads than
+ * cores, and for A/B measurements). */
+static int64_t spin_budget_ns(void)
+{
+    const char *env = getenv("RLPOST_POOL_SPIN_US");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1000000)
+            return (int64_t)v * 1000;
+    }
+    return (int64_t)DEFAULT_SPIN_US * 1000;
 }
 
 int rlpi_threadpool_create(rlpi_threadpool **out, int n_threads)
 {
+    if (!out)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "thread pool: out is NULL");
     if (n_threads < 1)
         return rlpi_error_set(RLP_E_INVALID_ARG, "thread pool: %d threads", n_threads);
-    rlpi_threadpool *pool = calloc(1, sizeof *pool);
+    /* aligned for the cache-line members; the size must be a multiple of
+     * the alignment for aligned_alloc */
+    size_t size = (sizeof(rlpi_threadpool) + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    rlpi_threadpool *pool = aligned_alloc(CACHE_LINE, size);
     if (!pool)
         return rlpi_error_set(RLP_E_NOMEM, "thread pool: out of memory");
+    memset(pool, 0, size);
     pool->n_threads = n_threads;
+    pool->spin_ns = spin_budget_ns();
     pthread_mutex_init(&pool->loop_lock, NULL);
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
@@ -107,8 +240,9 @@ void rlpi_threadpool_free(rlpi_threadpool *pool)
 {
     if (!pool)
         return;
+    pool->quit = 1; /* published by the bump below */
+    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&pool->mu);
-    pool->quit = 1;
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n_threads; i++)
@@ -124,6 +258,17 @@ void rlpi_threadpool_free(rlpi_threadpool *pool)
 int rlpi_threadpool_size(const rlpi_threadpool *pool)
 {
     return pool ? pool->n_threads : 1;
+}
+
+void rlpi_threadpool_set_spin_us(rlpi_threadpool *pool, int64_t spin_us)
+{
+    if (!pool)
+        return;
+    if (spin_us < 0)
+        spin_us = 0;
+    if (spin_us > 1000000)
+        spin_us = 1000000;
+    __atomic_store_n(&pool->spin_ns, spin_us * 1000, __ATOMIC_RELAXED);
 }
 
 void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_t min_chunk,
@@ -142,24 +287,33 @@ void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_
         return;
     }
     pthread_mutex_lock(&pool->loop_lock);
-    pthread_mutex_lock(&pool->mu);
+    int64_t spin_ns = __atomic_load_n(&pool->spin_ns, __ATOMIC_RELAXED);
+    /* every worker has decremented `pending` to 0 by now (the previous
+     * loop waited for it), so these writes race with no reader */
     pool->fn = fn;
     pool->arg = arg;
     pool->n_items = n_items;
     pool->n_ranges = n_ranges;
-    pool->pending = pool->n_threads - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mu);
+    __atomic_store_n(&pool->pending, pool->n_threads - 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST); /* publishes the loop */
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->wake);
+        pthread_mutex_unlock(&pool->mu);
+    }
 
     int64_t b, e;
     range_of(n_items, n_ranges, 0, &b, &e);
     fn(arg, b, e, 0);
 
-    pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0)
-        pthread_cond_wait(&pool->done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+    if (!spin_int_zero(&pool->pending, spin_ns)) {
+        pthread_mutex_lock(&pool->mu);
+        __atomic_store_n(&pool->caller_sleeping, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&pool->pending, __ATOMIC_SEQ_CST) > 0)
+            pthread_cond_wait(&pool->done, &pool->mu);
+        __atomic_store_n(&pool->caller_sleeping, 0, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&pool->mu);
+    }
     pthread_mutex_unlock(&pool->loop_lock);
 }
 
