@@ -1,8 +1,9 @@
 /* Persistent worker threads handed each loop through a generation counter.
- * A worker that finishes a loop spins for a bounded time (pause, then
- * sched_yield) watching the counter before it sleeps on a condition
- * variable, so back-to-back small loops (a decode step is hundreds of
- * them) are handed over without a futex syscall; an idle pool sleeps.
+ * A worker that finishes a loop spins (pause) for a bounded, adaptive time
+ * watching the counter before it sleeps on a condition variable, and the
+ * caller spins the same way for the workers to finish, so back-to-back
+ * small loops (a decode step is hundreds of them) are handed over without
+ * a futex syscall; an idle pool sleeps.
  * Must not allocate per loop: it runs inside every layer of every step. */
 #include "core/threadpool.h"
 
@@ -33,8 +34,10 @@ struct rlpi_threadpool {
     _Alignas(CACHE_LINE) int pending;         /* workers still running the current loop (atomic) */
 
     _Alignas(CACHE_LINE) int n_threads;
-    int64_t spin_ns;             /* spin budget before sleeping (atomic; 0 = sleep at once) */
+    int64_t spin_ns;             /* most a thread spins before sleeping (atomic; 0 = sleep at once) */
+    int64_t caller_budget_ns;    /* the callers' adaptive spin budget (under loop_lock) */
     pthread_t *workers;          /* (n_threads - 1) */
+    int *cpu_of;                 /* (n_threads) the CPU each thread last ran on, 0 = the caller (atomic) */
     pthread_mutex_t loop_lock;   /* serialises parallel_for callers */
     /* sleeping: a worker that ran out of spin registers in `sleepers` under
      * mu and waits on `wake`; a caller that ran out of spin sets
@@ -76,58 +79,52 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Bounded waiting for a word to change: a short burst of pauses (a
- * hand-off to a thread spinning on another core takes well under a µs),
- * then sched_yield between checks until the budget is spent. Yielding
- * rather than pausing matters when the waiting thread shares its core with
- * the thread it waits for (more runnable threads than cores): a pausing
- * waiter would hold the core for its whole budget while the other cannot
- * run, and every hand-off would cost the budget. */
-#define PAUSE_ROUNDS 64
+/* Bounded, adaptive waiting for a word to change. The waiter pauses and
+ * polls the word for up to its current budget, then gives up (and the
+ * caller sleeps). A hand-off caught while spinning doubles the budget (up
+ * to the pool's maximum); a budget that ran out halves it (down to
+ * SPIN_MIN_NS). With a core per thread nearly every hand-off is caught and
+ * the budget stays at the maximum. With more runnable threads than cores
+ * the thread waited for is often not running (it may be queued on the
+ * waiter's own core), spinning only delays it, and the budget decays
+ * within a few hand-offs to ~2 µs: the pool then behaves as a plain
+ * sleep/wake pool, as it did before spinning. */
+#define SPIN_MIN_NS 2000
+/* A gap this long between two clock reads of a spin (normally < 1 µs
+ * apart) means the spinning thread was preempted. */
+#define PREEMPTED_NS 20000
 
-typedef struct backoff {
-    int64_t budget_ns;
-    int64_t t0;
-    unsigned n;
-} backoff;
-
-/* One wait step; returns 0 once the budget is spent. */
-static int backoff_wait(backoff *b)
+/* Waits until *word != ref (when `zero` is 0) or *word == 0 (when `zero`
+ * is 1), for at most *budget_ns; adapts *budget_ns within
+ * [min(SPIN_MIN_NS, max_ns), max_ns]. Returns 1 when the condition holds. */
+static int spin_wait(const void *word, int is_int, uint64_t ref, int64_t *budget_ns, int64_t max_ns)
 {
-    if (b->n < PAUSE_ROUNDS) {
-        b->n++;
+    if (max_ns <= 0)
+        return 0;
+    int64_t floor_ns = max_ns < SPIN_MIN_NS ? max_ns : SPIN_MIN_NS;
+    int64_t limit = *budget_ns < floor_ns ? floor_ns : *budget_ns > max_ns ? max_ns : *budget_ns;
+    int64_t t0 = 0, t_prev = 0;
+    for (unsigned i = 0;; i++) {
+        int done = is_int ? __atomic_load_n((const int *)word, __ATOMIC_ACQUIRE) == 0
+                          : __atomic_load_n((const uint64_t *)word, __ATOMIC_ACQUIRE) != ref;
+        if (done) {
+            *budget_ns = limit + limit / 4 > max_ns ? max_ns : limit + limit / 4;
+            return 1;
+        }
         cpu_relax();
-        return 1;
+        if ((i & 15) == 15) { /* a clock read every ~0.3-1 µs of pauses */
+            int64_t t = now_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > limit || t - t_prev > PREEMPTED_NS) {
+                /* out of budget, or this thread lost its core while
+                 * spinning: others want the cores, so sleep instead */
+                *budget_ns = limit / 2 < floor_ns ? floor_ns : limit / 2;
+                return 0;
+            }
+            t_prev = t;
+        }
     }
-    sched_yield();
-    int64_t t = now_ns();
-    if (!b->t0)
-        b->t0 = t;
-    return t - b->t0 <= b->budget_ns;
-}
-
-/* Waits until *word != ref (returns 1) or the budget is spent (returns 0). */
-static int spin_u64_changed(const uint64_t *word, uint64_t ref, int64_t budget_ns)
-{
-    backoff b = {.budget_ns = budget_ns};
-    if (budget_ns <= 0)
-        return 0;
-    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == ref)
-        if (!backoff_wait(&b))
-            return 0;
-    return 1;
-}
-
-/* Waits until *word == 0 (returns 1) or the budget is spent (returns 0). */
-static int spin_int_zero(const int *word, int64_t budget_ns)
-{
-    backoff b = {.budget_ns = budget_ns};
-    if (budget_ns <= 0)
-        return 0;
-    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != 0)
-        if (!backoff_wait(&b))
-            return 0;
-    return 1;
 }
 
 struct worker_arg {
@@ -141,8 +138,16 @@ static void *worker_main(void *p)
     free(p);
     rlpi_threadpool *pool = wa.pool;
     uint64_t seen = 0;
+    int64_t budget = INT64_MAX; /* this worker's adaptive spin budget (clamped to the pool's) */
     for (;;) {
-        if (!spin_u64_changed(&pool->generation, seen, __atomic_load_n(&pool->spin_ns, __ATOMIC_RELAXED))) {
+        /* Spinning for a caller queued on this same CPU would only keep it
+         * from running: then sleep at once. */
+        int cpu = sched_getcpu();
+        __atomic_store_n(&pool->cpu_of[wa.tid], cpu, __ATOMIC_RELAXED);
+        int64_t max_ns = cpu >= 0 && cpu == __atomic_load_n(&pool->cpu_of[0], __ATOMIC_RELAXED)
+                             ? 0
+                             : __atomic_load_n(&pool->spin_ns, __ATOMIC_RELAXED);
+        if (!spin_wait(&pool->generation, 0, seen, &budget, max_ns)) {
             /* Sleep. Registering in `sleepers` and then reading the
              * generation (both seq_cst) pairs with the dispatcher's bump
              * and then read of `sleepers`: either this thread sees the new
@@ -208,16 +213,22 @@ int rlpi_threadpool_create(rlpi_threadpool **out, int n_threads)
     memset(pool, 0, size);
     pool->n_threads = n_threads;
     pool->spin_ns = spin_budget_ns();
+    pool->caller_budget_ns = pool->spin_ns;
     pthread_mutex_init(&pool->loop_lock, NULL);
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
-    if (n_threads > 1) {
+    pool->cpu_of = malloc((size_t)n_threads * sizeof *pool->cpu_of);
+    if (pool->cpu_of)
+        for (int i = 0; i < n_threads; i++)
+            pool->cpu_of[i] = -1;
+    if (n_threads > 1)
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
-        if (!pool->workers) {
-            free(pool);
-            return rlpi_error_set(RLP_E_NOMEM, "thread pool: out of memory");
-        }
+    if (!pool->cpu_of || (n_threads > 1 && !pool->workers)) {
+        free(pool->cpu_of);
+        free(pool->workers);
+        free(pool);
+        return rlpi_error_set(RLP_E_NOMEM, "thread pool: out of memory");
     }
     for (int i = 1; i < n_threads; i++) {
         struct worker_arg *wa = malloc(sizeof *wa);
@@ -252,6 +263,7 @@ void rlpi_threadpool_free(rlpi_threadpool *pool)
     pthread_mutex_destroy(&pool->mu);
     pthread_mutex_destroy(&pool->loop_lock);
     free(pool->workers);
+    free(pool->cpu_of);
     free(pool);
 }
 
@@ -288,6 +300,7 @@ void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_
     }
     pthread_mutex_lock(&pool->loop_lock);
     int64_t spin_ns = __atomic_load_n(&pool->spin_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool->cpu_of[0], sched_getcpu(), __ATOMIC_RELAXED);
     /* every worker has decremented `pending` to 0 by now (the previous
      * loop waited for it), so these writes race with no reader */
     pool->fn = fn;
@@ -306,7 +319,13 @@ void rlpi_threadpool_parallel_for(rlpi_threadpool *pool, int64_t n_items, int64_
     range_of(n_items, n_ranges, 0, &b, &e);
     fn(arg, b, e, 0);
 
-    if (!spin_int_zero(&pool->pending, spin_ns)) {
+    /* as in the workers: no spinning for a worker queued on this CPU */
+    int cpu = sched_getcpu();
+    __atomic_store_n(&pool->cpu_of[0], cpu, __ATOMIC_RELAXED);
+    for (int i = 1; cpu >= 0 && i < pool->n_threads && spin_ns; i++)
+        if (__atomic_load_n(&pool->cpu_of[i], __ATOMIC_RELAXED) == cpu)
+            spin_ns = 0;
+    if (!spin_wait(&pool->pending, 1, 0, &pool->caller_budget_ns, spin_ns)) {
         pthread_mutex_lock(&pool->mu);
         __atomic_store_n(&pool->caller_sleeping, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&pool->pending, __ATOMIC_SEQ_CST) > 0)
