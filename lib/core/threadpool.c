@@ -15,11 +15,11 @@
 #include <string.h>
 #include <time.h>
 
-/* How long a thread spins for the next hand-off before it sleeps. A batch-1
- * decode step of SmolLM2-135M dispatches ~250 loops of 10-100 µs with a
- * few µs of serial work between them; the spin must outlast those gaps but
- * stay short against the time an idle pool would burn a core.
- * docs/PERFORMANCE.md has the measurement behind the value. */
+/* The most a thread spins for a hand-off before it sleeps. A batch-1
+ * decode step of SmolLM2-135M dispatches hundreds of loops of 10-100 µs
+ * with a few µs of serial work between them; the spin must outlast those
+ * gaps but stay short against the time an idle pool would burn a core
+ * (docs/PERFORMANCE.md, Decode). */
 #define DEFAULT_SPIN_US 100
 
 /* Keeps the hot words of the hand-off on their own cache lines: the
@@ -81,14 +81,15 @@ static int64_t now_ns(void)
 
 /* Bounded, adaptive waiting for a word to change. The waiter pauses and
  * polls the word for up to its current budget, then gives up (and the
- * caller sleeps). A hand-off caught while spinning doubles the budget (up
- * to the pool's maximum); a budget that ran out halves it (down to
- * SPIN_MIN_NS). With a core per thread nearly every hand-off is caught and
- * the budget stays at the maximum. With more runnable threads than cores
- * the thread waited for is often not running (it may be queued on the
- * waiter's own core), spinning only delays it, and the budget decays
- * within a few hand-offs to ~2 µs: the pool then behaves as a plain
- * sleep/wake pool, as it did before spinning. */
+ * caller sleeps). A hand-off caught while spinning grows the budget by a
+ * quarter (up to the pool's maximum); a budget that ran out, or a spin
+ * during which the spinner lost its core, halves it (down to SPIN_MIN_NS).
+ * With a core per thread nearly every hand-off is caught and the budget
+ * stays at the maximum. With more runnable threads than cores the thread
+ * waited for is often not running and spinning only delays it: the budget
+ * decays within a few hand-offs, and a thread never spins for one that
+ * last ran on its own CPU (queued behind the spinner), so the pool then
+ * behaves as the plain sleep/wake pool it was before spinning. */
 #define SPIN_MIN_NS 2000
 /* A gap this long between two clock reads of a spin (normally < 1 µs
  * apart) means the spinning thread was preempted. */
