@@ -1,12 +1,15 @@
 /* Picks OpenBLAS's kernels for this CPU before anything runs, for the
- * example programs (rlpost and the small examples). Debian 12's OpenBLAS
- * 0.3.21 does not know recent Xeons and falls back to its SSE3 "Prescott"
- * kernels, 5× slower at the GEMMs that decide train-step and decode speed
- * (docs/PERFORMANCE.md). OpenBLAS reads OPENBLAS_CORETYPE once, when it is
- * loaded, so a program sets it and re-executes itself. This is a host
- * program's business, not the library's: a library must not change its
- * host's environment. Opt out with RLPOST_KEEP_BLAS=1 or by setting
- * OPENBLAS_CORETYPE yourself. Call first thing in main(). */
+ * example programs (rlpost and the small examples) and the benchmarks
+ * (tests/bench include this file, so that they time what rlpost runs).
+ * Debian 12's OpenBLAS 0.3.21 does not know recent Xeons and falls back to
+ * its SSE3 "Prescott" kernels, 5× slower at the GEMMs that decide
+ * train-step and decode speed (docs/PERFORMANCE.md). OpenBLAS reads
+ * OPENBLAS_CORETYPE once, when it is loaded, so a program sets it and
+ * re-executes itself; child processes (a benchmark's Python baseline)
+ * inherit it. This is a host program's business, not the library's: a
+ * library must not change its host's environment. Opt out with
+ * RLPOST_KEEP_BLAS=1 or by setting OPENBLAS_CORETYPE yourself. Call first
+ * thing in main(). */
 #ifndef RLPOST_EXAMPLES_BLAS_KERNELS_H
 #define RLPOST_EXAMPLES_BLAS_KERNELS_H
 

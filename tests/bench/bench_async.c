@@ -21,6 +21,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp */
 #endif
+#include "../../examples/blas_kernels.h"
 #include "rlpost.h"
 
 #include <math.h>
@@ -182,6 +183,7 @@ static result run(int mode, uint32_t eta, rlp_context *ctx, uint32_t roll_thread
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     char path[4096];
     const char *root = getenv("RLPOST_SOURCE_ROOT");
     if (argc > 1)

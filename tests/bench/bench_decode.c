@@ -1,16 +1,29 @@
 /* Decode throughput of the local rollout engine on the main job's model:
  * tokens/s of batched decoding at batch 1, 8, 32 and 64 (prefill timed
- * apart), each as a ratio to batch 1 measured in the same run, and batch 1
- * against llama.cpp on the same GGUF and thread count when
- * llama-cpp-python is importable. Our engine runs fp32 weights (dequantised
- * at load); llama.cpp runs the GGUF's own quantised types.
- * Usage: bench_decode [threads] [new_tokens] [model.gguf] */
+ * apart), against llama.cpp on the same GGUF and thread count when
+ * llama-cpp-python is importable (tests/bench/llama_cpp_decode.py). The
+ * baseline decodes its B sequences the way llama.cpp batches them itself:
+ * one context with n_seq_max = B and one llama_decode per step holding one
+ * token per sequence. Each run measures ours at every batch size and then
+ * llama.cpp at every batch size; the summary gives min / median / max over
+ * the runs of each rate and of the per-run ratio ours / llama.cpp. Our
+ * engine runs fp32 weights (dequantised at load); llama.cpp runs the GGUF's
+ * own quantised types. Selects OpenBLAS's kernels for this CPU as `rlpost`
+ * does (examples/blas_kernels.h).
+ * Usage: bench_decode [threads] [new_tokens] [model.gguf]
+ * Environment: RLPOST_BENCH_RUNS (default 3), RLPOST_BENCH_BATCHES
+ * (comma-separated, default 1,8,32,64), RLPOST_BENCH_PYTHON (the Python
+ * that has llama_cpp, default python3). */
+#include "../../examples/blas_kernels.h"
 #include "decode_rate.h"
 #include "rlpost.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_BATCHES 16
+#define MAX_RUNS 32
 
 /* decode at `batch` rows of the same story prompt (tokenised here) */
 static double decode_rate(rlp_policy *pol, uint32_t batch, uint32_t new_tokens, double *prefill_rate)
@@ -26,16 +39,112 @@ static double decode_rate(rlp_policy *pol, uint32_t batch, uint32_t new_tokens, 
     return bench_decode_rate(pol, &o, ids, n, 0, batch, new_tokens, prefill_rate);
 }
 
+/* llama.cpp's decode tok/s at each batch size, from one run of the Python
+ * script (one JSON line per batch size); 0 where it gave nothing. Returns
+ * how many batch sizes it reported. */
+static int llama_cpp_rates(const char *root, const char *model, int threads, uint32_t new_tokens,
+                           const uint32_t *batches, int n_batches, double *rates)
+{
+    char list[256] = "";
+    for (int i = 0; i < n_batches; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%u", i ? "," : "", batches[i]);
+    const char *py = getenv("RLPOST_BENCH_PYTHON") ? getenv("RLPOST_BENCH_PYTHON") : "python3";
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s/tests/bench/llama_cpp_decode.py '%s' %d %u %s 2>/dev/null", py, root, model,
+             threads, new_tokens, list);
+    for (int i = 0; i < n_batches; i++)
+        rates[i] = 0;
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return 0;
+    char line[1024];
+    int got = 0;
+    while (fgets(line, sizeof line, p)) {
+        const char *kb = strstr(line, "\"batch\": "), *kr = strstr(line, "\"decode_tok_s\": ");
+        if (!kb || !kr)
+            continue;
+        uint32_t b = (uint32_t)atoi(kb + strlen("\"batch\": "));
+        for (int i = 0; i < n_batches; i++)
+            if (batches[i] == b) {
+                rates[i] = atof(kr + strlen("\"decode_tok_s\": "));
+                got++;
+            }
+    }
+    pclose(p);
+    return got;
+}
+
+/* the 1-minute load average, for reading the figures of a shared machine */
+static double load_average(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* min / median / max of the positive values among v[0..n) into s[3];
+ * returns how many there were */
+static int summarise(const double *v, int n, double s[3])
+{
+    double tmp[MAX_RUNS];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] > 0)
+            tmp[k++] = v[i];
+    s[0] = s[1] = s[2] = 0;
+    if (!k)
+        return 0;
+    qsort(tmp, (size_t)k, sizeof *tmp, cmp_double);
+    s[0] = tmp[0];
+    s[1] = k % 2 ? tmp[k / 2] : 0.5 * (tmp[k / 2 - 1] + tmp[k / 2]);
+    s[2] = tmp[k - 1];
+    return k;
+}
+
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv);
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     uint32_t new_tokens = argc > 2 ? (uint32_t)atoi(argv[2]) : 64;
+    const char *root = getenv("RLPOST_SOURCE_ROOT") ? getenv("RLPOST_SOURCE_ROOT") : ".";
     char path[4096];
-    const char *root = getenv("RLPOST_SOURCE_ROOT");
     if (argc > 3)
         snprintf(path, sizeof path, "%s", argv[3]);
     else
-        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", root ? root : ".");
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", root);
+    int runs = getenv("RLPOST_BENCH_RUNS") ? atoi(getenv("RLPOST_BENCH_RUNS")) : 3;
+    if (runs < 1 || runs > MAX_RUNS)
+        runs = 3;
+    uint32_t batches[MAX_BATCHES] = {1, 8, 32, 64};
+    int n_batches = 4;
+    if (getenv("RLPOST_BENCH_BATCHES")) {
+        n_batches = 0;
+        for (const char *s = getenv("RLPOST_BENCH_BATCHES"); *s && n_batches < MAX_BATCHES;) {
+            char *end;
+            long b = strtol(s, &end, 10);
+            if (end == s)
+                break;
+            if (b > 0 && b <= 4096)
+                batches[n_batches++] = (uint32_t)b;
+            s = *end == ',' ? end + 1 : end;
+        }
+        if (!n_batches) {
+            fprintf(stderr, "bench_decode: RLPOST_BENCH_BATCHES has no batch size\n");
+            return 2;
+        }
+    }
+
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
     rlp_context *ctx;
@@ -46,35 +155,44 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_decode: %s (run scripts/fetch-model.sh)\n", rlp_error_last());
         return 77;
     }
-    printf("decode on %s, %d threads, %u new tokens per sequence, fp32 weights\n", path, threads, new_tokens);
-    printf("%8s %14s %12s %14s\n", "batch", "decode tok/s", "vs batch 1", "prefill tok/s");
-    const uint32_t batches[] = {1, 8, 32, 64};
-    double base = 0;
-    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
-        double pf = 0, r = decode_rate(pol, batches[i], new_tokens, &pf);
-        if (i == 0)
-            base = r;
-        printf("%8u %14.1f %11.2fx %14.1f\n", batches[i], r, base > 0 ? r / base : 0, pf);
+    const char *kernels = getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "OpenBLAS default";
+    printf("decode on %s, %d threads, %u new tokens per sequence, fp32 weights, %s kernels, %d runs, "
+           "load average %.2f\n", path, threads, new_tokens, kernels, runs, load_average());
+    printf("%4s %6s %14s %14s %14s %10s\n", "run", "batch", "decode tok/s", "prefill tok/s", "llama.cpp", "ratio");
+    static double ours[MAX_BATCHES][MAX_RUNS], theirs[MAX_BATCHES][MAX_RUNS], ratio[MAX_BATCHES][MAX_RUNS];
+    int have_llama = 0;
+    for (int r = 0; r < runs; r++) {
+        double pf[MAX_BATCHES];
+        for (int i = 0; i < n_batches; i++)
+            ours[i][r] = decode_rate(pol, batches[i], new_tokens, &pf[i]);
+        double lc[MAX_BATCHES];
+        have_llama |= llama_cpp_rates(root, path, threads, new_tokens, batches, n_batches, lc) > 0;
+        for (int i = 0; i < n_batches; i++) {
+            theirs[i][r] = lc[i];
+            ratio[i][r] = lc[i] > 0 ? ours[i][r] / lc[i] : 0;
+            printf("%4d %6u %14.1f %14.1f %14.1f %9.2fx\n", r + 1, batches[i], ours[i][r], pf[i], lc[i],
+                   ratio[i][r]);
+        }
         fflush(stdout);
     }
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "python3 %s/tests/bench/llama_cpp_decode.py '%s' %d %u 2>/dev/null",
-             root ? root : ".", path, threads, new_tokens);
-    FILE *py = popen(cmd, "r");
-    char line[1024] = {0};
-    double lc = 0;
-    if (py && fgets(line, sizeof line, py)) {
-        const char *k = strstr(line, "\"decode_tok_s\": ");
-        if (k)
-            lc = atof(k + strlen("\"decode_tok_s\": "));
+    printf("\nload average at the end: %.2f\n", load_average());
+    printf("min / median / max over %d runs; llama.cpp = llama-cpp-python, the GGUF's own Q4_1/Q8_0 weights, "
+           "B sequences in one llama_decode per step\n", runs);
+    printf("%6s %24s %24s %24s\n", "batch", "ours tok/s", "llama.cpp tok/s", "ours / llama.cpp");
+    for (int i = 0; i < n_batches; i++) {
+        double a[3], b[3], c[3];
+        summarise(ours[i], runs, a);
+        char col_b[64] = "-", col_c[64] = "-";
+        if (summarise(theirs[i], runs, b)) {
+            snprintf(col_b, sizeof col_b, "%.1f / %.1f / %.1f", b[0], b[1], b[2]);
+            summarise(ratio[i], runs, c);
+            snprintf(col_c, sizeof col_c, "%.2f / %.2f / %.2fx", c[0], c[1], c[2]);
+        }
+        printf("%6u %8.1f / %.1f / %.1f %24s %24s\n", batches[i], a[0], a[1], a[2], col_b, col_c);
     }
-    if (py)
-        pclose(py);
-    if (lc > 0)
-        printf("llama.cpp (llama-cpp-python, the GGUF's own Q4_1/Q8_0 weights) batch 1: %.1f tok/s; "
-               "librlpost / llama.cpp = %.2fx\n", lc, base / lc);
-    else
-        printf("llama.cpp baseline skipped (python3 -c 'import llama_cpp' failed)\n");
+    if (!have_llama)
+        printf("llama.cpp baseline skipped (%s -c 'import llama_cpp' failed; set RLPOST_BENCH_PYTHON)\n",
+               getenv("RLPOST_BENCH_PYTHON") ? getenv("RLPOST_BENCH_PYTHON") : "python3");
     rlp_policy_free(pol);
     rlp_context_free(ctx);
     return 0;

@@ -9,6 +9,7 @@
  * SmolLM2-135M-Instruct (models/, skipped when absent); turns end at "."
  * or 24 tokens, so sequences reach their tool calls at different steps;
  * the environment answers 4 turns then ends the episode. */
+#include "../../examples/blas_kernels.h"
 #include "rlpost.h"
 
 #include <stdio.h>
@@ -46,6 +47,7 @@ static int b_step(rlp_env_reply *r, void *ep, const char *a, size_t al, const in
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     size_t n_ep = argc > 2 ? (size_t)atoi(argv[2]) : 16;
     latency_ms = argc > 3 ? (unsigned)atoi(argv[3]) : 50;

@@ -3,6 +3,7 @@
  * chunk), forward and both backward GEMMs, as GFLOP/s and as a ratio to the
  * single-core fp32 FMA peak measured in the same run by a register-blocked
  * FMA loop. Usage: bench_gemm [threads] [tokens]. */
+#include "../../examples/blas_kernels.h"
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -93,6 +94,7 @@ typedef struct shape {
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int64_t T = argc > 2 ? atoll(argv[2]) : 512;
     double peak = single_core_peak();

@@ -17,6 +17,7 @@
  * Set OPENBLAS_CORETYPE=SkylakeX (as rlpost does) on AVX-512 machines.
  * "nopeak" skips the peak-RSS steps (timings only).
  * Usage: bench_rl_step [threads] [repeats] [step|pack|all] [smollm2|tiny] [nopeak] */
+#include "../../examples/blas_kernels.h"
 #include "algo/rl_step.h"
 #include "core/rng.h"
 #include "model/policy.h"
@@ -252,6 +253,7 @@ static int bench_pack(rlp_policy *p, int32_t vocab, int reps, rlpi_rng *rng)
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 3;
     const char *what = argc > 3 ? argv[3] : "all", *shape = argc > 4 ? argv[4] : "smollm2";
     int peak_pass = !(argc > 5 && !strcmp(argv[5], "nopeak"));

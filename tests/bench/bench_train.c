@@ -23,6 +23,7 @@
  * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
  * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
  * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
+#include "../../examples/blas_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/policy.h"
@@ -96,6 +97,7 @@ static double decode_rate(rlp_policy *p, uint32_t batch, uint32_t new_tokens, in
 
 int main(int argc, char **argv)
 {
+    rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 2;
     const char *backend = argc > 3 ? argv[3] : "cpu", *shape = argc > 4 ? argv[4] : "smollm2";
     int decode = argc > 5 && !strcmp(argv[5], "decode");
