@@ -453,6 +453,21 @@ static int mlp_act_bwd(rlpi_transformer *tf, rlpi_ref dgate, rlpi_ref dup, rlpi_
                                                     : rlpi_op_swiglu_bwd(tf->be, dgate, dup, dout, gate, up, n);
 }
 
+/* Where the (n, qdim + 2·kvdim) fused Q/K/V product (or its gradient)
+ * lives: in the layer's own gate/up region (n × 2·ffn floats, given as
+ * buf/off) when it fits, which is unused at that moment in both passes;
+ * otherwise in tf->qkv. */
+static int qkv_place(rlpi_transformer *tf, rlpi_buffer **buf, size_t *off)
+{
+    int64_t n = tf->n, D = tf->qdim + 2 * tf->kvdim;
+    if (D <= 2 * (int64_t)tf->cfg.ffn_dim)
+        return RLP_OK;
+    TRY(realloc_buf(tf->be, &tf->qkv, (size_t)(n * D) * 4));
+    *buf = tf->qkv;
+    *off = 0;
+    return RLP_OK;
+}
+
 /* Q, K and V as one product: qkv (n, qdim + 2·kvdim) = xn1 · [Wq; Wk; Wv]ᵀ
  * (+ [bq; bk; bv]), then its column blocks copied into the contiguous
  * q_raw, k_raw, v that RoPE, the q/k norms and attention read. The copy
@@ -462,37 +477,43 @@ static int qkv_forward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer 
 {
     const act_layout *L = &tf->lay;
     int64_t n = tf->n, d = tf->cfg.dim, qd = tf->qdim, kvd = tf->kvdim, D = qd + 2 * kvd;
-    TRY(realloc_buf(tf->be, &tf->qkv, (size_t)(n * D) * 4));
-    TRY(rlpi_tf_mm(tf, tf->qkv, 0, a, aoff + L->xn1, 0, tf->params, P->wq, 1, n, D, d, 0.0f));
+    rlpi_buffer *Q = a;
+    size_t qo = aoff + L->gate; /* before this layer's gate/up product is written */
+    TRY(qkv_place(tf, &Q, &qo));
+    TRY(rlpi_tf_mm(tf, Q, qo, a, aoff + L->xn1, 0, tf->params, P->wq, 1, n, D, d, 0.0f));
     if (tf->cfg.attention_bias)
-        TRY(rlpi_op_add_bias(tf->be, RLPI_REF(tf->qkv, 0), RLPI_REF(tf->params, P->bq), n, D));
+        TRY(rlpi_op_add_bias(tf->be, RLPI_REF(Q, qo), RLPI_REF(tf->params, P->bq), n, D));
     size_t pitch = (size_t)D * 4;
-    TRY(rlpi_buffer_copy_2d(a, (aoff + L->q_raw) * 4, (size_t)qd * 4, tf->qkv, 0, pitch, (size_t)qd * 4, (size_t)n));
-    TRY(rlpi_buffer_copy_2d(a, (aoff + L->k_raw) * 4, (size_t)kvd * 4, tf->qkv, (size_t)qd * 4, pitch, (size_t)kvd * 4,
+    qo *= 4;
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->q_raw) * 4, (size_t)qd * 4, Q, qo, pitch, (size_t)qd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->k_raw) * 4, (size_t)kvd * 4, Q, qo + (size_t)qd * 4, pitch, (size_t)kvd * 4,
                             (size_t)n));
-    TRY(rlpi_buffer_copy_2d(a, (aoff + L->v) * 4, (size_t)kvd * 4, tf->qkv, (size_t)(qd + kvd) * 4, pitch,
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->v) * 4, (size_t)kvd * 4, Q, qo + (size_t)(qd + kvd) * 4, pitch,
                             (size_t)kvd * 4, (size_t)n));
     return RLP_OK;
 }
 
 /* The backward of qkv_forward: dq_raw, dk_raw, dv gathered into one
- * (n, qdim + 2·kvdim) gradient, then one product for dxn and one for
+ * (n, qdim + 2·kvdim) gradient (at S[dgu], the MLP's spent (n, 2·ffn)
+ * gradient, when it fits), then one product for dxn and one for
  * d[Wq; Wk; Wv], and one bias reduction. */
 static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer *a, size_t aoff, rlpi_buffer *S,
-                        size_t dq, size_t dk, size_t dv, size_t dxn)
+                        size_t dgu, size_t dq, size_t dk, size_t dv, size_t dxn)
 {
     const act_layout *L = &tf->lay;
     int64_t n = tf->n, d = tf->cfg.dim, qd = tf->qdim, kvd = tf->kvdim, D = qd + 2 * kvd;
-    TRY(realloc_buf(tf->be, &tf->qkv, (size_t)(n * D) * 4));
-    size_t pitch = (size_t)D * 4;
-    TRY(rlpi_buffer_copy_2d(tf->qkv, 0, pitch, S, dq * 4, (size_t)qd * 4, (size_t)qd * 4, (size_t)n));
-    TRY(rlpi_buffer_copy_2d(tf->qkv, (size_t)qd * 4, pitch, S, dk * 4, (size_t)kvd * 4, (size_t)kvd * 4, (size_t)n));
-    TRY(rlpi_buffer_copy_2d(tf->qkv, (size_t)(qd + kvd) * 4, pitch, S, dv * 4, (size_t)kvd * 4, (size_t)kvd * 4,
+    rlpi_buffer *Q = S;
+    size_t qo = dgu;
+    TRY(qkv_place(tf, &Q, &qo));
+    size_t pitch = (size_t)D * 4, qb = qo * 4;
+    TRY(rlpi_buffer_copy_2d(Q, qb, pitch, S, dq * 4, (size_t)qd * 4, (size_t)qd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)qd * 4, pitch, S, dk * 4, (size_t)kvd * 4, (size_t)kvd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)(qd + kvd) * 4, pitch, S, dv * 4, (size_t)kvd * 4, (size_t)kvd * 4,
                             (size_t)n));
     if (tf->cfg.attention_bias)
-        TRY(rlpi_op_bias_bwd(tf->be, RLPI_REF(tf->grads, P->bq), RLPI_REF(tf->qkv, 0), n, D));
-    TRY(rlpi_tf_mm(tf, S, dxn, tf->qkv, 0, 0, tf->params, P->wq, 0, n, d, D, 0.0f));
-    TRY(rlpi_tf_mm(tf, tf->grads, P->wq, tf->qkv, 0, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
+        TRY(rlpi_op_bias_bwd(tf->be, RLPI_REF(tf->grads, P->bq), RLPI_REF(Q, qo), n, D));
+    TRY(rlpi_tf_mm(tf, S, dxn, Q, qo, 0, tf->params, P->wq, 0, n, d, D, 0.0f));
+    TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
     return RLP_OK;
 }
 
@@ -841,7 +862,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
                                 A(rstd_k), n * c->n_kv_heads, c->head_dim));
     }
     if (L->fused_qkv) {
-        TRY(qkv_backward(tf, P, a, aoff, S, g->dq_raw, g->dk_raw, g->dv, g->dxn));
+        TRY(qkv_backward(tf, P, a, aoff, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
     } else {
         if (c->attention_bias) {
             TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));

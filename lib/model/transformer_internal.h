@@ -71,7 +71,8 @@ struct rlpi_transformer {
     rlpi_buffer *head_a, *head_b;  /* (m) each: logp/entropy forward, dlogp/dentropy backward */
     rlpi_buffer *head_dhsel;       /* (m, dim) */
     rlpi_buffer *grad_scratch;     /* backward's per-layer gradients */
-    rlpi_buffer *qkv;              /* (n, qdim + 2·kvdim): the fused Q/K/V product (forward) or its gradient (backward) */
+    rlpi_buffer *qkv;              /* (n, qdim + 2·kvdim): the fused Q/K/V product or its gradient, only where it
+                                    * does not fit the layer's gate/up region (qdim + 2·kvdim > 2·ffn) */
     /* wq|wk|wv (and bq|bk|bv) and wg|wu lie back to back in params and
      * grads (build_layout), so each group is one (rows, dim) matrix */
     bool can_fuse_qkv, can_fuse_gu;
