@@ -10,7 +10,11 @@
  * the GEMM calls per forward and per train step in each mode (counted by
  * wrapping the backend's gemm slot) and the share of the fused runs spent
  * in the strided copies that split Q/K/V and gather their gradients.
- * Usage: bench_fused [threads] [pairs] [n_seq] */
+ * With "gemm" first it times only the projection GEMMs of one layer,
+ * forward and backward, as the training passes issue them (SmolLM2 shapes,
+ * n tokens), separate against fused, on the CPU backend:
+ * Usage: bench_fused [threads] [pairs] [n_seq]
+ *        bench_fused gemm [threads] [reps] [n_tokens] */
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/policy.h"
@@ -75,8 +79,114 @@ static void summary(const char *what, double *r, int n)
            n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]), r[n - 1], n);
 }
 
+/* ---- GEMM level: one layer's projection products, as transformer.c issues them */
+static rlpi_backend *gbe;
+static rlpi_buffer *ga, *gb, *gc;
+
+static void mm(int ta, int tb, int64_t m, int64_t n, int64_t k, float beta)
+{
+    rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1, .beta = beta, .batch = 1,
+                   .a = {ga, 0, ta ? m : k, 0}, .b = {gb, 0, tb ? k : n, 0}, .c = {gc, 0, n, 0}};
+    if (rlpi_gemm_f32(gbe, &g) != RLP_OK) {
+        fprintf(stderr, "%s\n", rlp_error_last());
+        exit(1);
+    }
+}
+
+/* fused: bit 0 = Q/K/V as one product, bit 1 = gate/up as one (transposed) */
+static void layer_gemms(int fused, int64_t N, int64_t d, int64_t q, int64_t kv, int64_t F)
+{
+    int64_t D = q + 2 * kv;
+    if (fused & 1) {
+        mm(0, 1, N, D, d, 0); /* Q|K|V */
+    } else {
+        mm(0, 1, N, q, d, 0), mm(0, 1, N, kv, d, 0), mm(0, 1, N, kv, d, 0);
+    }
+    if (fused & 2) {
+        mm(0, 1, 2 * F, N, d, 0), mm(1, 1, N, d, F, 1);     /* [gate; up]ᵀ, down from actᵀ */
+        mm(1, 1, F, N, d, 0), mm(1, 1, d, F, N, 1);         /* dactᵀ, dWd */
+        mm(1, 0, N, d, 2 * F, 0), mm(0, 0, 2 * F, d, N, 1); /* dxn, dW_gu */
+    } else {
+        mm(0, 1, N, F, d, 0), mm(0, 1, N, F, d, 0), mm(0, 1, N, d, F, 1); /* gate, up, down */
+        mm(0, 0, N, F, d, 0), mm(1, 0, d, F, N, 1);                       /* dact, dWd */
+        mm(0, 0, N, d, F, 0), mm(0, 0, N, d, F, 1), mm(1, 0, F, d, N, 1), mm(1, 0, F, d, N, 1);
+    }
+    if (fused & 1) {
+        mm(0, 0, N, d, D, 0), mm(1, 0, D, d, N, 1); /* dxn, dW_qkv */
+    } else {
+        mm(0, 0, N, d, q, 0), mm(0, 0, N, d, kv, 1), mm(0, 0, N, d, kv, 1);
+        mm(1, 0, q, d, N, 1), mm(1, 0, kv, d, N, 1), mm(1, 0, kv, d, N, 1);
+    }
+}
+
+static int gemm_level(int threads, int reps, int64_t N)
+{
+    const int64_t d = 576, q = 576, kv = 192, F = 1536;
+    size_t big = (size_t)(N > d ? N : d) * 2 * F;
+    /* through a context, which sets OpenBLAS single-threaded as the library runs it */
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = threads;
+    rlp_context *ctx;
+    if (rlp_context_create(&ctx, &co) != RLP_OK) {
+        fprintf(stderr, "%s\n", rlp_error_last());
+        return 1;
+    }
+    gbe = ctx->backend;
+    if (rlpi_buffer_alloc(gbe, big * 4, &ga) ||
+        rlpi_buffer_alloc(gbe, big * 4, &gb) || rlpi_buffer_alloc(gbe, big * 4, &gc) ||
+        rlpi_buffer_fill_f32(ga, 0, big, 0.01f) || rlpi_buffer_fill_f32(gb, 0, big, 0.02f) ||
+        rlpi_buffer_fill_f32(gc, 0, big, 0.0f)) {
+        fprintf(stderr, "%s\n", rlp_error_last());
+        return 1;
+    }
+    for (int f = 0; f < 4; f++)
+        layer_gemms(f, N, d, q, kv, F);
+    /* rounds of all four variants in rotating order; ratios against the separate one of the same round */
+    double *r[2][4], sum[4] = {0, 0, 0, 0};
+    for (int m = 0; m < 2; m++)
+        for (int f = 0; f < 4; f++)
+            r[m][f] = malloc((size_t)reps * sizeof(double));
+    for (int i = 0; i < reps; i++) {
+        double c[4], w[4];
+        for (int k = 0; k < 4; k++) {
+            int f = (i + k) % 4;
+            double c0 = cpu_now(), w0 = now();
+            layer_gemms(f, N, d, q, kv, F);
+            c[f] = cpu_now() - c0;
+            w[f] = now() - w0;
+            sum[f] += c[f];
+        }
+        for (int f = 0; f < 4; f++) {
+            r[0][f][i] = w[0] / w[f];
+            r[1][f][i] = c[0] / c[f];
+        }
+    }
+    printf("one SmolLM2 layer's projection GEMMs, forward + backward, %lld tokens, %d threads; CPU s per round: "
+           "separate %.4f (18 GEMMs), Q/K/V fused %.4f (14), gate/up fused %.4f (13), both %.4f (9)\n",
+           (long long)N, threads, sum[0] / reps, sum[1] / reps, sum[2] / reps, sum[3] / reps);
+    const char *names[4] = {"", "Q/K/V fused,  ", "gate/up fused,", "both fused,   "};
+    for (int f = 1; f < 4; f++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s wall time:", names[f]);
+        summary(what, r[0][f], reps);
+        snprintf(what, sizeof what, "%s CPU time: ", names[f]);
+        summary(what, r[1][f], reps);
+    }
+    for (int m = 0; m < 2; m++)
+        for (int f = 0; f < 4; f++)
+            free(r[m][f]);
+    rlpi_buffer_free(ga);
+    rlpi_buffer_free(gb);
+    rlpi_buffer_free(gc);
+    rlp_context_free(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "gemm"))
+        return gemm_level(argc > 2 ? atoi(argv[2]) : 2, argc > 3 ? atoi(argv[3]) : 10,
+                          argc > 4 ? atoll(argv[4]) : 2048);
     int threads = argc > 1 ? atoi(argv[1]) : 2, pairs = argc > 2 ? atoi(argv[2]) : 3;
     int n_seq = argc > 3 ? atoi(argv[3]) : 8;
     const int seq_len = 256, n_prompt = 64;
