@@ -85,8 +85,8 @@ int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, s
     return dst->owner->ops->buffer_copy(dst->owner, dst, dst_off, src, src_off, n);
 }
 
-/* The byte span [first, end) that `rows` rows of `width` bytes, `pitch`
- * apart from `off`, occupy; false on overflow. */
+/* The end of the byte span that `rows` rows of `width` bytes, `pitch`
+ * apart from `off`, occupy (it starts at off); false on overflow. */
 static bool span_2d(size_t off, size_t pitch, size_t width, size_t rows, size_t *end)
 {
     size_t last;

@@ -203,8 +203,9 @@ int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, s
  * product. Offsets and pitches (bytes between consecutive rows' starts)
  * are in bytes; every row of both sides must lie in its buffer, each
  * side's rows must not overlap each other (pitch >= width when rows > 1),
- * and the source and destination ranges must not overlap.
- * RLP_E_INVALID_ARG otherwise. */
+ * and within one buffer the spans of source and destination (first byte
+ * of the first row to last byte of the last row) must not overlap.
+ * RLP_E_INVALID_ARG otherwise (RLP_E_OVERFLOW when the span overflows). */
 int rlpi_buffer_copy_2d(rlpi_buffer *dst, size_t dst_off, size_t dst_pitch, const rlpi_buffer *src, size_t src_off,
                         size_t src_pitch, size_t width, size_t rows);
 int rlpi_buffer_fill_f32(rlpi_buffer *dst, size_t off_elems, size_t n_elems, float value);
