@@ -268,10 +268,12 @@ fail:
     return rc;
 }
 
-void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool fused)
+void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool qkv, bool gate_up)
 {
-    if (tf)
-        tf->unfused = !fused;
+    if (tf) {
+        tf->separate_qkv = !qkv;
+        tf->separate_gu = !gate_up;
+    }
 }
 
 const rlpi_model_config *rlpi_transformer_config(const rlpi_transformer *tf)
@@ -387,8 +389,8 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
         L.k_raw = L.k;
     }
     L.total = off;
-    L.fused_qkv = tf->can_fuse_qkv && !tf->unfused;
-    L.fused_gu = tf->can_fuse_gu && !tf->unfused;
+    L.fused_qkv = tf->can_fuse_qkv && !tf->separate_qkv;
+    L.fused_gu = tf->can_fuse_gu && !tf->separate_gu;
     return L;
 }
 

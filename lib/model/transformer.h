@@ -54,10 +54,11 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
                             const rlpi_weights *w, const rlpi_transformer_options *opts);
 void rlpi_transformer_free(rlpi_transformer *tf);
 /* The training passes run Q/K/V as one GEMM and gate/up as one GEMM
- * (forward and backward); `fused = false` goes back to one GEMM per
- * projection, from the next forward on. The results agree to rounding;
- * this exists for the tests and benchmarks that compare the two. */
-void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool fused);
+ * (forward and backward) by default; false for either group goes back to
+ * one GEMM per projection of that group, from the next forward on. The
+ * results agree to fp32 rounding; this exists for the tests and benchmarks
+ * that compare the two (docs/PERFORMANCE.md has the figures). */
+void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool qkv, bool gate_up);
 /* Overwrites every parameter from HF-named weights of the same shapes
  * (RLP_E_FORMAT naming a missing or misshapen tensor; parameters before it
  * are already overwritten). */

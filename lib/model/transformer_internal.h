@@ -76,7 +76,7 @@ struct rlpi_transformer {
     /* wq|wk|wv (and bq|bk|bv) and wg|wu lie back to back in params and
      * grads (build_layout), so each group is one (rows, dim) matrix */
     bool can_fuse_qkv, can_fuse_gu;
-    bool unfused;                  /* the separate products (tests and benchmarks compare against them) */
+    bool separate_qkv, separate_gu; /* one product per projection (tests and benchmarks compare against them) */
     bool kept;                     /* activations of every layer are valid */
     float inv_temp;
 };

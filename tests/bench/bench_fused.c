@@ -231,7 +231,7 @@ int main(int argc, char **argv)
     be->ops = &counting; /* kept for the timed runs: a counter and a clock read per call cost nothing here */
     long calls[2][2];
     for (int mode = 0; mode < 2; mode++) {
-        rlpi_transformer_set_fused_projections(p->tf, mode == 0);
+        rlpi_transformer_set_fused_projections(p->tf, mode == 0, mode == 0);
         n_gemm = 0;
         int rc = rlp_policy_logprobs(p, seqs, (size_t)n_seq, 1.0f, lp, NULL, T, &n);
         calls[mode][0] = n_gemm;
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
         double t[2][2], c[2][2];
         for (int k = 0; k < 2; k++) {
             int mode = (r + k) % 2; /* alternate which goes first */
-            rlpi_transformer_set_fused_projections(p->tf, mode == 0);
+            rlpi_transformer_set_fused_projections(p->tf, mode == 0, mode == 0);
             double t0 = now(), c0 = cpu_now();
             rlp_policy_logprobs(p, seqs, (size_t)n_seq, 1.0f, lp, NULL, T, &n);
             double t1 = now(), c1 = cpu_now();

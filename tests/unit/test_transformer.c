@@ -202,7 +202,7 @@ static void fused_projections_match_separate(void **state)
             rlpi_transformer *a, *b;
             assert_int_equal(rlpi_transformer_create(&a, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
             assert_int_equal(rlpi_transformer_create(&b, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
-            rlpi_transformer_set_fused_projections(b, false);
+            rlpi_transformer_set_fused_projections(b, false, false);
             float lp0[64], e0[64], lp1[64], e1[64];
             run_fb(&f, a, lp0, e0);
             run_fb(&f, b, lp1, e1);
