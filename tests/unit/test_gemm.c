@@ -395,6 +395,26 @@ static void buffer_copy_2d_moves_column_blocks(void **state)
     assert_memory_equal(back, m, sizeof m);
     assert_int_equal(rlpi_buffer_copy_2d(R, 0, 16, M, 0, 28, 0, 4), RLP_OK); /* nothing to copy */
 
+    /* a Q/K/V-sized block (2048 rows, 1 KiB of each 2 KiB row, from an offset) */
+    enum { ROWS = 2048, SW = 512, DW = 256 }; /* floats per source row, copied floats per row */
+    float *big = malloc((size_t)ROWS * SW * 4), *got = malloc((size_t)ROWS * DW * 4);
+    for (size_t i = 0; i < (size_t)ROWS * SW; i++)
+        big[i] = (float)i;
+    rlpi_buffer *BS, *BD;
+    assert_int_equal(rlpi_buffer_alloc(be, (size_t)ROWS * SW * 4, &BS), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, (size_t)ROWS * DW * 4, &BD), RLP_OK);
+    assert_int_equal(rlpi_buffer_upload(BS, 0, big, (size_t)ROWS * SW * 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(BD, 0, DW * 4, BS, 100 * 4, SW * 4, DW * 4, ROWS), RLP_OK);
+    assert_int_equal(rlpi_buffer_download(BD, 0, got, (size_t)ROWS * DW * 4), RLP_OK);
+    for (size_t r = 0; r < ROWS; r++)
+        for (size_t c = 0; c < DW; c++)
+            if (got[r * DW + c] != big[r * SW + 100 + c])
+                fail_msg("row %zu column %zu: %g", r, c, (double)got[r * DW + c]);
+    rlpi_buffer_free(BS);
+    rlpi_buffer_free(BD);
+    free(big);
+    free(got);
+
     assert_int_equal(rlpi_buffer_copy_2d(R, 0, 16, M, 16, 28, 16, 4), RLP_E_INVALID_ARG); /* last source row outside */
     assert_non_null(strstr(rlp_error_last(), "source"));
     assert_int_equal(rlpi_buffer_copy_2d(L, 4, 12, M, 0, 28, 12, 4), RLP_E_INVALID_ARG); /* last destination row outside */
