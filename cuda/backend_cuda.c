@@ -183,6 +183,15 @@ static int c_copy(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, const rlpi
     return leave(st, err == cudaSuccess ? RLP_OK : cuda_fail(st->host, err, "copy"));
 }
 
+static int c_copy_2d(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, size_t dst_pitch, const rlpi_buffer *src,
+                     size_t src_off, size_t src_pitch, size_t width, size_t rows)
+{
+    cuda_state *st = enter(be);
+    cudaError_t err = cudaMemcpy2DAsync((char *)dst->data + dst_off, dst_pitch, (const char *)src->data + src_off,
+                                        src_pitch, width, rows, cudaMemcpyDeviceToDevice, st->stream);
+    return leave(st, err == cudaSuccess ? RLP_OK : cuda_fail(st->host, err, "copy 2d"));
+}
+
 static int c_fill(rlpi_backend *be, rlpi_buffer *dst, size_t off, size_t n, float value)
 {
     cuda_state *st = enter(be);
@@ -589,6 +598,7 @@ static const rlpi_backend_ops cuda_ops = {
     .buffer_upload = c_upload,
     .buffer_download = c_download,
     .buffer_copy = c_copy,
+    .buffer_copy_2d = c_copy_2d,
     .buffer_fill_f32 = c_fill,
     .synchronize = c_sync,
     .host_visible = 0,

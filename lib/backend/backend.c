@@ -6,6 +6,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 int rlpi_buffer_alloc(rlpi_backend *be, size_t nbytes, rlpi_buffer **out)
@@ -82,6 +83,45 @@ int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, s
     if (dst->owner != src->owner)
         return rlpi_error_set(RLP_E_INVALID_ARG, "buffer copy: buffers of different backends");
     return dst->owner->ops->buffer_copy(dst->owner, dst, dst_off, src, src_off, n);
+}
+
+/* The end of the byte span that `rows` rows of `width` bytes, `pitch`
+ * apart from `off`, occupy (it starts at off); false on overflow. */
+static bool span_2d(size_t off, size_t pitch, size_t width, size_t rows, size_t *end)
+{
+    size_t last;
+    return rlpi_mul_size(&last, pitch, rows - 1) && rlpi_add_size(&last, last, off) &&
+           rlpi_add_size(end, last, width);
+}
+
+int rlpi_buffer_copy_2d(rlpi_buffer *dst, size_t dst_off, size_t dst_pitch, const rlpi_buffer *src, size_t src_off,
+                        size_t src_pitch, size_t width, size_t rows)
+{
+    if (!dst || !src)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "buffer copy 2d: NULL buffer");
+    if (rows == 0 || width == 0)
+        return RLP_OK;
+    if (rows > 1 && (dst_pitch < width || src_pitch < width))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "buffer copy 2d: rows of %zu bytes overlap (pitches %zu, %zu)",
+                              width, dst_pitch, src_pitch);
+    size_t dst_end, src_end;
+    if (!span_2d(dst_off, dst_pitch, width, rows, &dst_end) || !span_2d(src_off, src_pitch, width, rows, &src_end))
+        return rlpi_error_set(RLP_E_OVERFLOW, "buffer copy 2d: size overflow");
+    int rc = check_range(dst, dst_off, dst_end - dst_off, "buffer copy 2d (destination)");
+    if (!rc)
+        rc = check_range(src, src_off, src_end - src_off, "buffer copy 2d (source)");
+    if (rc)
+        return rc;
+    if (dst->owner != src->owner)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "buffer copy 2d: buffers of different backends");
+    if (dst == src && dst_off < src_end && src_off < dst_end)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "buffer copy 2d: source and destination overlap");
+    const rlpi_backend_ops *ops = dst->owner->ops;
+    if (ops->buffer_copy_2d)
+        return ops->buffer_copy_2d(dst->owner, dst, dst_off, dst_pitch, src, src_off, src_pitch, width, rows);
+    for (size_t r = 0; r < rows && !rc; r++)
+        rc = ops->buffer_copy(dst->owner, dst, dst_off + r * dst_pitch, src, src_off + r * src_pitch, width);
+    return rc;
 }
 
 int rlpi_buffer_fill_f32(rlpi_buffer *dst, size_t off_elems, size_t n_elems, float value)

@@ -95,6 +95,11 @@ struct rlpi_backend_ops {
     int (*buffer_download)(rlpi_backend *be, const rlpi_buffer *src, size_t off, void *dst, size_t n);
     int (*buffer_copy)(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src,
                        size_t src_off, size_t n);
+    /* `rows` rows of `width` bytes, rows `dst_pitch` / `src_pitch` bytes
+     * apart (cudaMemcpy2D's arguments); the ranges do not overlap. NULL:
+     * the wrapper copies row by row through buffer_copy. */
+    int (*buffer_copy_2d)(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, size_t dst_pitch,
+                          const rlpi_buffer *src, size_t src_off, size_t src_pitch, size_t width, size_t rows);
     int (*buffer_fill_f32)(rlpi_backend *be, rlpi_buffer *dst, size_t off_elems, size_t n_elems,
                            float value);
     int (*synchronize)(rlpi_backend *be);
@@ -193,6 +198,16 @@ int rlpi_buffer_upload(rlpi_buffer *dst, size_t off, const void *src, size_t n);
 int rlpi_buffer_download(const rlpi_buffer *src, size_t off, void *dst, size_t n);
 int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, size_t src_off,
                      size_t n);
+/* Copies a block of `rows` rows of `width` bytes between two strided
+ * layouts, e.g. the Q, K and V columns out of one (n, qdim + 2·kvdim)
+ * product. Offsets and pitches (bytes between consecutive rows' starts)
+ * are in bytes; every row of both sides must lie in its buffer, each
+ * side's rows must not overlap each other (pitch >= width when rows > 1),
+ * and within one buffer the spans of source and destination (first byte
+ * of the first row to last byte of the last row) must not overlap.
+ * RLP_E_INVALID_ARG otherwise (RLP_E_OVERFLOW when the span overflows). */
+int rlpi_buffer_copy_2d(rlpi_buffer *dst, size_t dst_off, size_t dst_pitch, const rlpi_buffer *src, size_t src_off,
+                        size_t src_pitch, size_t width, size_t rows);
 int rlpi_buffer_fill_f32(rlpi_buffer *dst, size_t off_elems, size_t n_elems, float value);
 int rlpi_backend_synchronize(rlpi_backend *be);
 

@@ -69,6 +69,17 @@ static int cpu_copy(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, const rl
     return RLP_OK;
 }
 
+static int cpu_copy_2d(rlpi_backend *be, rlpi_buffer *dst, size_t dst_off, size_t dst_pitch, const rlpi_buffer *src,
+                       size_t src_off, size_t src_pitch, size_t width, size_t rows)
+{
+    (void)be;
+    char *d = (char *)dst->data + dst_off;
+    const char *s = (const char *)src->data + src_off;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(d + r * dst_pitch, s + r * src_pitch, width);
+    return RLP_OK;
+}
+
 static int cpu_fill_f32(rlpi_backend *be, rlpi_buffer *dst, size_t off, size_t n, float value)
 {
     (void)be;
@@ -260,6 +271,7 @@ static const rlpi_backend_ops cpu_ops = {
     .buffer_upload = cpu_upload,
     .buffer_download = cpu_download,
     .buffer_copy = cpu_copy,
+    .buffer_copy_2d = cpu_copy_2d,
     .buffer_fill_f32 = cpu_fill_f32,
     .synchronize = NULL,
     .host_visible = 1,

@@ -89,6 +89,15 @@ static int build_layout(rlpi_transformer *tf)
         L->window = L->local ? c->sliding_window : 0;
 #undef LNAME
     }
+    /* the fused projections (layer_forward) read each group as one matrix */
+    size_t qd = (size_t)tf->qdim * (size_t)c->dim, kvd = (size_t)tf->kvdim * (size_t)c->dim;
+    tf->can_fuse_qkv = tf->can_fuse_gu = true;
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_params *L = &tf->layers[l];
+        tf->can_fuse_qkv &= L->wk == L->wq + qd && L->wv == L->wk + kvd &&
+                            (!c->attention_bias || (L->bk == L->bq + (size_t)tf->qdim && L->bv == L->bk + (size_t)tf->kvdim));
+        tf->can_fuse_gu &= L->wu == L->wg + (size_t)c->ffn_dim * (size_t)c->dim;
+    }
     ADD("model.norm.weight", 1, c->dim, 0, true, &tf->final_norm);
     if (c->tie_embeddings)
         tf->lm_head = tf->embed;
@@ -155,6 +164,7 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->head_b);
     rlpi_buffer_free(tf->head_dhsel);
     rlpi_buffer_free(tf->grad_scratch);
+    rlpi_buffer_free(tf->qkv);
     free(tf->seq_start);
     free(tf->sel_host);
     free(tf);
@@ -258,6 +268,14 @@ fail:
     return rc;
 }
 
+void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool qkv, bool gate_up)
+{
+    if (tf) {
+        tf->separate_qkv = !qkv;
+        tf->separate_gu = !gate_up;
+    }
+}
+
 const rlpi_model_config *rlpi_transformer_config(const rlpi_transformer *tf)
 {
     return &tf->cfg;
@@ -352,7 +370,7 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     PLACE(x_mid, nd);
     PLACE(xn2, nd);
     PLACE(rstd2, (size_t)n);
-    PLACE(gate, nf);
+    PLACE(gate, nf); /* gate and up back to back: with fused_gu they are one (2·ffn, n) product */
     PLACE(up, nf);
     PLACE(act, nf);
     /* the new families' extras (empty when off: a Llama layer is as before) */
@@ -371,6 +389,8 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
         L.k_raw = L.k;
     }
     L.total = off;
+    L.fused_qkv = tf->can_fuse_qkv && !tf->separate_qkv;
+    L.fused_gu = tf->can_fuse_gu && !tf->separate_gu;
     return L;
 }
 
@@ -435,6 +455,70 @@ static int mlp_act_bwd(rlpi_transformer *tf, rlpi_ref dgate, rlpi_ref dup, rlpi_
                                                     : rlpi_op_swiglu_bwd(tf->be, dgate, dup, dout, gate, up, n);
 }
 
+/* Where the (n, qdim + 2·kvdim) fused Q/K/V product (or its gradient)
+ * lives: in the layer's own gate/up region (n × 2·ffn floats, given as
+ * buf/off) when it fits, which is unused at that moment in both passes;
+ * otherwise in tf->qkv. */
+static int qkv_place(rlpi_transformer *tf, rlpi_buffer **buf, size_t *off)
+{
+    int64_t n = tf->n, D = tf->qdim + 2 * tf->kvdim;
+    if (D <= 2 * (int64_t)tf->cfg.ffn_dim)
+        return RLP_OK;
+    TRY(realloc_buf(tf->be, &tf->qkv, (size_t)(n * D) * 4));
+    *buf = tf->qkv;
+    *off = 0;
+    return RLP_OK;
+}
+
+/* Q, K and V as one product: qkv (n, qdim + 2·kvdim) = xn1 · [Wq; Wk; Wv]ᵀ
+ * (+ [bq; bk; bv]), then its column blocks copied into the contiguous
+ * q_raw, k_raw, v that RoPE, the q/k norms and attention read. The copy
+ * (n × (qdim + 2·kvdim) floats) is small against the product (× dim
+ * multiply-adds per element) and keeps every kernel's layout as it is. */
+static int qkv_forward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer *a, size_t aoff)
+{
+    const act_layout *L = &tf->lay;
+    int64_t n = tf->n, d = tf->cfg.dim, qd = tf->qdim, kvd = tf->kvdim, D = qd + 2 * kvd;
+    rlpi_buffer *Q = a;
+    size_t qo = aoff + L->gate; /* before this layer's gate/up product is written */
+    TRY(qkv_place(tf, &Q, &qo));
+    TRY(rlpi_tf_mm(tf, Q, qo, a, aoff + L->xn1, 0, tf->params, P->wq, 1, n, D, d, 0.0f));
+    if (tf->cfg.attention_bias)
+        TRY(rlpi_op_add_bias(tf->be, RLPI_REF(Q, qo), RLPI_REF(tf->params, P->bq), n, D));
+    size_t pitch = (size_t)D * 4;
+    qo *= 4;
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->q_raw) * 4, (size_t)qd * 4, Q, qo, pitch, (size_t)qd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->k_raw) * 4, (size_t)kvd * 4, Q, qo + (size_t)qd * 4, pitch, (size_t)kvd * 4,
+                            (size_t)n));
+    TRY(rlpi_buffer_copy_2d(a, (aoff + L->v) * 4, (size_t)kvd * 4, Q, qo + (size_t)(qd + kvd) * 4, pitch,
+                            (size_t)kvd * 4, (size_t)n));
+    return RLP_OK;
+}
+
+/* The backward of qkv_forward: dq_raw, dk_raw, dv gathered into one
+ * (n, qdim + 2·kvdim) gradient (at S[dgu], the MLP's spent (n, 2·ffn)
+ * gradient, when it fits), then one product for dxn and one for
+ * d[Wq; Wk; Wv], and one bias reduction. */
+static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer *a, size_t aoff, rlpi_buffer *S,
+                        size_t dgu, size_t dq, size_t dk, size_t dv, size_t dxn)
+{
+    const act_layout *L = &tf->lay;
+    int64_t n = tf->n, d = tf->cfg.dim, qd = tf->qdim, kvd = tf->kvdim, D = qd + 2 * kvd;
+    rlpi_buffer *Q = S;
+    size_t qo = dgu;
+    TRY(qkv_place(tf, &Q, &qo));
+    size_t pitch = (size_t)D * 4, qb = qo * 4;
+    TRY(rlpi_buffer_copy_2d(Q, qb, pitch, S, dq * 4, (size_t)qd * 4, (size_t)qd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)qd * 4, pitch, S, dk * 4, (size_t)kvd * 4, (size_t)kvd * 4, (size_t)n));
+    TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)(qd + kvd) * 4, pitch, S, dv * 4, (size_t)kvd * 4, (size_t)kvd * 4,
+                            (size_t)n));
+    if (tf->cfg.attention_bias)
+        TRY(rlpi_op_bias_bwd(tf->be, RLPI_REF(tf->grads, P->bq), RLPI_REF(Q, qo), n, D));
+    TRY(rlpi_tf_mm(tf, S, dxn, Q, qo, 0, tf->params, P->wq, 0, n, d, D, 0.0f));
+    TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
+    return RLP_OK;
+}
+
 /* One decoder layer: xs[l] → xs[l+1], saving what backward needs in `a`
  * (a buffer laid out by tf->lay starting at aoff). */
 static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, size_t x_in, size_t x_out)
@@ -448,10 +532,14 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
 #define A(field) RLPI_REF(a, aoff + L->field)
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->q_raw, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->k_raw, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
-    if (c->attention_bias) {
+    if (L->fused_qkv) {
+        TRY(qkv_forward(tf, P, a, aoff));
+    } else {
+        TRY(rlpi_tf_mm(tf, a, aoff + L->q_raw, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->k_raw, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+    }
+    if (c->attention_bias && !L->fused_qkv) {
         TRY(rlpi_op_add_bias(be, A(q_raw), RLPI_REF(W, P->bq), n, tf->qdim));
         TRY(rlpi_op_add_bias(be, A(k_raw), RLPI_REF(W, P->bk), n, tf->kvdim));
         TRY(rlpi_op_add_bias(be, A(v), RLPI_REF(W, P->bv), n, tf->kvdim));
@@ -477,19 +565,27 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
         TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    /* fused: [gate; up]ᵀ (2·ffn, n) = W_gu (2·ffn, d) · xn2ᵀ in one product,
+     * and act stays transposed (the activation is elementwise), so the down
+     * projection reads actᵀ with trans_a */
+    int gt = L->fused_gu;
+    if (gt) {
+        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, W, P->wg, 0, a, aoff + L->xn2, 1, 2 * c->ffn_dim, n, d, 0.0f));
+    } else {
+        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    }
     TRY(mlp_act_fwd(tf, A(act), A(gate), A(up), n * c->ffn_dim));
     if (c->post_norms) {
         /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
-        TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n, d,
                                 c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(tf->xs, x_out), A(x_mid), n * d));
     } else {
         /* x_out = x_mid + act·Wdᵀ */
         TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
-        TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+        TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
     }
 #undef A
     return RLP_OK;
@@ -723,13 +819,25 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
                                 RLPI_REF(W, P->post_ffn_norm), A(rstd_pf), n, d));
         dmlp = g->dpost;
     }
-    TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
-    TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    if (L->fused_gu) {
+        /* everything of the MLP transposed (layer_forward): dactᵀ (F, n) =
+         * Wdᵀ · dmlpᵀ; dWd += dmlpᵀ · act; [dgate; dup]ᵀ is one (2F, n)
+         * matrix, so dxn = [dgate dup] · W_gu and dW_gu += [dgate; dup]ᵀ · xn2
+         * are one product each */
+        TRY(rlpi_tf_mm(tf, S, g->dact, W, P->wd, 1, S, dmlp, 1, F, n, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 1, d, F, n, 1.0f));
+        TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 1, W, P->wg, 0, n, d, 2 * F, 0.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, a, aoff + L->xn2, 0, 2 * F, d, n, 1.0f));
+    } else {
+        TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+        TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+    }
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
                             A(rstd2), n, d));
     /* attention: x_mid = x_in + att·Woᵀ, or x_in + RMSNorm_post_attn(att·Woᵀ); dattn = ∂L/∂(att·Woᵀ) */
@@ -755,17 +863,21 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), RLPI_REF(G, P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm),
                                 A(rstd_k), n * c->n_kv_heads, c->head_dim));
     }
-    if (c->attention_bias) {
-        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));
-        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk_raw), n, tf->kvdim));
-        TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
+    if (L->fused_qkv) {
+        TRY(qkv_backward(tf, P, a, aoff, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
+    } else {
+        if (c->attention_bias) {
+            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));
+            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk_raw), n, tf->kvdim));
+            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
+        }
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq_raw, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk_raw, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
+        TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+        TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     }
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq_raw, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk_raw, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
-    TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
                             RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
 #undef A

@@ -53,6 +53,12 @@ typedef struct rlpi_transformer_options {
 int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi_model_config *cfg,
                             const rlpi_weights *w, const rlpi_transformer_options *opts);
 void rlpi_transformer_free(rlpi_transformer *tf);
+/* The training passes run Q/K/V as one GEMM and gate/up as one GEMM
+ * (forward and backward) by default; false for either group goes back to
+ * one GEMM per projection of that group, from the next forward on. The
+ * results agree to fp32 rounding; this exists for the tests and benchmarks
+ * that compare the two (docs/PERFORMANCE.md has the figures). */
+void rlpi_transformer_set_fused_projections(rlpi_transformer *tf, bool qkv, bool gate_up);
 /* Overwrites every parameter from HF-named weights of the same shapes
  * (RLP_E_FORMAT naming a missing or misshapen tensor; parameters before it
  * are already overwritten). */

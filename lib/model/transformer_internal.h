@@ -28,6 +28,12 @@ typedef struct act_layout {
     size_t attn_o, rstd_po;              /* att·Woᵀ before the post-attention norm, its rstd */
     size_t mlp_o, rstd_pf;               /* act·Wdᵀ before the post-feed-forward norm, its rstd */
     size_t total;
+    /* Projections of this pass (fixed at the forward, used by its
+     * backward): fused_qkv = one (n, qdim + 2·kvdim) product split into
+     * q_raw/k_raw/v; fused_gu = gate, up and act stored TRANSPOSED, (ffn, n)
+     * each, gate and up adjacent, so that [gate; up] is one (2·ffn, n)
+     * product (see layer_forward). */
+    bool fused_qkv, fused_gu;
 } act_layout;
 
 struct rlpi_transformer {
@@ -65,6 +71,12 @@ struct rlpi_transformer {
     rlpi_buffer *head_a, *head_b;  /* (m) each: logp/entropy forward, dlogp/dentropy backward */
     rlpi_buffer *head_dhsel;       /* (m, dim) */
     rlpi_buffer *grad_scratch;     /* backward's per-layer gradients */
+    rlpi_buffer *qkv;              /* (n, qdim + 2·kvdim): the fused Q/K/V product or its gradient, only where it
+                                    * does not fit the layer's gate/up region (qdim + 2·kvdim > 2·ffn) */
+    /* wq|wk|wv (and bq|bk|bv) and wg|wu lie back to back in params and
+     * grads (build_layout), so each group is one (rows, dim) matrix */
+    bool can_fuse_qkv, can_fuse_gu;
+    bool separate_qkv, separate_gu; /* one product per projection (tests and benchmarks compare against them) */
     bool kept;                     /* activations of every layer are valid */
     float inv_temp;
 };

@@ -1,5 +1,5 @@
 /* The CUDA backend against the CPU backend: buffer round trips, fill, and
- * GEMM over random shapes and every transpose combination (relative error
+ * strided block copy, GEMM over random shapes and every transpose combination (relative error
  * within 1e-5·√k of the CPU result; cuBLAS runs in strict fp32 mode), then
  * the same shapes with both backends in RLP_MATMUL_BF16 within the same
  * bound (both multiply the same bf16-rounded operands, whose products are
@@ -47,6 +47,12 @@ int main(void)
     CHECK(rlpi_buffer_download(g2, 0, back, sizeof back) == RLP_OK);
     for (int i = 0; i < 1000; i++)
         CHECK(back[i] == (i >= 10 && i < 15 ? -1.0f : host[i]));
+    /* strided block copy: columns [3, 7) of a (100, 10) matrix into a (100, 4) one */
+    CHECK(rlpi_buffer_fill_f32(g2, 0, 1000, 0.0f) == RLP_OK);
+    CHECK(rlpi_buffer_copy_2d(g2, 0, 16, g1, 12, 40, 16, 100) == RLP_OK);
+    CHECK(rlpi_buffer_download(g2, 0, back, sizeof back) == RLP_OK);
+    for (int i = 0; i < 1000; i++)
+        CHECK(back[i] == (i < 400 ? host[(i / 4) * 10 + 3 + i % 4] : 0.0f));
     rlpi_buffer_free(g1);
     rlpi_buffer_free(g2);
 

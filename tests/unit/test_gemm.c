@@ -366,6 +366,75 @@ static void gemm_rejects_out_of_bounds(void **state)
     rlpi_buffer_free(C);
 }
 
+/* A strided block copy (the fused Q/K/V split): the column blocks of a
+ * (4, 7) matrix land in contiguous (4, 3) and (4, 4) arrays and back; rows
+ * outside a buffer, overlapping rows, overlapping ranges and another
+ * backend's buffer are refused. */
+static void buffer_copy_2d_moves_column_blocks(void **state)
+{
+    (void)state;
+    float m[28], back[28], left[12], right[16];
+    for (int i = 0; i < 28; i++)
+        m[i] = (float)i;
+    rlpi_buffer *M, *L, *R;
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof m, &M), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof left, &L), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, sizeof right, &R), RLP_OK);
+    assert_int_equal(rlpi_buffer_upload(M, 0, m, sizeof m), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(L, 0, 12, M, 0, 28, 12, 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(R, 0, 16, M, 12, 28, 16, 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_download(L, 0, left, sizeof left), RLP_OK);
+    assert_int_equal(rlpi_buffer_download(R, 0, right, sizeof right), RLP_OK);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 7; c++)
+            assert_true((c < 3 ? left[r * 3 + c] : right[r * 4 + c - 3]) == m[r * 7 + c]);
+    assert_int_equal(rlpi_buffer_fill_f32(M, 0, 28, -1.0f), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(M, 0, 28, L, 0, 12, 12, 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(M, 12, 28, R, 0, 16, 16, 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_download(M, 0, back, sizeof back), RLP_OK);
+    assert_memory_equal(back, m, sizeof m);
+    assert_int_equal(rlpi_buffer_copy_2d(R, 0, 16, M, 0, 28, 0, 4), RLP_OK); /* nothing to copy */
+
+    /* a Q/K/V-sized block (2048 rows, 1 KiB of each 2 KiB row, from an offset) */
+    enum { ROWS = 2048, SW = 512, DW = 256 }; /* floats per source row, copied floats per row */
+    float *big = malloc((size_t)ROWS * SW * 4), *got = malloc((size_t)ROWS * DW * 4);
+    for (size_t i = 0; i < (size_t)ROWS * SW; i++)
+        big[i] = (float)i;
+    rlpi_buffer *BS, *BD;
+    assert_int_equal(rlpi_buffer_alloc(be, (size_t)ROWS * SW * 4, &BS), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(be, (size_t)ROWS * DW * 4, &BD), RLP_OK);
+    assert_int_equal(rlpi_buffer_upload(BS, 0, big, (size_t)ROWS * SW * 4), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(BD, 0, DW * 4, BS, 100 * 4, SW * 4, DW * 4, ROWS), RLP_OK);
+    assert_int_equal(rlpi_buffer_download(BD, 0, got, (size_t)ROWS * DW * 4), RLP_OK);
+    for (size_t r = 0; r < ROWS; r++)
+        for (size_t c = 0; c < DW; c++)
+            if (got[r * DW + c] != big[r * SW + 100 + c])
+                fail_msg("row %zu column %zu: %g", r, c, (double)got[r * DW + c]);
+    rlpi_buffer_free(BS);
+    rlpi_buffer_free(BD);
+    free(big);
+    free(got);
+
+    assert_int_equal(rlpi_buffer_copy_2d(R, 0, 16, M, 16, 28, 16, 4), RLP_E_INVALID_ARG); /* last source row outside */
+    assert_non_null(strstr(rlp_error_last(), "source"));
+    assert_int_equal(rlpi_buffer_copy_2d(L, 4, 12, M, 0, 28, 12, 4), RLP_E_INVALID_ARG); /* last destination row outside */
+    assert_non_null(strstr(rlp_error_last(), "destination"));
+    assert_int_equal(rlpi_buffer_copy_2d(L, 0, 8, M, 0, 28, 12, 2), RLP_E_INVALID_ARG); /* pitch < width */
+    assert_int_equal(rlpi_buffer_copy_2d(M, 0, 28, M, 12, 28, 12, 2), RLP_E_INVALID_ARG); /* same buffer, overlapping */
+    assert_int_equal(rlpi_buffer_copy_2d(L, 0, SIZE_MAX / 2, M, 0, 28, 12, 4), RLP_E_OVERFLOW);
+    assert_int_equal(rlpi_buffer_copy_2d(NULL, 0, 12, M, 0, 28, 12, 4), RLP_E_INVALID_ARG);
+    rlpi_backend *other;
+    rlpi_buffer *O;
+    assert_int_equal(rlpi_backend_cpu_create(&other, 1), RLP_OK);
+    assert_int_equal(rlpi_buffer_alloc(other, sizeof left, &O), RLP_OK);
+    assert_int_equal(rlpi_buffer_copy_2d(O, 0, 12, M, 0, 28, 12, 4), RLP_E_INVALID_ARG);
+    rlpi_buffer_free(O);
+    rlpi_backend_destroy(other);
+    rlpi_buffer_free(M);
+    rlpi_buffer_free(L);
+    rlpi_buffer_free(R);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +443,7 @@ int main(void)
         cmocka_unit_test(gemm_bf16_rounds_to_nearest_even),
         cmocka_unit_test(gemm_k_zero_scales_c),
         cmocka_unit_test(gemm_rejects_out_of_bounds),
+        cmocka_unit_test(buffer_copy_2d_moves_column_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,8 @@
  * several sequences decoded together in arbitrary slots, for GQA, tied and
  * untied heads, QKV bias; a shared prefix copied between slots gives the
  * same logits as its own prefill. Tolerance 2e-5 absolute on logits of
- * magnitude ~1 (fp32, different summation order in attention). */
+ * magnitude ~1 (fp32, different summation order in attention), 1e-4 for
+ * the shared-prefix continuation (TOL_PREFIX). */
 #include "rlpost.h"
 #include "backend/backend.h"
 #include "model/kv_cache.h"
@@ -19,6 +20,13 @@
 #include <cmocka.h>
 
 #define TOL 2e-5f
+/* The continuation after the copied prefix is ill-conditioned in this
+ * random model: its cache-free reference alone moves by 4e-5 between
+ * separate and fused Q/K/V GEMMs (both correct fp32), and the cached logits
+ * were 1.7e-5 (separate) and 2.5e-5 (fused) from it, measured 2026-12-04,
+ * against 1e-6 to 5e-6 at the other positions. A wrong prefix row is off
+ * by > 1e-2. */
+#define TOL_PREFIX 1e-4f
 
 typedef struct fixture {
     rlpi_backend *be;
@@ -140,7 +148,7 @@ static void check_model(const char *arch, bool tied, int threads)
     int64_t q2[2] = {0, 1}, s2[1] = {1}, p2[1] = {plen[2]};
     assert_int_equal(rlpi_transformer_extend(f.tf, kv, 1, q2, s2, p2, &alt[plen[2]], got), RLP_OK);
     reference_logits(&f, alt, plen[2] + 1, want);
-    assert_true(max_diff(got, want, V) < TOL);
+    assert_true(max_diff(got, want, V) < TOL_PREFIX);
 
     free(got);
     free(want);

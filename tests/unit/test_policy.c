@@ -4,10 +4,14 @@
  * loss and gradient unchanged (public-bugs case #9's kind), per-token
  * logprobs, frozen clones, and bad input that must leave weights untouched.
  *
- * Tolerances: per-step loss within 1e-5 absolute, gradient norm within 1e-4
- * relative of the float64 reference; fp32 drift over 10 Adam steps of a
- * 2-layer model is ~1e-6, a wrong bias correction or decay group moves the
- * loss by > 1e-3 within three steps. */
+ * Tolerances: per-step loss within 3e-5 absolute, gradient norm within 1e-4
+ * relative of the float64 reference. fp32 drift over 10 Adam steps of a
+ * 2-layer model at lr 1e-2 is 1e-6 to 1.1e-5 depending only on how the
+ * GEMMs round (measured 2026-12-04 over OpenBLAS's SkylakeX, Haswell,
+ * Sandybridge and Prescott kernels, with separate and with fused Q/K/V and
+ * gate/up GEMMs; step 0 agrees to 4e-8, Adam amplifies the rest); a wrong
+ * bias correction or decay group moves the loss by > 1e-3 within three
+ * steps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,7 +90,7 @@ static void adamw_matches_torch(void **state)
         double rl = json_number_value(json_array_get(losses, s)), rn = json_number_value(json_array_get(norms, s));
         worst_loss = fmax(worst_loss, fabs(st.loss - rl));
         worst_norm = fmax(worst_norm, fabs(st.grad_norm - rn) / rn);
-        if (!(fabs(st.loss - rl) <= 1e-5) || !(fabs(st.grad_norm - rn) <= 1e-4 * rn))
+        if (!(fabs(st.loss - rl) <= 3e-5) || !(fabs(st.grad_norm - rn) <= 1e-4 * rn))
             fail_msg("step %zu: loss %.7f vs torch %.7f, grad norm %.6f vs %.6f", s, st.loss, rl, st.grad_norm, rn);
         assert_int_equal(st.policy_version, s + 1);
         assert_int_equal(st.skipped, 0);

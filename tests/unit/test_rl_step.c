@@ -120,7 +120,12 @@ static void test_micro_batching_same_update(void **state)
         assert_int_equal(rlp_policy_train_rl(c, b, NULL, &o, &s2), RLP_OK);
         print_message("agg %d: grad norm %.9g vs %.9g, loss %.9g vs %.9g\n", aggs[k], s1.grad_norm, s2.grad_norm,
                       s1.loss, s2.loss);
-        assert_true(fabs(s1.grad_norm - s2.grad_norm) <= 1e-6 * s1.grad_norm + 1e-9);
+        /* both policies have taken k optimizer steps by now, and Adam
+         * amplifies the rounding of GEMMs over 20 rows against the whole
+         * batch: measured 6e-7 relative (separate Q/K/V and gate/up GEMMs)
+         * and 1.4e-6 (fused) at agg 1; a missing or doubled micro-batch is
+         * off by > 1e-2 */
+        assert_true(fabs(s1.grad_norm - s2.grad_norm) <= 3e-6 * s1.grad_norm + 1e-9);
         /* the loss at ratio 1 is −mean(Â) ≈ 0: compare absolutely, at the
          * rounding of a sum of a sequence's 12 token terms (seq-mean-token-sum:
          * measured 2.1e-6 with OpenBLAS's SkylakeX kernels, 6.8e-7 with

@@ -10,7 +10,8 @@
  * off by 1e-2 or more.
  *
  * Also checked without a reference: chunking of the head, activation
- * checkpointing and micro-batch accumulation give the same numbers, and
+ * checkpointing, fused Q/K/V and gate/up GEMMs and micro-batch
+ * accumulation give the same numbers, and
  * central finite differences agree with the analytic gradient. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,6 +184,56 @@ static void chunking_and_checkpointing_are_invisible(void **state)
     free_fixture(&f);
 }
 
+/* Q/K/V as one GEMM and gate/up as one GEMM (forward and backward) against
+ * one GEMM per projection: the same numbers up to fp32 rounding (the
+ * fused dX sums over qdim + 2·kvdim or 2·ffn in one product instead of
+ * three or two): 1e-5 · max(1, max|g|) per tensor on gradients, 1e-6 on logprobs. A wrong
+ * block offset or a transposed activation is off by > 1e-2. Also with
+ * checkpointing (the recomputed forward is fused too) and QKV biases. */
+static void fused_projections_match_separate(void **state)
+{
+    (void)state;
+    const char *names[] = {"transformer_llama_gqa", "transformer_qwen2_tied_bias_llama3rope"};
+    for (int ck = 0; ck < 2; ck++)
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+            fixture f;
+            load_fixture(&f, names[k]);
+            rlpi_transformer_options o = {.head_chunk_tokens = 64, .activation_checkpointing = ck};
+            rlpi_transformer *a, *b;
+            assert_int_equal(rlpi_transformer_create(&a, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
+            assert_int_equal(rlpi_transformer_create(&b, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
+            rlpi_transformer_set_fused_projections(b, false, false);
+            float lp0[64], e0[64], lp1[64], e1[64];
+            run_fb(&f, a, lp0, e0);
+            run_fb(&f, b, lp1, e1);
+            double worst_lp = 0, worst_g = 0;
+            for (int64_t i = 0; i < f.m.n; i++) {
+                worst_lp = fmax(worst_lp, fabs(lp0[i] - lp1[i]));
+                worst_lp = fmax(worst_lp, fabs(e0[i] - e1[i]));
+            }
+            float *ga = download_grads(a), *gb = download_grads(b);
+            for (size_t t = 0; t < rlpi_transformer_n_tensors(a); t++) { /* per tensor, as against the references */
+                const rlpi_param_info *in = rlpi_transformer_tensor(a, t);
+                double scale = 1.0, err = 0;
+                for (size_t i = in->offset; i < in->offset + in->n_elems; i++) {
+                    scale = fmax(scale, fabs(gb[i]));
+                    err = fmax(err, fabs(ga[i] - gb[i]));
+                }
+                worst_g = fmax(worst_g, err / scale);
+                if (!(err <= 1e-5 * scale))
+                    fail_msg("%s: gradient of %s: fused and separate differ by %.3e (max |g| %.3e)", names[k], in->name, err, scale);
+            }
+            print_message("%s%s: fused vs separate projections: |Δlogp|, |Δentropy| <= %.2e, gradients %.2e\n",
+                          names[k], ck ? " (checkpointed)" : "", worst_lp, worst_g);
+            assert_true(worst_lp <= 1e-6);
+            free(ga);
+            free(gb);
+            rlpi_transformer_free(a);
+            rlpi_transformer_free(b);
+            free_fixture(&f);
+        }
+}
+
 /* Two micro-batches (the sequences split in two packs) accumulate to the
  * gradient of the whole batch. */
 static void micro_batches_accumulate(void **state)
@@ -342,6 +393,7 @@ int main(void)
         cmocka_unit_test(qwen2_tied_bias_llama3_rope_matches_pytorch),
         cmocka_unit_test(streaming_attention_matches_pytorch),
         cmocka_unit_test(chunking_and_checkpointing_are_invisible),
+        cmocka_unit_test(fused_projections_match_separate),
         cmocka_unit_test(micro_batches_accumulate),
         cmocka_unit_test(finite_differences_agree),
         cmocka_unit_test(rejects_bad_batches),

@@ -230,6 +230,49 @@ static void checkpointing_and_streaming_attention(void **state)
     rlpi_cpu_attention_blas_max_len = saved;
 }
 
+/* Q/K/V and gate/up as one GEMM each against separate GEMMs, through the
+ * q/k norms, post-norms, GeGLU and soft-cap: fp32 rounding only (1e-5
+ * · max(1, max|g|) per tensor on gradients, 1e-6 on logprobs; see
+ * test_transformer.c) */
+static void fused_projections_match_separate(void **state)
+{
+    (void)state;
+    const char *names[] = {"arch_qwen3_untied", "arch_gemma3_softcap"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        fixture f;
+        load_fixture(&f, names[k]);
+        rlpi_transformer_options o = {.head_chunk_tokens = 5, .activation_checkpointing = k == 1};
+        rlpi_transformer *a, *b;
+        assert_int_equal(rlpi_transformer_create(&a, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
+        assert_int_equal(rlpi_transformer_create(&b, be, &f.m.cfg, &f.m.w, &o), RLP_OK);
+        rlpi_transformer_set_fused_projections(b, false, false);
+        float lp0[64], e0[64], lp1[64], e1[64];
+        float *ga = run_fb(&f, a, lp0, e0), *gb = run_fb(&f, b, lp1, e1);
+        double worst_lp = 0, worst_g = 0;
+        for (int64_t i = 0; i < f.m.n; i++)
+            worst_lp = fmax(worst_lp, fmax(fabs(lp0[i] - lp1[i]), fabs(e0[i] - e1[i])));
+        for (size_t t = 0; t < rlpi_transformer_n_tensors(a); t++) { /* per tensor, as against the references */
+            const rlpi_param_info *in = rlpi_transformer_tensor(a, t);
+            double scale = 1.0, err = 0;
+            for (size_t i = in->offset; i < in->offset + in->n_elems; i++) {
+                scale = fmax(scale, fabs(gb[i]));
+                err = fmax(err, fabs(ga[i] - gb[i]));
+            }
+            worst_g = fmax(worst_g, err / scale);
+            if (!(err <= 1e-5 * scale))
+                fail_msg("%s: gradient of %s: fused and separate differ by %.3e (max |g| %.3e)", names[k], in->name, err, scale);
+        }
+        print_message("%s: fused vs separate projections: |Δlogp|, |Δentropy| <= %.2e, gradients %.2e\n", names[k],
+                      worst_lp, worst_g);
+        assert_true(worst_lp <= 1e-6);
+        free(ga);
+        free(gb);
+        rlpi_transformer_free(a);
+        rlpi_transformer_free(b);
+        fixture_free(&f.m);
+    }
+}
+
 /* ------------------------------------------------------------ KV cache */
 
 static void full_logits(rlpi_transformer *tf, const int32_t *tokens, int64_t len, float *out)
@@ -593,6 +636,7 @@ int main(void)
         cmocka_unit_test(gemma3_matches_transformers),
         cmocka_unit_test(gemma3_softcap_matches_transformers),
         cmocka_unit_test(checkpointing_and_streaming_attention),
+        cmocka_unit_test(fused_projections_match_separate),
         cmocka_unit_test(qwen3_cached_decode_equals_forward),
         cmocka_unit_test(gemma3_cached_decode_equals_forward),
         cmocka_unit_test(geglu_and_softcap_ops),
