@@ -3,6 +3,7 @@
  * logprob head, AdamW) live in their own cpu_*.c files and are wired into
  * the ops table here. */
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 
 #include "core/error.h"
@@ -205,16 +206,16 @@ static int round_operand(rlpi_backend *be, const rlpi_matrix *x, int64_t rows, i
     return RLP_OK;
 }
 
-/* RLP_MATMUL_BF16 as a reference emulation: both operands rounded to bf16
- * exactly as the CUDA conversion kernel does, then the fp32 GEMM. A bf16 ×
- * bf16 product (8-bit significands) is exact in fp32, so this differs from
- * cuBLAS's bf16 GEMM only in the order of the fp32 sums. The rounded copies
- * are allocated per call (no state shared between the threads that may
- * drive one backend); this mode is for studying bf16, not for speed. */
-static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
+/* RLP_MATMUL_BF16 as an emulation: both operands rounded to bf16 exactly
+ * as the CUDA conversion kernel does, then the fp32 GEMM. A bf16 × bf16
+ * product (8-bit significands) is exact in fp32, so this differs from
+ * cuBLAS's bf16 GEMM and from the oneDNN path (cpu_bf16.c) only in the
+ * order of the fp32 sums. The rounded copies are allocated per call (no
+ * state shared between the threads that may drive one backend). The
+ * fallback where the CPU lacks AVX512-BF16/AMX or oneDNN is missing, and
+ * the reference the real path is tested against; slower than fp32. */
+static int gemm_bf16_emulated(rlpi_backend *be, const rlpi_gemm *g)
 {
-    if (g->k == 0) /* no products: C = beta·C, as in fp32 */
-        return gemm_fp32(be, g);
     rlpi_buffer va, vb;
     rlpi_gemm r = *g;
     int rc = round_operand(be, &g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->batch, &va, &r.a);
@@ -227,6 +228,17 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
     }
     free(va.data);
     return rc;
+}
+
+static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
+{
+    if (g->k == 0) /* no products: C = beta·C, as in fp32 */
+        return gemm_fp32(be, g);
+    cpu_state *st = be->impl;
+    int rc = rlpi_cpu_bf16_gemm(st->pool, g);
+    /* unsupported (no instructions, no oneDNN, a shape it has no kernel
+     * for) leaves C untouched: same operands, emulated */
+    return rc == RLP_E_UNSUPPORTED ? gemm_bf16_emulated(be, g) : rc;
 }
 
 static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)

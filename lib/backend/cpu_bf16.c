@@ -1,0 +1,375 @@
+/* bf16 GEMMs through oneDNN's matmul primitive (see cpu_bf16.h).
+ *
+ * Why oneDNN's matmul and not its gemm API or an own kernel: Debian's
+ * oneDNN 2.6 exports no bf16 gemm in its C API, but its matmul primitive
+ * picks the AMX-BF16 brgemm kernels on this CPU (AVX512-BF16 ones where
+ * there is no AMX): 3.0-4.2x the single-thread rate of OpenBLAS's SGEMM on
+ * SmolLM2-135M training shapes (2048×576×576 … 2048×576×1536, both
+ * transposes), with a primitive-cache hit costing ~16 µs. An own
+ * AVX512-BF16 micro-kernel could at most double SGEMM's rate.
+ *
+ * Rounding is ours, not oneDNN's: A and B are converted to packed bf16 here
+ * with the integer round-to-nearest-even of core/half.h (vcvtneps2bf16
+ * would flush denormals), so this path and the emulation in cpu.c multiply
+ * the same operands and differ only in the order of the fp32 sums.
+ *
+ * Threads: oneDNN's CPU runtime here is OpenMP. Every primitive is created
+ * and run with the calling thread's OpenMP team size set to 1 (saved and
+ * restored around our calls), and the tiles are spread over our own pool:
+ * one set of threads does all the work, as with OpenBLAS (cpu.c). Each run
+ * gets its own scratchpad (user scratchpad mode), so two pool threads can
+ * run one primitive at the same time. */
+#include "backend/cpu_bf16.h"
+
+#include "core/error.h"
+#include "core/half.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int forced_fallback;
+
+void rlpi_cpu_bf16_force_fallback(int on)
+{
+    __atomic_store_n(&forced_fallback, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+#if defined(RLPI_HAVE_DNNL) && defined(__x86_64__) && defined(__GNUC__)
+
+#include <cpuid.h>
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+
+#if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP && DNNL_CPU_RUNTIME != DNNL_RUNTIME_SEQ
+#define BF16_RUNTIME_OK 0 /* TBB or threadpool runtime: team size not ours to set */
+#else
+#define BF16_RUNTIME_OK 1
+#endif
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int usable;             /* CPU, runtime and engine all fine */
+static dnnl_engine_t engine;   /* one per process, never destroyed */
+static int (*omp_get_max)(void);
+static void (*omp_set_num)(int);
+
+static int cpu_has_bf16(void)
+{
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
+        return 0;
+    unsigned a, b, c, d;
+    int avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+    int amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
+    return avx512_bf16 || amx_bf16;
+}
+
+static void init(void)
+{
+    const char *env = getenv("RLPOST_CPU_BF16");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "off") || !strcmp(env, "emulate")))
+        return;
+    if (!BF16_RUNTIME_OK || !cpu_has_bf16())
+        return;
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+    /* libgomp is loaded with libdnnl; looked up rather than linked so that
+     * the build needs nothing beyond oneDNN itself */
+    *(void **)&omp_get_max = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    *(void **)&omp_set_num = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (!omp_get_max || !omp_set_num)
+        return;
+#endif
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
+        return;
+    usable = 1;
+}
+
+int rlpi_cpu_bf16_available(void)
+{
+    pthread_once(&init_once, init);
+    return usable && !__atomic_load_n(&forced_fallback, __ATOMIC_RELAXED);
+}
+
+const char *rlpi_cpu_bf16_path(void)
+{
+    return rlpi_cpu_bf16_available() ? "oneDNN" : "emulated";
+}
+
+/* One OpenMP thread for oneDNN on this thread while in scope */
+static int omp_single_begin(void)
+{
+    if (!omp_get_max)
+        return 0;
+    int saved = omp_get_max();
+    if (saved != 1)
+        omp_set_num(1);
+    return saved;
+}
+
+static void omp_single_end(int saved)
+{
+    if (omp_set_num && saved != 1 && saved > 0)
+        omp_set_num(saved);
+}
+
+/* ---- conversion to packed bf16 ---------------------------------------- */
+
+/* d[i] = bf16(s[i]), RNE, NaN quieted: rlpi_f32_to_bf16 16 lanes at a time.
+ * Only reached when cpu_has_bf16() (AVX512F/BW present). */
+__attribute__((target("avx512f,avx512bw"))) static void to_bf16_row(uint16_t *d, const float *s, int64_t n)
+{
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(s + i));
+        __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; i++)
+        d[i] = rlpi_f32_to_bf16(s[i]);
+}
+
+typedef struct convert_job {
+    const float *src; /* item 0, row 0 */
+    int64_t ld, stride, rows, cols;
+    uint16_t *dst;    /* (items, rows, cols) packed */
+} convert_job;
+
+static void convert_range(void *p, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const convert_job *j = p;
+    for (int64_t x = begin; x < end; x++) {
+        int64_t item = x / j->rows, r = x % j->rows;
+        to_bf16_row(j->dst + x * j->cols, j->src + item * j->stride + r * j->ld, j->cols);
+    }
+}
+
+/* Operand x, (rows, cols) as stored, rounded into a new packed bf16 array
+ * (items × rows × cols; one item when x is broadcast). */
+static int convert_operand(rlpi_threadpool *pool, const rlpi_matrix *x, int64_t rows, int64_t cols, int64_t batch,
+                           uint16_t **out)
+{
+    int64_t items = x->stride == 0 ? 1 : batch;
+    size_t n = (size_t)items * (size_t)rows * (size_t)cols; /* within the operand's buffer: checked by the wrapper */
+    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64 + 64);
+    if (!dst)
+        return rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate %zu bytes of bf16 operands",
+                              n * sizeof *dst);
+    convert_job j = {.src = (const float *)x->buf->data + x->offset, .ld = x->ld, .stride = x->stride,
+                     .rows = rows, .cols = cols, .dst = dst};
+    /* rows of ≥ 4096 elements per range: below that the hand-off costs more */
+    int64_t min_rows = cols >= 4096 ? 1 : 4096 / (cols ? cols : 1);
+    rlpi_threadpool_parallel_for(pool, items * rows, min_rows, convert_range, &j);
+    *out = dst;
+    return RLP_OK;
+}
+
+/* ---- primitives ------------------------------------------------------- */
+
+/* A matmul of one tile shape: (m, k) × (k, n) → (m, n), operands as strided
+ * views (transposes are strides), alpha as output scale, beta as a sum
+ * post-op (none when 0: C is not read). */
+typedef struct tile_prim {
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t a_md, b_md, c_md, scratch_md;
+} tile_prim;
+
+static int prim_create(tile_prim *t, const rlpi_gemm *g, int64_t m, int64_t n)
+{
+    dnnl_dims_t ad = {m, g->k}, bd = {g->k, n}, cd = {m, n};
+    /* packed bf16 copies: A stored (m, k) or (k, m); B (k, n) or (n, k) */
+    dnnl_dims_t as = {g->trans_a ? 1 : g->k, g->trans_a ? g->m : 1};
+    dnnl_dims_t bs = {g->trans_b ? 1 : g->n, g->trans_b ? g->k : 1};
+    dnnl_dims_t cs = {g->c.ld, 1};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t md;
+    memset(t, 0, sizeof *t);
+    dnnl_status_t s;
+    if ((s = dnnl_memory_desc_init_by_strides(&t->a_md, 2, ad, dnnl_bf16, as)) != dnnl_success ||
+        (s = dnnl_memory_desc_init_by_strides(&t->b_md, 2, bd, dnnl_bf16, bs)) != dnnl_success ||
+        (s = dnnl_memory_desc_init_by_strides(&t->c_md, 2, cd, dnnl_f32, cs)) != dnnl_success ||
+        (s = dnnl_matmul_desc_init(&md, &t->a_md, &t->b_md, NULL, &t->c_md)) != dnnl_success ||
+        (s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+        (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success)
+        goto done;
+    if (g->alpha != 1.0f && (s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha)) != dnnl_success)
+        goto done;
+    if (g->beta != 0.0f) {
+        if ((s = dnnl_post_ops_create(&ops)) != dnnl_success ||
+            (s = dnnl_post_ops_append_sum(ops, g->beta)) != dnnl_success ||
+            (s = dnnl_primitive_attr_set_post_ops(attr, ops)) != dnnl_success)
+            goto done;
+    }
+    if ((s = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL)) != dnnl_success)
+        goto done;
+    const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (sm)
+        t->scratch_md = *sm;
+    s = dnnl_primitive_create(&t->prim, pd);
+done:
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (ops)
+        dnnl_post_ops_destroy(ops);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success) {
+        t->prim = NULL;
+        return rlpi_error_set(s == dnnl_unimplemented ? RLP_E_UNSUPPORTED : RLP_E_BACKEND,
+                              "gemm (bf16): oneDNN matmul %lldx%lldx%lld (trans %d%d): status %d", (long long)m,
+                              (long long)n, (long long)g->k, g->trans_a, g->trans_b, (int)s);
+    }
+    return RLP_OK;
+}
+
+typedef struct bf16_tiles {
+    const rlpi_gemm *g;
+    const uint16_t *a, *b; /* packed bf16 operands */
+    int64_t a_stride, b_stride; /* elements between items (0 = broadcast) */
+    int64_t parts, step;
+    int split_m;
+    tile_prim full, last; /* tiles of `step` rows/columns, and the ragged last one */
+    int failed;           /* a dnnl status != success, set by any task */
+} bf16_tiles;
+
+static void run_tile(void *p, int64_t task, int tid)
+{
+    (void)tid;
+    bf16_tiles *t = p;
+    const rlpi_gemm *g = t->g;
+    int64_t i = task / t->parts, part = task % t->parts;
+    int64_t extent = t->split_m ? g->m : g->n;
+    int64_t lo = part * t->step, hi = lo + t->step < extent ? lo + t->step : extent;
+    if (lo >= hi)
+        return;
+    tile_prim *tp = hi - lo == t->step ? &t->full : &t->last;
+    int64_t r0 = t->split_m ? lo : 0, c0 = t->split_m ? 0 : lo;
+    const uint16_t *a = t->a + i * t->a_stride + (g->trans_a ? r0 : r0 * g->k);
+    const uint16_t *b = t->b + i * t->b_stride + (g->trans_b ? c0 * g->k : c0);
+    float *c = (float *)g->c.buf->data + g->c.offset + i * g->c.stride + r0 * g->c.ld + c0;
+
+    int saved = omp_single_begin();
+    size_t scratch_bytes = dnnl_memory_desc_get_size(&tp->scratch_md);
+    void *scratch = scratch_bytes ? aligned_alloc(64, (scratch_bytes + 63) / 64 * 64) : NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_stream_t stream = NULL;
+    dnnl_status_t s = scratch_bytes && !scratch ? dnnl_out_of_memory : dnnl_success;
+    if (s == dnnl_success &&
+        ((s = dnnl_memory_create(&ma, &tp->a_md, engine, (void *)a)) != dnnl_success ||
+         (s = dnnl_memory_create(&mb, &tp->b_md, engine, (void *)b)) != dnnl_success ||
+         (s = dnnl_memory_create(&mc, &tp->c_md, engine, c)) != dnnl_success ||
+         (s = dnnl_memory_create(&ms, &tp->scratch_md, engine, scratch)) != dnnl_success ||
+         (s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags)) != dnnl_success)) {
+        /* falls through to clean-up */
+    }
+    if (s == dnnl_success) {
+        dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+        if ((s = dnnl_primitive_execute(tp->prim, stream, 4, args)) == dnnl_success)
+            s = dnnl_stream_wait(stream);
+    }
+    if (stream)
+        dnnl_stream_destroy(stream);
+    dnnl_memory_destroy(ma); /* NULL is fine */
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mc);
+    dnnl_memory_destroy(ms);
+    free(scratch);
+    omp_single_end(saved);
+    if (s != dnnl_success)
+        __atomic_store_n(&t->failed, (int)s, __ATOMIC_RELAXED);
+}
+
+/* The pool's split of C, as gemm_fp32 in cpu.c: along M when op(B) is the
+ * smaller operand, else along N, in multiples of 32 rows/columns; small
+ * products on the caller alone. */
+#define BF16_SPLIT_MIN_MACS (1 << 18)
+#define BF16_TILE_ALIGN 32
+
+int rlpi_cpu_bf16_gemm(rlpi_threadpool *pool, const rlpi_gemm *g)
+{
+    if (!rlpi_cpu_bf16_available())
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "gemm (bf16): no oneDNN bf16 path on this CPU");
+    if (g->k < 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "gemm (bf16): k = 0");
+    int threads = rlpi_threadpool_size(pool);
+    double macs = (double)g->m * (double)g->n * (double)g->k;
+    bf16_tiles t = {.g = g, .parts = 1, .step = g->m, .split_m = 1};
+    if (threads > 1 && macs >= BF16_SPLIT_MIN_MACS && g->batch < threads) {
+        int split_m = g->m > 1 && (g->n <= g->m || g->n < 2 * BF16_TILE_ALIGN);
+        int64_t extent = split_m ? g->m : g->n;
+        int64_t step = (extent + threads - 1) / threads;
+        if (extent >= 2 * BF16_TILE_ALIGN)
+            step = (step + BF16_TILE_ALIGN - 1) / BF16_TILE_ALIGN * BF16_TILE_ALIGN;
+        t.split_m = split_m;
+        t.step = step;
+        t.parts = (extent + step - 1) / step;
+    }
+    int64_t extent = t.split_m ? g->m : g->n;
+    int64_t last = extent - (t.parts - 1) * t.step;
+
+    /* primitives first: a shape oneDNN cannot do fails before C is touched */
+    int saved = omp_single_begin();
+    int rc = prim_create(&t.full, g, t.split_m ? t.step : g->m, t.split_m ? g->n : t.step);
+    if (rc == RLP_OK && last != t.step)
+        rc = prim_create(&t.last, g, t.split_m ? last : g->m, t.split_m ? g->n : last);
+    omp_single_end(saved);
+
+    uint16_t *a = NULL, *b = NULL;
+    if (rc == RLP_OK)
+        rc = convert_operand(pool, &g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->batch, &a);
+    if (rc == RLP_OK)
+        rc = convert_operand(pool, &g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->batch, &b);
+    if (rc == RLP_OK) {
+        t.a = a;
+        t.b = b;
+        t.a_stride = g->a.stride == 0 ? 0 : g->m * g->k;
+        t.b_stride = g->b.stride == 0 ? 0 : g->k * g->n;
+        int64_t tasks = g->batch * t.parts;
+        if (tasks == 1 || macs * (double)g->batch < BF16_SPLIT_MIN_MACS) {
+            for (int64_t x = 0; x < tasks; x++)
+                run_tile(&t, x, 0);
+        } else {
+            rlpi_threadpool_run_tasks(pool, tasks, run_tile, &t);
+        }
+        if (t.failed)
+            rc = rlpi_error_set(RLP_E_BACKEND, "gemm (bf16): oneDNN matmul %lldx%lldx%lld failed: status %d",
+                                (long long)g->m, (long long)g->n, (long long)g->k, t.failed);
+    }
+    free(a);
+    free(b);
+    if (t.full.prim)
+        dnnl_primitive_destroy(t.full.prim);
+    if (t.last.prim)
+        dnnl_primitive_destroy(t.last.prim);
+    return rc;
+}
+
+#else /* no oneDNN, or not x86-64: RLP_MATMUL_BF16 stays emulated */
+
+int rlpi_cpu_bf16_available(void)
+{
+    return 0;
+}
+
+const char *rlpi_cpu_bf16_path(void)
+{
+    return "emulated";
+}
+
+int rlpi_cpu_bf16_gemm(rlpi_threadpool *pool, const rlpi_gemm *g)
+{
+    (void)pool;
+    (void)g;
+    return rlpi_error_set(RLP_E_UNSUPPORTED, "gemm (bf16): built without oneDNN");
+}
+
+#endif
