@@ -134,6 +134,16 @@ __attribute__((target("avx512f,avx512bw"))) static void to_bf16_row(uint16_t *d,
         d[i] = rlpi_f32_to_bf16(s[i]);
 }
 
+void rlpi_cpu_bf16_convert(uint16_t *dst, const float *src, int64_t n)
+{
+    if (rlpi_cpu_bf16_available()) {
+        to_bf16_row(dst, src, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rlpi_f32_to_bf16(src[i]);
+}
+
 typedef struct convert_job {
     const float *src; /* item 0, row 0 */
     int64_t ld, stride, rows, cols;
@@ -363,6 +373,12 @@ int rlpi_cpu_bf16_available(void)
 const char *rlpi_cpu_bf16_path(void)
 {
     return "emulated";
+}
+
+void rlpi_cpu_bf16_convert(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rlpi_f32_to_bf16(src[i]);
 }
 
 int rlpi_cpu_bf16_gemm(rlpi_threadpool *pool, const rlpi_gemm *g)

@@ -25,6 +25,11 @@ const char *rlpi_cpu_bf16_path(void);
  * paths run on a machine that has the instructions. Process-wide. */
 void rlpi_cpu_bf16_force_fallback(int on);
 
+/* dst[i] = bf16(src[i]) (RNE as rlpi_f32_to_bf16), the operand conversion
+ * of rlpi_cpu_bf16_gemm, on the calling thread; for benchmarks that weigh
+ * its cost. Scalar where rlpi_cpu_bf16_available() is 0. */
+void rlpi_cpu_bf16_convert(uint16_t *dst, const float *src, int64_t n);
+
 /* C[b] = alpha·op(A[b])·op(B[b]) + beta·C[b] (the rlpi_gemm contract,
  * validated by rlpi_gemm_f32; k ≥ 1) with A and B rounded to bf16 and the
  * products summed in fp32. The pool splits C into tiles as gemm_fp32 does.

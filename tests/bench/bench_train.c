@@ -19,7 +19,13 @@
  * The last line, "RESULT key=value ...", is for tests/gpu/run.sh.
  * Environment (read by this benchmark only): RLPOST_MATMUL=fp32|tf32|bf16
  * sets the context's matmul_precision (default fp32; the GEMM rate is then
- * measured in that precision too); RLPOST_PEAK_TFLOPS gives the GPU's
+ * measured in that precision too). With bf16 on the CPU the same model is
+ * then also run in fp32 in the same process (same weights, same batch), and
+ * the bf16/fp32 speed ratios are printed with the differences bf16 makes:
+ * the largest |Δ logprob| of the first forward, |Δ loss| and relative
+ * |Δ grad norm| of the first train step (same weights), and |Δ loss| after
+ * the timed steps (the two runs' weights have drifted apart by then).
+ * RLPOST_PEAK_TFLOPS gives the GPU's
  * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
  * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
  * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
@@ -29,6 +35,7 @@
 #include "decode_rate.h"
 #include "../unit/shape_models.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +99,82 @@ static double decode_rate(rlp_policy *p, uint32_t batch, uint32_t new_tokens, in
     double rate = bench_decode_rate(p, &o, ids, 16, 16, batch, new_tokens, NULL);
     free(ids);
     return rate;
+}
+
+/* The timed part on policy p: a warm-up forward (its logprobs into lp0)
+ * and `reps` timed ones, a warm-up train step (its stats into st0) and
+ * `reps` timed ones (the last one's stats into st1). Seconds per call. */
+static int measure(rlp_context *ctx, rlp_policy *p, rlp_sequence *seqs, int n_seq, int64_t T, int reps, float *lp0,
+                   rlp_train_stats *st0, rlp_train_stats *st1, double *fwd, double *train)
+{
+    size_t n;
+    if (rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp0, NULL, (size_t)T, &n) != RLP_OK) { /* warm-up */
+        fprintf(stderr, "logprobs: %s\n", rlp_error_last());
+        return 1;
+    }
+    float *lp = malloc((size_t)T * sizeof *lp);
+    double t0 = now();
+    for (int r = 0; r < reps; r++)
+        rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n);
+    *fwd = (now() - t0) / reps;
+    free(lp);
+    if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, st0) != RLP_OK) { /* warm-up (allocates moments) */
+        fprintf(stderr, "train step: %s\n", rlp_error_last());
+        return 1;
+    }
+    *st1 = *st0;
+    t0 = now();
+    for (int r = 0; r < reps; r++)
+        if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, st1) != RLP_OK)
+            fprintf(stderr, "%s\n", rlp_error_last());
+    rlpi_backend_synchronize(ctx->backend); /* the last step's update may still run on a GPU */
+    *train = (now() - t0) / reps;
+    return 0;
+}
+
+/* bf16 on the CPU: the same model and batch in fp32 in this process, and
+ * what bf16 changes (see the top). */
+static void fp32_companion(const rlpi_model_config *cfg, int threads, rlp_sequence *seqs, int n_seq, int64_t T,
+                           int reps, const float *lp_bf16, const rlp_train_stats *st0_bf16,
+                           const rlp_train_stats *st1_bf16, double fwd_bf16, double train_bf16)
+{
+    rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
+    co.n_threads = threads;
+    rlp_context *ctx;
+    rlpi_weights w;
+    rlpi_rng rng;
+    rlpi_rng_seed(&rng, 7, 0); /* the weights of main() */
+    rlp_policy *p;
+    rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+    if (rlp_context_create(&ctx, &co) != RLP_OK || shape_random_weights(cfg, &rng, &w) ||
+        rlpi_policy_create(&p, ctx, cfg, &w, &po) != RLP_OK) {
+        fprintf(stderr, "fp32 companion: %s\n", rlp_error_last());
+        return;
+    }
+    rlpi_weights_free(&w);
+    float *lp = malloc((size_t)T * sizeof *lp);
+    rlp_train_stats st0, st1;
+    double fwd, train;
+    if (measure(ctx, p, seqs, n_seq, T, reps, lp, &st0, &st1, &fwd, &train) == 0) {
+        double dlp = 0;
+        for (int64_t i = 0; i < T; i++) {
+            double d = fabs((double)lp[i] - (double)lp_bf16[i]);
+            dlp = d > dlp ? d : dlp;
+        }
+        printf("  fp32 in the same run:         forward %7.3f s, train step %7.3f s\n", fwd, train);
+        printf("  bf16 / fp32 speed: forward %.2fx, train step %.2fx\n", fwd / fwd_bf16, train / train_bf16);
+        printf("  bf16 - fp32: logprobs max |diff| %.2e nats; first step |dloss| %.2e (loss %.5f), |dgrad norm| "
+               "%.2e relative; after %d more steps |dloss| %.2e\n",
+               dlp, fabs(st0_bf16->loss - st0.loss) / (double)st0.n_tokens, st0.loss / (double)st0.n_tokens,
+               fabs(st0_bf16->grad_norm - st0.grad_norm) / st0.grad_norm, reps,
+               fabs(st1_bf16->loss - st1.loss) / (double)st1.n_tokens);
+        printf("RESULT_BF16 fwd_ratio=%.3f train_ratio=%.3f dlogp_max=%.3e dloss0=%.3e dgnorm0_rel=%.3e\n",
+               fwd / fwd_bf16, train / train_bf16, dlp, fabs(st0_bf16->loss - st0.loss) / (double)st0.n_tokens,
+               fabs(st0_bf16->grad_norm - st0.grad_norm) / st0.grad_norm);
+    }
+    free(lp);
+    rlp_policy_free(p);
+    rlp_context_free(ctx);
 }
 
 int main(int argc, char **argv)
@@ -175,25 +258,10 @@ int main(int argc, char **argv)
 
     float *lp = malloc((size_t)n_seq * 512 * sizeof(float));
     size_t n;
-    if (rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n) != RLP_OK) { /* warm-up */
-        fprintf(stderr, "logprobs: %s\n", rlp_error_last());
+    rlp_train_stats st0, st1;
+    double fwd, train;
+    if (measure(ctx, p, seqs, n_seq, T, reps, lp, &st0, &st1, &fwd, &train))
         return 1;
-    }
-    double t0 = now();
-    for (int r = 0; r < reps; r++)
-        rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n);
-    double fwd = (now() - t0) / reps;
-    rlp_train_stats st;
-    if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK) { /* warm-up (allocates moments) */
-        fprintf(stderr, "train step: %s\n", rlp_error_last());
-        return 1;
-    }
-    t0 = now();
-    for (int r = 0; r < reps; r++)
-        if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK)
-            fprintf(stderr, "%s\n", rlp_error_last());
-    rlpi_backend_synchronize(ctx->backend); /* the last step's update may still run on a GPU */
-    double train = (now() - t0) / reps;
     printf("\n%s shape (%llu params), %d x %d tokens, %s:\n",
            !strcmp(shape, "1b") ? "Llama-3.2-1B" : !strcmp(shape, "tiny") ? "tiny" : "SmolLM2-135M",
            (unsigned long long)n_params, n_seq, seq_len, cuda ? "CUDA" : "CPU");
@@ -218,6 +286,9 @@ int main(int argc, char **argv)
            "train_gflops=%.1f mfu=%.4f decode1_tok_s=%.1f decode64_tok_s=%.1f\n",
            backend, shape, matmul, (unsigned long long)n_params, peak, (double)T / fwd, (double)T / train,
            train_flops / train / 1e9, mfu, dec1, dec64);
+    fflush(stdout);
+    if (!cuda && !strcmp(matmul, "bf16"))
+        fp32_companion(&cfg, threads, seqs, n_seq, T, reps, lp, &st0, &st1, fwd, train);
     fflush(stdout);
     if (cuda || strcmp(shape, "smollm2")) { /* the CPU comparisons below are for the SmolLM2 shape */
         rlp_policy_free(p);
