@@ -34,11 +34,72 @@ void rlpi_cpu_bf16_force_fallback(int on)
     __atomic_store_n(&forced_fallback, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
+/* ---- rounding rows (both paths) ---------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* rlpi_f32_to_bf16 of 16 lanes (RNE, NaN quieted), the bf16 in each lane's
+ * low 16 bits; the caller checked AVX512F/BW. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i bf16_bits16(__m512i u)
+{
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void round_row_avx512(float *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i r = bf16_bits16(_mm512_loadu_si512((const void *)(s + i)));
+        _mm512_storeu_si512((void *)(d + i), _mm512_slli_epi32(r, 16));
+    }
+    for (; i < n; i++)
+        d[i] = rlpi_f32_round_bf16(s[i]);
+}
+
+static int have_avx512bw(void)
+{
+    static int known; /* 0 unknown, 1 no, 2 yes; racing first calls agree */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (!k) {
+        k = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2 : 1;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 2;
+}
+
+void rlpi_cpu_round_bf16_row(float *dst, const float *src, int64_t n)
+{
+    if (have_avx512bw()) {
+        round_row_avx512(dst, src, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rlpi_f32_round_bf16(src[i]);
+}
+
+#else /* not x86-64 */
+
+void rlpi_cpu_round_bf16_row(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rlpi_f32_round_bf16(src[i]);
+}
+
+#endif
+
+/* ---- the oneDNN path ---------------------------------------------------- */
+
 #if defined(RLPI_HAVE_DNNL) && defined(__x86_64__) && defined(__GNUC__)
 
 #include <cpuid.h>
 #include <dlfcn.h>
-#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 
@@ -114,20 +175,13 @@ static void omp_single_end(int saved)
 
 /* ---- conversion to packed bf16 ---------------------------------------- */
 
-/* d[i] = bf16(s[i]), RNE, NaN quieted: rlpi_f32_to_bf16 16 lanes at a time.
- * Only reached when cpu_has_bf16() (AVX512F/BW present). */
+/* d[i] = bf16(s[i]) (rlpi_f32_to_bf16); only reached when cpu_has_bf16()
+ * (AVX512F/BW present). */
 __attribute__((target("avx512f,avx512bw"))) static void to_bf16_row(uint16_t *d, const float *s, int64_t n)
 {
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet = _mm512_set1_epi32(0x40);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(s + i));
-        __m512i hi = _mm512_srli_epi32(u, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, absmask), inf);
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        __m512i r = bf16_bits16(_mm512_loadu_si512((const void *)(s + i)));
         _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi32_epi16(r));
     }
     for (; i < n; i++)

@@ -30,6 +30,12 @@ void rlpi_cpu_bf16_force_fallback(int on);
  * its cost. Scalar where rlpi_cpu_bf16_available() is 0. */
 void rlpi_cpu_bf16_convert(uint16_t *dst, const float *src, int64_t n);
 
+/* dst[i] = src[i] rounded to bf16 and widened back to fp32 (exactly
+ * rlpi_f32_round_bf16), 16 lanes at a time where the CPU has AVX512F/BW.
+ * dst may equal src. For the few-row products of cpu.c, which round their
+ * B operand chunk by chunk in cache. */
+void rlpi_cpu_round_bf16_row(float *dst, const float *src, int64_t n);
+
 /* C[b] = alpha·op(A[b])·op(B[b]) + beta·C[b] (the rlpi_gemm contract,
  * validated by rlpi_gemm_f32; k ≥ 1) with A and B rounded to bf16 and the
  * products summed in fp32. The pool splits C into tiles as gemm_fp32 does.

@@ -217,7 +217,12 @@ static void gemm_matches_reference(void **state)
             run_case(&rng, 1, 29, 41, ta, tb, 3, 2.0f, 0.25f, 1);
             run_case(&rng, 1, 64, 70, ta, tb, 1, 1.0f, 1.0f, 0);
         }
-    print_message("%d random GEMM cases + 16 fixed shapes\n", cases);
+    /* 2..7 rows: RLP_MATMUL_BF16 rounds op(B) in chunks of 64 columns,
+     * tasks of 512 (cpu.c), ragged ends of both */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            run_case(&rng, 2 + 5 * ta, 600 + 7 * tb, 45, ta, tb, 2, 1.0f, tb ? 0.0f : 0.5f, tb);
+    print_message("%d random GEMM cases + 20 fixed shapes\n", cases);
 }
 
 /* Every case above again with the backend in RLP_MATMUL_BF16, on the real
@@ -405,6 +410,21 @@ static void gemm_bf16_rounds_to_nearest_even(void **state)
                          forced ? "emulated" : "oneDNN", in[i][0], rlpi_f32_to_bits(c[i]),
                          rlpi_f32_to_bits(rlpi_f32_round_bf16(a[i])), in[i][1]);
         }
+    }
+    /* few rows (cpu.c rounds op(B) chunk by chunk, 16 lanes at a time):
+     * C (1, n) = [1] · A as a (1, n) B, bit for bit */
+    rlpi_gemm r = {.m = 1, .n = N, .k = 1, .alpha = 1, .beta = 0, .batch = 1,
+                   .a = {B, 0, 1, 0}, .b = {A, 0, N, 0}, .c = {C, 0, N, 0}};
+    be->matmul = RLP_MATMUL_BF16;
+    int rc = rlpi_gemm_f32(be, &r);
+    be->matmul = RLP_MATMUL_FP32;
+    assert_int_equal(rc, RLP_OK);
+    assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
+    for (int i = 0; i < N; i++) {
+        float want = fb(in[i][1]);
+        if (!(isnan(want) ? isnan(c[i]) : c[i] == want))
+            fail_msg("bf16 (few rows) rounding of 0x%08x: got 0x%08x, want 0x%08x", in[i][0], rlpi_f32_to_bits(c[i]),
+                     in[i][1]);
     }
     rlpi_buffer_free(A);
     rlpi_buffer_free(B);
