@@ -234,8 +234,14 @@ static int gemm_bf16_emulated(rlpi_backend *be, const rlpi_gemm *g)
  * gemm_bf16_few_rows: rounding all of B first (the emulation) or converting
  * it for oneDNN costs more than the product itself there (SmolLM2's head at
  * m = 1: 180-280 ms against 10-14 ms in fp32), and oneDNN's kernels only
- * beat SGEMM from about 8 rows up (docs/PERFORMANCE.md). */
+ * beat SGEMM from about 8 rows up. A B of more than BF16_BIG_B elements
+ * (the vocabulary head: 28 M) does not fit in cache as a bf16 copy either:
+ * converting it streams memory three more times (write, oneDNN's repacking
+ * read and write), which only pays from ~64 rows (measured: head at m = 32,
+ * 125 ms streamed against 160 ms through oneDNN; fp32 110 ms). */
 #define BF16_FEW_ROWS 8
+#define BF16_FEW_ROWS_BIG_B 64
+#define BF16_BIG_B (4.0 * 1024 * 1024)
 /* columns of C per task, and per rounded chunk of op(B) (64 × k floats:
  * 147 KiB at k = 576, in L2 while the product reads it) */
 #define BF16_FEW_TASK_COLS 512
@@ -333,7 +339,8 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
 {
     if (g->k == 0) /* no products: C = beta·C, as in fp32 */
         return gemm_fp32(be, g);
-    if (g->m < BF16_FEW_ROWS)
+    if (g->m < BF16_FEW_ROWS ||
+        (g->m < BF16_FEW_ROWS_BIG_B && (double)g->n * (double)g->k > BF16_BIG_B))
         return gemm_bf16_few_rows(be, g);
     cpu_state *st = be->impl;
     int rc = rlpi_cpu_bf16_gemm(st->pool, g);
