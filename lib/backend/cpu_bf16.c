@@ -13,6 +13,12 @@
  * would flush denormals), so this path and the emulation in cpu.c multiply
  * the same operands and differ only in the order of the fp32 sums.
  *
+ * Blocks: each pool tile converts op(B) (and the matching part of A) a
+ * block of ≤ 1 MiB of bf16 at a time and multiplies it at once, so the
+ * copies stay in cache and a big operand is read from memory once, as by
+ * SGEMM; converting whole operands first cost the head's train-step GEMMs
+ * (B = the 49,152 × 576 embedding, 64-row chunks) a 113 MB conversion each.
+ *
  * Threads: oneDNN's CPU runtime here is OpenMP. Every primitive is created
  * and run with the calling thread's OpenMP team size set to 1 (saved and
  * restored around our calls), and the tiles are spread over our own pool:
@@ -198,64 +204,31 @@ void rlpi_cpu_bf16_convert(uint16_t *dst, const float *src, int64_t n)
         dst[i] = rlpi_f32_to_bf16(src[i]);
 }
 
-typedef struct convert_job {
-    const float *src; /* item 0, row 0 */
-    int64_t ld, stride, rows, cols;
-    uint16_t *dst;    /* (items, rows, cols) packed */
-} convert_job;
-
-static void convert_range(void *p, int64_t begin, int64_t end, int tid)
-{
-    (void)tid;
-    const convert_job *j = p;
-    for (int64_t x = begin; x < end; x++) {
-        int64_t item = x / j->rows, r = x % j->rows;
-        to_bf16_row(j->dst + x * j->cols, j->src + item * j->stride + r * j->ld, j->cols);
-    }
-}
-
-/* Operand x, (rows, cols) as stored, rounded into a new packed bf16 array
- * (items × rows × cols; one item when x is broadcast). */
-static int convert_operand(rlpi_threadpool *pool, const rlpi_matrix *x, int64_t rows, int64_t cols, int64_t batch,
-                           uint16_t **out)
-{
-    int64_t items = x->stride == 0 ? 1 : batch;
-    size_t n = (size_t)items * (size_t)rows * (size_t)cols; /* within the operand's buffer: checked by the wrapper */
-    uint16_t *dst = aligned_alloc(64, (n * sizeof *dst + 63) / 64 * 64 + 64);
-    if (!dst)
-        return rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate %zu bytes of bf16 operands",
-                              n * sizeof *dst);
-    convert_job j = {.src = (const float *)x->buf->data + x->offset, .ld = x->ld, .stride = x->stride,
-                     .rows = rows, .cols = cols, .dst = dst};
-    /* rows of ≥ 4096 elements per range: below that the hand-off costs more */
-    int64_t min_rows = cols >= 4096 ? 1 : 4096 / (cols ? cols : 1);
-    rlpi_threadpool_parallel_for(pool, items * rows, min_rows, convert_range, &j);
-    *out = dst;
-    return RLP_OK;
-}
-
 /* ---- primitives ------------------------------------------------------- */
 
-/* A matmul of one tile shape: (m, k) × (k, n) → (m, n), operands as strided
- * views (transposes are strides), alpha as output scale, beta as a sum
- * post-op (none when 0: C is not read). */
-typedef struct tile_prim {
+/* A matmul of one block shape: (m, k) × (k, n) → (m, n) on packed bf16
+ * blocks kept in their stored layout (transposes are strides), C strided by
+ * its ld; alpha as output scale, beta as a sum post-op (none when 0: C is
+ * not read). */
+typedef struct block_prim {
+    int64_t m, n, k;
+    float beta;
     dnnl_primitive_t prim;
     dnnl_memory_desc_t a_md, b_md, c_md, scratch_md;
-} tile_prim;
+} block_prim;
 
-static int prim_create(tile_prim *t, const rlpi_gemm *g, int64_t m, int64_t n)
+static int prim_create(block_prim *t, const rlpi_gemm *g, int64_t m, int64_t n, int64_t k, float beta)
 {
-    dnnl_dims_t ad = {m, g->k}, bd = {g->k, n}, cd = {m, n};
-    /* packed bf16 copies: A stored (m, k) or (k, m); B (k, n) or (n, k) */
-    dnnl_dims_t as = {g->trans_a ? 1 : g->k, g->trans_a ? g->m : 1};
-    dnnl_dims_t bs = {g->trans_b ? 1 : g->n, g->trans_b ? g->k : 1};
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    dnnl_dims_t as = {g->trans_a ? 1 : k, g->trans_a ? m : 1}; /* A block stored (m, k) or (k, m) */
+    dnnl_dims_t bs = {g->trans_b ? 1 : n, g->trans_b ? k : 1}; /* B block stored (k, n) or (n, k) */
     dnnl_dims_t cs = {g->c.ld, 1};
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_matmul_desc_t md;
     memset(t, 0, sizeof *t);
+    t->m = m, t->n = n, t->k = k, t->beta = beta;
     dnnl_status_t s;
     if ((s = dnnl_memory_desc_init_by_strides(&t->a_md, 2, ad, dnnl_bf16, as)) != dnnl_success ||
         (s = dnnl_memory_desc_init_by_strides(&t->b_md, 2, bd, dnnl_bf16, bs)) != dnnl_success ||
@@ -266,9 +239,8 @@ static int prim_create(tile_prim *t, const rlpi_gemm *g, int64_t m, int64_t n)
         goto done;
     if (g->alpha != 1.0f && (s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha)) != dnnl_success)
         goto done;
-    if (g->beta != 0.0f) {
-        if ((s = dnnl_post_ops_create(&ops)) != dnnl_success ||
-            (s = dnnl_post_ops_append_sum(ops, g->beta)) != dnnl_success ||
+    if (beta != 0.0f) {
+        if ((s = dnnl_post_ops_create(&ops)) != dnnl_success || (s = dnnl_post_ops_append_sum(ops, beta)) != dnnl_success ||
             (s = dnnl_primitive_attr_set_post_ops(attr, ops)) != dnnl_success)
             goto done;
     }
@@ -289,20 +261,50 @@ done:
         t->prim = NULL;
         return rlpi_error_set(s == dnnl_unimplemented ? RLP_E_UNSUPPORTED : RLP_E_BACKEND,
                               "gemm (bf16): oneDNN matmul %lldx%lldx%lld (trans %d%d): status %d", (long long)m,
-                              (long long)n, (long long)g->k, g->trans_a, g->trans_b, (int)s);
+                              (long long)n, (long long)k, g->trans_a, g->trans_b, (int)s);
     }
     return RLP_OK;
 }
 
+static void prim_free(block_prim *t)
+{
+    if (t->prim)
+        dnnl_primitive_destroy(t->prim);
+    t->prim = NULL;
+}
+
+/* ---- tiles and blocks ------------------------------------------------- */
+
+/* The pool's split of C, as gemm_fp32 in cpu.c: along M when op(B) is the
+ * smaller operand, else along N, in multiples of 32 rows/columns; small
+ * products on the caller alone. */
+#define BF16_SPLIT_MIN_MACS (1 << 18)
+#define BF16_TILE_ALIGN 32
+/* Within a tile, op(B) is converted a block at a time, at most this many
+ * bytes of bf16 (half of a 2 MiB L2), and multiplied right away: the copy
+ * is written and read back in cache, so a large B (the 49,152 × 576 head)
+ * costs one read from memory as in fp32 instead of a conversion pass plus
+ * oneDNN reading the copy again. Whole K is kept when ≥ 128 columns fit;
+ * otherwise K is cut too and later blocks accumulate into C (beta 1). */
+#define BF16_BLOCK_BYTES (1 << 20)
+
 typedef struct bf16_tiles {
     const rlpi_gemm *g;
-    const uint16_t *a, *b; /* packed bf16 operands */
-    int64_t a_stride, b_stride; /* elements between items (0 = broadcast) */
     int64_t parts, step;
     int split_m;
-    tile_prim full, last; /* tiles of `step` rows/columns, and the ragged last one */
-    int failed;           /* a dnnl status != success, set by any task */
+    int64_t nb, kb;       /* block of op(B): kb × nb */
+    int failed;           /* an RLP_E_* of any task */
 } bf16_tiles;
+
+/* rows [r0, r0+rows) × cols [c0, c0+cols) of stored matrix x (batch item
+ * i), rounded into dst packed (ld = cols) */
+static void convert_block(uint16_t *dst, const rlpi_matrix *x, int64_t i, int64_t r0, int64_t rows, int64_t c0,
+                          int64_t cols)
+{
+    const float *src = (const float *)x->buf->data + x->offset + i * x->stride + r0 * x->ld + c0;
+    for (int64_t r = 0; r < rows; r++)
+        to_bf16_row(dst + r * cols, src + r * x->ld, cols);
+}
 
 static void run_tile(void *p, int64_t task, int tid)
 {
@@ -314,49 +316,80 @@ static void run_tile(void *p, int64_t task, int tid)
     int64_t lo = part * t->step, hi = lo + t->step < extent ? lo + t->step : extent;
     if (lo >= hi)
         return;
-    tile_prim *tp = hi - lo == t->step ? &t->full : &t->last;
-    int64_t r0 = t->split_m ? lo : 0, c0 = t->split_m ? 0 : lo;
-    const uint16_t *a = t->a + i * t->a_stride + (g->trans_a ? r0 : r0 * g->k);
-    const uint16_t *b = t->b + i * t->b_stride + (g->trans_b ? c0 * g->k : c0);
-    float *c = (float *)g->c.buf->data + g->c.offset + i * g->c.stride + r0 * g->c.ld + c0;
-
-    int saved = omp_single_begin();
-    size_t scratch_bytes = dnnl_memory_desc_get_size(&tp->scratch_md);
-    void *scratch = scratch_bytes ? aligned_alloc(64, (scratch_bytes + 63) / 64 * 64) : NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int64_t r0 = t->split_m ? lo : 0, rows = t->split_m ? hi - lo : g->m;
+    int64_t c0 = t->split_m ? 0 : lo, c1 = t->split_m ? g->n : hi;
+    int64_t nb = t->nb < c1 - c0 ? t->nb : c1 - c0, kb = t->kb;
+    uint16_t *ab = malloc((size_t)(rows * kb) * sizeof *ab + 64);
+    uint16_t *bb = malloc((size_t)(kb * nb) * sizeof *bb + 64);
+    void *scratch = NULL;
+    size_t scratch_cap = 0;
+    block_prim bp = {0};
     dnnl_stream_t stream = NULL;
-    dnnl_status_t s = scratch_bytes && !scratch ? dnnl_out_of_memory : dnnl_success;
-    if (s == dnnl_success &&
-        ((s = dnnl_memory_create(&ma, &tp->a_md, engine, (void *)a)) != dnnl_success ||
-         (s = dnnl_memory_create(&mb, &tp->b_md, engine, (void *)b)) != dnnl_success ||
-         (s = dnnl_memory_create(&mc, &tp->c_md, engine, c)) != dnnl_success ||
-         (s = dnnl_memory_create(&ms, &tp->scratch_md, engine, scratch)) != dnnl_success ||
-         (s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags)) != dnnl_success)) {
-        /* falls through to clean-up */
-    }
-    if (s == dnnl_success) {
-        dnnl_exec_arg_t args[4] = {
-            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-        if ((s = dnnl_primitive_execute(tp->prim, stream, 4, args)) == dnnl_success)
-            s = dnnl_stream_wait(stream);
+    int saved = omp_single_begin();
+    int rc = ab && bb ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate bf16 blocks");
+    if (rc == RLP_OK && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
+        rc = rlpi_error_set(RLP_E_BACKEND, "gemm (bf16): oneDNN stream");
+    for (int64_t cc = c0; rc == RLP_OK && cc < c1; cc += nb) {
+        int64_t nw = c1 - cc < nb ? c1 - cc : nb;
+        for (int64_t kk = 0; rc == RLP_OK && kk < g->k; kk += kb) {
+            int64_t kw = g->k - kk < kb ? g->k - kk : kb;
+            /* A's rows r0.. and columns kk.. of op(A); B's kk.. × cc.. of op(B), in stored layout */
+            if (g->trans_a)
+                convert_block(ab, &g->a, i, kk, kw, r0, rows);
+            else
+                convert_block(ab, &g->a, i, r0, rows, kk, kw);
+            if (g->trans_b)
+                convert_block(bb, &g->b, i, cc, nw, kk, kw);
+            else
+                convert_block(bb, &g->b, i, kk, kw, cc, nw);
+            float beta = kk == 0 ? g->beta : 1.0f;
+            if (!bp.prim || bp.m != rows || bp.n != nw || bp.k != kw || bp.beta != beta) {
+                prim_free(&bp);
+                if ((rc = prim_create(&bp, g, rows, nw, kw, beta)) != RLP_OK)
+                    break;
+            }
+            size_t need = dnnl_memory_desc_get_size(&bp.scratch_md);
+            if (need > scratch_cap) {
+                free(scratch);
+                scratch_cap = (need + 63) / 64 * 64;
+                scratch = aligned_alloc(64, scratch_cap);
+                if (!scratch) {
+                    scratch_cap = 0;
+                    rc = rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate oneDNN scratchpad");
+                    break;
+                }
+            }
+            float *c = (float *)g->c.buf->data + g->c.offset + i * g->c.stride + r0 * g->c.ld + cc;
+            dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+            dnnl_status_t s;
+            if ((s = dnnl_memory_create(&ma, &bp.a_md, engine, ab)) == dnnl_success &&
+                (s = dnnl_memory_create(&mb, &bp.b_md, engine, bb)) == dnnl_success &&
+                (s = dnnl_memory_create(&mc, &bp.c_md, engine, c)) == dnnl_success &&
+                (s = dnnl_memory_create(&ms, &bp.scratch_md, engine, scratch)) == dnnl_success) {
+                dnnl_exec_arg_t args[4] = {
+                    {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+                if ((s = dnnl_primitive_execute(bp.prim, stream, 4, args)) == dnnl_success)
+                    s = dnnl_stream_wait(stream);
+            }
+            dnnl_memory_destroy(ma); /* NULL is fine */
+            dnnl_memory_destroy(mb);
+            dnnl_memory_destroy(mc);
+            dnnl_memory_destroy(ms);
+            if (s != dnnl_success)
+                rc = rlpi_error_set(RLP_E_BACKEND, "gemm (bf16): oneDNN matmul %lldx%lldx%lld failed: status %d",
+                                    (long long)rows, (long long)nw, (long long)kw, (int)s);
+        }
     }
     if (stream)
         dnnl_stream_destroy(stream);
-    dnnl_memory_destroy(ma); /* NULL is fine */
-    dnnl_memory_destroy(mb);
-    dnnl_memory_destroy(mc);
-    dnnl_memory_destroy(ms);
-    free(scratch);
+    prim_free(&bp);
     omp_single_end(saved);
-    if (s != dnnl_success)
-        __atomic_store_n(&t->failed, (int)s, __ATOMIC_RELAXED);
+    free(scratch);
+    free(ab);
+    free(bb);
+    if (rc != RLP_OK)
+        __atomic_store_n(&t->failed, rc, __ATOMIC_RELAXED);
 }
-
-/* The pool's split of C, as gemm_fp32 in cpu.c: along M when op(B) is the
- * smaller operand, else along N, in multiples of 32 rows/columns; small
- * products on the caller alone. */
-#define BF16_SPLIT_MIN_MACS (1 << 18)
-#define BF16_TILE_ALIGN 32
 
 int rlpi_cpu_bf16_gemm(rlpi_threadpool *pool, const rlpi_gemm *g)
 {
@@ -377,44 +410,41 @@ int rlpi_cpu_bf16_gemm(rlpi_threadpool *pool, const rlpi_gemm *g)
         t.step = step;
         t.parts = (extent + step - 1) / step;
     }
-    int64_t extent = t.split_m ? g->m : g->n;
-    int64_t last = extent - (t.parts - 1) * t.step;
-
-    /* primitives first: a shape oneDNN cannot do fails before C is touched */
-    int saved = omp_single_begin();
-    int rc = prim_create(&t.full, g, t.split_m ? t.step : g->m, t.split_m ? g->n : t.step);
-    if (rc == RLP_OK && last != t.step)
-        rc = prim_create(&t.last, g, t.split_m ? last : g->m, t.split_m ? g->n : last);
-    omp_single_end(saved);
-
-    uint16_t *a = NULL, *b = NULL;
-    if (rc == RLP_OK)
-        rc = convert_operand(pool, &g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->batch, &a);
-    if (rc == RLP_OK)
-        rc = convert_operand(pool, &g->b, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->batch, &b);
-    if (rc == RLP_OK) {
-        t.a = a;
-        t.b = b;
-        t.a_stride = g->a.stride == 0 ? 0 : g->m * g->k;
-        t.b_stride = g->b.stride == 0 ? 0 : g->k * g->n;
-        int64_t tasks = g->batch * t.parts;
-        if (tasks == 1 || macs * (double)g->batch < BF16_SPLIT_MIN_MACS) {
-            for (int64_t x = 0; x < tasks; x++)
-                run_tile(&t, x, 0);
-        } else {
-            rlpi_threadpool_run_tasks(pool, tasks, run_tile, &t);
-        }
-        if (t.failed)
-            rc = rlpi_error_set(RLP_E_BACKEND, "gemm (bf16): oneDNN matmul %lldx%lldx%lld failed: status %d",
-                                (long long)g->m, (long long)g->n, (long long)g->k, t.failed);
+    /* blocks of op(B): whole K and as many columns as fit, else 512 × kb */
+    int64_t tile_cols = t.split_m ? g->n : t.step;
+    int64_t fit = BF16_BLOCK_BYTES / (2 * g->k);
+    if (fit >= tile_cols) {
+        t.nb = tile_cols, t.kb = g->k;
+    } else if (fit >= 128) {
+        t.nb = fit / BF16_TILE_ALIGN * BF16_TILE_ALIGN, t.kb = g->k;
+    } else {
+        t.nb = tile_cols < 512 ? tile_cols : 512;
+        t.kb = BF16_BLOCK_BYTES / (2 * t.nb) / 64 * 64;
+        t.kb = t.kb < 64 ? 64 : t.kb;
     }
-    free(a);
-    free(b);
-    if (t.full.prim)
-        dnnl_primitive_destroy(t.full.prim);
-    if (t.last.prim)
-        dnnl_primitive_destroy(t.last.prim);
-    return rc;
+
+    /* one primitive first: a shape oneDNN has no kernel for fails before C
+     * is touched (the caller falls back); the tasks' own hit its cache */
+    int saved = omp_single_begin();
+    block_prim probe;
+    int64_t first_rows = t.split_m ? (t.step < g->m ? t.step : g->m) : g->m;
+    int rc = prim_create(&probe, g, first_rows, t.nb < g->n ? t.nb : g->n, t.kb < g->k ? t.kb : g->k, g->beta);
+    prim_free(&probe);
+    omp_single_end(saved);
+    if (rc != RLP_OK)
+        return rc;
+    int64_t tasks = g->batch * t.parts;
+    if (tasks == 1 || macs * (double)g->batch < BF16_SPLIT_MIN_MACS) {
+        for (int64_t x = 0; x < tasks; x++)
+            run_tile(&t, x, 0);
+    } else {
+        rlpi_threadpool_run_tasks(pool, tasks, run_tile, &t);
+    }
+    if (t.failed) /* the message is the failing thread's; say it here too */
+        return rlpi_error_set(t.failed == RLP_E_NOMEM ? RLP_E_NOMEM : RLP_E_BACKEND,
+                              "gemm (bf16): %lldx%lldx%lld failed in a tile (%s)", (long long)g->m, (long long)g->n,
+                              (long long)g->k, rlp_status_str(t.failed));
+    return RLP_OK;
 }
 
 #else /* no oneDNN, or not x86-64: RLP_MATMUL_BF16 stays emulated */

@@ -282,7 +282,8 @@ static void bf16_product(const rlpi_gemm *g0, const float *c0, size_t nc, int fo
 
 /* The oneDNN path against the emulated one on shapes of the SmolLM2 train
  * step (hidden 576, kv 192, mlp 1536; forward x·Wᵀ, backward dY·W and
- * dYᵀ·X accumulated with beta 1), cut to fit a fast test: within
+ * dYᵀ·X accumulated with beta 1), cut to fit a fast test, and operands
+ * large enough to be converted block by block: within
  * 2·k·u·Σ|a_r·b_r| (see the top). The largest difference seen is printed. */
 static void gemm_bf16_real_matches_emulated(void **state)
 {
@@ -298,6 +299,11 @@ static void gemm_bf16_real_matches_emulated(void **state)
         {256, 1536, 576, 0, 0, 1.0f}, /* dX = dY·W, accumulated */
         {576, 192, 256, 1, 0, 1.0f},  /* dW = dYᵀ·X, accumulated */
         {77, 333, 129, 1, 1, 0.5f},   /* ragged, both transposed */
+        /* op(B) over 1 MiB of bf16 (cpu_bf16.c converts it block by block):
+         * cut along N; along N and K (later K blocks accumulate into C) */
+        {40, 1100, 2000, 0, 1, 0.0f},  /* tiles of 576 columns in blocks of 256 */
+        {20, 300, 12000, 0, 0, 1.0f},  /* tiles of 160 columns, K in blocks of 3264 */
+        {20, 300, 12000, 1, 1, 0.5f},
     };
     rlpi_rng rng;
     rlpi_rng_seed(&rng, 99, 0);
