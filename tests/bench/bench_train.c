@@ -26,7 +26,8 @@
  * differences bf16 makes: the largest |Δ logprob| of the first forward, the
  * relative |Δ loss| and |Δ grad norm| of the first train step (same
  * weights), and the relative |Δ loss| after the timed steps (the weights
- * have drifted apart by then). RLPOST_PEAK_TFLOPS gives the GPU's
+ * have drifted apart by then). RLPOST_BENCH_TORCH=0 skips the PyTorch
+ * baseline. RLPOST_PEAK_TFLOPS gives the GPU's
  * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
  * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
  * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
@@ -329,7 +330,16 @@ int main(int argc, char **argv)
            (double)ms.activations / 1048576.0, (double)(peak_rss_kib() - rss0) / 1024.0);
     rlp_policy_free(frozen);
 
-    /* the same step in PyTorch, same threads, same run */
+    /* the same step in PyTorch, same threads, same run (RLPOST_BENCH_TORCH=0
+     * skips it: on a loaded machine PyTorch's spinning threads make it take
+     * many minutes) */
+    if (getenv("RLPOST_BENCH_TORCH") && !strcmp(getenv("RLPOST_BENCH_TORCH"), "0")) {
+        printf("  PyTorch baseline skipped (RLPOST_BENCH_TORCH=0)\n");
+        free(tok);
+        free(lp);
+        rlp_context_free(ctx);
+        return 0;
+    }
     char cmd[512];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/bench/torch_train_step.py %d %d %d %d %d 2>/dev/null",
              getenv("RLPOST_SOURCE_ROOT") ? getenv("RLPOST_SOURCE_ROOT") : ".", threads, n_seq, seq_len, n_prompt, reps);
