@@ -96,7 +96,7 @@ typedef enum rlp_matmul_precision {
      *  cores. CPU with AMX-BF16 or AVX512-BF16 and a build with oneDNN
      *  (libdnnl): the operands are rounded the same way into bf16 copies
      *  and multiplied by oneDNN's bf16 matmul (fp32 accumulation), about
-     *  3–4.5× the fp32 GEMM rate (docs/PERFORMANCE.md); bf16 subnormal
+     *  2.5–4.5× the fp32 GEMM rate (docs/PERFORMANCE.md); bf16 subnormal
      *  operands count as zero there (the instructions' DAZ). Elsewhere
      *  (or with RLPOST_CPU_BF16=0 in the environment) an emulation: the
      *  same rounding, then the fp32 GEMM, slightly slower than fp32. bf16 ×
