@@ -93,10 +93,15 @@ typedef enum rlp_matmul_precision {
     /** Both operands rounded to bfloat16 (round to nearest even; NaN and
      *  ±Inf kept), products accumulated in fp32, the output written in fp32.
      *  CUDA: a conversion kernel, then cublasGemmStridedBatchedEx on tensor
-     *  cores. CPU: the same rounding into scratch, then the fp32 GEMM; a
-     *  reference emulation for studying bf16 effects (bf16 × bf16 products
-     *  are exact in fp32, so it differs from CUDA only by summation order),
-     *  slightly slower than fp32 on the CPU, not faster. */
+     *  cores. CPU with AMX-BF16 or AVX512-BF16 and a build with oneDNN
+     *  (libdnnl): the operands are rounded the same way into bf16 copies
+     *  and multiplied by oneDNN's bf16 matmul (fp32 accumulation), about
+     *  2.5–4.5× the fp32 GEMM rate (docs/PERFORMANCE.md); bf16 subnormal
+     *  operands count as zero there (the instructions' DAZ). Elsewhere
+     *  (or with RLPOST_CPU_BF16=0 in the environment) an emulation: the
+     *  same rounding, then the fp32 GEMM, slightly slower than fp32. bf16 ×
+     *  bf16 products are exact in fp32, so all of these differ only by
+     *  summation order; rlp_context_device_name() says which runs. */
     RLP_MATMUL_BF16 = 2
 } rlp_matmul_precision;
 

@@ -2,6 +2,7 @@
  * and keeps the seed and log sink that every handle made from it inherits.
  * Must not hold model or algorithm state. */
 #include "backend/context.h"
+#include "backend/cpu_bf16.h"
 
 #include "core/error.h"
 
@@ -111,8 +112,12 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
     ctx->backend->matmul = matmul;
     if (matmul != RLP_MATMUL_FP32) {
         size_t len = strlen(ctx->backend->description);
-        snprintf(ctx->backend->description + len, sizeof ctx->backend->description - len, ", %s GEMMs",
-                 matmul == RLP_MATMUL_BF16 ? "bf16" : "tf32");
+        /* on the CPU, say whether bf16 is real (oneDNN, AMX/AVX512-BF16) or emulated */
+        snprintf(ctx->backend->description + len, sizeof ctx->backend->description - len, ", %s GEMMs%s%s%s",
+                 matmul == RLP_MATMUL_BF16 ? "bf16" : "tf32",
+                 matmul == RLP_MATMUL_BF16 && ctx->kind == RLP_BACKEND_CPU ? " (" : "",
+                 matmul == RLP_MATMUL_BF16 && ctx->kind == RLP_BACKEND_CPU ? rlpi_cpu_bf16_path() : "",
+                 matmul == RLP_MATMUL_BF16 && ctx->kind == RLP_BACKEND_CPU ? ")" : "");
     }
     rlpi_log(&ctx->log, RLP_LOG_INFO, "context on %s", ctx->backend->description);
     /* once per process: every context shares the one OpenBLAS */

@@ -3,6 +3,7 @@
  * logprob head, AdamW) live in their own cpu_*.c files and are wired into
  * the ops table here. */
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 
 #include "core/error.h"
@@ -216,16 +217,16 @@ static int round_operand(rlpi_backend *be, const rlpi_matrix *x, int64_t rows, i
     return RLP_OK;
 }
 
-/* RLP_MATMUL_BF16 as a reference emulation: both operands rounded to bf16
- * exactly as the CUDA conversion kernel does, then the fp32 GEMM. A bf16 ×
- * bf16 product (8-bit significands) is exact in fp32, so this differs from
- * cuBLAS's bf16 GEMM only in the order of the fp32 sums. The rounded copies
- * are allocated per call (no state shared between the threads that may
- * drive one backend); this mode is for studying bf16, not for speed. */
-static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
+/* RLP_MATMUL_BF16 as an emulation: both operands rounded to bf16 exactly
+ * as the CUDA conversion kernel does, then the fp32 GEMM. A bf16 × bf16
+ * product (8-bit significands) is exact in fp32, so this differs from
+ * cuBLAS's bf16 GEMM and from the oneDNN path (cpu_bf16.c) only in the
+ * order of the fp32 sums. The rounded copies are allocated per call (no
+ * state shared between the threads that may drive one backend). The
+ * fallback where the CPU lacks AVX512-BF16/AMX or oneDNN is missing, and
+ * the reference the real path is tested against; slower than fp32. */
+static int gemm_bf16_emulated(rlpi_backend *be, const rlpi_gemm *g)
 {
-    if (g->k == 0) /* no products: C = beta·C, as in fp32 */
-        return gemm_fp32(be, g);
     rlpi_buffer va, vb;
     rlpi_gemm r = *g;
     int rc = round_operand(be, &g->a, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->batch, &va, &r.a);
@@ -238,6 +239,125 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
     }
     free(va.data);
     return rc;
+}
+
+/* Products of fewer rows than this (decode steps of a few sequences) take
+ * gemm_bf16_few_rows: rounding all of B first (the emulation) or converting
+ * it for oneDNN costs more than the product itself there (SmolLM2's head at
+ * m = 1: 180-280 ms against 10-14 ms in fp32), and oneDNN's kernels only
+ * beat SGEMM from about 8 rows up. A B of more than BF16_BIG_B elements
+ * (the vocabulary head: 28 M) does not fit in cache as a bf16 copy either:
+ * converting it streams memory three more times (write, oneDNN's repacking
+ * read and write), which only pays from ~64 rows (measured: head at m = 32,
+ * 125 ms streamed against 160 ms through oneDNN; fp32 110 ms). */
+#define BF16_FEW_ROWS 8
+#define BF16_FEW_ROWS_BIG_B 64
+#define BF16_BIG_B (4.0 * 1024 * 1024)
+/* columns of C per task, and per rounded chunk of op(B) (64 × k floats:
+ * 147 KiB at k = 576, in L2 while the product reads it) */
+#define BF16_FEW_TASK_COLS 512
+#define BF16_FEW_CHUNK 64
+
+typedef struct few_rows {
+    const rlpi_gemm *g;
+    const float *a;   /* A rounded, packed as stored: (items, rows, cols) */
+    int64_t a_item;   /* floats per item of a (0 = broadcast) */
+    int64_t tasks_per_item;
+    int failed;       /* a chunk buffer could not be allocated */
+} few_rows;
+
+static void few_rows_task(void *p, int64_t task, int tid)
+{
+    (void)tid;
+    few_rows *f = p;
+    const rlpi_gemm *g = f->g;
+    int64_t i = task / f->tasks_per_item;
+    int64_t lo = (task % f->tasks_per_item) * BF16_FEW_TASK_COLS;
+    int64_t hi = lo + BF16_FEW_TASK_COLS < g->n ? lo + BF16_FEW_TASK_COLS : g->n;
+    float *blk = malloc((size_t)BF16_FEW_CHUNK * (size_t)g->k * sizeof *blk);
+    if (!blk) {
+        __atomic_store_n(&f->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const float *b = (const float *)g->b.buf->data + g->b.offset + i * g->b.stride;
+    const float *a = f->a + i * f->a_item;
+    float *c = (float *)g->c.buf->data + g->c.offset + i * g->c.stride;
+    blasint lda = (blasint)(g->trans_a ? g->m : g->k);
+    for (int64_t c0 = lo; c0 < hi; c0 += BF16_FEW_CHUNK) {
+        int64_t w = hi - c0 < BF16_FEW_CHUNK ? hi - c0 : BF16_FEW_CHUNK;
+        /* op(B)'s columns c0..c0+w rounded: rows of B (trans_b: (w, k)) or a
+         * (k, w) block of it */
+        if (g->trans_b)
+            for (int64_t r = 0; r < w; r++)
+                rlpi_cpu_round_bf16_row(blk + r * g->k, b + (c0 + r) * g->b.ld, g->k);
+        else
+            for (int64_t r = 0; r < g->k; r++)
+                rlpi_cpu_round_bf16_row(blk + r * w, b + r * g->b.ld + c0, w);
+        float *cc = c + c0;
+        if (g->m == 1) {
+            /* sgemv streams the chunk once; BLAS scaling by beta = 0 need not
+             * clear a NaN in C */
+            if (g->beta == 0.0f)
+                memset(cc, 0, (size_t)w * sizeof *cc);
+            if (g->trans_b)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)w, (blasint)g->k, g->alpha, blk, (blasint)g->k, a,
+                            1, g->beta, cc, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)g->k, (blasint)w, g->alpha, blk, (blasint)w, a, 1,
+                            g->beta, cc, 1);
+        } else {
+            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                        g->trans_b ? CblasTrans : CblasNoTrans, (blasint)g->m, (blasint)w, (blasint)g->k, g->alpha,
+                        a, lda, blk, (blasint)(g->trans_b ? g->k : w), g->beta, cc, (blasint)g->c.ld);
+        }
+    }
+    free(blk);
+}
+
+/* RLP_MATMUL_BF16 with m < BF16_FEW_ROWS: A rounded once (small), op(B)
+ * rounded chunk by chunk into a per-task buffer just before SGEMM/SGEMV
+ * reads it, so B is read from memory once, as in fp32. Same operands and
+ * fp32 sums as the emulation; the tasks split C's columns over the pool. */
+static int gemm_bf16_few_rows(rlpi_backend *be, const rlpi_gemm *g)
+{
+    cpu_state *st = be->impl;
+    int64_t rows = g->trans_a ? g->k : g->m, cols = g->trans_a ? g->m : g->k;
+    int64_t items = g->a.stride == 0 ? 1 : g->batch;
+    float *a = malloc((size_t)(items * rows * cols) * sizeof *a + sizeof *a);
+    if (!a)
+        return rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate rounded A");
+    for (int64_t it = 0; it < items; it++)
+        for (int64_t r = 0; r < rows; r++)
+            rlpi_cpu_round_bf16_row(a + (it * rows + r) * cols,
+                                    (const float *)g->a.buf->data + g->a.offset + it * g->a.stride + r * g->a.ld,
+                                    cols);
+    few_rows f = {.g = g, .a = a, .a_item = g->a.stride == 0 ? 0 : rows * cols,
+                  .tasks_per_item = (g->n + BF16_FEW_TASK_COLS - 1) / BF16_FEW_TASK_COLS};
+    int64_t tasks = g->batch * f.tasks_per_item;
+    double macs = (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
+    if (tasks == 1 || macs < GEMM_SPLIT_MIN_MACS)
+        for (int64_t t = 0; t < tasks; t++)
+            few_rows_task(&f, t, 0);
+    else
+        rlpi_threadpool_run_tasks(st->pool, tasks, few_rows_task, &f);
+    free(a);
+    if (f.failed)
+        return rlpi_error_set(RLP_E_NOMEM, "gemm (bf16): cannot allocate a rounded chunk of B");
+    return RLP_OK;
+}
+
+static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
+{
+    if (g->k == 0) /* no products: C = beta·C, as in fp32 */
+        return gemm_fp32(be, g);
+    if (g->m < BF16_FEW_ROWS ||
+        (g->m < BF16_FEW_ROWS_BIG_B && (double)g->n * (double)g->k > BF16_BIG_B))
+        return gemm_bf16_few_rows(be, g);
+    cpu_state *st = be->impl;
+    int rc = rlpi_cpu_bf16_gemm(st->pool, g);
+    /* unsupported (no instructions, no oneDNN, a shape it has no kernel
+     * for) leaves C untouched: same operands, emulated */
+    return rc == RLP_E_UNSUPPORTED ? gemm_bf16_emulated(be, g) : rc;
 }
 
 static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)

@@ -2,9 +2,15 @@
  * job (SmolLM2-135M: d=576, ffn=1536, 9 heads of 64, a 8192-row vocabulary
  * chunk), forward and both backward GEMMs, as GFLOP/s and as a ratio to the
  * single-core fp32 FMA peak measured in the same run by a register-blocked
- * FMA loop. Usage: bench_gemm [threads] [tokens]. */
+ * FMA loop. Each shape also runs with the backend in RLP_MATMUL_BF16 (the
+ * oneDNN AMX/AVX512-BF16 path where there is one, else the emulation: the
+ * header line says which), with the bf16/fp32 ratio, and the share of a
+ * bf16 product that converting its weight operand (B) to bf16 costs — the
+ * part a cached bf16 copy of the weights would save.
+ * Usage: bench_gemm [threads] [tokens]. */
 #include "../../examples/blas_kernels.h"
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -116,8 +122,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\n", rlp_error_last());
             return 1;
         }
-        printf("\n%s, T=%lld tokens\n", be->description, (long long)T);
-        printf("%-40s %10s %12s %10s\n", "shape", "GFLOP/s", "vs 1-core pk", "per core");
+        printf("\n%s, T=%lld tokens; bf16 path: %s\n", be->description, (long long)T, rlpi_cpu_bf16_path());
+        printf("%-40s %10s %12s %10s %10s %9s %9s\n", "shape", "GFLOP/s", "vs 1-core pk", "per core", "bf16 GF/s",
+               "bf16/fp32", "B cvt");
         rlpi_rng rng;
         rlpi_rng_seed(&rng, 1, 0);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -137,17 +144,35 @@ int main(int argc, char **argv)
                            .a = {A, 0, sh->ta ? sh->m : sh->k, 0},
                            .b = {B, 0, sh->tb ? sh->k : sh->n, 0},
                            .c = {C, 0, sh->n, 0}};
-            rlpi_gemm_f32(be, &g); /* warm-up */
-            int reps = 0;
+            double rate[2];
+            for (int mode = 0; mode < 2; mode++) {
+                be->matmul = mode ? RLP_MATMUL_BF16 : RLP_MATMUL_FP32;
+                rlpi_gemm_f32(be, &g); /* warm-up */
+                int reps = 0;
+                double t0 = now(), dt;
+                do {
+                    rlpi_gemm_f32(be, &g);
+                    reps++;
+                    dt = now() - t0;
+                } while (dt < 0.5 && reps < 1000);
+                rate[mode] = 2.0 * (double)sh->m * (double)sh->n * (double)sh->k * reps / dt / 1e9;
+            }
+            be->matmul = RLP_MATMUL_FP32;
+            /* B's conversion alone, on one thread (the GEMM converts with all) */
+            uint16_t *tmp = malloc(nb * sizeof *tmp);
+            int creps = 0;
             double t0 = now(), dt;
             do {
-                rlpi_gemm_f32(be, &g);
-                reps++;
+                rlpi_cpu_bf16_convert(tmp, hb, (int64_t)nb);
+                creps++;
                 dt = now() - t0;
-            } while (dt < 0.5 && reps < 1000);
-            double gflops = 2.0 * (double)sh->m * (double)sh->n * (double)sh->k * reps / dt / 1e9;
-            printf("%-40s %10.1f %11.2fx %9.2fx\n", sh->name, gflops, peak > 0 ? gflops / peak : 0,
-                   peak > 0 ? gflops / peak / counts[ci] : 0);
+            } while (dt < 0.2 && creps < 1000);
+            free(tmp);
+            double gemm_s = 2.0 * (double)sh->m * (double)sh->n * (double)sh->k / (rate[1] * 1e9);
+            double gflops = rate[0];
+            printf("%-40s %10.1f %11.2fx %9.2fx %10.1f %8.2fx %8.1f%%\n", sh->name, gflops,
+                   peak > 0 ? gflops / peak : 0, peak > 0 ? gflops / peak / counts[ci] : 0, rate[1], rate[1] / rate[0],
+                   100.0 * dt / creps / counts[ci] / gemm_s);
             rlpi_buffer_free(A);
             rlpi_buffer_free(B);
             rlpi_buffer_free(C);

@@ -19,7 +19,15 @@
  * The last line, "RESULT key=value ...", is for tests/gpu/run.sh.
  * Environment (read by this benchmark only): RLPOST_MATMUL=fp32|tf32|bf16
  * sets the context's matmul_precision (default fp32; the GEMM rate is then
- * measured in that precision too); RLPOST_PEAK_TFLOPS gives the GPU's
+ * measured in that precision too). With bf16 on the CPU the same model is
+ * then also run in fp32 in the same process (same weights, same batch; the
+ * two policies' calls interleaved one by one, so that a loaded machine
+ * slows both alike), and the bf16/fp32 speed ratios are printed with the
+ * differences bf16 makes: the largest |Δ logprob| of the first forward, the
+ * relative |Δ loss| and |Δ grad norm| of the first train step (same
+ * weights), and the relative |Δ loss| after the timed steps (the weights
+ * have drifted apart by then). RLPOST_BENCH_TORCH=0 skips the PyTorch
+ * baseline. RLPOST_PEAK_TFLOPS gives the GPU's
  * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
  * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
  * Usage: bench_train [threads] [repeats] [cpu|cuda] [smollm2|1b|tiny] [decode] */
@@ -30,6 +38,7 @@
 #include "decode_rate.h"
 #include "../unit/shape_models.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +102,80 @@ static double decode_rate(rlp_policy *p, uint32_t batch, uint32_t new_tokens, in
     double rate = bench_decode_rate(p, &o, ids, 16, 16, batch, new_tokens, NULL);
     free(ids);
     return rate;
+}
+
+/* The timed part: a warm-up forward (its logprobs into lp0, *n_lp of them)
+ * and `reps` timed ones, a warm-up train step (its stats into st0) and
+ * `reps` timed ones (the last one's stats into st1); seconds per call.
+ * With a second policy q (the fp32 twin of a bf16 run), q's calls are
+ * interleaved with p's one by one, so that both see the same machine load;
+ * q's results go to the *_q outputs. */
+typedef struct timed {
+    float *lp0;
+    size_t n_lp;
+    rlp_train_stats st0, st1;
+    double fwd, train;
+} timed;
+
+static int measure(rlp_context *ctx, rlp_policy *p, timed *tp, rlp_policy *q, timed *tq, rlp_sequence *seqs,
+                   int n_seq, int64_t T, int reps)
+{
+    rlp_policy *pol[2] = {p, q};
+    timed *out[2] = {tp, tq};
+    int np = q ? 2 : 1;
+    float *lp = malloc((size_t)T * sizeof *lp);
+    size_t n;
+    for (int j = 0; j < np; j++) {
+        if (rlp_policy_logprobs(pol[j], seqs, n_seq, 1.0f, out[j]->lp0, NULL, (size_t)T, &out[j]->n_lp) != RLP_OK) {
+            fprintf(stderr, "logprobs: %s\n", rlp_error_last()); /* warm-up */
+            return 1;
+        }
+        out[j]->fwd = out[j]->train = 0;
+    }
+    for (int r = 0; r < reps; r++)
+        for (int j = 0; j < np; j++) {
+            double t0 = now();
+            rlp_policy_logprobs(pol[j], seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n);
+            out[j]->fwd += (now() - t0) / reps;
+        }
+    free(lp);
+    for (int j = 0; j < np; j++) {
+        if (rlp_policy_train_step(pol[j], seqs, n_seq, rlp_loss_nll, NULL, NULL, &out[j]->st0) != RLP_OK) {
+            fprintf(stderr, "train step: %s\n", rlp_error_last()); /* warm-up (allocates moments) */
+            return 1;
+        }
+        out[j]->st1 = out[j]->st0;
+    }
+    for (int r = 0; r < reps; r++)
+        for (int j = 0; j < np; j++) {
+            double t0 = now();
+            if (rlp_policy_train_step(pol[j], seqs, n_seq, rlp_loss_nll, NULL, NULL, &out[j]->st1) != RLP_OK)
+                fprintf(stderr, "%s\n", rlp_error_last());
+            rlpi_backend_synchronize(ctx->backend); /* the last step's update may still run on a GPU */
+            out[j]->train += (now() - t0) / reps;
+        }
+    return 0;
+}
+
+/* What bf16 changes against its fp32 twin (see the top). */
+static void bf16_report(const timed *b, const timed *f, int reps)
+{
+    double dlp = 0;
+    size_t n = b->n_lp < f->n_lp ? b->n_lp : f->n_lp;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)f->lp0[i] - (double)b->lp0[i]);
+        dlp = d > dlp ? d : dlp;
+    }
+    double dl0 = fabs(b->st0.loss - f->st0.loss) / fabs(f->st0.loss);
+    double dg0 = fabs(b->st0.grad_norm - f->st0.grad_norm) / f->st0.grad_norm;
+    double dl1 = fabs(b->st1.loss - f->st1.loss) / fabs(f->st1.loss);
+    printf("  fp32 twin, interleaved:       forward %7.3f s, train step %7.3f s\n", f->fwd, f->train);
+    printf("  bf16 / fp32 speed: forward %.2fx, train step %.2fx\n", f->fwd / b->fwd, f->train / b->train);
+    printf("  bf16 - fp32 (same weights): logprobs max |diff| %.2e nats over %zu tokens; first step loss %.6g vs "
+           "%.6g (rel. diff %.2e), grad norm rel. diff %.2e; after %d more steps loss rel. diff %.2e\n",
+           dlp, n, b->st0.loss, f->st0.loss, dl0, dg0, reps, dl1);
+    printf("RESULT_BF16 fwd_ratio=%.3f train_ratio=%.3f dlogp_max=%.3e dloss0_rel=%.3e dgnorm0_rel=%.3e\n",
+           f->fwd / b->fwd, f->train / b->train, dlp, dl0, dg0);
 }
 
 int main(int argc, char **argv)
@@ -177,25 +260,25 @@ int main(int argc, char **argv)
 
     float *lp = malloc((size_t)n_seq * 512 * sizeof(float));
     size_t n;
-    if (rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n) != RLP_OK) { /* warm-up */
-        fprintf(stderr, "logprobs: %s\n", rlp_error_last());
-        return 1;
+    /* bf16 on the CPU: an fp32 twin (same weights) in this process */
+    rlp_context *ctx32 = NULL;
+    rlp_policy *p32 = NULL;
+    timed tb = {.lp0 = lp}, tf = {.lp0 = malloc((size_t)T * sizeof(float))};
+    if (!cuda && !strcmp(matmul, "bf16")) {
+        rlp_context_options c32 = RLP_CONTEXT_OPTIONS_INIT;
+        c32.n_threads = threads;
+        rlpi_rng r32;
+        rlpi_rng_seed(&r32, 7, 0); /* the weights above */
+        if (rlp_context_create(&ctx32, &c32) != RLP_OK || shape_random_weights(&cfg, &r32, &w) ||
+            rlpi_policy_create(&p32, ctx32, &cfg, &w, &po) != RLP_OK) {
+            fprintf(stderr, "fp32 twin: %s\n", rlp_error_last());
+            return 1;
+        }
+        rlpi_weights_free(&w);
     }
-    double t0 = now();
-    for (int r = 0; r < reps; r++)
-        rlp_policy_logprobs(p, seqs, n_seq, 1.0f, lp, NULL, (size_t)T, &n);
-    double fwd = (now() - t0) / reps;
-    rlp_train_stats st;
-    if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK) { /* warm-up (allocates moments) */
-        fprintf(stderr, "train step: %s\n", rlp_error_last());
+    if (measure(ctx, p, &tb, p32, &tf, seqs, n_seq, T, reps))
         return 1;
-    }
-    t0 = now();
-    for (int r = 0; r < reps; r++)
-        if (rlp_policy_train_step(p, seqs, n_seq, rlp_loss_nll, NULL, NULL, &st) != RLP_OK)
-            fprintf(stderr, "%s\n", rlp_error_last());
-    rlpi_backend_synchronize(ctx->backend); /* the last step's update may still run on a GPU */
-    double train = (now() - t0) / reps;
+    double fwd = tb.fwd, train = tb.train;
     printf("\n%s shape (%llu params), %d x %d tokens, %s:\n",
            !strcmp(shape, "1b") ? "Llama-3.2-1B" : !strcmp(shape, "tiny") ? "tiny" : "SmolLM2-135M",
            (unsigned long long)n_params, n_seq, seq_len, cuda ? "CUDA" : "CPU");
@@ -220,6 +303,12 @@ int main(int argc, char **argv)
            "train_gflops=%.1f mfu=%.4f decode1_tok_s=%.1f decode64_tok_s=%.1f\n",
            backend, shape, matmul, (unsigned long long)n_params, peak, (double)T / fwd, (double)T / train,
            train_flops / train / 1e9, mfu, dec1, dec64);
+    if (p32) {
+        bf16_report(&tb, &tf, reps);
+        rlp_policy_free(p32);
+        rlp_context_free(ctx32);
+    }
+    free(tf.lp0);
     fflush(stdout);
     if (cuda || strcmp(shape, "smollm2")) { /* the CPU comparisons below are for the SmolLM2 shape */
         rlp_policy_free(p);
@@ -243,7 +332,16 @@ int main(int argc, char **argv)
            (double)ms.activations / 1048576.0, (double)(peak_rss_kib() - rss0) / 1024.0);
     rlp_policy_free(frozen);
 
-    /* the same step in PyTorch, same threads, same run */
+    /* the same step in PyTorch, same threads, same run (RLPOST_BENCH_TORCH=0
+     * skips it: on a loaded machine PyTorch's spinning threads make it take
+     * many minutes) */
+    if (getenv("RLPOST_BENCH_TORCH") && !strcmp(getenv("RLPOST_BENCH_TORCH"), "0")) {
+        printf("  PyTorch baseline skipped (RLPOST_BENCH_TORCH=0)\n");
+        free(tok);
+        free(lp);
+        rlp_context_free(ctx);
+        return 0;
+    }
     char cmd[512];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/bench/torch_train_step.py %d %d %d %d %d 2>/dev/null",
              getenv("RLPOST_SOURCE_ROOT") ? getenv("RLPOST_SOURCE_ROOT") : ".", threads, n_seq, seq_len, n_prompt, reps);

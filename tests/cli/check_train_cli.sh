@@ -85,6 +85,18 @@ assert abs(w["reward_mean"] - 2.5 * a["reward_mean"]) < 1e-9 and a["reward_max"]
 PY
 [ $? -eq 0 ] || fail "the weighted reward is not W × the reward"
 
+# --- matmul_precision "bf16" (oneDNN bf16 GEMMs where the CPU has them, else emulated): one step
+# trains, and the effective config records the choice
+T --set "output=\"$out/bf16\"" --set steps=1 --set 'matmul_precision="bf16"' >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "matmul_precision bf16 run"; }
+python3 - "$out" <<'PY' || exit 1
+import json, math, sys
+m = [json.loads(l) for l in open(sys.argv[1] + "/bf16/metrics.jsonl")]
+assert [r["step"] for r in m] == [1] and math.isfinite(m[0]["loss"]) and m[0]["grad_norm"] > 0, m
+assert json.load(open(sys.argv[1] + "/bf16/config.json"))["matmul_precision"] == "bf16"
+PY
+[ $? -eq 0 ] || fail "matmul_precision bf16 run outputs"
+
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
   want=$1; shift
@@ -106,6 +118,7 @@ bad "sync.staleness: η applies to sync.mode \"async\" only" --set sync.stalenes
 bad "sync.staleness: η applies to sync.mode \"async\" only" --set 'sync.mode="pull"' --set sync.staleness=2
 bad "group_size" --set group_size=1
 bad "sync.mode: unknown value \"asink\"" --set 'sync.mode="asink"'
+bad "matmul_precision: unknown value \"fp16\"" --set 'matmul_precision="fp16"'
 bad "sync.staleness" --set 'sync.mode="async"' --set sync.staleness=-1
 bad "sync.weights_dir: must be a string" --set sync.weights_dir=3
 bad "rollout.urls: needs sync.mode" --set 'rollout.urls=["http://127.0.0.1:1"]'

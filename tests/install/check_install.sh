@@ -31,10 +31,13 @@ for h in "$src"/../../include/rlpost/*.h; do
     n=$((n + 1))
 done
 [ "$n" -gt 0 ] || { echo "no include/rlpost/*.h beside $src"; exit 1; }
-# static archive, its dependencies linked dynamically (as a host would)
+# static archive, its dependencies linked dynamically (as a host would);
+# oneDNN too when the build found it (it has no .pc file: rlpost.pc's
+# Libs.private names it)
+dnnl=$(pkg-config $flags --static --libs rlpost | tr ' ' '\n' | grep -x -- -ldnnl)
 # shellcheck disable=SC2046
 $cc -std=c11 -Wall -Werror -o "$stage/c_static" "$src/consumer.c" $(pkg-config $flags --cflags rlpost) \
-    "$libdir/librlpost.a" $(pkg-config --libs jansson libcurl libpcre2-8 icu-uc) -lopenblas -lpthread -ldl -lm
+    "$libdir/librlpost.a" $(pkg-config --libs jansson libcurl libpcre2-8 icu-uc) -lopenblas $dnnl -lpthread -ldl -lm
 "$stage/c_static"
 mkdir "$stage/cmake-build"
 cmake -S "$src" -B "$stage/cmake-build" -DCMAKE_PREFIX_PATH="$root" >/dev/null

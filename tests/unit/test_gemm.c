@@ -16,7 +16,14 @@
  * which is asserted too, as is
  * that the largest such move seen exceeds 1e-3 of Σ|α·a·b| (the rounding
  * is real: fp32 stays below 1e-5 there). The rounding itself is checked
- * bit for bit on halfway cases, ±Inf, NaN, overflow and subnormals. */
+ * bit for bit on halfway cases, ±Inf, NaN, overflow and subnormals.
+ *
+ * RLP_MATMUL_BF16 has two paths (cpu_bf16.h): oneDNN's bf16 matmul where the
+ * CPU has AMX/AVX512-BF16 and the library was built in, and the emulation.
+ * Both run here (the fallback forced by rlpi_cpu_bf16_force_fallback), and
+ * the real one is compared with the emulated one on model-sized shapes:
+ * they multiply the same rounded operands, each within k·u·Σ|a·b| of the
+ * exact sum of those products, so they differ by at most 2·k·u·Σ|a·b|. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +31,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -209,19 +217,139 @@ static void gemm_matches_reference(void **state)
             run_case(&rng, 1, 29, 41, ta, tb, 3, 2.0f, 0.25f, 1);
             run_case(&rng, 1, 64, 70, ta, tb, 1, 1.0f, 1.0f, 0);
         }
-    print_message("%d random GEMM cases + 16 fixed shapes\n", cases);
+    /* 2..7 rows: RLP_MATMUL_BF16 rounds op(B) in chunks of 64 columns,
+     * tasks of 512 (cpu.c), ragged ends of both */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            run_case(&rng, 2 + 5 * ta, 600 + 7 * tb, 45, ta, tb, 2, 1.0f, tb ? 0.0f : 0.5f, tb);
+    print_message("%d random GEMM cases + 20 fixed shapes\n", cases);
 }
 
-/* Every case above again with the backend in RLP_MATMUL_BF16. */
+/* Every case above again with the backend in RLP_MATMUL_BF16, on the real
+ * path (where there is one) and on the forced emulation. */
 static void gemm_bf16_matches_rounded_reference(void **state)
 {
-    bf16_mode = 1;
-    bf16_worst_move = 0;
-    gemm_matches_reference(state);
-    bf16_mode = 0;
-    print_message("bf16: worst move from the fp32 product %.2e of sum|a*b| (bound 7.8e-3, must exceed 1e-3)\n",
-                  bf16_worst_move);
-    assert_true(bf16_worst_move > 1e-3);
+    for (int forced = rlpi_cpu_bf16_available() ? 0 : 1; forced < 2; forced++) {
+        rlpi_cpu_bf16_force_fallback(forced);
+        bf16_mode = 1;
+        bf16_worst_move = 0;
+        gemm_matches_reference(state);
+        bf16_mode = 0;
+        print_message("bf16 (%s): worst move from the fp32 product %.2e of sum|a*b| (bound 7.8e-3, must exceed "
+                      "1e-3)\n",
+                      rlpi_cpu_bf16_path(), bf16_worst_move);
+        rlpi_cpu_bf16_force_fallback(0);
+        assert_true(bf16_worst_move > 1e-3);
+    }
+}
+
+/* The path RLP_MATMUL_BF16 takes here, said in the log; forcing the fallback
+ * switches to the emulation and back. Skips (saying why) where there is no
+ * real path: a build without oneDNN, or a CPU without AMX/AVX512-BF16. */
+static void gemm_bf16_path_and_fallback(void **state)
+{
+    (void)state;
+    int avail = rlpi_cpu_bf16_available();
+    print_message("bf16 GEMMs on this machine: %s\n", rlpi_cpu_bf16_path());
+    rlpi_cpu_bf16_force_fallback(1);
+    assert_false(rlpi_cpu_bf16_available());
+    assert_string_equal(rlpi_cpu_bf16_path(), "emulated");
+    rlpi_gemm g = {.m = 2, .n = 2, .k = 2, .batch = 1, .alpha = 1};
+    assert_int_equal(rlpi_cpu_bf16_gemm(NULL, &g), RLP_E_UNSUPPORTED);
+    rlpi_cpu_bf16_force_fallback(0);
+    assert_int_equal(rlpi_cpu_bf16_available(), avail);
+    if (!avail) {
+        print_message("no real bf16 GEMM path (built without oneDNN, RLPOST_CPU_BF16=0, or a CPU without "
+                      "AMX/AVX512-BF16): RLP_MATMUL_BF16 is emulated\n");
+        skip();
+    }
+    assert_string_equal(rlpi_cpu_bf16_path(), "oneDNN");
+}
+
+/* One product in RLP_MATMUL_BF16 on the chosen path: C (fresh copy of c0). */
+static void bf16_product(const rlpi_gemm *g0, const float *c0, size_t nc, int forced, float *out)
+{
+    rlpi_gemm g = *g0;
+    assert_int_equal(rlpi_buffer_upload((rlpi_buffer *)g.c.buf, 0, c0, nc * sizeof(float)), RLP_OK);
+    rlpi_cpu_bf16_force_fallback(forced);
+    be->matmul = RLP_MATMUL_BF16;
+    int rc = rlpi_gemm_f32(be, &g);
+    be->matmul = RLP_MATMUL_FP32;
+    rlpi_cpu_bf16_force_fallback(0);
+    assert_int_equal(rc, RLP_OK);
+    assert_int_equal(rlpi_buffer_download(g.c.buf, 0, out, nc * sizeof(float)), RLP_OK);
+}
+
+/* The oneDNN path against the emulated one on shapes of the SmolLM2 train
+ * step (hidden 576, kv 192, mlp 1536; forward x·Wᵀ, backward dY·W and
+ * dYᵀ·X accumulated with beta 1), cut to fit a fast test, and operands
+ * large enough to be converted block by block: within
+ * 2·k·u·Σ|a_r·b_r| (see the top). The largest difference seen is printed. */
+static void gemm_bf16_real_matches_emulated(void **state)
+{
+    (void)state;
+    if (!rlpi_cpu_bf16_available()) {
+        print_message("no real bf16 path here: nothing to compare\n");
+        skip();
+    }
+    static const struct { int64_t m, n, k; int ta, tb; float beta; } cases[] = {
+        {256, 576, 576, 0, 1, 0.0f},  /* q/o projection forward */
+        {256, 192, 576, 0, 1, 0.0f},  /* k/v projection */
+        {256, 576, 1536, 0, 1, 0.0f}, /* down projection */
+        {256, 1536, 576, 0, 0, 1.0f}, /* dX = dY·W, accumulated */
+        {576, 192, 256, 1, 0, 1.0f},  /* dW = dYᵀ·X, accumulated */
+        {77, 333, 129, 1, 1, 0.5f},   /* ragged, both transposed */
+        /* op(B) over 1 MiB of bf16 (cpu_bf16.c converts it block by block):
+         * cut along N; along N and K (later K blocks accumulate into C) */
+        {40, 1100, 2000, 0, 1, 0.0f},  /* tiles of 576 columns in blocks of 256 */
+        {20, 300, 12000, 0, 0, 1.0f},  /* tiles of 160 columns, K in blocks of 3264 */
+        {20, 300, 12000, 1, 1, 0.5f},
+    };
+    rlpi_rng rng;
+    rlpi_rng_seed(&rng, 99, 0);
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int64_t m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
+        int ta = cases[ci].ta, tb = cases[ci].tb;
+        int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+        float *ha, *hb, *hc;
+        rlpi_buffer *A = random_buffer(&rng, (size_t)(ar * ac), &ha), *B = random_buffer(&rng, (size_t)(br * bc), &hb);
+        rlpi_buffer *C = random_buffer(&rng, (size_t)(m * n), &hc);
+        rlpi_gemm g = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f,
+                       .beta = cases[ci].beta, .batch = 1, .a = {A, 0, ac, 0}, .b = {B, 0, bc, 0},
+                       .c = {C, 0, n, 0}};
+        size_t nc = (size_t)(m * n);
+        float *real = malloc(nc * sizeof *real), *emu = malloc(nc * sizeof *emu);
+        bf16_product(&g, hc, nc, 0, real);
+        bf16_product(&g, hc, nc, 1, emu);
+        const double u = 0x1.0p-24;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    double av = rlpi_f32_round_bf16(ta ? ha[p * ac + i] : ha[i * ac + p]);
+                    double bv = rlpi_f32_round_bf16(tb ? hb[j * bc + p] : hb[p * bc + j]);
+                    mag += fabs(av * bv);
+                }
+                double bc_ = fabs((double)cases[ci].beta * hc[i * n + j]);
+                double tol = 2.0 * (double)(k + 2) * u * mag + 4.0 * u * bc_ + 1e-30;
+                double d = fabs((double)real[i * n + j] - (double)emu[i * n + j]);
+                if (!(d <= tol))
+                    fail_msg("case %zu (%lld,%lld): oneDNN %g, emulated %g, |diff| %g > %g", ci, (long long)i,
+                             (long long)j, real[i * n + j], emu[i * n + j], d, tol);
+                worst = fmax(worst, d / (mag + bc_));
+            }
+        free(real);
+        free(emu);
+        free(ha);
+        free(hb);
+        free(hc);
+        rlpi_buffer_free(A);
+        rlpi_buffer_free(B);
+        rlpi_buffer_free(C);
+    }
+    print_message("bf16 oneDNN vs emulated: worst |diff| %.2e of sum|a*b| (bound 2(k+2)u, e.g. 1.8e-4 at k=1536)\n",
+                  worst);
 }
 
 /* bits -> float and back */
@@ -266,18 +394,43 @@ static void gemm_bf16_rounds_to_nearest_even(void **state)
     assert_int_equal(rlpi_buffer_upload(B, 0, &one, sizeof one), RLP_OK);
     rlpi_gemm g = {.m = N, .n = 1, .k = 1, .alpha = 1, .beta = 0, .batch = 1,
                    .a = {A, 0, 1, 0}, .b = {B, 0, 1, 0}, .c = {C, 0, 1, 0}};
+    /* the emulation bit for bit; the oneDNN path too, except that AMX and
+     * AVX512-BF16 dot products treat subnormal bf16 inputs as zero (DAZ,
+     * in the instructions' definition): those may come out ±0 */
+    for (int forced = 1; forced >= (rlpi_cpu_bf16_available() ? 0 : 1); forced--) {
+        rlpi_cpu_bf16_force_fallback(forced);
+        be->matmul = RLP_MATMUL_BF16;
+        int rc = rlpi_gemm_f32(be, &g);
+        be->matmul = RLP_MATMUL_FP32;
+        rlpi_cpu_bf16_force_fallback(0);
+        assert_int_equal(rc, RLP_OK);
+        assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
+        for (int i = 0; i < N; i++) {
+            float want = fb(in[i][1]);
+            int ok = isnan(want) ? isnan(c[i]) && isnan(rlpi_f32_round_bf16(a[i]))
+                                 : c[i] == want && rlpi_f32_round_bf16(a[i]) == want;
+            if (!forced && !ok && fpclassify(want) == FP_SUBNORMAL && c[i] == 0.0f)
+                ok = 1;
+            if (!ok)
+                fail_msg("bf16 (%s) rounding of 0x%08x: got 0x%08x (half.h 0x%08x), want 0x%08x",
+                         forced ? "emulated" : "oneDNN", in[i][0], rlpi_f32_to_bits(c[i]),
+                         rlpi_f32_to_bits(rlpi_f32_round_bf16(a[i])), in[i][1]);
+        }
+    }
+    /* few rows (cpu.c rounds op(B) chunk by chunk, 16 lanes at a time):
+     * C (1, n) = [1] · A as a (1, n) B, bit for bit */
+    rlpi_gemm r = {.m = 1, .n = N, .k = 1, .alpha = 1, .beta = 0, .batch = 1,
+                   .a = {B, 0, 1, 0}, .b = {A, 0, N, 0}, .c = {C, 0, N, 0}};
     be->matmul = RLP_MATMUL_BF16;
-    int rc = rlpi_gemm_f32(be, &g);
+    int rc = rlpi_gemm_f32(be, &r);
     be->matmul = RLP_MATMUL_FP32;
     assert_int_equal(rc, RLP_OK);
     assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
     for (int i = 0; i < N; i++) {
         float want = fb(in[i][1]);
-        int ok = isnan(want) ? isnan(c[i]) && isnan(rlpi_f32_round_bf16(a[i]))
-                             : c[i] == want && rlpi_f32_round_bf16(a[i]) == want;
-        if (!ok)
-            fail_msg("bf16 rounding of 0x%08x: got 0x%08x (half.h 0x%08x), want 0x%08x", in[i][0],
-                     rlpi_f32_to_bits(c[i]), rlpi_f32_to_bits(rlpi_f32_round_bf16(a[i])), in[i][1]);
+        if (!(isnan(want) ? isnan(c[i]) : c[i] == want))
+            fail_msg("bf16 (few rows) rounding of 0x%08x: got 0x%08x, want 0x%08x", in[i][0], rlpi_f32_to_bits(c[i]),
+                     in[i][1]);
     }
     rlpi_buffer_free(A);
     rlpi_buffer_free(B);
@@ -441,6 +594,8 @@ int main(void)
         cmocka_unit_test(gemm_matches_reference),
         cmocka_unit_test(gemm_bf16_matches_rounded_reference),
         cmocka_unit_test(gemm_bf16_rounds_to_nearest_even),
+        cmocka_unit_test(gemm_bf16_path_and_fallback),
+        cmocka_unit_test(gemm_bf16_real_matches_emulated),
         cmocka_unit_test(gemm_k_zero_scales_c),
         cmocka_unit_test(gemm_rejects_out_of_bounds),
         cmocka_unit_test(buffer_copy_2d_moves_column_blocks),

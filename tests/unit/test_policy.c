@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "backend/cpu_bf16.h"
 #include "core/error.h"
 #include "model/policy.h"
 #include "model_fixture.h"
@@ -432,6 +433,12 @@ static void rejects_null_and_bad_options(void **state)
 #define BF16_LOGP_TOL 2e-2
 #define BF16_LOSS_TOL 3e-2
 #define BF16_NORM_TOL 1e-1
+/* oneDNN against the emulation: fp32 sums in another order (each within
+ * k·2^-24·Σ|a·b| of the exact sum of the same rounded products; in practice
+ * ~1e-7 relative, random-walk). Observed on AMX: 4.8e-7 nats, 7.5e-8 and
+ * 7.6e-8 relative; the bounds leave ~30-40x. */
+#define BF16_PATHS_LOGP_TOL 2e-5
+#define BF16_PATHS_REL_TOL 2e-6
 
 static void bf16_matmul_stays_near_fp32(void **state)
 {
@@ -478,6 +485,43 @@ static void bf16_matmul_stays_near_fp32(void **state)
     assert_true(worst_lp <= BF16_LOGP_TOL && worst_lp > 1e-5);
     assert_true(worst_loss <= BF16_LOSS_TOL);
     assert_true(worst_norm <= BF16_NORM_TOL);
+
+    /* the oneDNN path (where this CPU has one) against the emulation: the
+     * same rounded operands, only the order of the fp32 sums differs, so
+     * logprobs within BF16_PATHS_LOGP_TOL nats and the first train step's
+     * loss and gradient norm within BF16_PATHS_REL_TOL relative */
+    if (rlpi_cpu_bf16_available()) {
+        rlp_policy *pr, *pe;
+        float lr[64], le[64];
+        size_t nr, ne;
+        assert_int_equal(rlpi_policy_create(&pr, c16, &f.cfg, &f.w, NULL), RLP_OK);
+        assert_int_equal(rlpi_policy_create(&pe, c16, &f.cfg, &f.w, NULL), RLP_OK);
+        assert_int_equal(rlp_policy_set_optimizer(pr, &oo), RLP_OK);
+        assert_int_equal(rlp_policy_set_optimizer(pe, &oo), RLP_OK);
+        rlp_train_stats sr, se;
+        assert_int_equal(rlp_policy_logprobs(pr, f.seqs, f.n_seqs, 1.0f, lr, NULL, 64, &nr), RLP_OK);
+        assert_int_equal(rlp_policy_train_step(pr, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &sr), RLP_OK);
+        rlpi_cpu_bf16_force_fallback(1);
+        int rc1 = rlp_policy_logprobs(pe, f.seqs, f.n_seqs, 1.0f, le, NULL, 64, &ne);
+        int rc2 = rlp_policy_train_step(pe, f.seqs, f.n_seqs, rlp_loss_nll, NULL, NULL, &se);
+        rlpi_cpu_bf16_force_fallback(0);
+        assert_int_equal(rc1, RLP_OK);
+        assert_int_equal(rc2, RLP_OK);
+        assert_int_equal(nr, ne);
+        double paths_lp = 0;
+        for (size_t i = 0; i < nr; i++)
+            paths_lp = fmax(paths_lp, fabs((double)lr[i] - le[i]));
+        double dl = fabs(sr.loss - se.loss) / fabs(se.loss), dg = fabs(sr.grad_norm - se.grad_norm) / se.grad_norm;
+        print_message("bf16 oneDNN vs emulated: logprobs max |diff| %.2e nats (tol %.0e); first step loss %.2e, "
+                      "grad norm %.2e relative (tol %.0e)\n",
+                      paths_lp, BF16_PATHS_LOGP_TOL, dl, dg, BF16_PATHS_REL_TOL);
+        assert_true(paths_lp <= BF16_PATHS_LOGP_TOL);
+        assert_true(dl <= BF16_PATHS_REL_TOL && dg <= BF16_PATHS_REL_TOL);
+        rlp_policy_free(pr);
+        rlp_policy_free(pe);
+    } else {
+        print_message("no oneDNN bf16 path on this machine: only the emulation was checked\n");
+    }
     rlp_policy_free(p32);
     rlp_policy_free(p16);
     rlp_policy_free(ptf);
