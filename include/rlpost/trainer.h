@@ -73,7 +73,7 @@ typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void 
 
 /** Version of rlp_trainer_options understood by this header. 2 added
  *  multiturn; a version-1 caller's struct ends before it. */
-#define RLP_TRAINER_OPTIONS_VERSION 2
+#define RLP_TRAINER_OPTIONS_VERSION 3
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -130,6 +130,8 @@ typedef struct rlp_trainer_options {
                                          episode against that environment (borrowed, must outlive the
                                          trainer; rlp_rollout_generate_episodes()), in every mode; NULL
                                          (the default): single-turn completions */
+    int32_t rollout_weights;        /**< (version 3) rlp_rollout_weights of the local engines (rollouts and
+                                         evaluations); default RLP_ROLLOUT_WEIGHTS_F32 */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8

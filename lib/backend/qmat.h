@@ -22,6 +22,8 @@
  * |ΔC_ij| ≤ Σ_b (max_b|a_i| / 254) · Σ_{l in b} |W_jl| (activation
  * rounding, ≤ half a step per element) plus fp32 summation rounding.
  *
+ * (Below RLPI_QMAT_GEMM_MIN_ROWS rows; from there on see that macro.)
+ *
  * Kernels: AVX512-VNNI (vpdpbusd) and a portable scalar one that performs
  * the same integer sums and the same fp32 operations in the same order, so
  * both give bit-identical C. The VNNI kernel runs only where the CPU has
@@ -37,6 +39,14 @@
 struct rlpi_threadpool;
 
 enum { RLPI_QMAT_Q8_0 = 1 };
+
+/* From this many activation rows on (prefill, large decode batches) a
+ * product dequantizes tiles of W to fp32 and runs OpenBLAS's SGEMM on the
+ * unquantized activations instead of the int8 kernels: in the compute-bound
+ * regime SGEMM's 16 fp32 MACs per instruction beat the int8 kernel's per-
+ * block scale work (bench_qmatmul). The weights are the same Q8_0 values;
+ * only the activations' rounding goes away. */
+#define RLPI_QMAT_GEMM_MIN_ROWS 16
 
 /* Kernel families of the dispatch. */
 enum { RLPI_QMAT_ISA_AUTO = -1, RLPI_QMAT_ISA_SCALAR = 0, RLPI_QMAT_ISA_VNNI512 = 1 };
