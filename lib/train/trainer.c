@@ -8,6 +8,7 @@
 #include "backend/context.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "algo/rl_step.h"
 #include "model/policy.h"
 
 #include <math.h>
@@ -694,8 +695,16 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
         rc = rlpi_error_set(RLP_E_CALLBACK, "on_batch failed at step %llu", (unsigned long long)rec.step);
     double t2 = rlpi_now_s();
     rec.rl.version = 1;
-    if (!rc && (rc = rlp_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl)))
+    rlpi_rl_mismatch mm;
+    if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
         rlpi_error_wrap("RL step");
+    if (!rc) {
+        rec.mismatch_kl = mm.kl;
+        rec.mismatch_is_mean = mm.is_mean;
+        rec.mismatch_is_min = mm.is_min;
+        rec.mismatch_is_max = mm.is_max;
+        rec.mismatch_abs_mean = mm.abs_mean;
+    }
     double t3 = rlpi_now_s();
     rlp_batch_free(b);
     if (!rc && t->sync && (rc = rlp_synchronizer_publish(t->sync, t->policy)))
@@ -717,9 +726,12 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     rec.tokens_per_second = rec.rollout_seconds > 0 ? (double)rec.rollout_tokens / rec.rollout_seconds : NAN;
     t->last = rec;
     t->have_last = 1;
-    if (out) { /* a version-1 caller's record ends before the episode fields */
+    if (out) { /* a version-1 caller's record ends before the episode fields, a version-2 one before the
+                * mismatch */
         uint32_t v = out->version;
-        memcpy(out, &rec, v >= 2 ? sizeof rec : offsetof(rlp_step_record, episodes));
+        memcpy(out, &rec, v >= 3   ? sizeof rec
+                          : v == 2 ? offsetof(rlp_step_record, mismatch_kl)
+                                   : offsetof(rlp_step_record, episodes));
         out->version = v;
     }
     return RLP_OK;
