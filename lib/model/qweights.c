@@ -1,7 +1,9 @@
-/* The quantized rollout copy (qweights.h). Each row is quantized by
- * quant.c's GGUF Q8_0 quantizer (ggml's quantize_row_q8_0_ref formula)
- * and repacked into the kernels' split layout, so the copy dequantizes to
- * exactly what llama.cpp would make of the same fp32 rows. */
+/* The quantized rollout copy (qweights.h). Each row is quantized with
+ * GGUF's Q8_0 formula (ggml's quantize_row_q8_0_ref, as quant.c's
+ * rlpi_quantize: d = max|x| / 127, q = roundf(x / d) computed as x · (1/d),
+ * fp16 d) straight into the kernels' split layout, so the copy dequantizes
+ * to exactly what llama.cpp would make of the same fp32 rows
+ * (test_qmatmul compares the bytes with rlpi_quantize + rlpi_qmat_pack). */
 #include "model/qweights.h"
 
 #include "backend/qmat.h"
@@ -11,8 +13,16 @@
 #include "model/quant.h"
 #include "model/transformer_internal.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* the bytes must equal ggml's: no fused multiply-adds (GCC does not
+ * contract in ISO C mode) */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 /* One quantized matrix made of up to three fp32 tensors stacked along the
  * output rows (QKV, gate-up). */
@@ -24,35 +34,51 @@ typedef struct qmat_src {
     int failed; /* atomic: a row's quantizer failed (cannot for finite shapes) */
 } qmat_src;
 
+/* roundf for |v| < 2^31 without a libm call (baseline x86-64 has no
+ * rounding instruction): the truncation, moved away from zero when the
+ * dropped part is at least one half; v − trunc(v) is exact. */
+static inline int round_half_away(float v)
+{
+    int i = (int)v;
+    float frac = v - (float)i;
+    return i + (frac >= 0.5f) - (frac <= -0.5f);
+}
+
+/* Row x[k] into the split layout: quants q[kp] (offset binary), scales s[kb]. */
+static void quantize_row(const float *x, int64_t k, uint8_t *q, float *s)
+{
+    int64_t kp = rlpi_qmat_kpad(k);
+    for (int64_t lo = 0; lo < kp; lo += 32) {
+        int64_t hi = lo + 32 < k ? lo + 32 : k;
+        float amax = 0.0f;
+        for (int64_t e = lo; e < hi; e++) {
+            float v = fabsf(x[e]);
+            amax = v > amax ? v : amax;
+        }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        s[lo / 32] = rlpi_fp16_to_fp32(rlpi_fp32_to_fp16(d));
+        int64_t e = lo;
+        for (; e < hi; e++)
+            q[e] = (uint8_t)(round_half_away(x[e] * id) + 128);
+        for (; e < lo + 32; e++)
+            q[e] = 0x80; /* the zeros after k */
+    }
+}
+
 static void quantize_range(void *arg, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     qmat_src *s = arg;
-    int64_t k32 = (s->k + 31) / 32 * 32, nb = k32 / 32;
-    float *row = malloc((size_t)k32 * sizeof *row);
-    uint8_t *blocks = malloc((size_t)nb * 34);
-    if (!row || !blocks) {
-        __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
-        free(row);
-        free(blocks);
-        return;
-    }
-    memset(row, 0, (size_t)k32 * sizeof *row);
+    int64_t kp = rlpi_qmat_kpad(s->k), kb = kp / 32;
+    float *scales = (float *)(s->dst + (size_t)s->n * (size_t)kp);
     for (int64_t j = begin; j < end; j++) {
         int64_t r = j, p = 0;
         while (r >= s->rows[p]) {
             r -= s->rows[p];
             p++;
         }
-        memcpy(row, s->part[p] + r * s->k, (size_t)s->k * sizeof *row);
-        if (rlpi_quantize(RLPI_GGML_Q8_0, row, (size_t)k32, blocks, (size_t)nb * 34) != RLP_OK) {
-            __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
-            break;
-        }
-        rlpi_qmat_pack_q8_0(s->dst, s->n, s->k, j, 1, blocks);
+        quantize_row(s->part[p] + r * s->k, s->k, s->dst + (size_t)j * (size_t)kp, scales + j * kb);
     }
-    free(row);
-    free(blocks);
 }
 
 static int quantize_matrix(rlpi_threadpool *pool, uint8_t *dst, int64_t k, const float *const *parts,

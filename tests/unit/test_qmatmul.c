@@ -389,20 +389,27 @@ static void test_requantize(void **state)
     assert_true(d_stale > 10 * d_new);
     free(stale);
 
-    /* the copy holds GGUF's Q8_0 of the head (the tied embedding) */
-    const rlpi_param_info *emb = NULL;
-    for (size_t i = 0; i < rlpi_transformer_n_tensors(f.tf); i++)
-        if (strstr(rlpi_transformer_tensor(f.tf, i)->name, "embed_tokens"))
-            emb = rlpi_transformer_tensor(f.tf, i);
-    assert_non_null(emb);
-    const float *E = (const float *)rlpi_buffer_host(rlpi_transformer_params(f.tf)) + emb->offset;
-    int64_t d = f.cfg.dim;
-    float *deq = malloc((size_t)(V * d) * sizeof *deq);
-    void *packed = make_q8(E, V, d, deq);
-    size_t bytes = rlpi_qmat_bytes(RLPI_QMAT_Q8_0, V, d);
-    assert_memory_equal((const char *)rlpi_buffer_host(qw->buf) + qw->head, packed, bytes);
-    free(packed);
-    free(deq);
+    /* the copy holds GGUF's Q8_0 (quant.c's quantizer, repacked) of the head
+     * (the tied embedding, k = 32) and of a down projection (k = 48) */
+    const struct {
+        const char *name;
+        size_t off;
+    } mats[] = {{"embed_tokens", qw->head}, {"layers.1.mlp.down_proj", qw->layers[1].wd}};
+    for (size_t m = 0; m < 2; m++) {
+        const rlpi_param_info *pi = NULL;
+        for (size_t i = 0; i < rlpi_transformer_n_tensors(f.tf); i++)
+            if (strstr(rlpi_transformer_tensor(f.tf, i)->name, mats[m].name))
+                pi = rlpi_transformer_tensor(f.tf, i);
+        assert_non_null(pi);
+        const float *E = (const float *)rlpi_buffer_host(rlpi_transformer_params(f.tf)) + pi->offset;
+        int64_t rows = pi->shape[0], cols = pi->shape[1];
+        float *deq = malloc((size_t)(rows * cols) * sizeof *deq);
+        void *packed = make_q8(E, rows, cols, deq);
+        size_t bytes = rlpi_qmat_bytes(RLPI_QMAT_Q8_0, rows, cols);
+        assert_memory_equal((const char *)rlpi_buffer_host(qw->buf) + mats[m].off, packed, bytes);
+        free(packed);
+        free(deq);
+    }
     free(old_q);
     free(now);
     free(new_f);
