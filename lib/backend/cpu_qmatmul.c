@@ -86,6 +86,12 @@ void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t 
 /* ---- dispatch ---- */
 
 static int forced = RLPI_QMAT_ISA_AUTO;
+static int64_t gemm_min_rows = RLPI_QMAT_GEMM_MIN_ROWS;
+
+void rlpi_qmat_set_gemm_min_rows(int64_t rows)
+{
+    gemm_min_rows = rows > 0 ? rows : RLPI_QMAT_GEMM_MIN_ROWS;
+}
 
 static int cpu_best(void)
 {
@@ -381,11 +387,14 @@ int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, con
     int64_t chunk = split ? (n + 8 * threads - 1) / (8 * threads) : n;
     J.chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
     int64_t tasks = (n + J.chunk - 1) / J.chunk;
-    if (m >= RLPI_QMAT_GEMM_MIN_ROWS) {
-        if (split && J.chunk > 256) { /* tiles of at most 256 rows: in L2 */
-            J.chunk = 256;
-            tasks = (n + J.chunk - 1) / J.chunk;
-        }
+    if (m >= gemm_min_rows) {
+        /* one tile a thread, in whole 32-row multiples (OpenBLAS's full-width
+         * kernels), at most 512 rows (≤ 1.2 MB of fp32 at k = 576: in L2);
+         * each tile's SGEMM packs A again, so fewer, larger tiles */
+        int64_t tile = (n + threads - 1) / threads;
+        tile = (tile + 31) / 32 * 32;
+        J.chunk = tile > 512 ? 512 : tile;
+        tasks = (n + J.chunk - 1) / J.chunk;
         J.tile = malloc((size_t)threads * (size_t)J.chunk * (size_t)kp * sizeof(float));
         if (!J.tile)
             return rlpi_error_set(RLP_E_NOMEM, "quantized matmul: cannot allocate dequantized tiles");

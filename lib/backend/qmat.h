@@ -44,9 +44,11 @@ enum { RLPI_QMAT_Q8_0 = 1 };
  * product dequantizes tiles of W to fp32 and runs OpenBLAS's SGEMM on the
  * unquantized activations instead of the int8 kernels: in the compute-bound
  * regime SGEMM's 16 fp32 MACs per instruction beat the int8 kernel's per-
- * block scale work (bench_qmatmul). The weights are the same Q8_0 values;
- * only the activations' rounding goes away. */
-#define RLPI_QMAT_GEMM_MIN_ROWS 16
+ * block scale work (bench_qmatmul: the int8 kernel is ahead up to 32 rows,
+ * even at 64). Decode batches of up to 32 (the engine's default) stay on
+ * the int8 path, so their numerics do not depend on the batch. The weights
+ * are the same Q8_0 values; only the activations' rounding goes away. */
+#define RLPI_QMAT_GEMM_MIN_ROWS 40
 
 /* Kernel families of the dispatch. */
 enum { RLPI_QMAT_ISA_AUTO = -1, RLPI_QMAT_ISA_SCALAR = 0, RLPI_QMAT_ISA_VNNI512 = 1 };
@@ -67,6 +69,11 @@ size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k);
  * (a row whose k is not a multiple of 32 quantized with zeros after k).
  * Thread-safe for disjoint row ranges. */
 void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks);
+
+/* Moves the row count from which products take the GEMM route
+ * (benchmarks; 0 restores RLPI_QMAT_GEMM_MIN_ROWS). Not thread-safe with
+ * concurrent products. */
+void rlpi_qmat_set_gemm_min_rows(int64_t rows);
 
 /* The kernel family products use now (after RLPOST_CPU_FEATURES, any
  * forcing, and the CPU's features). */

@@ -110,6 +110,30 @@ int main(int argc, char **argv)
         kernel_row(be, tf, qw, "gate", P->wg, qw->layers[0].gu, c->ffn_dim, c->dim, m);
         kernel_row(be, tf, qw, "down", P->wd, qw->layers[0].wd, c->dim, c->ffn_dim, m);
     }
+    /* the int8 kernel against the dequantize + SGEMM route at m rows */
+    printf("int8 kernel (i8) vs dequantized tiles + SGEMM (deq) on the fused gate-up %lld x %lld:\n",
+           (long long)(2 * c->ffn_dim), (long long)c->dim);
+    for (int64_t m = 2; m <= 64; m *= 2) {
+        double t[2] = {0, 0};
+        rlpi_buffer *a, *cc;
+        rlpi_buffer_alloc(be, (size_t)(m * c->dim) * 4, &a);
+        rlpi_buffer_alloc(be, (size_t)(m * 2 * c->ffn_dim) * 4, &cc);
+        memset(rlpi_buffer_host(a), 0, (size_t)(m * c->dim) * 4);
+        for (int round = 0; round < 3; round++)
+            for (int route = 0; route < 2; route++) {
+                rlpi_qmat_set_gemm_min_rows(route ? 1 : 1 << 30);
+                double t0 = rlpi_now_s();
+                for (int r = 0; r < 10; r++)
+                    rlpi_op_qmatmul(be, RLPI_REF(cc, 0), RLPI_REF(a, 0), qw->buf, qw->layers[0].gu, qw->type, m,
+                                    2 * c->ffn_dim, c->dim, 0.0f);
+                t[route] = best_of((rlpi_now_s() - t0) / 10, t[route]);
+            }
+        rlpi_qmat_set_gemm_min_rows(0);
+        printf("  m=%-3lld i8 %7.3f ms  deq %7.3f ms  i8/deq speed %.2fx\n", (long long)m, t[0] * 1e3, t[1] * 1e3,
+               t[1] / t[0]);
+        rlpi_buffer_free(a);
+        rlpi_buffer_free(cc);
+    }
     rlpi_qweights_free(qw);
 
     /* (2) decode */
