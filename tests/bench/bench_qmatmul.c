@@ -105,9 +105,13 @@ int main(int argc, char **argv)
     /* (1) kernels */
     const layer_params *P = &tf->layers[0];
     for (int64_t m = 1; m <= 64; m *= 64) {
+        /* the fused matrices whole (their scales follow all their rows); the
+         * fp32 side times an fp32 product of the same shape over the layer's
+         * parameters from wq / wg on (the timing, not the values, matters) */
         kernel_row(be, tf, qw, "head", tf->lm_head, qw->head, c->vocab_size, c->dim, m);
-        kernel_row(be, tf, qw, "wq", P->wq, qw->layers[0].qkv, tf->qdim, c->dim, m);
-        kernel_row(be, tf, qw, "gate", P->wg, qw->layers[0].gu, c->ffn_dim, c->dim, m);
+        kernel_row(be, tf, qw, "qkv", P->wq, qw->layers[0].qkv, tf->qdim + 2 * tf->kvdim, c->dim, m);
+        kernel_row(be, tf, qw, "o", P->wo, qw->layers[0].wo, c->dim, tf->qdim, m);
+        kernel_row(be, tf, qw, "gate-up", P->wg, qw->layers[0].gu, 2 * c->ffn_dim, c->dim, m);
         kernel_row(be, tf, qw, "down", P->wd, qw->layers[0].wd, c->dim, c->ffn_dim, m);
     }
     /* the int8 kernel against the dequantize + SGEMM route at m rows */
