@@ -160,9 +160,11 @@ static void quantize_rows(void *arg, int64_t begin, int64_t end, int tid)
             float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
             for (int64_t e = 0; e < 32; e++) {
                 float v = lo + e < hi ? x[lo + e] * id : 0.0f;
-                /* round half away from zero, |v| ≤ 127 (+ rounding) */
+                /* round half away from zero; clamped first so that a
+                 * non-finite activation cannot make the cast undefined
+                 * (NaN becomes 0: the fp32 path would give NaN anyway) */
+                v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
                 int iv = (int)(v + (v >= 0.0f ? 0.5f : -0.5f));
-                iv = iv > 127 ? 127 : iv < -127 ? -127 : iv;
                 q[lo + e] = (int8_t)iv;
             }
             for (int g = 0; g < 8; g++) {
