@@ -41,7 +41,8 @@ struct rlp_rollout_engine {
     bool owns_policy;
     rlpi_kv_cache *kv;
     struct rlpi_qweights *qw;      /* quantized rollout copy (opts.weights), or NULL: fp32 */
-    uint64_t qw_epoch, qw_version; /* the weights it was quantized from (current_weights()) */
+    uint64_t qw_epoch, qw_version, qw_gen; /* the weights it was quantized from (current_weights(),
+                                            * policy->weights_gen) */
 
     /* remote */
     struct rlpi_remote_client *client;

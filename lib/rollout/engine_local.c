@@ -299,6 +299,7 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
     if (rc)
         return rc;
     current_weights(e, &e->qw_epoch, &e->qw_version);
+    e->qw_gen = e->policy->weights_gen;
     rlpi_kv_cache_set_qweights(e->kv, e->qw);
     rlpi_log(log, RLP_LOG_INFO, "rollout weights: Q8_0 copy of %.1f MiB (%s kernel), quantized in %.3f s",
              (double)rlpi_qweights_bytes(e->qw) / 1048576.0, fast ? "AVX512-VNNI" : "scalar", e->qw->last_update_s);
@@ -306,17 +307,19 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
 }
 
 /* Re-quantizes the rollout copy when the weights moved since it was made
- * (an optimizer step of a shared policy, an update or load of the engine's
- * own copy). */
+ * (an optimizer step of a shared policy, a broadcast into it, an update or
+ * load of the engine's own copy). */
 static int sync_qweights(rlp_rollout_engine *e, uint64_t epoch, uint64_t version)
 {
-    if (!e->qw || (e->qw_epoch == epoch && e->qw_version == version))
+    uint64_t gen = e->policy->weights_gen;
+    if (!e->qw || (e->qw_epoch == epoch && e->qw_version == version && e->qw_gen == gen))
         return RLP_OK;
     int rc = rlpi_qweights_update(e->qw, e->policy->tf);
     if (rc)
         return rlpi_error_wrap("re-quantizing the rollout weights");
     e->qw_epoch = epoch;
     e->qw_version = version;
+    e->qw_gen = gen;
     rlpi_log(&e->policy->ctx->log, RLP_LOG_DEBUG, "rollout weights: re-quantized for version %llu in %.3f s",
              (unsigned long long)version, e->qw->last_update_s);
     return RLP_OK;
