@@ -29,8 +29,19 @@ static void usage(void)
     fprintf(stderr,
             "usage: rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]\n"
             "         [--assistant-prefix A] [--no-thinking] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
-            "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]\n");
+            "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t] [--weights f32|q8_0|auto]\n");
 }
+
+/* --weights: the engine's rlp_rollout_weights, or -1 */
+static int parse_weights(const char *v)
+{
+    return !v ? -1
+           : !strcmp(v, "f32")  ? RLP_ROLLOUT_WEIGHTS_F32
+           : !strcmp(v, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
+           : !strcmp(v, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
+                                : -1;
+}
+
 
 static double now_s(void)
 {
@@ -138,6 +149,7 @@ int cmd_generate(int argc, char **argv)
     const char *texts[MAX_PROMPTS], *stops[MAX_STOPS];
     size_t n_prompts = 0, n_stops = 0;
     int chat = 0, bad = 0, no_thinking = 0;
+    int weights = RLP_ROLLOUT_WEIGHTS_F32;
     long long threads = 0, max_batch = 32, v;
     rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
     for (int i = 2; i < argc && !bad; i++) {
@@ -175,6 +187,8 @@ int cmd_generate(int argc, char **argv)
             bad = cli_int(val, 1, 4096, &max_batch);
         else if (!strcmp(a, "--threads"))
             bad = cli_int(val, 0, 1024, &threads);
+        else if (!strcmp(a, "--weights"))
+            bad = (weights = parse_weights(val)) < 0;
         else if (!model && a[0] != '-')
             model = a, takes = 0;
         else
@@ -199,6 +213,7 @@ int cmd_generate(int argc, char **argv)
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
     po.trainable = 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+    ro.weights = weights;
     ro.share_weights = 1; /* nothing trains here: no copy of the weights */
     rlp_context *ctx = NULL;
     rlp_policy *policy = NULL;

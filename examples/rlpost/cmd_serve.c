@@ -51,11 +51,23 @@ int cmd_serve(int argc, char **argv)
 #include <time.h>
 #include <unistd.h>
 
+/* --weights: the engine's rlp_rollout_weights, or -1 */
+static int parse_weights(const char *v)
+{
+    return !v ? -1
+           : !strcmp(v, "f32")  ? RLP_ROLLOUT_WEIGHTS_F32
+           : !strcmp(v, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
+           : !strcmp(v, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
+                                : -1;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH] [--max-batch b]\n"
             "         [--max-seq-len n] [--max-body-bytes n] [--threads t] [--batch-wait-ms ms]\n"
+            "         [--weights f32|q8_0|auto]   decode weights (default f32; q8_0: int8 copy, re-quantized\n"
+            "                               at each weight update)\n"
             "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
             "         [--weights-dir DIR]   load DIR's latest published version before serving; weight\n"
             "                               updates load only folders below DIR\n"
@@ -136,6 +148,7 @@ int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL, *weights_dir = NULL;
     const char *token_file = NULL;
+    int weights = RLP_ROLLOUT_WEIGHTS_F32;
     long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
     long long max_pending = 256, header_ms = 10000;
     int32_t mode = RLP_LOGPROBS_SAMPLING;
@@ -165,6 +178,8 @@ int cmd_serve(int argc, char **argv)
             bad = cli_int(val, 100, 600000, &header_ms);
         } else if (!strcmp(a, "--max-batch")) {
             bad = cli_int(val, 1, 4096, &max_batch);
+        } else if (!strcmp(a, "--weights")) {
+            bad = (weights = parse_weights(val)) < 0;
         } else if (!strcmp(a, "--max-seq-len")) {
             bad = cli_int(val, 0, 1 << 20, &max_seq_len);
         } else if (!strcmp(a, "--max-body-bytes")) {
@@ -273,6 +288,7 @@ int cmd_serve(int argc, char **argv)
     po.trainable = 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
     ro.max_batch = (uint32_t)max_batch;
+    ro.weights = weights;
     ro.share_weights = 0; /* its own copy: /update_weights_from_disk replaces it */
     if (rlp_model_inspect(&mi, model) != RLP_OK || rlp_context_create(&ctx, &co) != RLP_OK ||
         rlp_policy_load(&policy, ctx, model, &po) != RLP_OK) {

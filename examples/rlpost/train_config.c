@@ -39,7 +39,7 @@ static const char defaults_json[] =
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
-    "\"rollout\": {\"max_seq_len\": 0, \"urls\": [], \"inbox\": null},"
+    "\"rollout\": {\"max_seq_len\": 0, \"urls\": [], \"inbox\": null, \"weights\": \"auto\"},"
     "\"eval\": {\"interval\": 0, \"n\": 200, \"samples\": 4, \"greedy\": true, \"seed\": null, \"path\": null,"
     "  \"task_options\": {},"
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"

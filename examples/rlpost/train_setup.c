@@ -253,6 +253,9 @@ int train_check_config(run *r)
               "≥ the number of ranks (each rank generates a share of the step's prompts)");
     }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
+    RANGE("rollout.weights", !strcmp(cfg_str(c, "rollout.weights"), "auto") ||
+          !strcmp(cfg_str(c, "rollout.weights"), "f32") || !strcmp(cfg_str(c, "rollout.weights"), "q8_0"),
+          "\"auto\", \"f32\" or \"q8_0\"");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0 && cfg_int(c, "eval.n") <= 100000, "in [0, 100000]");
     RANGE("eval.samples", cfg_int(c, "eval.samples") >= 0 && cfg_int(c, "eval.samples") <= 64, "in [0, 64]");
@@ -712,6 +715,10 @@ static int make_trainer(run *r, int need_train)
     o.ref = r->ref;
     o.tokenizer = r->ext_tok;
     o.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
+    const char *rw = cfg_str(r->cfg, "rollout.weights");
+    o.rollout_weights = !strcmp(rw, "f32")    ? RLP_ROLLOUT_WEIGHTS_F32
+                        : !strcmp(rw, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
+                                              : RLP_ROLLOUT_WEIGHTS_AUTO;
     /* the engine on the trainer's context generates the training rollouts
      * in sync and local pull mode, and the evaluations in every mode */
     long long eval_n = cfg_int(r->cfg, "eval.n");

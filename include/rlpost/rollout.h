@@ -92,8 +92,19 @@ typedef enum rlp_interrupt_mode {
     RLP_INTERRUPT_DEFER = 2       /**< the update waits until the running generate call has finished */
 } rlp_interrupt_mode;
 
+/** Weights a local engine decodes with (values fixed). */
+typedef enum rlp_rollout_weights {
+    RLP_ROLLOUT_WEIGHTS_F32 = 0,  /**< the policy's fp32 weights: behaviour logprobs equal the trainer's up to
+                                       summation order */
+    RLP_ROLLOUT_WEIGHTS_Q8_0 = 1, /**< a Q8_0 copy of the linear weights (int8 products, activations quantized
+                                       per block of 32), re-quantized at every weight update: ~3.8× fewer
+                                       bytes per decoded token; behaviour logprobs differ from the trainer's
+                                       (the step metrics report the mismatch). CPU backend only; elsewhere F32 */
+    RLP_ROLLOUT_WEIGHTS_AUTO = 2  /**< Q8_0 where the CPU has int8 dot products (AVX512-VNNI), else F32 */
+} rlp_rollout_weights;
+
 /** Version of rlp_rollout_options understood by this header. */
-#define RLP_ROLLOUT_OPTIONS_VERSION 1
+#define RLP_ROLLOUT_OPTIONS_VERSION 2
 
 /** Options of a local rollout engine. */
 typedef struct rlp_rollout_options {
@@ -104,9 +115,10 @@ typedef struct rlp_rollout_options {
     int32_t share_weights;    /**< 1: generate with the policy's own weights (co-located; no copy; the
                                    policy must not be trained while a generate call runs);
                                    0: keep a frozen copy, refreshed by rlp_rollout_engine_update_weights() */
+    int32_t weights;          /**< (version 2) rlp_rollout_weights; default RLP_ROLLOUT_WEIGHTS_F32 */
 } rlp_rollout_options;
 
-#define RLP_ROLLOUT_OPTIONS_INIT { RLP_ROLLOUT_OPTIONS_VERSION, 32, 0, RLP_INTERRUPT_RECOMPUTE, 0 }
+#define RLP_ROLLOUT_OPTIONS_INIT { RLP_ROLLOUT_OPTIONS_VERSION, 32, 0, RLP_INTERRUPT_RECOMPUTE, 0, RLP_ROLLOUT_WEIGHTS_F32 }
 
 /** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
 RLP_API int rlp_rollout_options_init(rlp_rollout_options *opts, uint32_t version);

@@ -73,7 +73,7 @@ typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void 
 
 /** Version of rlp_trainer_options understood by this header. 2 added
  *  multiturn; a version-1 caller's struct ends before it. */
-#define RLP_TRAINER_OPTIONS_VERSION 2
+#define RLP_TRAINER_OPTIONS_VERSION 3
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -130,6 +130,8 @@ typedef struct rlp_trainer_options {
                                          episode against that environment (borrowed, must outlive the
                                          trainer; rlp_rollout_generate_episodes()), in every mode; NULL
                                          (the default): single-turn completions */
+    int32_t rollout_weights;        /**< (version 3) rlp_rollout_weights of the local engines (rollouts and
+                                         evaluations); default RLP_ROLLOUT_WEIGHTS_F32 */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -138,7 +140,7 @@ typedef struct rlp_trainer_options {
 RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
 
 /** Version of rlp_step_record understood by this header. */
-#define RLP_STEP_RECORD_VERSION 2
+#define RLP_STEP_RECORD_VERSION 3
 
 /**
  * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
@@ -181,6 +183,12 @@ typedef struct rlp_step_record {
     uint64_t episodes_truncated;   /**< ended by the token budget (RLP_EPISODE_BUDGET) */
     uint64_t episodes_max_turns;   /**< ended by the turn limit */
     uint64_t episodes_failed;      /**< ended by an environment failure or timeout (invalid) */
+    /* (version 3) behaviour/trainer mismatch of the step's trained tokens: d = logp_trainer − logp_behaviour
+     * (π_prox at the step's start vs the logprob recorded at generation), w = exp(d) */
+    double mismatch_kl;            /**< mean (w − 1 − d): k3 estimate of KL(π_behav ‖ π_trainer), nats/token */
+    double mismatch_is_mean;       /**< mean importance weight w */
+    double mismatch_is_min, mismatch_is_max;
+    double mismatch_abs_mean;      /**< mean |d| (nats) */
 } rlp_step_record;
 
 /**

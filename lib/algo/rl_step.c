@@ -14,6 +14,7 @@
 #include "algo/rl_step.h"
 
 #include "algo/rl_math.h"
+#include "algo/rl_step.h"
 #include "core/clock.h"
 #include "core/batch.h"
 #include "core/error.h"
@@ -135,8 +136,30 @@ static int dp_advantages(rlp_comm *comm, const rlp_rl_options *o, const rlpi_rl_
     return RLP_OK;
 }
 
+/* The mismatch statistics of rlpi_rl_mismatch over the step's tokens. */
+static void mismatch(rlpi_rl_mismatch *mm, const float *behav, const float *old, const uint8_t *mask, size_t n)
+{
+    double kl = 0, w_sum = 0, w_min = INFINITY, w_max = 0, abs_sum = 0;
+    uint64_t cnt = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)old[i] - (double)behav[i];
+        if ((mask && !mask[i]) || !isfinite(d))
+            continue;
+        double w = exp(d);
+        kl += w - 1.0 - d;
+        w_sum += w;
+        w_min = w < w_min ? w : w_min;
+        w_max = w > w_max ? w : w_max;
+        abs_sum += fabs(d);
+        cnt++;
+    }
+    double c = cnt ? (double)cnt : 1;
+    *mm = (rlpi_rl_mismatch){.n_tokens = cnt, .kl = kl / c, .is_mean = cnt ? w_sum / c : 1, .is_min = cnt ? w_min : 1,
+                             .is_max = cnt ? w_max : 1, .abs_mean = abs_sum / c};
+}
+
 static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
-                    const rlp_rl_options *opts, rlp_rl_stats *stats)
+                    const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(batch, "batch is NULL");
@@ -369,6 +392,10 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                 st.acc.loss = st.acc.pg = 0;
             }
         }
+    /* π_prox is complete here: computed above, or filled in by the training
+     * forward of the step's one optimizer step (equal numbers either way) */
+    if (!rc && mm && used > 0)
+        mismatch(mm, behav, old, mask, n_tok);
     /* Versions count RL steps, not optimizer steps: one step is one
      * version whether it applied k = ppo_epochs × mini_batches updates or
      * none (every group filtered, every sample invalid, a skipped
@@ -438,7 +465,15 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
 int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                         const rlp_rl_options *opts, rlp_rl_stats *stats)
 {
-    int rc = train_rl(policy, batch, ref, opts, stats);
+    return rlpi_policy_train_rl(policy, batch, ref, opts, stats, NULL);
+}
+
+int rlpi_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                         const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
+{
+    if (mm)
+        *mm = (rlpi_rl_mismatch){.is_mean = 1, .is_min = 1, .is_max = 1};
+    int rc = train_rl(policy, batch, ref, opts, stats, mm);
     if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
         rlpi_dp_fail(policy->comm, "RL step", rc); /* the peers would wait for this rank forever */
     return rc;

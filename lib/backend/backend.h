@@ -162,6 +162,11 @@ struct rlpi_backend_ops {
     int (*sample_rows)(rlpi_backend *be, int32_t *tokens_host, float *logprobs_host, const float *logits,
                        const int32_t *rows_host, int64_t n, int64_t vocab, const rlpi_sampler_params *params_host,
                        const double *u_host);
+
+    /* quantized inference weights (see rlpi_op_qmatmul); NULL where the
+     * backend has none, and decoding then uses the fp32 weights */
+    int (*qmatmul)(rlpi_backend *be, float *c, const float *a, const void *w, int type, int64_t m, int64_t n,
+                   int64_t k, float beta);
 };
 
 
@@ -342,6 +347,17 @@ int rlpi_op_adamw(rlpi_backend *be, rlpi_ref param, rlpi_ref grad, rlpi_ref m, r
 int rlpi_op_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, rlpi_ref logits, int64_t n_logit_rows,
                         const int32_t *rows, int64_t n, int64_t vocab, const rlpi_sampler_params *params,
                         const double *u);
+
+/* C (m, n) = A (m, k) · Wᵀ, or C += A · Wᵀ with beta = 1 (beta 0: C not
+ * read), where W (n, k) is a quantized matrix of rlpi_qmat_bytes(type, n,
+ * k) bytes starting at byte w_off of w, in the layout of
+ * lib/backend/qmat.h (int8 products with activations quantized per block;
+ * error bound there). RLP_E_UNSUPPORTED where the backend has no quantized
+ * kernels (see rlpi_op_qmatmul_available). */
+int rlpi_op_qmatmul(rlpi_backend *be, rlpi_ref c, rlpi_ref a, const rlpi_buffer *w, size_t w_off, int type, int64_t m,
+                    int64_t n, int64_t k, float beta);
+/* Whether be implements rlpi_op_qmatmul. */
+int rlpi_op_qmatmul_available(const rlpi_backend *be);
 
 /* ---- constructors ---- */
 

@@ -6,6 +6,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "backend/qmat.h"
 #include "backend/sampler.h" /* rlpi_sampler_params_check */
 
 #include <math.h>
@@ -450,4 +451,31 @@ int rlpi_op_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, rlpi
     float *lg;
     RES(logits, prod(n_logit_rows, vocab), lg);
     return be->ops->sample_rows(be, tokens, logprobs, lg, rows, n, vocab, params, u);
+}
+
+int rlpi_op_qmatmul_available(const rlpi_backend *be)
+{
+    return be && be->ops->qmatmul;
+}
+
+int rlpi_op_qmatmul(rlpi_backend *be, rlpi_ref c, rlpi_ref a, const rlpi_buffer *w, size_t w_off, int type, int64_t m,
+                    int64_t n, int64_t k, float beta)
+{
+    static const char op[] = "quantized matmul";
+    SLOT(qmatmul);
+    DIMS_OK(m >= 0 && n > 0 && k > 0 && (beta == 0.0f || beta == 1.0f));
+    size_t wbytes = rlpi_qmat_bytes(type, n, k);
+    if (!wbytes)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: unknown weight type %d", op, type);
+    if (!w || w->owner != be || w_off > w->nbytes || w->nbytes - w_off < wbytes)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the weights need bytes [%zu, %zu+%zu) of their buffer", op,
+                              w_off, w_off, wbytes);
+    if (m == 0)
+        return RLP_OK;
+    float *cc, *aa;
+    RES(c, prod(m, n), cc);
+    RES(a, prod(m, k), aa);
+    if (c.buf == a.buf && c.off < a.off + (size_t)prod(m, k) && a.off < c.off + (size_t)prod(m, n))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: C overlaps A", op);
+    return be->ops->qmatmul(be, cc, aa, (const char *)w->data + w_off, type, m, n, k, beta);
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "backend/qmat.h"
 #include "core/threadpool.h"
 
 #include <cblas.h>
@@ -383,6 +384,13 @@ static int cpu_sample_rows(rlpi_backend *be, int32_t *tokens, float *logprobs, c
     return rlpi_cpu_sample_rows(st->pool, st->sampler, tokens, logprobs, logits, rows, n, vocab, params, u);
 }
 
+static int cpu_qmatmul(rlpi_backend *be, float *c, const float *a, const void *w, int type, int64_t m, int64_t n,
+                       int64_t k, float beta)
+{
+    cpu_state *st = be->impl;
+    return rlpi_cpu_qmatmul(st->pool, c, a, w, type, m, n, k, beta);
+}
+
 static const rlpi_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -420,6 +428,7 @@ static const rlpi_backend_ops cpu_ops = {
     .geglu_bwd = rlpi_cpu_geglu_bwd,
     .softcap_fwd = rlpi_cpu_softcap_fwd,
     .softcap_bwd = rlpi_cpu_softcap_bwd,
+    .qmatmul = cpu_qmatmul,
 };
 
 int rlpi_backend_cpu_create(rlpi_backend **out, int n_threads)

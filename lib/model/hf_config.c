@@ -386,7 +386,9 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         return rc;
     if (c->final_softcap < 0)
         BAD("%s: 'final_logit_softcapping' = %g must be positive or null", src, (double)c->final_softcap);
-    json_t *qs = json_object_get(root, "query_pre_attn_scalar");
+    /* query_pre_attn_scalar is a Gemma key: transformers' Llama/Qwen/Mistral
+     * configs ignore it (their scale is 1/sqrt(head_dim)), and so do we */
+    json_t *qs = a->sliding_window ? json_object_get(root, "query_pre_attn_scalar") : NULL;
     if (qs && !json_is_null(qs)) {
         float q;
         if ((rc = get_num(root, "query_pre_attn_scalar", 1, 0.0, src, &q)))

@@ -8,6 +8,7 @@
 #include "model/kv_cache.h"
 
 #include "core/error.h"
+#include "model/qweights.h"
 #include "model/transformer_internal.h"
 
 #include <stdlib.h>
@@ -24,6 +25,12 @@ struct rlpi_kv_cache {
     rlpi_buffer *tmp, *rstd_h;  /* post_norms: a sublayer's normed output (n, dim); qk_norm: (n·H) rstd */
     rlpi_buffer *ids, *pos;     /* int32 (n) */
     rlpi_buffer *last, *rows, *rows_n, *rows_rstd, *logits; /* (n_seq, ·) */
+    /* quantized products (rlpi_kv_cache_set_qweights): the rollout copy
+     * (borrowed) and the fused QKV (n, qdim + 2·kvdim) and gate-up (n, 2·ffn)
+     * outputs, split into q/k/v and gate/up on the host */
+    const rlpi_qweights *qw;
+    int64_t qws_tokens;
+    rlpi_buffer *qkv, *gu;
 };
 
 static size_t k_off(const rlpi_kv_cache *kv, int64_t l)
@@ -71,7 +78,8 @@ void rlpi_kv_cache_free(rlpi_kv_cache *kv)
         return;
     rlpi_buffer *bufs[] = {kv->kv,   kv->x,      kv->xn,        kv->rstd,   kv->q,   kv->k,     kv->v,
                            kv->att,  kv->gate,   kv->up,        kv->act,    kv->ids, kv->pos,   kv->last,
-                           kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h};
+                           kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h,
+                           kv->qkv,  kv->gu};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         rlpi_buffer_free(bufs[i]);
     free(kv);
@@ -148,6 +156,62 @@ static int ensure_workspace(rlpi_kv_cache *kv, const rlpi_transformer *tf, int64
     return RLP_OK;
 }
 
+void rlpi_kv_cache_set_qweights(rlpi_kv_cache *kv, const rlpi_qweights *qw)
+{
+    if (kv)
+        kv->qw = qw;
+}
+
+/* The fused outputs of the quantized path, n rows. */
+static int ensure_qworkspace(rlpi_kv_cache *kv, const rlpi_transformer *tf, int64_t n)
+{
+    if (n <= kv->qws_tokens)
+        return RLP_OK;
+    int rc;
+    if ((rc = grow(kv->be, &kv->qkv, n * (tf->qdim + 2 * tf->kvdim))) ||
+        (rc = grow(kv->be, &kv->gu, n * 2 * tf->cfg.ffn_dim)))
+        return rc;
+    kv->qws_tokens = n;
+    return RLP_OK;
+}
+
+/* dst (n, width) = columns [col0, col0 + width) of the fused (n, total)
+ * product in src. Host memory: the quantized path runs on the CPU backend
+ * only (rlpi_qweights_create checks). */
+static int split_cols(rlpi_buffer *src, int64_t n, int64_t total, int64_t col0, rlpi_buffer *dst, int64_t width)
+{
+    const float *s = rlpi_buffer_host(src);
+    float *d = rlpi_buffer_host(dst);
+    if (!s || !d)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "quantized decode: buffers not in host memory");
+    for (int64_t i = 0; i < n; i++)
+        memcpy(d + i * width, s + i * total + col0, (size_t)width * sizeof *d);
+    return RLP_OK;
+}
+
+/* dst (n, width) = xn · Wᵀ for the Q, K or V weight at w_off: its columns
+ * of the fused QKV product already made with the quantized copy, or an
+ * fp32 product. */
+static int qkv_part(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n, rlpi_buffer *dst, int64_t col0, int64_t width,
+                    size_t w_off)
+{
+    if (kv->qw)
+        return split_cols(kv->qkv, n, tf->qdim + 2 * tf->kvdim, col0, dst, width);
+    return rlpi_tf_mm(tf, dst, 0, kv->xn, 0, 0, tf->params, w_off, 1, n, width, tf->cfg.dim, 0.0f);
+}
+
+/* C (m, n_out) = A (m, k) · Wᵀ (+ C with beta 1): the quantized matrix at
+ * byte q_off of the rollout copy when there is one, else the fp32 weight at
+ * w_off of the parameters. */
+static int linear(rlpi_transformer *tf, rlpi_kv_cache *kv, rlpi_buffer *C, rlpi_buffer *A, size_t w_off, size_t q_off,
+                  int64_t m, int64_t n_out, int64_t k, float beta)
+{
+    if (kv->qw)
+        return rlpi_op_qmatmul(tf->be, RLPI_REF(C, 0), RLPI_REF(A, 0), kv->qw->buf, q_off, kv->qw->type, m, n_out, k,
+                               beta);
+    return rlpi_tf_mm(tf, C, 0, A, 0, 0, tf->params, w_off, 1, m, n_out, k, beta);
+}
+
 #define TRY(x)                       \
     do {                             \
         int rc_ = (x);               \
@@ -169,20 +233,24 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     /* with qk_norm the projection goes to `att` (free until the attention)
      * and its per-head norm to q/k; k's (n, KV·hd) fits there too */
     rlpi_buffer *qdst = c->qk_norm ? kv->att : kv->q;
-    TRY(rlpi_tf_mm(tf, qdst, 0, kv->xn, 0, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+    const rlpi_qlayer *Q = kv->qw ? &kv->qw->layers[l] : NULL;
+    if (Q) /* one product for Q, K and V; qkv_part takes its columns apart */
+        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->qkv, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->qkv, kv->qw->type, n,
+                            tf->qdim + 2 * tf->kvdim, d, 0.0f));
+    TRY(qkv_part(tf, kv, n, qdst, 0, tf->qdim, P->wq));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(qdst, 0), RLPI_REF(W, P->bq), n, tf->qdim));
     if (c->qk_norm)
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
                                 RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim, c->rms_eps));
     rlpi_buffer *kdst = c->qk_norm ? kv->att : kv->k;
-    TRY(rlpi_tf_mm(tf, kdst, 0, kv->xn, 0, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+    TRY(qkv_part(tf, kv, n, kdst, tf->qdim, tf->kvdim, P->wk));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kdst, 0), RLPI_REF(W, P->bk), n, tf->kvdim));
     if (c->qk_norm)
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
                                 RLPI_REF(W, P->k_norm), n * c->n_kv_heads, c->head_dim, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, kv->v, 0, kv->xn, 0, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+    TRY(qkv_part(tf, kv, n, kv->v, tf->qdim + tf->kvdim, tf->kvdim, P->wv));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kv->v, 0), RLPI_REF(W, P->bv), n, tf->kvdim));
     TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
@@ -202,28 +270,35 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
                                  c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
     /* x += att·Woᵀ (or its post-attention norm) ; x += act(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ (or its post-ffw norm) */
     if (c->post_norms) {
-        TRY(rlpi_tf_mm(tf, kv->xn, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 0.0f));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(rlpi_tf_mm(tf, kv->x, 0, kv->att, 0, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 1.0f));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
                             RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, kv->gate, 0, kv->xn, 0, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, kv->up, 0, kv->xn, 0, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    if (Q) { /* one product for gate and up */
+        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->gu, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->gu, kv->qw->type, n,
+                            2 * c->ffn_dim, d, 0.0f));
+        TRY(split_cols(kv->gu, n, 2 * c->ffn_dim, 0, kv->gate, c->ffn_dim));
+        TRY(split_cols(kv->gu, n, 2 * c->ffn_dim, c->ffn_dim, kv->up, c->ffn_dim));
+    } else {
+        TRY(rlpi_tf_mm(tf, kv->gate, 0, kv->xn, 0, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, kv->up, 0, kv->xn, 0, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+    }
     if (c->activation == RLPI_ACT_GELU_TANH)
         TRY(rlpi_op_geglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     else
         TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     if (c->post_norms) {
-        TRY(rlpi_tf_mm(tf, kv->xn, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 0.0f));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_ffn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(rlpi_tf_mm(tf, kv->x, 0, kv->act, 0, 0, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 1.0f));
     }
     return RLP_OK;
 }
@@ -258,6 +333,10 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
             return rlpi_error_set(RLP_E_INVALID_ARG, "extend: token id %d outside the vocabulary of %d", tokens[i],
                                   c->vocab_size);
     TRY(ensure_workspace(kv, tf, n, n_seq));
+    if (kv->qw && kv->qw->tf != tf && (rlpi_transformer_n_params(kv->qw->tf) != rlpi_transformer_n_params(tf)))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the quantized weights were made for another model");
+    if (kv->qw)
+        TRY(ensure_qworkspace(kv, tf, n));
     int32_t *pos = malloc((size_t)n * sizeof *pos);
     int32_t *last = malloc((size_t)n_seq * sizeof *last);
     int rc = pos && last ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "extend: out of memory");
@@ -287,7 +366,8 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     TRY(rlpi_op_embedding_fwd(tf->be, RLPI_REF(kv->rows, 0), RLPI_REF(kv->x, 0), RLPI_REF(kv->last, 0), n_seq, d, n));
     TRY(rlpi_op_rmsnorm_fwd(tf->be, RLPI_REF(kv->rows_n, 0), RLPI_REF(kv->rows_rstd, 0), RLPI_REF(kv->rows, 0),
                             RLPI_REF(tf->params, tf->final_norm), n_seq, d, c->rms_eps));
-    TRY(rlpi_tf_mm(tf, kv->logits, 0, kv->rows_n, 0, 0, tf->params, tf->lm_head, 1, n_seq, c->vocab_size, d, 0.0f));
+    TRY(linear(tf, kv, kv->logits, kv->rows_n, tf->lm_head, kv->qw ? kv->qw->head : 0, n_seq, c->vocab_size, d,
+               0.0f));
     TRY(rlpi_tf_softcap(tf, kv->logits, 0, n_seq));
     return logits ? rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4) : RLP_OK;
 }

@@ -33,6 +33,13 @@ int rlpi_kv_cache_copy_prefix(rlpi_kv_cache *kv, int64_t dst, int64_t src, int64
 int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_seq, const int64_t *q_start,
                             const int64_t *slot, const int64_t *past, const int32_t *tokens, float *logits);
 
+/* Decode with a quantized copy of the linear weights (rlpi_qweights, made
+ * for the transformer passed to extend; borrowed, must outlive its use)
+ * instead of the fp32 parameters; NULL goes back to fp32. Norms,
+ * embeddings and attention read the fp32 parameters either way. */
+struct rlpi_qweights;
+void rlpi_kv_cache_set_qweights(rlpi_kv_cache *kv, const struct rlpi_qweights *qw);
+
 /* The backend buffer that holds the last extend's logits, (n_seq, vocab)
  * from element 0, valid until the next extend on kv (borrowed): what the
  * rollout engine samples from without downloading them. */

@@ -531,6 +531,8 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     bool skipped = false;
     if ((rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
         return rc;
+    if (!skipped)
+        policy->weights_gen++;
     if (!skipped && advance_version)
         policy->version++;
     if (skipped)

@@ -17,6 +17,9 @@ struct rlp_policy {
     rlpi_transformer *tf;      /* owned */
     rlpi_optimizer opt;
     uint64_t version;          /* SFT steps and RL steps taken (not optimizer steps: opt.step counts those) */
+    uint64_t weights_gen;      /* bumped whenever the weights change in place without a new version
+                                * (an optimizer step inside a multi-step RL step, a broadcast): what a
+                                * quantized rollout copy checks besides the version */
     rlp_tokenizer *tokenizer;  /* owned; NULL when the file has none (llama2.c) */
     char *tokenizer_path;      /* where it came from (a GGUF or tokenizer.json), for clones and saves */
     rlp_comm *comm;            /* borrowed; non-NULL: train steps are data-parallel collectives */

@@ -45,5 +45,6 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
     if (rc)
         return rlpi_error_wrap("%s", __func__);
     policy->version = version;
+    policy->weights_gen++;
     return RLP_OK;
 }

@@ -7,9 +7,11 @@
 #include "backend/context.h"
 #include "core/error.h"
 #include "model/policy.h"
+#include "model/qweights.h"
 #include "backend/sampler.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +27,11 @@ int rlp_sampling_options_init(rlp_sampling_options *opts, uint32_t version)
 int rlp_rollout_options_init(rlp_rollout_options *opts, uint32_t version)
 {
     RLPI_CHECK_ARG(opts, "opts is NULL");
-    RLPI_CHECK_ARG(version == RLP_ROLLOUT_OPTIONS_VERSION, "unknown version");
+    RLPI_CHECK_ARG(version >= 1 && version <= RLP_ROLLOUT_OPTIONS_VERSION, "unknown version");
     rlp_rollout_options d = RLP_ROLLOUT_OPTIONS_INIT;
-    *opts = d;
+    d.version = version;
+    /* a version-1 struct ends before `weights` */
+    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_rollout_options, weights));
     return RLP_OK;
 }
 
@@ -131,9 +135,14 @@ int rlp_rollout_engine_create(rlp_rollout_engine **out, rlp_policy *policy, cons
     RLPI_CHECK_ARG(policy, "policy is NULL");
     rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
     if (opts) {
-        RLPI_CHECK_ARG(opts->version == RLP_ROLLOUT_OPTIONS_VERSION, "opts->version is unknown");
-        o = *opts;
+        RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_ROLLOUT_OPTIONS_VERSION,
+                       "opts->version is unknown");
+        /* a version-1 caller's struct ends before `weights` (F32) */
+        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(rlp_rollout_options, weights));
+        o.version = RLP_ROLLOUT_OPTIONS_VERSION;
     }
+    RLPI_CHECK_ARG(o.weights >= RLP_ROLLOUT_WEIGHTS_F32 && o.weights <= RLP_ROLLOUT_WEIGHTS_AUTO,
+                   "weights is not an rlp_rollout_weights");
     RLPI_CHECK_ARG(o.max_batch >= 1 && o.max_batch <= 4096, "max_batch must be 1..4096");
     RLPI_CHECK_ARG(o.interrupt_mode >= RLP_INTERRUPT_RECOMPUTE && o.interrupt_mode <= RLP_INTERRUPT_DEFER,
                    "interrupt_mode is not an rlp_interrupt_mode");
@@ -159,6 +168,8 @@ int rlp_rollout_engine_create(rlp_rollout_engine **out, rlp_policy *policy, cons
         e->tok = e->policy->tokenizer;
         rc = rlpi_kv_cache_create(&e->kv, e->policy->tf, o.max_batch, o.max_seq_len);
     }
+    if (!rc)
+        rc = rlpi_engine_make_qweights(e);
     if (rc) {
         rlp_rollout_engine_free(e);
         return rlpi_error_wrap("%s", __func__);
@@ -197,6 +208,7 @@ void rlp_rollout_engine_free(rlp_rollout_engine *engine)
     if (engine->kind == RLPI_ENGINE_REMOTE)
         rlpi_engine_remote_destroy(engine);
     rlpi_kv_cache_free(engine->kv);
+    rlpi_qweights_free(engine->qw);
     if (engine->owns_policy)
         rlp_policy_free(engine->policy);
     pthread_mutex_destroy(&engine->mu);

@@ -40,12 +40,22 @@ struct rlp_rollout_engine {
     rlp_policy *policy;            /* borrowed (share_weights) or owned frozen copy */
     bool owns_policy;
     rlpi_kv_cache *kv;
+    struct rlpi_qweights *qw;      /* quantized rollout copy (opts.weights), or NULL: fp32 */
+    uint64_t qw_epoch, qw_version, qw_gen; /* the weights it was quantized from (current_weights(),
+                                            * policy->weights_gen) */
 
     /* remote */
     struct rlpi_remote_client *client;
     rlp_remote_options ropts;
     uint64_t remote_ctx;           /* the servers' context length, once one said (0 = not yet); under mu */
 };
+
+/* Makes the quantized copy that opts.weights asks for (engine_local.c):
+ * none for F32, for AUTO where the CPU lacks fast int8 products or the
+ * backend has no quantized kernels (then F32, logged); an error for Q8_0 on
+ * a backend without them is not raised either: the engine decodes fp32
+ * and says so in the log. */
+int rlpi_engine_make_qweights(rlp_rollout_engine *e);
 
 /* Resolved sampling options with defaults applied and everything checked. */
 int rlpi_engine_check_sampling(const rlp_sampling_options *in, rlp_sampling_options *out);

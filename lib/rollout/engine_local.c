@@ -13,7 +13,10 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "backend/qmat.h"
+#include "core/log.h"
 #include "model/policy.h"
+#include "model/qweights.h"
 #include "model/tokenizer.h"
 
 #include <math.h>
@@ -276,6 +279,52 @@ static void current_weights(rlp_rollout_engine *e, uint64_t *epoch, uint64_t *ve
     }
 }
 
+int rlpi_engine_make_qweights(rlp_rollout_engine *e)
+{
+    int want = e->opts.weights;
+    rlpi_transformer *tf = e->policy->tf;
+    const rlpi_logger *log = &e->policy->ctx->log;
+    if (want == RLP_ROLLOUT_WEIGHTS_F32)
+        return RLP_OK;
+    bool fast = rlpi_qmat_isa() == RLPI_QMAT_ISA_VNNI512;
+    if (want == RLP_ROLLOUT_WEIGHTS_AUTO && !fast)
+        return RLP_OK;
+    rlpi_backend *be = e->policy->ctx->backend;
+    if (!rlpi_op_qmatmul_available(be) || !rlpi_buffer_host(rlpi_transformer_params(tf))) {
+        rlpi_log(log, RLP_LOG_INFO, "rollout weights: the %s backend has no quantized products; decoding fp32",
+                 be->ops->name);
+        return RLP_OK;
+    }
+    int rc = rlpi_qweights_create(&e->qw, tf, RLPI_QMAT_Q8_0);
+    if (rc)
+        return rc;
+    current_weights(e, &e->qw_epoch, &e->qw_version);
+    e->qw_gen = e->policy->weights_gen;
+    rlpi_kv_cache_set_qweights(e->kv, e->qw);
+    rlpi_log(log, RLP_LOG_INFO, "rollout weights: Q8_0 copy of %.1f MiB (%s kernel), quantized in %.3f s",
+             (double)rlpi_qweights_bytes(e->qw) / 1048576.0, fast ? "AVX512-VNNI" : "scalar", e->qw->last_update_s);
+    return RLP_OK;
+}
+
+/* Re-quantizes the rollout copy when the weights moved since it was made
+ * (an optimizer step of a shared policy, a broadcast into it, an update or
+ * load of the engine's own copy). */
+static int sync_qweights(rlp_rollout_engine *e, uint64_t epoch, uint64_t version)
+{
+    uint64_t gen = e->policy->weights_gen;
+    if (!e->qw || (e->qw_epoch == epoch && e->qw_version == version && e->qw_gen == gen))
+        return RLP_OK;
+    int rc = rlpi_qweights_update(e->qw, e->policy->tf);
+    if (rc)
+        return rlpi_error_wrap("re-quantizing the rollout weights");
+    e->qw_epoch = epoch;
+    e->qw_version = version;
+    e->qw_gen = gen;
+    rlpi_log(&e->policy->ctx->log, RLP_LOG_DEBUG, "rollout weights: re-quantized for version %llu in %.3f s",
+             (unsigned long long)version, e->qw->last_update_s);
+    return RLP_OK;
+}
+
 static int run(gen_ctx *g)
 {
     rlp_rollout_engine *e = g->e;
@@ -312,6 +361,8 @@ static int run(gen_ctx *g)
         pthread_mutex_unlock(&e->mu);
         uint64_t epoch, version;
         current_weights(e, &epoch, &version);
+        if ((rc = sync_qweights(e, epoch, version)) != RLP_OK)
+            break; /* in_step is cleared below */
         uint64_t interrupts = 0, prefill_tokens = 0, decode_tokens = 0, prompts_prefilled = 0;
         double t0 = rlpi_now_s();
 

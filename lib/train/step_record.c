@@ -174,6 +174,11 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r)
     json_object_set_new(m, "ratio_max", jnum(rs->ratio_max));
     json_object_set_new(m, "behav_weight_mean", jnum(rs->behav_weight_mean));
     json_object_set_new(m, "behav_weight_max", jnum(rs->behav_weight_max));
+    json_object_set_new(m, "mismatch_kl", jnum(r->mismatch_kl));
+    json_object_set_new(m, "mismatch_is_mean", jnum(r->mismatch_is_mean));
+    json_object_set_new(m, "mismatch_is_min", jnum(r->mismatch_is_min));
+    json_object_set_new(m, "mismatch_is_max", jnum(r->mismatch_is_max));
+    json_object_set_new(m, "mismatch_abs_mean", jnum(r->mismatch_abs_mean));
     json_object_set_new(m, "grad_norm", jnum(rs->grad_norm));
     json_object_set_new(m, "adv_mean", jnum(rs->adv_mean));
     json_object_set_new(m, "adv_std", jnum(rs->adv_std));

@@ -8,6 +8,7 @@
 #include "backend/context.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "algo/rl_step.h"
 #include "model/policy.h"
 
 #include <math.h>
@@ -31,8 +32,10 @@ int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
     rlp_sampling_options_init(&d.sampling, RLP_SAMPLING_OPTIONS_VERSION);
     rlp_rl_options_init(&d.rl, RLP_RL_OPTIONS_VERSION);
     rlp_multiturn_options_init(&d.multiturn, RLP_MULTITURN_OPTIONS_VERSION);
-    /* a version-1 caller's struct ends before multiturn */
-    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_trainer_options, multiturn));
+    /* a version-1 caller's struct ends before multiturn, a version-2 one before rollout_weights */
+    memcpy(opts, &d, version >= 3   ? sizeof d
+                     : version == 2 ? offsetof(rlp_trainer_options, rollout_weights)
+                                    : offsetof(rlp_trainer_options, multiturn));
     return RLP_OK;
 }
 
@@ -84,6 +87,8 @@ static int check_options(const rlp_trainer_options *o)
                               "RLP_TRAIN_ASYNC only; sync and pull runs are on-policy (set it to 0)",
                               o->max_staleness);
     RLPI_CHECK_ARG(o->prompts_per_step >= 1, "opts->prompts_per_step must be ≥ 1");
+    RLPI_CHECK_ARG(o->rollout_weights >= RLP_ROLLOUT_WEIGHTS_F32 && o->rollout_weights <= RLP_ROLLOUT_WEIGHTS_AUTO,
+                   "opts->rollout_weights is not an rlp_rollout_weights");
     RLPI_CHECK_ARG(o->sampling.version == RLP_SAMPLING_OPTIONS_VERSION, "opts->sampling.version: unknown version");
     RLPI_CHECK_ARG(o->sampling.n >= 1, "opts->sampling.n (the group size) must be ≥ 1");
     RLPI_CHECK_ARG(o->n_metrics <= RLP_TRAINER_MAX_METRICS, "opts->n_metrics: more than RLP_TRAINER_MAX_METRICS");
@@ -121,6 +126,7 @@ static int local_engine(const rlp_trainer *t, rlp_rollout_engine **out, rlp_poli
     eo.max_batch = mb;
     eo.max_seq_len = t->o.max_seq_len;
     eo.share_weights = share;
+    eo.weights = t->o.rollout_weights;
     return rlp_rollout_engine_create(out, from, &eo);
 }
 
@@ -151,6 +157,7 @@ static int create_rollout_engine(rlp_trainer *t)
         eo.max_batch = (uint32_t)(mb < 256 ? mb : 256);
         eo.max_seq_len = t->o.max_seq_len;
         eo.share_weights = 0;
+        eo.weights = t->o.rollout_weights;
         rlp_policy *from = t->policy, *copy = NULL;
         if (t->o.rollout_threads) {
             /* a context of its own: same backend, device and seed */
@@ -220,8 +227,11 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     if (opts) {
         RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_TRAINER_OPTIONS_VERSION,
                        "opts->version: unknown version");
-        /* a version-1 caller's struct ends before multiturn (kept at its default: none) */
-        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(rlp_trainer_options, multiturn));
+        /* a version-1 caller's struct ends before multiturn (kept at its default: none), a
+         * version-2 one before rollout_weights (F32) */
+        memcpy(&o, opts, opts->version >= 3   ? sizeof o
+                         : opts->version == 2 ? offsetof(rlp_trainer_options, rollout_weights)
+                                              : offsetof(rlp_trainer_options, multiturn));
         o.version = RLP_TRAINER_OPTIONS_VERSION;
     }
     int rc = check_options(&o);
@@ -685,8 +695,16 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
         rc = rlpi_error_set(RLP_E_CALLBACK, "on_batch failed at step %llu", (unsigned long long)rec.step);
     double t2 = rlpi_now_s();
     rec.rl.version = 1;
-    if (!rc && (rc = rlp_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl)))
+    rlpi_rl_mismatch mm;
+    if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
         rlpi_error_wrap("RL step");
+    if (!rc) {
+        rec.mismatch_kl = mm.kl;
+        rec.mismatch_is_mean = mm.is_mean;
+        rec.mismatch_is_min = mm.is_min;
+        rec.mismatch_is_max = mm.is_max;
+        rec.mismatch_abs_mean = mm.abs_mean;
+    }
     double t3 = rlpi_now_s();
     rlp_batch_free(b);
     if (!rc && t->sync && (rc = rlp_synchronizer_publish(t->sync, t->policy)))
@@ -708,9 +726,12 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     rec.tokens_per_second = rec.rollout_seconds > 0 ? (double)rec.rollout_tokens / rec.rollout_seconds : NAN;
     t->last = rec;
     t->have_last = 1;
-    if (out) { /* a version-1 caller's record ends before the episode fields */
+    if (out) { /* a version-1 caller's record ends before the episode fields, a version-2 one before the
+                * mismatch */
         uint32_t v = out->version;
-        memcpy(out, &rec, v >= 2 ? sizeof rec : offsetof(rlp_step_record, episodes));
+        memcpy(out, &rec, v >= 3   ? sizeof rec
+                          : v == 2 ? offsetof(rlp_step_record, mismatch_kl)
+                                   : offsetof(rlp_step_record, episodes));
         out->version = v;
     }
     return RLP_OK;

@@ -148,7 +148,9 @@ RLPOST_RANK=0 RLPOST_WORLD_SIZE=x T --set "output=\"$out/bad\"" >/dev/null 2>"$o
 [ $? -eq 2 ] || { cat "$out/err"; fail "a bad RLPOST_WORLD_SIZE"; }
 # "backend": "cuda" on the CPU emulator of the CUDA module (one step: the emulator is slow)
 if [ -n "$emu" ] && [ -f "$emu" ]; then
-  ONE="--set steps=1 --set eval.n=0 --set sampling.max_new_tokens=8"
+  # fp32 rollouts on both: the CUDA backend has no quantized decode, and the
+  # comparison is of the kernels, not of rollout.weights' auto choice
+  ONE="--set steps=1 --set eval.n=0 --set sampling.max_new_tokens=8 --set rollout.weights=\"f32\""
   T --set "output=\"$out/c_cpu\"" $ONE >/dev/null 2>"$out/err" || { cat "$out/err"; fail "1 CPU step"; }
   RLPOST_CUDA_MODULE="$emu" T --set "output=\"$out/c_gpu\"" --set 'backend="cuda"' $ONE >/dev/null 2>"$out/err" ||
     { cat "$out/err"; fail "1 step with backend cuda (emulated)"; }

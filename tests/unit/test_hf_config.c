@@ -181,6 +181,44 @@ static void dump_round_trips(void **state)
     assert_int_equal(rlpi_hf_config_dump(&c, &s), RLP_E_UNSUPPORTED);
 }
 
+/* Keys of another family (Gemma 3's query_pre_attn_scalar, per-layer-kind
+ * rope_parameters, layer_types, rope_local_base_freq) in a family without
+ * them: ignored as transformers' config classes ignore them, and the config
+ * still survives a dump (two fuzz_config_json finds: a local RoPE base and
+ * an attention scale that the dump of a Llama config does not carry). */
+static void foreign_family_keys_ignored(void **state)
+{
+    (void)state;
+    const char *srcs[] = {LLAMA32, QWEN25, MISTRAL, SMOLLM2};
+    const char *extra =
+        ",\"query_pre_attn_scalar\":24,\"rope_local_base_freq\":20000.0,\"sliding_window_pattern\":2,"
+        "\"layer_types\":[\"sliding_attention\",\"full_attention\"],"
+        "\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6,\"rope_type\":\"linear\",\"factor\":8.0},"
+        "\"sliding_attention\":{\"rope_theta\":2e4,\"rope_type\":\"default\"}}}";
+    for (int i = 0; i < 4; i++) {
+        size_t n = strlen(srcs[i]);
+        while (n > 0 && srcs[i][n - 1] != '}')
+            n--;
+        char *txt = malloc(n + strlen(extra) + 1);
+        assert_non_null(txt);
+        memcpy(txt, srcs[i], n - 1);
+        strcpy(txt + n - 1, extra);
+        rlpi_model_config a, b;
+        if (parse(txt, &a) != RLP_OK)
+            fail_msg("%d: %s", i, rlp_error_last());
+        assert_true(a.attn_scale == 0.0f && a.rope_theta_local == 0.0f);
+        assert_int_equal(rlpi_model_config_n_local_layers(&a), 0);
+        assert_true(a.rope_theta == 1e6f && a.rope_factor == 8.0f); /* full_attention's RoPE is the model's */
+        char *s;
+        assert_int_equal(rlpi_hf_config_dump(&a, &s), RLP_OK);
+        if (parse(s, &b) != RLP_OK)
+            fail_msg("%s\n%s", rlp_error_last(), s);
+        assert_memory_equal(&a, &b, sizeof a);
+        free(s);
+        free(txt);
+    }
+}
+
 static void broken_and_unsupported_configs(void **state)
 {
     (void)state;
@@ -502,6 +540,7 @@ int main(void)
         cmocka_unit_test(real_configs_parse),
         cmocka_unit_test(defaults_and_variants),
         cmocka_unit_test(dump_round_trips),
+        cmocka_unit_test(foreign_family_keys_ignored),
         cmocka_unit_test(transformers5_configs_parse),
         cmocka_unit_test(broken_and_unsupported_configs),
         cmocka_unit_test(qwen3_and_gemma3_configs),

@@ -650,6 +650,51 @@ static void test_load_weights_non_finite(void **state)
     rlp_policy_free(p);
 }
 
+/* A Q8_0 engine: behaviour logprobs near (not equal to) the policy's, and
+ * after update_weights it decodes the new weights (its copy re-quantized):
+ * its logprobs then sit near the new policy's and far from the old one's. */
+static void test_q8_0_weights_follow_updates(void **state)
+{
+    (void)state;
+    rlp_policy *old = tiny_policy(ctx2, 14, true), *fresh = tiny_policy(ctx2, 15, true);
+    rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
+    o.max_batch = 8;
+    o.max_seq_len = 96;
+    o.weights = RLP_ROLLOUT_WEIGHTS_Q8_0;
+    rlp_rollout_engine *e;
+    assert_int_equal(rlp_rollout_engine_create(&e, old, &o), RLP_OK);
+    rlp_prompt pr[4];
+    four_prompts(pr);
+    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
+    s.max_new_tokens = 16;
+    s.ignore_eos = 1;
+    s.n = 2;
+    rlp_batch *b;
+    rlp_mismatch_stats to_old, to_new;
+    assert_int_equal(rlp_rollout_generate(&b, e, pr, 4, &s, NULL, NULL), RLP_OK);
+    assert_int_equal(rlp_batch_logprob_mismatch(&to_old, b, old), RLP_OK);
+    assert_int_equal(rlp_batch_logprob_mismatch(&to_new, b, fresh), RLP_OK);
+    print_message("before the update: mean |dlogp| to old %.4f, to new %.4f\n", to_old.mean_abs, to_new.mean_abs);
+    assert_true(to_old.mean_abs > 0 && to_old.mean_abs < 0.1 && to_old.mean_abs * 5 < to_new.mean_abs);
+    rlp_batch_free(b);
+    assert_int_equal(rlp_rollout_engine_update_weights(e, fresh), RLP_OK);
+    assert_int_equal(rlp_rollout_generate(&b, e, pr, 4, &s, NULL, NULL), RLP_OK);
+    assert_int_equal(rlp_batch_logprob_mismatch(&to_old, b, old), RLP_OK);
+    assert_int_equal(rlp_batch_logprob_mismatch(&to_new, b, fresh), RLP_OK);
+    print_message("after: to old %.4f, to new %.4f\n", to_old.mean_abs, to_new.mean_abs);
+    assert_true(to_new.mean_abs > 0 && to_new.mean_abs < 0.1 && to_new.mean_abs * 5 < to_old.mean_abs);
+    rlp_batch_free(b);
+    rlp_rollout_engine_free(e);
+    /* a version-1 options struct still works (F32), a bad value does not */
+    o.weights = 9;
+    assert_int_equal(rlp_rollout_engine_create(&e, old, &o), RLP_E_INVALID_ARG);
+    o.version = 1;
+    assert_int_equal(rlp_rollout_engine_create(&e, old, &o), RLP_OK);
+    rlp_rollout_engine_free(e);
+    rlp_policy_free(old);
+    rlp_policy_free(fresh);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -684,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_remote_dead_server),
         cmocka_unit_test(test_batch_api),
         cmocka_unit_test(test_load_weights_non_finite),
+        cmocka_unit_test(test_q8_0_weights_follow_updates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -35,7 +35,7 @@ from .errors import (AgainError, BackendError, CallbackError, ClosedError, Error
                      StateError, TimeoutError, UnsupportedError)
 from .policy import Advantage, DType, GGUFType, gguf_type, KLEstimator, LossAgg, LossContext, LRSchedule, Policy, PolicyLoss, model_inspect
 from .reward import InvalidSample, RefineMode, Reward, RewardFn, RewardRequest, builtin_names, refine
-from .rollout import InterruptMode, LogprobsMode, RolloutEngine, StreamEvent
+from .rollout import InterruptMode, LogprobsMode, RolloutEngine, RolloutWeights, StreamEvent
 from .sync import Synchronizer, SyncMode, SyncTransport
 from .task import PromptSet, Task
 from .tokenizer import DecodeFlags, Detokenizer, EncodeFlags, Tokenizer, TokenRole
@@ -59,7 +59,7 @@ __all__ = [
     "BatchView", "StepRecord", "Env", "EnvReply", "EnvEpisode", "parse_tool_calls", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "GGUFType", "gguf_type", "LRSchedule", "Advantage",
-    "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RefineMode",
+    "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RolloutWeights", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
     "STALENESS_UNBOUNDED", "TrainMode", "EpisodeEnd",
 ]

@@ -203,7 +203,7 @@ Prompt = _struct("rlp_prompt", [
 
 RolloutOptions = _struct("rlp_rollout_options", [
     ("version", c_uint32), ("max_batch", c_uint32), ("max_seq_len", c_uint32),
-    ("interrupt_mode", c_int32), ("share_weights", c_int32)])
+    ("interrupt_mode", c_int32), ("share_weights", c_int32), ("weights", c_int32)], version=2)
 
 RemoteOptions = _struct("rlp_remote_options", [
     ("version", c_uint32), ("urls", POINTER(c_char_p)), ("n_urls", c_size_t), ("model", c_char_p),
@@ -373,7 +373,7 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
     ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
-    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions)], version=2)
+    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions), ("rollout_weights", c_int32)], version=3)
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -390,7 +390,8 @@ StepRecord = _struct("rlp_step_record", [
     ("episodes", c_uint64), ("turns_mean", c_double), ("turns_max", c_uint32), ("tool_call_rate", c_double),
     ("tool_calls", c_uint64), ("tool_errors", c_uint64), ("tool_timeouts", c_uint64), ("tool_seconds", c_double),
     ("masked_token_share", c_double), ("episodes_truncated", c_uint64), ("episodes_max_turns", c_uint64),
-    ("episodes_failed", c_uint64)], version=2)
+    ("episodes_failed", c_uint64), ("mismatch_kl", c_double), ("mismatch_is_mean", c_double),
+    ("mismatch_is_min", c_double), ("mismatch_is_max", c_double), ("mismatch_abs_mean", c_double)], version=3)
 
 EvalResult = _struct("rlp_eval_result", [
     ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),

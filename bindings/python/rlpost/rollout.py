@@ -29,6 +29,13 @@ class InterruptMode(enum.IntEnum):
     DEFER = 2
 
 
+class RolloutWeights(enum.IntEnum):
+    """rlp_rollout_weights: what a local engine decodes with"""
+    F32 = 0
+    Q8_0 = 1
+    AUTO = 2
+
+
 _SAMPLING_SPECIAL = {
     "stop": string_list("stop", "n_stop"),
     "stop_token_ids": int_list("stop_token_ids", "n_stop_token_ids"),
@@ -93,7 +100,8 @@ class RolloutEngine(Handle):
     and version tags.
 
     RolloutEngine(policy, max_batch=32, max_seq_len=0,
-                  interrupt_mode=InterruptMode.RECOMPUTE, share_weights=False)
+                  interrupt_mode=InterruptMode.RECOMPUTE, share_weights=False,
+                  weights=RolloutWeights.F32)
     makes a local engine; RolloutEngine.remote(urls, tokenizer, ...) one on
     OpenAI-compatible servers. A local engine keeps its policy alive and
     is closed with it.
@@ -102,10 +110,11 @@ class RolloutEngine(Handle):
     _free = "rlp_rollout_engine_free"
 
     def __init__(self, policy, max_batch=32, max_seq_len=0, interrupt_mode=InterruptMode.RECOMPUTE,
-                 share_weights=False):
+                 share_weights=False, weights=RolloutWeights.F32):
         opts = options(_ffi.RolloutOptions, "rlp_rollout_options_init",
                        {"max_batch": max_batch, "max_seq_len": max_seq_len,
-                        "interrupt_mode": int(interrupt_mode), "share_weights": share_weights}, [],
+                        "interrupt_mode": int(interrupt_mode), "share_weights": share_weights,
+                        "weights": int(weights)}, [],
                        what="RolloutEngine")
         out = c_void_p()
         with policy._use() as p:

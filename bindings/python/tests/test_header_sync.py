@@ -239,6 +239,7 @@ ENUM_MAP = {
     "rlp_dtype": (rlpost.DType, "RLP_DTYPE_"), "rlp_gguf_type": (rlpost.GGUFType, "RLP_GGUF_"), "rlp_finish_reason": (rlpost.FinishReason, "RLP_FINISH_"),
     "rlp_logprobs_mode": (rlpost.LogprobsMode, "RLP_LOGPROBS_"),
     "rlp_interrupt_mode": (rlpost.InterruptMode, "RLP_INTERRUPT_"),
+    "rlp_rollout_weights": (rlpost.RolloutWeights, "RLP_ROLLOUT_WEIGHTS_"),
     "rlp_advantage": (rlpost.Advantage, "RLP_ADV_"), "rlp_policy_loss": (rlpost.PolicyLoss, "RLP_LOSS_"),
     "rlp_kl_estimator": (rlpost.KLEstimator, "RLP_KL_"), "rlp_loss_agg": (rlpost.LossAgg, "RLP_AGG_"),
     "rlp_reward_refine_mode": (rlpost.RefineMode, "RLP_REFINE_"),

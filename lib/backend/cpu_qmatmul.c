@@ -1,0 +1,429 @@
+/* Int8 products of quantized weights (qmat.h) with fp32 activations.
+ *
+ * Both kernels compute, for output (i, j), 16 fp32 lane sums: lane l of
+ * block pair p takes block b = 2p + l/8 and the 4 elements 4(l%8)..+3 of
+ * it, forms t = Σ (q_w + 128)·q_a − 128·Σ q_a exactly in int32 (VNNI's
+ * unsigned × signed vpdpbusd on the offset-binary weights, seeded with the
+ * precomputed correction), and adds (float)t · (d_w · d_a) to its lane; the
+ * 16 lanes are then summed in lane order. The scalar kernel does exactly
+ * these operations, so the two agree bit for bit. FP contraction is off in
+ * ISO C mode with GCC (and by pragma for clang), which that equality needs. */
+#include "backend/qmat.h"
+
+#include "core/error.h"
+#include "core/threadpool.h"
+
+#include <cblas.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define QMAT_X86 1
+#include <immintrin.h>
+#endif
+
+/* activation rows handled against one weight row before moving on: their
+ * quants, corrections and scales (3·kp bytes a row) stay in L1/L2 while a
+ * task's weight rows stream past */
+#define ROW_BLOCK 32
+/* below this many multiply-adds the product runs on the calling thread */
+#define SPLIT_MIN_MACS (1 << 17)
+
+size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k)
+{
+    if (type != RLPI_QMAT_Q8_0 || n < 1 || k < 1)
+        return 0;
+    int64_t kp = rlpi_qmat_kpad(k);
+    return (size_t)n * (size_t)kp + (size_t)n * (size_t)(kp / 32) * sizeof(float);
+}
+
+/* IEEE binary16 to fp32 (the Q8_0 scales; normal, subnormal, inf/NaN). */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    float f;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks)
+{
+    int64_t kp = rlpi_qmat_kpad(k), kb = kp / 32, nb = (k + 31) / 32;
+    uint8_t *q = dst;
+    float *s = (float *)(q + (size_t)n * (size_t)kp);
+    const uint8_t *src = blocks;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t j = row0 + r;
+        uint8_t *qj = q + (size_t)j * (size_t)kp;
+        float *sj = s + (size_t)j * (size_t)kb;
+        for (int64_t b = 0; b < kb; b++) {
+            if (b < nb) {
+                const uint8_t *blk = src + (size_t)(r * nb + b) * 34;
+                sj[b] = half_to_float((uint16_t)(blk[0] | blk[1] << 8));
+                for (int i = 0; i < 32; i++)
+                    qj[b * 32 + i] = (uint8_t)(blk[2 + i] ^ 0x80u);
+            } else {
+                sj[b] = 0.0f;
+                memset(qj + b * 32, 0x80, 32);
+            }
+        }
+    }
+}
+
+/* ---- dispatch ---- */
+
+static int forced = RLPI_QMAT_ISA_AUTO;
+static int64_t gemm_min_rows = RLPI_QMAT_GEMM_MIN_ROWS;
+
+void rlpi_qmat_set_gemm_min_rows(int64_t rows)
+{
+    gemm_min_rows = rows > 0 ? rows : RLPI_QMAT_GEMM_MIN_ROWS;
+}
+
+static int cpu_best(void)
+{
+    static int best = -1;
+    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
+    if (b < 0) {
+        b = RLPI_QMAT_ISA_SCALAR;
+#if QMAT_X86
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+            b = RLPI_QMAT_ISA_VNNI512;
+#endif
+        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
+    }
+    return b;
+}
+
+int rlpi_qmat_isa(void)
+{
+    int b = cpu_best();
+    /* RLPOST_CPU_FEATURES lists what may be used ("all", "none",
+     * "avx512vnni,..."): without avx512vnni the scalar kernel runs. Read
+     * at every product so a test can flip it. */
+    const char *env = getenv("RLPOST_CPU_FEATURES");
+    if (env && b == RLPI_QMAT_ISA_VNNI512 && !strstr(env, "avx512vnni") && !strstr(env, "all"))
+        b = RLPI_QMAT_ISA_SCALAR;
+    return forced == RLPI_QMAT_ISA_AUTO || forced > b ? b : forced;
+}
+
+void rlpi_qmat_force_isa(int isa)
+{
+    forced = isa;
+}
+
+/* ---- activations ---- */
+
+/* One product's quantized activations: row i has quants qa + i·kp, the
+ * negated lane corrections −128·Σ of each 4 quants at corr + i·kb·8, and
+ * its block scales repeated over the 8 lanes of the block at da + i·kb·8. */
+typedef struct qact {
+    int64_t m, k, kp, kb;
+    int8_t *qa;
+    int32_t *corr;
+    float *da;
+} qact;
+
+static void quantize_rows(void *arg, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    const void *const *p = arg;
+    qact *A = (qact *)p[0];
+    const float *a = p[1];
+    for (int64_t i = begin; i < end; i++) {
+        const float *x = a + i * A->k;
+        int8_t *q = A->qa + i * A->kp;
+        int32_t *corr = A->corr + i * A->kb * 8;
+        float *da = A->da + i * A->kb * 8;
+        for (int64_t b = 0; b < A->kb; b++) {
+            int64_t lo = b * 32, hi = lo + 32 < A->k ? lo + 32 : A->k;
+            float amax = 0.0f;
+            for (int64_t e = lo; e < hi; e++) {
+                float v = x[e] < 0 ? -x[e] : x[e];
+                amax = v > amax ? v : amax;
+            }
+            float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+            for (int64_t e = 0; e < 32; e++) {
+                float v = lo + e < hi ? x[lo + e] * id : 0.0f;
+                /* round half away from zero; clamped first so that a
+                 * non-finite activation cannot make the cast undefined
+                 * (NaN becomes 0: the fp32 path would give NaN anyway) */
+                v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
+                int iv = (int)(v + (v >= 0.0f ? 0.5f : -0.5f));
+                q[lo + e] = (int8_t)iv;
+            }
+            for (int g = 0; g < 8; g++) {
+                int32_t sum = 0;
+                for (int e = 0; e < 4; e++)
+                    sum += q[lo + 4 * g + e];
+                corr[b * 8 + g] = -128 * sum;
+                da[b * 8 + g] = d;
+            }
+        }
+    }
+}
+
+/* ---- products ---- */
+
+typedef struct qjob {
+    const qact *A;
+    const uint8_t *wq;  /* (n, kp) */
+    const float *ws;    /* (n, kb) */
+    const float *a;     /* fp32 activations (m, k): the GEMM route */
+    float *c;
+    int64_t n, chunk;
+    float beta;
+    float *tile;        /* the GEMM route: per thread, chunk · kp dequantized weights */
+    int isa;
+} qjob;
+
+/* The 16 lane sums in a fixed tree: (l, l+8), then (l, l+4), (l, l+2),
+ * (0, 1); the VNNI kernel reduces its register in the same order. */
+static float lane_sum(const float *v)
+{
+    float s8[8], s4[4], s2[2];
+    for (int l = 0; l < 8; l++)
+        s8[l] = v[l] + v[l + 8];
+    for (int l = 0; l < 4; l++)
+        s4[l] = s8[l] + s8[l + 4];
+    for (int l = 0; l < 2; l++)
+        s2[l] = s4[l] + s4[l + 2];
+    return s2[0] + s2[1];
+}
+
+static void store(float *c, float sum, float beta)
+{
+    *c = beta != 0.0f ? *c + sum : sum;
+}
+
+/* outputs (i, j) for weight rows [j0, j1) and activation rows [r0, r1) */
+static void block_scalar(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
+{
+    const qact *A = J->A;
+    for (int64_t j = j0; j < j1; j++) {
+        const uint8_t *wq = J->wq + j * A->kp;
+        const float *ws = J->ws + j * A->kb;
+        for (int64_t i = r0; i < r1; i++) {
+            const int8_t *qa = A->qa + i * A->kp;
+            const int32_t *corr = A->corr + i * A->kb * 8;
+            const float *da = A->da + i * A->kb * 8;
+            float acc[16] = {0};
+            for (int64_t p = 0; p < A->kb / 2; p++) {
+                for (int l = 0; l < 16; l++) {
+                    int64_t e = p * 64 + 4 * l; /* lane l's four bytes */
+                    int32_t t = corr[p * 16 + l];
+                    for (int u = 0; u < 4; u++)
+                        t += (int32_t)wq[e + u] * (int32_t)qa[e + u];
+                    float s = ws[2 * p + l / 8] * da[p * 16 + l];
+                    acc[l] = acc[l] + (float)t * s;
+                }
+            }
+            store(J->c + i * J->n + j, lane_sum(acc), J->beta);
+        }
+    }
+}
+
+#if QMAT_X86
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")))
+
+VNNI_TARGET static inline float vnni_lane_sum(__m512 v)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* the two block scales of pair p, each over its 8 lanes */
+VNNI_TARGET static inline __m512 pair_scales(const float *ws, int64_t p, __m512i idx)
+{
+    __m128 two = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(ws + 2 * p)));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two));
+}
+
+/* 4 weight rows at a time share each activation load */
+VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
+{
+    const qact *A = J->A;
+    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb;
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    int64_t j = j0;
+    for (; j + 4 <= j1; j += 4) {
+        const uint8_t *w0 = J->wq + j * kp, *w1 = w0 + kp, *w2 = w1 + kp, *w3 = w2 + kp;
+        const float *s0 = J->ws + j * kb, *s1 = s0 + kb, *s2 = s1 + kb, *s3 = s2 + kb;
+        for (int64_t i = r0; i < r1; i++) {
+            const int8_t *qa = A->qa + i * kp;
+            const int32_t *corr = A->corr + i * kb * 8;
+            const float *da = A->da + i * kb * 8;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t p = 0; p < pairs; p++) {
+                __m512i q = _mm512_loadu_si512(qa + p * 64), cr = _mm512_loadu_si512(corr + p * 16);
+                __m512 d = _mm512_loadu_ps(da + p * 16);
+#define QSTEP(acc, w, sc)                                                                                   \
+    do {                                                                                                    \
+        __m512i t_ = _mm512_dpbusd_epi32(cr, _mm512_loadu_si512(w + p * 64), q);                            \
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(t_), _mm512_mul_ps(pair_scales(sc, p, idx), d))); \
+    } while (0)
+                QSTEP(a0, w0, s0);
+                QSTEP(a1, w1, s1);
+                QSTEP(a2, w2, s2);
+                QSTEP(a3, w3, s3);
+            }
+            float *c = J->c + i * J->n + j;
+            store(c + 0, vnni_lane_sum(a0), J->beta);
+            store(c + 1, vnni_lane_sum(a1), J->beta);
+            store(c + 2, vnni_lane_sum(a2), J->beta);
+            store(c + 3, vnni_lane_sum(a3), J->beta);
+        }
+    }
+    for (; j < j1; j++) {
+        const uint8_t *w0 = J->wq + j * kp;
+        const float *s0 = J->ws + j * kb;
+        for (int64_t i = r0; i < r1; i++) {
+            const int8_t *qa = A->qa + i * kp;
+            const int32_t *corr = A->corr + i * kb * 8;
+            const float *da = A->da + i * kb * 8;
+            __m512 a0 = _mm512_setzero_ps();
+            for (int64_t p = 0; p < pairs; p++) {
+                __m512i q = _mm512_loadu_si512(qa + p * 64), cr = _mm512_loadu_si512(corr + p * 16);
+                __m512 d = _mm512_loadu_ps(da + p * 16);
+                QSTEP(a0, w0, s0);
+            }
+#undef QSTEP
+            store(J->c + i * J->n + j, vnni_lane_sum(a0), J->beta);
+        }
+    }
+}
+
+/* w·d for rows of the GEMM route's tile */
+VNNI_TARGET static void dequant_rows_avx512(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
+{
+    const __m128i flip = _mm_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < kp; e += 16) {
+            __m128i u = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(wq + r * kp + e)), flip);
+            __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(u));
+            _mm512_storeu_ps(dst + r * kp + e, _mm512_mul_ps(v, _mm512_set1_ps(ws[r * (kp / 32) + e / 32])));
+        }
+}
+#endif
+
+static void dequant_rows(int isa, float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
+{
+#if QMAT_X86
+    if (isa == RLPI_QMAT_ISA_VNNI512) {
+        dequant_rows_avx512(dst, wq, ws, rows, kp);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < kp; e++)
+            dst[r * kp + e] = (float)(int8_t)(wq[r * kp + e] ^ 0x80u) * ws[r * (kp / 32) + e / 32];
+}
+
+static void run_chunk(void *arg, int64_t task, int tid)
+{
+    (void)tid;
+    const qjob *J = arg;
+    const qact *A = J->A;
+    int64_t j0 = task * J->chunk, j1 = j0 + J->chunk < J->n ? j0 + J->chunk : J->n;
+    for (int64_t r0 = 0; r0 < A->m; r0 += ROW_BLOCK) {
+        int64_t r1 = r0 + ROW_BLOCK < A->m ? r0 + ROW_BLOCK : A->m;
+#if QMAT_X86
+        if (J->isa == RLPI_QMAT_ISA_VNNI512) {
+            block_vnni(J, j0, j1, r0, r1);
+            continue;
+        }
+#endif
+        block_scalar(J, j0, j1, r0, r1);
+    }
+}
+
+/* The GEMM route: this task's weight rows dequantized to fp32 (a tile of
+ * chunk · kp floats in the thread's scratch), then one SGEMM of all m
+ * activation rows against them. */
+static void run_chunk_gemm(void *arg, int64_t task, int tid)
+{
+    const qjob *J = arg;
+    const qact *A = J->A;
+    int64_t j0 = task * J->chunk, j1 = j0 + J->chunk < J->n ? j0 + J->chunk : J->n;
+    float *tile = J->tile + (size_t)tid * (size_t)J->chunk * (size_t)A->kp;
+    dequant_rows(J->isa, tile, J->wq + j0 * A->kp, J->ws + j0 * A->kb, j1 - j0, A->kp);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)A->m, (blasint)(j1 - j0), (blasint)A->k, 1.0f,
+                J->a, (blasint)A->k, tile, (blasint)A->kp, J->beta, J->c + j0, (blasint)J->n);
+}
+
+int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, const void *w, int type, int64_t m,
+                     int64_t n, int64_t k, float beta)
+{
+    if (type != RLPI_QMAT_Q8_0)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "quantized matmul: unknown weight type %d", type);
+    if (m < 1 || n < 1 || k < 1)
+        return RLP_OK;
+    int threads = pool ? rlpi_threadpool_size(pool) : 1;
+    int64_t kp = rlpi_qmat_kpad(k), kb = kp / 32;
+    double macs = (double)m * (double)n * (double)kp;
+    bool split = threads > 1 && macs >= SPLIT_MIN_MACS;
+    const uint8_t *wq = w;
+    qjob J = {.wq = wq, .ws = (const float *)(wq + (size_t)n * (size_t)kp), .a = a, .c = c, .n = n, .beta = beta,
+              .isa = rlpi_qmat_isa()};
+    qact A = {.m = m, .k = k, .kp = kp, .kb = kb};
+    J.A = &A;
+    /* about 8 tasks a thread for the dynamic scheduler to even out; whole
+     * groups of 4 weight rows (the VNNI kernel's unit) */
+    int64_t chunk = split ? (n + 8 * threads - 1) / (8 * threads) : n;
+    J.chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
+    int64_t tasks = (n + J.chunk - 1) / J.chunk;
+    if (m >= gemm_min_rows) {
+        /* one tile a thread, in whole 32-row multiples (OpenBLAS's full-width
+         * kernels), at most 512 rows (≤ 1.2 MB of fp32 at k = 576: in L2);
+         * each tile's SGEMM packs A again, so fewer, larger tiles */
+        int64_t tile = (n + threads - 1) / threads;
+        tile = (tile + 31) / 32 * 32;
+        J.chunk = tile > 512 ? 512 : tile;
+        tasks = (n + J.chunk - 1) / J.chunk;
+        J.tile = malloc((size_t)threads * (size_t)J.chunk * (size_t)kp * sizeof(float));
+        if (!J.tile)
+            return rlpi_error_set(RLP_E_NOMEM, "quantized matmul: cannot allocate dequantized tiles");
+        if (split)
+            rlpi_threadpool_run_tasks(pool, tasks, run_chunk_gemm, &J);
+        else
+            for (int64_t t = 0; t < tasks; t++)
+                run_chunk_gemm(&J, t, 0);
+        free(J.tile);
+        return RLP_OK;
+    }
+    size_t qbytes = (size_t)m * (size_t)kp;
+    /* one block: quants, then corrections and scales (4-byte aligned: kp is a multiple of 64) */
+    char *mem = malloc(qbytes + (size_t)m * (size_t)kb * 8 * 8);
+    if (!mem)
+        return rlpi_error_set(RLP_E_NOMEM, "quantized matmul: cannot allocate the activation scratch of %lld rows",
+                              (long long)m);
+    A.qa = (int8_t *)mem;
+    A.corr = (int32_t *)(mem + qbytes);
+    A.da = (float *)(mem + qbytes + (size_t)m * (size_t)kb * 8 * 4);
+    const void *qargs[2] = {&A, a};
+    quantize_rows((void *)qargs, 0, m, 0);
+    if (!split || tasks == 1)
+        for (int64_t t = 0; t < tasks; t++)
+            run_chunk(&J, t, 0);
+    else
+        rlpi_threadpool_run_tasks(pool, tasks, run_chunk, &J);
+    free(mem);
+    return RLP_OK;
+}

@@ -1,0 +1,97 @@
+/* Quantized weight matrices for inference (the rollout copy of a policy's
+ * linear weights) and their products with fp32 activations on the CPU.
+ *
+ * Format RLPI_QMAT_Q8_0: a row-major (n, k) matrix W quantized as GGUF's
+ * Q8_0 (blocks of 32 weights along k, each q_i = round(w_i / d) in
+ * [-127, 127] with d = max|w| / 127 stored as fp16), held in a split
+ * layout that the int8 kernels read with full-width loads:
+ *   kp = k rounded up to 64 (zero weights pad each row), kb = kp / 32;
+ *   bytes [0, n·kp): the quants of row j at j·kp, as unsigned offset binary
+ *       (q + 128), so that VNNI's unsigned × signed dot product takes them
+ *       directly;
+ *   then n·kb floats: the block scales d of row j at j·kb, each the fp16
+ *       value of the GGUF block widened exactly to fp32.
+ * Dequantized, the matrix equals GGUF's Q8_0 of the same rows element for
+ * element (rlpi_dequantize of the blocks the caller packed).
+ *
+ * The product C (m, n) = A (m, k) · Wᵀ quantizes each row of A per block
+ * of 32 to int8 the same way (d_a = max|a| / 127, fp32 scale, q = round(a /
+ * d_a)), forms each block's dot product exactly in int32 and accumulates
+ * Σ_blocks d_w·d_a·Σ q_w q_a in fp32 (as llama.cpp's q8_0 × q8_0 dot
+ * products do). Error against the exact product with the dequantized W:
+ * |ΔC_ij| ≤ Σ_b (max_b|a_i| / 254) · Σ_{l in b} |W_jl| (activation
+ * rounding, ≤ half a step per element) plus fp32 summation rounding.
+ *
+ * (Below RLPI_QMAT_GEMM_MIN_ROWS rows; from there on see that macro.)
+ *
+ * Kernels: AVX512-VNNI (vpdpbusd) and a portable scalar one that performs
+ * the same integer sums and the same fp32 operations in the same order, so
+ * both give bit-identical C. The VNNI kernel runs only where the CPU has
+ * AVX512F/BW/VL/VNNI (checked at run time); RLPOST_CPU_FEATURES (a list of
+ * feature names the library may use, e.g. "none" or "avx512vnni") or
+ * rlpi_qmat_force_isa() restrict it, so tests run both on one machine. */
+#ifndef RLPI_BACKEND_QMAT_H
+#define RLPI_BACKEND_QMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rlpi_threadpool;
+
+enum { RLPI_QMAT_Q8_0 = 1 };
+
+/* From this many activation rows on (prefill, large decode batches) a
+ * product dequantizes tiles of W to fp32 and runs OpenBLAS's SGEMM on the
+ * unquantized activations instead of the int8 kernels: in the compute-bound
+ * regime SGEMM's 16 fp32 MACs per instruction beat the int8 kernel's per-
+ * block scale work (bench_qmatmul: the int8 kernel is ahead up to 32 rows,
+ * even at 64). Decode batches of up to 32 (the engine's default) stay on
+ * the int8 path, so their numerics do not depend on the batch. The weights
+ * are the same Q8_0 values; only the activations' rounding goes away. */
+#define RLPI_QMAT_GEMM_MIN_ROWS 40
+
+/* Kernel families of the dispatch. */
+enum { RLPI_QMAT_ISA_AUTO = -1, RLPI_QMAT_ISA_SCALAR = 0, RLPI_QMAT_ISA_VNNI512 = 1 };
+
+/* k rounded up to the layout's 64 and the blocks per row. */
+static inline int64_t rlpi_qmat_kpad(int64_t k)
+{
+    return (k + 63) / 64 * 64;
+}
+
+/* Bytes of an (n, k) matrix in `type`'s layout; 0 for an unknown type or
+ * n, k < 1. */
+size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k);
+
+/* Writes rows [row0, row0 + rows) of the (n, k) Q8_0 matrix at dst (of
+ * rlpi_qmat_bytes(RLPI_QMAT_Q8_0, n, k) bytes) from `blocks`: those rows
+ * as GGUF Q8_0 blocks (34 bytes: fp16 d, 32 int8), ⌈k/32⌉ blocks per row
+ * (a row whose k is not a multiple of 32 quantized with zeros after k).
+ * Thread-safe for disjoint row ranges. */
+void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks);
+
+/* Moves the row count from which products take the GEMM route
+ * (benchmarks; 0 restores RLPI_QMAT_GEMM_MIN_ROWS). Not thread-safe with
+ * concurrent products. */
+void rlpi_qmat_set_gemm_min_rows(int64_t rows);
+
+/* The kernel family products use now (after RLPOST_CPU_FEATURES, any
+ * forcing, and the CPU's features). */
+int rlpi_qmat_isa(void);
+
+/* Forces a kernel family for later products (tests): RLPI_QMAT_ISA_SCALAR,
+ * RLPI_QMAT_ISA_VNNI512 (ignored, i.e. scalar, where the CPU lacks it), or
+ * RLPI_QMAT_ISA_AUTO to go back to the CPU's best. Not thread-safe with
+ * concurrent products. */
+void rlpi_qmat_force_isa(int isa);
+
+/* C (m, n) = A (m, k) · Wᵀ, or C += A · Wᵀ when beta = 1 (beta 0: C is
+ * not read); A, C row-major fp32 with row strides k and n; W in `type`'s
+ * layout. Split over the pool's threads by output columns (rows of W)
+ * and activation rows blocks, each weight row read once per block of 32
+ * activation rows. RLP_OK, RLP_E_NOMEM (activation scratch),
+ * RLP_E_INVALID_ARG (type). */
+int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, const void *w, int type, int64_t m,
+                     int64_t n, int64_t k, float beta);
+
+#endif
