@@ -724,7 +724,11 @@ static int make_trainer(run *r, int need_train)
     long long eval_n = cfg_int(r->cfg, "eval.n");
     long long mb = !need_train || !(r->async || r->remote) ? cfg_int(r->cfg, "prompts_per_step") * cfg_int(r->cfg, "group_size") : 1;
     mb = eval_n > mb ? eval_n : mb;
-    o.max_batch = (uint32_t)(mb < 256 ? mb : 256);
+    /* an evaluation of 200 prompts decoded all at once holds 200 KV caches:
+     * the default job peaked at 3.69 GB with them, 3.00 GB with waves of
+     * 64 and 2.80 GB with 32, where the 200-prompt evaluation took 1.2-1.6x
+     * as long as with 64 (docs/PERFORMANCE.md) */
+    o.max_batch = (uint32_t)(mb < 64 ? mb : 64);
     o.comm = r->comm;
     const char *urls[64];
     json_t *ju = cfg_get(r->cfg, "rollout.urls");
