@@ -32,16 +32,6 @@ static void usage(void)
             "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t] [--weights f32|q8_0|auto]\n");
 }
 
-/* --weights: the engine's rlp_rollout_weights, or -1 */
-static int parse_weights(const char *v)
-{
-    return !v ? -1
-           : !strcmp(v, "f32")  ? RLP_ROLLOUT_WEIGHTS_F32
-           : !strcmp(v, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
-           : !strcmp(v, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
-                                : -1;
-}
-
 
 static double now_s(void)
 {
@@ -188,7 +178,7 @@ int cmd_generate(int argc, char **argv)
         else if (!strcmp(a, "--threads"))
             bad = cli_int(val, 0, 1024, &threads);
         else if (!strcmp(a, "--weights"))
-            bad = (weights = parse_weights(val)) < 0;
+            bad = (weights = cli_rollout_weights(val)) < 0;
         else if (!model && a[0] != '-')
             model = a, takes = 0;
         else

@@ -51,16 +51,6 @@ int cmd_serve(int argc, char **argv)
 #include <time.h>
 #include <unistd.h>
 
-/* --weights: the engine's rlp_rollout_weights, or -1 */
-static int parse_weights(const char *v)
-{
-    return !v ? -1
-           : !strcmp(v, "f32")  ? RLP_ROLLOUT_WEIGHTS_F32
-           : !strcmp(v, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
-           : !strcmp(v, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
-                                : -1;
-}
-
 static void usage(void)
 {
     fprintf(stderr,
@@ -179,7 +169,7 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--max-batch")) {
             bad = cli_int(val, 1, 4096, &max_batch);
         } else if (!strcmp(a, "--weights")) {
-            bad = (weights = parse_weights(val)) < 0;
+            bad = (weights = cli_rollout_weights(val)) < 0;
         } else if (!strcmp(a, "--max-seq-len")) {
             bad = cli_int(val, 0, 1 << 20, &max_seq_len);
         } else if (!strcmp(a, "--max-body-bytes")) {

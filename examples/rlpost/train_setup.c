@@ -4,6 +4,7 @@
  * scorers (format, accuracy, answer parsing), the context, policy and
  * reference, and the trainer's options (make_trainer). */
 #define _GNU_SOURCE 1
+#include "cli_args.h"
 #include "commands.h"
 #include "train.h"
 #include "train_config.h"
@@ -253,8 +254,7 @@ int train_check_config(run *r)
               "≥ the number of ranks (each rank generates a share of the step's prompts)");
     }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
-    RANGE("rollout.weights", !strcmp(cfg_str(c, "rollout.weights"), "auto") ||
-          !strcmp(cfg_str(c, "rollout.weights"), "f32") || !strcmp(cfg_str(c, "rollout.weights"), "q8_0"),
+    RANGE("rollout.weights", cli_rollout_weights(cfg_str(c, "rollout.weights")) >= 0,
           "\"auto\", \"f32\" or \"q8_0\"");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0 && cfg_int(c, "eval.n") <= 100000, "in [0, 100000]");
@@ -715,10 +715,7 @@ static int make_trainer(run *r, int need_train)
     o.ref = r->ref;
     o.tokenizer = r->ext_tok;
     o.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
-    const char *rw = cfg_str(r->cfg, "rollout.weights");
-    o.rollout_weights = !strcmp(rw, "f32")    ? RLP_ROLLOUT_WEIGHTS_F32
-                        : !strcmp(rw, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
-                                              : RLP_ROLLOUT_WEIGHTS_AUTO;
+    o.rollout_weights = cli_rollout_weights(cfg_str(r->cfg, "rollout.weights")); /* checked above */
     /* the engine on the trainer's context generates the training rollouts
      * in sync and local pull mode, and the evaluations in every mode */
     long long eval_n = cfg_int(r->cfg, "eval.n");
