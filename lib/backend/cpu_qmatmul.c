@@ -1,12 +1,13 @@
 /* Int8 products of quantized weights (qmat.h) with fp32 activations.
  *
- * Both kernels compute, for output (i, j), 16 fp32 lane sums: lane l of
- * block pair p takes block b = 2p + l/8 and the 4 elements 4(l%8)..+3 of
- * it, forms t = Σ (q_w + 128)·q_a − 128·Σ q_a exactly in int32 (VNNI's
- * unsigned × signed vpdpbusd on the offset-binary weights, seeded with the
- * precomputed correction), and adds (float)t · (d_w · d_a) to its lane; the
- * 16 lanes are then summed in lane order. The scalar kernel does exactly
- * these operations, so the two agree bit for bit. FP contraction is off in
+ * All three kernels compute, for output (i, j), 16 fp32 lane sums: lane l
+ * of block pair p takes block b = 2p + l/8 and the 4 elements 4(l%8)..+3
+ * of it, forms t = Σ q_w·q_a of those 4 exactly in int32 (VNNI: unsigned ×
+ * signed vpdpbusd on the offset-binary weights q_w + 128, seeded with the
+ * precomputed correction −128·Σ q_a; AVX2: vpmaddubsw of |q_w| and q_a
+ * with q_w's sign, then vpmaddwd), and adds (float)t · (d_w · d_a) to its
+ * lane; the 16 lanes are then summed in lane order. The scalar kernel does exactly
+ * these operations, so all agree bit for bit. FP contraction is off in
  * ISO C mode with GCC (and by pragma for clang), which that equality needs. */
 #include "backend/qmat.h"
 
@@ -86,40 +87,68 @@ void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t 
 /* ---- dispatch ---- */
 
 static int forced = RLPI_QMAT_ISA_AUTO;
-static int64_t gemm_min_rows = RLPI_QMAT_GEMM_MIN_ROWS;
+static int64_t gemm_min_rows; /* 0: the kernel family's own */
 
 void rlpi_qmat_set_gemm_min_rows(int64_t rows)
 {
-    gemm_min_rows = rows > 0 ? rows : RLPI_QMAT_GEMM_MIN_ROWS;
+    gemm_min_rows = rows > 0 ? rows : 0;
 }
 
-static int cpu_best(void)
+/* What the CPU has, as a kernel family bit set: bit 1 AVX2, bit 2 AVX512-VNNI. */
+static int cpu_features(void)
 {
-    static int best = -1;
-    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
-    if (b < 0) {
-        b = RLPI_QMAT_ISA_SCALAR;
+    static int feats = -1;
+    int f = __atomic_load_n(&feats, __ATOMIC_RELAXED);
+    if (f < 0) {
+        f = 0;
 #if QMAT_X86
         __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2"))
+            f |= 1 << RLPI_QMAT_ISA_AVX2;
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-            b = RLPI_QMAT_ISA_VNNI512;
+            f |= 1 << RLPI_QMAT_ISA_VNNI512;
 #endif
-        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
+        __atomic_store_n(&feats, f, __ATOMIC_RELAXED);
     }
-    return b;
+    return f;
 }
 
 int rlpi_qmat_isa(void)
 {
-    int b = cpu_best();
+    int f = cpu_features();
     /* RLPOST_CPU_FEATURES lists what may be used ("all", "none",
-     * "avx512vnni,..."): without avx512vnni the scalar kernel runs. Read
-     * at every product so a test can flip it. */
+     * "avx2,avx512vnni,..."): a family runs only if its name is listed.
+     * Read at every product so a test can flip it. */
     const char *env = getenv("RLPOST_CPU_FEATURES");
-    if (env && b == RLPI_QMAT_ISA_VNNI512 && !strstr(env, "avx512vnni") && !strstr(env, "all"))
-        b = RLPI_QMAT_ISA_SCALAR;
-    return forced == RLPI_QMAT_ISA_AUTO || forced > b ? b : forced;
+    if (env && !strstr(env, "all")) {
+        if (!strstr(env, "avx512vnni"))
+            f &= ~(1 << RLPI_QMAT_ISA_VNNI512);
+        if (!strstr(env, "avx2"))
+            f &= ~(1 << RLPI_QMAT_ISA_AVX2);
+    }
+    /* forcing a family the CPU (or the environment) lacks gives the best
+     * family below it that is there */
+    int top = forced == RLPI_QMAT_ISA_AUTO ? RLPI_QMAT_ISA_VNNI512 : forced;
+    for (int b = top; b > RLPI_QMAT_ISA_SCALAR; b--)
+        if (f & (1 << b))
+            return b;
+    return RLPI_QMAT_ISA_SCALAR;
+}
+
+const char *rlpi_qmat_isa_name(int isa)
+{
+    return isa == RLPI_QMAT_ISA_VNNI512 ? "AVX512-VNNI" : isa == RLPI_QMAT_ISA_AVX2 ? "AVX2" : "scalar";
+}
+
+int64_t rlpi_qmat_gemm_min_rows(void)
+{
+    if (gemm_min_rows > 0)
+        return gemm_min_rows;
+    int isa = rlpi_qmat_isa();
+    return isa == RLPI_QMAT_ISA_VNNI512 ? RLPI_QMAT_GEMM_MIN_ROWS_VNNI512
+           : isa == RLPI_QMAT_ISA_AVX2  ? RLPI_QMAT_GEMM_MIN_ROWS_AVX2
+                                        : RLPI_QMAT_GEMM_MIN_ROWS_SCALAR;
 }
 
 void rlpi_qmat_force_isa(int isa)
@@ -310,6 +339,78 @@ VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_
     }
 }
 
+#define AVX2_TARGET __attribute__((target("avx2")))
+
+/* lane sums of (lo, hi) = lanes 0..7 and 8..15: (l, l+8) first, as above */
+AVX2_TARGET static inline float avx2_lane_sum(__m256 lo, __m256 hi)
+{
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* Σ q_w·q_a of each 4 bytes: |q_w| (unsigned) times q_a with q_w's sign,
+ * in int16 pairs (each ≤ 2·128·127 < 2^15), then pairs of those in int32 */
+AVX2_TARGET static inline __m256i avx2_dot4(__m256i wu, __m256i qa)
+{
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256i w = _mm256_xor_si256(wu, flip);
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(qa, w));
+    return _mm256_madd_epi16(p16, ones);
+}
+
+/* 2 weight rows at a time share each activation load (4 would need more
+ * than AVX2's 16 registers) */
+AVX2_TARGET static void block_avx2(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
+{
+    const qact *A = J->A;
+    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb;
+    int64_t j = j0;
+    for (; j < j1; j += 2) {
+        const bool two = j + 1 < j1;
+        const uint8_t *w0 = J->wq + j * kp, *w1 = two ? w0 + kp : w0;
+        const float *s0 = J->ws + j * kb, *s1 = two ? s0 + kb : s0;
+        for (int64_t i = r0; i < r1; i++) {
+            const int8_t *qa = A->qa + i * kp;
+            const float *da = A->da + i * kb * 8;
+            __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l;
+            for (int64_t p = 0; p < pairs; p++) {
+                __m256i ql = _mm256_loadu_si256((const __m256i *)(qa + p * 64));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(qa + p * 64 + 32));
+                __m256 dl = _mm256_loadu_ps(da + p * 16), dh = _mm256_loadu_ps(da + p * 16 + 8);
+#define QSTEP2(lo, hi, w, sc)                                                                                \
+    do {                                                                                                     \
+        __m256i tl_ = avx2_dot4(_mm256_loadu_si256((const __m256i *)(w + p * 64)), ql);                     \
+        __m256i th_ = avx2_dot4(_mm256_loadu_si256((const __m256i *)(w + p * 64 + 32)), qh);                \
+        lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(tl_), _mm256_mul_ps(_mm256_set1_ps(sc[2 * p]), dl))); \
+        hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_cvtepi32_ps(th_),                                        \
+                                             _mm256_mul_ps(_mm256_set1_ps(sc[2 * p + 1]), dh)));             \
+    } while (0)
+                QSTEP2(a0l, a0h, w0, s0);
+                if (two)
+                    QSTEP2(a1l, a1h, w1, s1);
+#undef QSTEP2
+            }
+            float *c = J->c + i * J->n + j;
+            store(c, avx2_lane_sum(a0l, a0h), J->beta);
+            if (two)
+                store(c + 1, avx2_lane_sum(a1l, a1h), J->beta);
+        }
+    }
+}
+
+AVX2_TARGET static void dequant_rows_avx2(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
+{
+    const __m128i flip = _mm_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < kp; e += 8) {
+            __m128i u = _mm_xor_si128(_mm_loadl_epi64((const __m128i *)(wq + r * kp + e)), flip);
+            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u));
+            _mm256_storeu_ps(dst + r * kp + e, _mm256_mul_ps(v, _mm256_set1_ps(ws[r * (kp / 32) + e / 32])));
+        }
+}
+
 /* w·d for rows of the GEMM route's tile */
 VNNI_TARGET static void dequant_rows_avx512(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
 {
@@ -330,6 +431,10 @@ static void dequant_rows(int isa, float *dst, const uint8_t *wq, const float *ws
         dequant_rows_avx512(dst, wq, ws, rows, kp);
         return;
     }
+    if (isa == RLPI_QMAT_ISA_AVX2) {
+        dequant_rows_avx2(dst, wq, ws, rows, kp);
+        return;
+    }
 #endif
     for (int64_t r = 0; r < rows; r++)
         for (int64_t e = 0; e < kp; e++)
@@ -347,6 +452,10 @@ static void run_chunk(void *arg, int64_t task, int tid)
 #if QMAT_X86
         if (J->isa == RLPI_QMAT_ISA_VNNI512) {
             block_vnni(J, j0, j1, r0, r1);
+            continue;
+        }
+        if (J->isa == RLPI_QMAT_ISA_AVX2) {
+            block_avx2(J, j0, j1, r0, r1);
             continue;
         }
 #endif
@@ -389,7 +498,7 @@ int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, con
     int64_t chunk = split ? (n + 8 * threads - 1) / (8 * threads) : n;
     J.chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
     int64_t tasks = (n + J.chunk - 1) / J.chunk;
-    if (m >= gemm_min_rows) {
+    if (m >= rlpi_qmat_gemm_min_rows()) {
         /* one tile a thread, in whole 32-row multiples (OpenBLAS's full-width
          * kernels), at most 512 rows (≤ 1.2 MB of fp32 at k = 576: in L2);
          * each tile's SGEMM packs A again, so fewer, larger tiles */

@@ -22,14 +22,18 @@
  * |ΔC_ij| ≤ Σ_b (max_b|a_i| / 254) · Σ_{l in b} |W_jl| (activation
  * rounding, ≤ half a step per element) plus fp32 summation rounding.
  *
- * (Below RLPI_QMAT_GEMM_MIN_ROWS rows; from there on see that macro.)
+ * (Below rlpi_qmat_gemm_min_rows() rows; from there on see that function.)
  *
- * Kernels: AVX512-VNNI (vpdpbusd) and a portable scalar one that performs
- * the same integer sums and the same fp32 operations in the same order, so
- * both give bit-identical C. The VNNI kernel runs only where the CPU has
- * AVX512F/BW/VL/VNNI (checked at run time); RLPOST_CPU_FEATURES (a list of
- * feature names the library may use, e.g. "none" or "avx512vnni") or
- * rlpi_qmat_force_isa() restrict it, so tests run both on one machine. */
+ * Kernels: AVX512-VNNI (vpdpbusd), AVX2 (vpmaddubsw on |q_w| and the
+ * activations with q_w's sign, then vpmaddwd; llama.cpp's AVX2 dot product
+ * does the same: the int16 pair sums stay below 2·128·127 < 2^15, so
+ * nothing saturates) and a portable scalar one; all three perform the same
+ * integer sums and the same fp32 operations in the same order, so they give
+ * bit-identical C. A kernel runs only where the CPU has its instructions
+ * (AVX512F/BW/VL/VNNI; AVX2; checked at run time); RLPOST_CPU_FEATURES (a
+ * list of feature names the library may use, e.g. "none", "avx2" or
+ * "avx2,avx512vnni") or rlpi_qmat_force_isa() restrict it, so tests run
+ * every kernel the machine has. */
 #ifndef RLPI_BACKEND_QMAT_H
 #define RLPI_BACKEND_QMAT_H
 
@@ -40,18 +44,28 @@ struct rlpi_threadpool;
 
 enum { RLPI_QMAT_Q8_0 = 1 };
 
-/* From this many activation rows on (prefill, large decode batches) a
+/* From this many activation rows on (prefill, larger decode batches) a
  * product dequantizes tiles of W to fp32 and runs OpenBLAS's SGEMM on the
  * unquantized activations instead of the int8 kernels: in the compute-bound
- * regime SGEMM's 16 fp32 MACs per instruction beat the int8 kernel's per-
- * block scale work (bench_qmatmul: the int8 kernel is ahead up to 32 rows,
- * even at 64). Decode batches of up to 32 (the engine's default) stay on
- * the int8 path, so their numerics do not depend on the batch. The weights
- * are the same Q8_0 values; only the activations' rounding goes away. */
-#define RLPI_QMAT_GEMM_MIN_ROWS 40
+ * regime SGEMM's 8–16 fp32 MACs per instruction beat the int8 kernels' per-
+ * block work. The weights are the same Q8_0 values; only the activations'
+ * rounding goes away. The switch depends on the kernel (quiet 2-thread
+ * decode of SmolLM2-135M, int8 against fp32, docs/PERFORMANCE.md): VNNI
+ * wins up to about 16–24 rows (b16 1.15×, b32 0.84× on a Xeon), AVX2 up to
+ * about 8 (b8 1.22×, b16 0.85× on an EPYC Zen 3); the scalar kernel never
+ * wins against the fp32 path (it exists for bit-exact checks and CPUs
+ * without either). The rollout engine's KV-cached decode asks
+ * rlpi_qmat_gemm_min_rows() and takes its fp32 weights from there on,
+ * which skips the dequantization too. */
+#define RLPI_QMAT_GEMM_MIN_ROWS_VNNI512 24
+#define RLPI_QMAT_GEMM_MIN_ROWS_AVX2 12
+#define RLPI_QMAT_GEMM_MIN_ROWS_SCALAR 2
 
 /* Kernel families of the dispatch. */
-enum { RLPI_QMAT_ISA_AUTO = -1, RLPI_QMAT_ISA_SCALAR = 0, RLPI_QMAT_ISA_VNNI512 = 1 };
+enum { RLPI_QMAT_ISA_AUTO = -1, RLPI_QMAT_ISA_SCALAR = 0, RLPI_QMAT_ISA_AVX2 = 1, RLPI_QMAT_ISA_VNNI512 = 2 };
+
+/* The family's name for logs ("scalar", "AVX2", "AVX512-VNNI"). */
+const char *rlpi_qmat_isa_name(int isa);
 
 /* k rounded up to the layout's 64 and the blocks per row. */
 static inline int64_t rlpi_qmat_kpad(int64_t k)
@@ -71,16 +85,21 @@ size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k);
 void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks);
 
 /* Moves the row count from which products take the GEMM route
- * (benchmarks; 0 restores RLPI_QMAT_GEMM_MIN_ROWS). Not thread-safe with
- * concurrent products. */
+ * (benchmarks, tests; 0 restores the kernel's own switch). Not thread-safe
+ * with concurrent products. */
 void rlpi_qmat_set_gemm_min_rows(int64_t rows);
+
+/* The row count from which products take the GEMM route now: the value
+ * set above, else RLPI_QMAT_GEMM_MIN_ROWS_* of the kernel family in use. */
+int64_t rlpi_qmat_gemm_min_rows(void);
 
 /* The kernel family products use now (after RLPOST_CPU_FEATURES, any
  * forcing, and the CPU's features). */
 int rlpi_qmat_isa(void);
 
 /* Forces a kernel family for later products (tests): RLPI_QMAT_ISA_SCALAR,
- * RLPI_QMAT_ISA_VNNI512 (ignored, i.e. scalar, where the CPU lacks it), or
+ * RLPI_QMAT_ISA_AVX2, RLPI_QMAT_ISA_VNNI512 (where the CPU lacks it, the
+ * best family below it runs), or
  * RLPI_QMAT_ISA_AUTO to go back to the CPU's best. Not thread-safe with
  * concurrent products. */
 void rlpi_qmat_force_isa(int isa);

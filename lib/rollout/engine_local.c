@@ -286,7 +286,8 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
     const rlpi_logger *log = &e->policy->ctx->log;
     if (want == RLP_ROLLOUT_WEIGHTS_F32)
         return RLP_OK;
-    bool fast = rlpi_qmat_isa() == RLPI_QMAT_ISA_VNNI512;
+    /* auto: only where an int8 kernel beats fp32 SGEMV (not the scalar one) */
+    bool fast = rlpi_qmat_isa() >= RLPI_QMAT_ISA_AVX2;
     if (want == RLP_ROLLOUT_WEIGHTS_AUTO && !fast)
         return RLP_OK;
     rlpi_backend *be = e->policy->ctx->backend;
@@ -302,7 +303,7 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
     e->qw_gen = e->policy->weights_gen;
     rlpi_kv_cache_set_qweights(e->kv, e->qw);
     rlpi_log(log, RLP_LOG_INFO, "rollout weights: Q8_0 copy of %.1f MiB (%s kernel), quantized in %.3f s",
-             (double)rlpi_qweights_bytes(e->qw) / 1048576.0, fast ? "AVX512-VNNI" : "scalar", e->qw->last_update_s);
+             (double)rlpi_qweights_bytes(e->qw) / 1048576.0, rlpi_qmat_isa_name(rlpi_qmat_isa()), e->qw->last_update_s);
     return RLP_OK;
 }
 

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     rlpi_transformer *tf = pol->tf;
     rlpi_backend *be = ctx->backend;
     printf("%s, %d threads, kernel %s\n", path, threads,
-           rlpi_qmat_isa() == RLPI_QMAT_ISA_VNNI512 ? "AVX512-VNNI" : "scalar");
+           rlpi_qmat_isa_name(rlpi_qmat_isa()));
 
     /* (3) the copy */
     rlpi_qweights *qw;

@@ -7,7 +7,8 @@
  *   rounded to int8 per block of 32 with step d_a = max_b|a| / 127, so
  *   |ΔC_ij| ≤ Σ_b (d_a,b / 2)·Σ_{l∈b} |W_jl|; plus fp32 summation,
  *   bounded by 1e-5·Σ_l |a_l W_jl| + 1e-30.
- * - the VNNI kernel and the scalar kernel give bit-identical C;
+ * - the VNNI and AVX2 kernels and the scalar kernel give bit-identical C
+ *   (every kernel the CPU has, each forced in turn);
  * - forcing the scalar kernel (rlpi_qmat_force_isa, RLPOST_CPU_FEATURES)
  *   switches the dispatch;
  * - the rollout copy packs exactly GGUF's Q8_0 of the weights;
@@ -111,8 +112,10 @@ static void test_against_reference(void **state)
     static const int64_t ns[] = {1, 2, 5, 16, 67};
     static const int64_t ms[] = {1, 3, 33};
     uint64_t seed = 1;
-    for (int isa = 0; isa < 2; isa++) {
-        rlpi_qmat_force_isa(isa ? RLPI_QMAT_ISA_AUTO : RLPI_QMAT_ISA_SCALAR);
+    for (int isa = RLPI_QMAT_ISA_SCALAR; isa <= RLPI_QMAT_ISA_VNNI512; isa++) {
+        rlpi_qmat_force_isa(isa);
+        if (rlpi_qmat_isa() != isa)
+            continue; /* not on this CPU */
         for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++)
@@ -124,19 +127,25 @@ static void test_against_reference(void **state)
     rlpi_threadpool_free(pool);
 }
 
-/* the VNNI kernel and the scalar one: the same bits */
-static void test_vnni_equals_scalar(void **state)
+/* each SIMD kernel and the scalar one: the same bits */
+static void test_simd_equals_scalar(void **state)
 {
     (void)state;
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
-    if (rlpi_qmat_isa() != RLPI_QMAT_ISA_VNNI512) {
-        print_message("no AVX512-VNNI on this CPU: only the scalar kernel runs\n");
+    if (rlpi_qmat_isa() == RLPI_QMAT_ISA_SCALAR) {
+        print_message("no AVX2 or AVX512-VNNI on this CPU: only the scalar kernel runs\n");
         skip();
     }
     rlpi_threadpool *pool;
     assert_int_equal(rlpi_threadpool_create(&pool, 2), RLP_OK);
-    static const int64_t shapes[][3] = {{1, 67, 576}, {7, 33, 100}, {64, 96, 1536}, {5, 1, 33}, {2, 50, 257}};
+    /* the int8 kernels at every m (each family's own switch to the GEMM
+     * route differs) */
+    rlpi_qmat_set_gemm_min_rows(1 << 30);
+    /* odd n (the AVX2 kernel's row pairs, VNNI's groups of 4), m up to
+     * the GEMM route's switch, quants at ±127 and weights at −128 below */
+    static const int64_t shapes[][3] = {{1, 67, 576}, {7, 33, 100}, {33, 96, 1536}, {5, 1, 33}, {2, 50, 257}, {3, 3, 64}};
     uint64_t seed = 5;
+    int tried = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         float *w = malloc((size_t)(n * k) * sizeof *w), *deq = malloc((size_t)(n * k) * sizeof *deq);
@@ -147,13 +156,27 @@ static void test_vnni_equals_scalar(void **state)
         for (int64_t i = 0; i < m * k; i++)
             a[i] = urand(&seed) * 3.0f;
         void *q = make_q8(w, n, k, deq);
+        if (s == sizeof shapes / sizeof shapes[0] - 1) {
+            /* the extreme quant −128 (a GGUF file may hold it; our
+             * quantizer never writes it): stored as offset binary 0 */
+            uint8_t *qb = q;
+            for (int64_t i = 0; i < n * rlpi_qmat_kpad(k); i += 3)
+                qb[i] = 0;
+        }
         rlpi_qmat_force_isa(RLPI_QMAT_ISA_SCALAR);
         assert_int_equal(rlpi_qmat_isa(), RLPI_QMAT_ISA_SCALAR);
         assert_int_equal(rlpi_cpu_qmatmul(pool, c0, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
-        rlpi_qmat_force_isa(RLPI_QMAT_ISA_VNNI512);
-        assert_int_equal(rlpi_qmat_isa(), RLPI_QMAT_ISA_VNNI512);
-        assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
-        assert_memory_equal(c0, c1, (size_t)(m * n) * sizeof *c0);
+        for (int isa = RLPI_QMAT_ISA_AVX2; isa <= RLPI_QMAT_ISA_VNNI512; isa++) {
+            rlpi_qmat_force_isa(isa);
+            if (rlpi_qmat_isa() != isa)
+                continue;
+            tried |= 1 << isa;
+            memset(c1, 0xff, (size_t)(m * n) * sizeof *c1);
+            assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
+            if (memcmp(c0, c1, (size_t)(m * n) * sizeof *c0))
+                fail_msg("%s kernel differs from the scalar one at m=%lld n=%lld k=%lld", rlpi_qmat_isa_name(isa),
+                         (long long)m, (long long)n, (long long)k);
+        }
         free(q);
         free(w);
         free(deq);
@@ -161,6 +184,10 @@ static void test_vnni_equals_scalar(void **state)
         free(c0);
         free(c1);
     }
+    print_message("compared with the scalar kernel:%s%s\n", tried & (1 << RLPI_QMAT_ISA_AVX2) ? " AVX2" : "",
+                  tried & (1 << RLPI_QMAT_ISA_VNNI512) ? " AVX512-VNNI" : "");
+    assert_true(tried != 0);
+    rlpi_qmat_set_gemm_min_rows(0);
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
     rlpi_threadpool_free(pool);
 }
@@ -169,20 +196,44 @@ static void test_vnni_equals_scalar(void **state)
 static void test_dispatch_fallback(void **state)
 {
     (void)state;
+    /* the CPU's own best, whatever the caller's environment says */
+    char *saved = getenv("RLPOST_CPU_FEATURES") ? strdup(getenv("RLPOST_CPU_FEATURES")) : NULL;
+    unsetenv("RLPOST_CPU_FEATURES");
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
     int best = rlpi_qmat_isa();
+    /* each family's own switch to the GEMM route */
+    assert_int_equal(rlpi_qmat_gemm_min_rows(), best == RLPI_QMAT_ISA_VNNI512 ? RLPI_QMAT_GEMM_MIN_ROWS_VNNI512
+                                                : best == RLPI_QMAT_ISA_AVX2  ? RLPI_QMAT_GEMM_MIN_ROWS_AVX2
+                                                                              : RLPI_QMAT_GEMM_MIN_ROWS_SCALAR);
+    rlpi_qmat_set_gemm_min_rows(7);
+    assert_int_equal(rlpi_qmat_gemm_min_rows(), 7);
+    rlpi_qmat_set_gemm_min_rows(0);
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_SCALAR);
     assert_int_equal(rlpi_qmat_isa(), RLPI_QMAT_ISA_SCALAR);
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
     assert_int_equal(rlpi_qmat_isa(), best);
     setenv("RLPOST_CPU_FEATURES", "none", 1);
     assert_int_equal(rlpi_qmat_isa(), RLPI_QMAT_ISA_SCALAR);
-    setenv("RLPOST_CPU_FEATURES", "avx512bf16,avx512vnni", 1);
+    setenv("RLPOST_CPU_FEATURES", "avx2,avx512bf16,avx512vnni", 1);
     assert_int_equal(rlpi_qmat_isa(), best);
+    setenv("RLPOST_CPU_FEATURES", "all", 1);
+    assert_int_equal(rlpi_qmat_isa(), best);
+    /* without avx512vnni in the list, a VNNI CPU falls back to AVX2 */
+    setenv("RLPOST_CPU_FEATURES", "avx2", 1);
+    assert_int_equal(rlpi_qmat_isa(), best >= RLPI_QMAT_ISA_AVX2 ? RLPI_QMAT_ISA_AVX2 : RLPI_QMAT_ISA_SCALAR);
+    setenv("RLPOST_CPU_FEATURES", "avx512vnni", 1);
+    assert_int_equal(rlpi_qmat_isa(), best == RLPI_QMAT_ISA_VNNI512 ? best : RLPI_QMAT_ISA_SCALAR);
     unsetenv("RLPOST_CPU_FEATURES");
-    /* forcing a kernel the CPU lacks gives the best it has */
+    /* forcing a kernel the CPU lacks gives the best it has below it */
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_VNNI512);
     assert_int_equal(rlpi_qmat_isa(), best);
+    rlpi_qmat_force_isa(RLPI_QMAT_ISA_AVX2);
+    assert_int_equal(rlpi_qmat_isa(), best >= RLPI_QMAT_ISA_AVX2 ? RLPI_QMAT_ISA_AVX2 : RLPI_QMAT_ISA_SCALAR);
+    rlpi_qmat_force_isa(RLPI_QMAT_ISA_SCALAR);
+    assert_int_equal(rlpi_qmat_gemm_min_rows(), RLPI_QMAT_GEMM_MIN_ROWS_SCALAR);
+    if (saved)
+        setenv("RLPOST_CPU_FEATURES", saved, 1);
+    free(saved);
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
 }
 
@@ -340,6 +391,50 @@ static void test_decode_families(void **state)
     check_decode("gemma3", true); /* post norms, GeGLU, sliding window, soft cap off */
 }
 
+/* The KV-cached forward uses the copy only below the kernels' switch to
+ * the GEMM route: a batch of that many one-token sequences (every product,
+ * the head's too, has that many rows) gives exactly the fp32 logits; one
+ * sequence fewer gives the copy's. */
+static void test_decode_switch(void **state)
+{
+    (void)state;
+    model f;
+    model_make(&f, "llama", true, 42);
+    const int V = f.cfg.vocab_size;
+    rlpi_qweights *qw;
+    assert_int_equal(rlpi_qweights_create(&qw, f.tf, RLPI_QMAT_Q8_0), RLP_OK);
+    int64_t sw = rlpi_qmat_gemm_min_rows();
+    assert_true(sw >= 2 && sw <= 64);
+    int32_t tok[64];
+    int64_t qs[65], slot[64], past[64] = {0};
+    for (int i = 0; i < 64; i++) {
+        tok[i] = (i * 7 + 3) % V;
+        qs[i] = i;
+        slot[i] = i;
+    }
+    qs[64] = 64;
+    float *lf = malloc((size_t)64 * V * sizeof(float)), *lq = malloc((size_t)64 * V * sizeof(float));
+    for (int64_t n = sw - 1; n <= sw; n++) {
+        float *outs[2] = {lf, lq};
+        qs[n] = n;
+        for (int q = 0; q < 2; q++) {
+            rlpi_kv_cache *kv;
+            assert_int_equal(rlpi_kv_cache_create(&kv, f.tf, n, 8), RLP_OK);
+            rlpi_kv_cache_set_qweights(kv, q ? qw : NULL);
+            assert_int_equal(rlpi_transformer_extend(f.tf, kv, n, qs, slot, past, tok, outs[q]), RLP_OK);
+            rlpi_kv_cache_free(kv);
+        }
+        bool same = !memcmp(lf, lq, (size_t)(n * V) * sizeof(float));
+        print_message("%lld one-token sequences (switch %lld): %s\n", (long long)n, (long long)sw,
+                      same ? "fp32 weights" : "the Q8_0 copy");
+        assert_int_equal(same, n >= sw);
+    }
+    free(lf);
+    free(lq);
+    rlpi_qweights_free(qw);
+    model_drop(&f);
+}
+
 /* the copy packs exactly GGUF's Q8_0 of the fp32 weights, and after new
  * weights decode follows them once the copy is updated */
 static void test_requantize(void **state)
@@ -421,9 +516,9 @@ static void test_requantize(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_reference), cmocka_unit_test(test_vnni_equals_scalar),
+        cmocka_unit_test(test_against_reference), cmocka_unit_test(test_simd_equals_scalar),
         cmocka_unit_test(test_dispatch_fallback), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_decode_llama),      cmocka_unit_test(test_decode_families),
+        cmocka_unit_test(test_decode_llama),      cmocka_unit_test(test_decode_families), cmocka_unit_test(test_decode_switch),
         cmocka_unit_test(test_requantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
