@@ -7,7 +7,10 @@
 #include "core/error.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int rlpi_buffer_alloc(rlpi_backend *be, size_t nbytes, rlpi_buffer **out)
 {
@@ -38,6 +41,19 @@ void rlpi_buffer_free(rlpi_buffer *buf)
 void *rlpi_buffer_host(const rlpi_buffer *buf)
 {
     return buf && buf->owner->ops->host_visible ? buf->data : NULL;
+}
+
+void rlpi_buffer_discard(rlpi_buffer *buf)
+{
+    unsigned char *p = rlpi_buffer_host(buf);
+    long page = sysconf(_SC_PAGESIZE);
+    if (!p || page <= 0 || buf->nbytes < (size_t)page)
+        return;
+    /* only whole pages inside the buffer: its neighbours keep theirs */
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = ((uintptr_t)p + buf->nbytes) & ~(uintptr_t)(page - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advisory: a failure only keeps the pages */
 }
 
 static int check_range(const rlpi_buffer *buf, size_t off, size_t n, const char *what)

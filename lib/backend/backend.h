@@ -199,6 +199,12 @@ int rlpi_buffer_alloc(rlpi_backend *be, size_t nbytes, rlpi_buffer **out);
 void rlpi_buffer_free(rlpi_buffer *buf);
 /* Host pointer to the data, or NULL when the memory is device-only. */
 void *rlpi_buffer_host(const rlpi_buffer *buf);
+/* Declares the contents dead: host memory's whole pages go back to the
+ * system (madvise MADV_DONTNEED; they read as zeros when touched again),
+ * so a scratch buffer that is large only at times (a KV cache after a
+ * generate call) stops counting in the resident set. The buffer stays
+ * valid and allocated. A no-op for device memory and NULL. */
+void rlpi_buffer_discard(rlpi_buffer *buf);
 int rlpi_buffer_upload(rlpi_buffer *dst, size_t off, const void *src, size_t n);
 int rlpi_buffer_download(const rlpi_buffer *src, size_t off, void *dst, size_t n);
 int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, size_t src_off,

@@ -145,6 +145,19 @@ int64_t rlpi_qmat_gemm_min_rows(void)
 {
     if (gemm_min_rows > 0)
         return gemm_min_rows;
+    /* RLPOST_QMAT_GEMM_MIN_ROWS (a positive integer) moves the switch for
+     * benchmarks on other CPUs; read once */
+    static int64_t env_rows = -1;
+    int64_t er = __atomic_load_n(&env_rows, __ATOMIC_RELAXED);
+    if (er < 0) {
+        const char *v = getenv("RLPOST_QMAT_GEMM_MIN_ROWS");
+        char *end = NULL;
+        long long x = v ? strtoll(v, &end, 10) : 0;
+        er = v && end != v && *end == '\0' && x > 0 ? (int64_t)x : 0;
+        __atomic_store_n(&env_rows, er, __ATOMIC_RELAXED);
+    }
+    if (er > 0)
+        return er;
     int isa = rlpi_qmat_isa();
     return isa == RLPI_QMAT_ISA_VNNI512 ? RLPI_QMAT_GEMM_MIN_ROWS_VNNI512
            : isa == RLPI_QMAT_ISA_AVX2  ? RLPI_QMAT_GEMM_MIN_ROWS_AVX2

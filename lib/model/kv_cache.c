@@ -158,6 +158,17 @@ static int ensure_workspace(rlpi_kv_cache *kv, const rlpi_transformer *tf, int64
     return RLP_OK;
 }
 
+void rlpi_kv_cache_release(rlpi_kv_cache *kv)
+{
+    if (!kv)
+        return;
+    rlpi_buffer *bufs[] = {kv->kv,  kv->x,    kv->xn,   kv->rstd, kv->q,      kv->k,         kv->v,
+                           kv->att, kv->gate, kv->up,   kv->act,  kv->tmp,    kv->rstd_h,    kv->rows,
+                           kv->rows_n, kv->rows_rstd, kv->logits, kv->qkv, kv->gu};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        rlpi_buffer_discard(bufs[i]);
+}
+
 void rlpi_kv_cache_set_qweights(rlpi_kv_cache *kv, const rlpi_qweights *qw)
 {
     if (kv)

@@ -529,7 +529,11 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         entropy_sum = sums[1];
     }
     bool skipped = false;
-    if ((rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped)) != RLP_OK)
+    rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped);
+    /* applied or not, the gradients are dead now (the next step zeroes
+     * them first): out of the resident set until then */
+    rlpi_transformer_release_grads(policy->tf);
+    if (rc != RLP_OK)
         return rc;
     if (!skipped)
         policy->weights_gen++;

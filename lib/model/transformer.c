@@ -313,6 +313,12 @@ int rlpi_transformer_zero_grad(rlpi_transformer *tf)
     return rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f);
 }
 
+void rlpi_transformer_release_grads(rlpi_transformer *tf)
+{
+    if (tf)
+        rlpi_buffer_discard(tf->grads);
+}
+
 size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
 {
     const rlpi_buffer *bufs[] = {tf->tokens, tf->positions, tf->sel, tf->targets_sel, tf->xs, tf->acts,

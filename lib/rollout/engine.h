@@ -57,6 +57,15 @@ struct rlp_rollout_engine {
  * and says so in the log. */
 int rlpi_engine_make_qweights(rlp_rollout_engine *e);
 
+/* For the owner of the weights a local engine shares, just before it
+ * changes them (a synchronous trainer's optimizer step): the quantized
+ * copy would be re-quantized before the next decode anyway, so its pages
+ * go back to the system now (rlpi_buffer_discard) and it is marked stale.
+ * Saves the copy's bytes (151 MB for SmolLM2-135M) during the step; costs
+ * nothing, the re-quantization happens either way. No-op without a copy,
+ * for remote engines, and while a generate call runs. */
+void rlpi_engine_release_qweights(rlp_rollout_engine *e);
+
 /* Resolved sampling options with defaults applied and everything checked. */
 int rlpi_engine_check_sampling(const rlp_sampling_options *in, rlp_sampling_options *out);
 

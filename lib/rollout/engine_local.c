@@ -326,6 +326,20 @@ static int sync_qweights(rlp_rollout_engine *e, uint64_t epoch, uint64_t version
     return RLP_OK;
 }
 
+void rlpi_engine_release_qweights(rlp_rollout_engine *e)
+{
+    if (!e || e->kind != RLPI_ENGINE_LOCAL || !e->qw)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (!e->generating) {
+        rlpi_buffer_discard(e->qw->buf);
+        /* no weights have this (epoch, version, generation): sync_qweights
+         * re-quantizes before anything decodes with the zeroed pages */
+        e->qw_epoch = e->qw_version = e->qw_gen = UINT64_MAX;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static int run(gen_ctx *g)
 {
     rlp_rollout_engine *e = g->e;
@@ -560,8 +574,13 @@ int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_
         pthread_mutex_unlock(&e->mu);
         rc = setup(&g, prompts, n_prompts, ids, lens, group_base);
     }
-    if (!rc)
+    if (!rc) {
         rc = run(&g);
+        /* every slot is free again: the cache's pages are dead until the
+         * next call (in a sync RL step, the trainer's backward and
+         * optimizer run in between and need the memory) */
+        rlpi_kv_cache_release(e->kv);
+    }
     if (!rc)
         rc = rlpi_batch_reserve(out, g.N);
     for (size_t i = 0; !rc && i < g.N; i++)

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "algo/rl_step.h"
 #include "model/policy.h"
+#include "rollout/engine.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -696,6 +697,10 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     double t2 = rlpi_now_s();
     rec.rl.version = 1;
     rlpi_rl_mismatch mm;
+    /* SYNC: the engine shares the weights about to change; its quantized
+     * copy is re-made before the next decode either way */
+    if (!rc && t->o.mode == RLP_TRAIN_SYNC && t->engine)
+        rlpi_engine_release_qweights(t->engine);
     if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
         rlpi_error_wrap("RL step");
     if (!rc) {

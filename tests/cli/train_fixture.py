@@ -32,5 +32,14 @@ cfg = {
     "optimizer": {"lr": 1e-3},
     "eval": {"n": 4, "accuracy_reward": "regex_match"},
     "checkpoint": {"interval": 2},
+    # fp32 rollouts: the tests compare runs bit for bit and check that the
+    # 260K-parameter model learns; with `auto` the Q8_0 copy's share of the
+    # decode depends on the CPU's int8 kernel (the switch to fp32 products
+    # is at 24 rows with AVX512-VNNI, 12 with AVX2; scalar: f32), so each
+    # CPU would run a different trajectory of this chaotic little model (one
+    # seed of check_train_learns stalled at 0.39 with AVX2's mix). Q8_0
+    # rollouts: tests/unit/test_rollout.c, test_qmatmul.c, and the real
+    # model's runs in docs/evidence/.
+    "rollout": {"weights": "f32"},
 }
 json.dump(cfg, open(d + "/config.json", "w"), indent=1)

@@ -232,7 +232,8 @@ static void checkpointing_and_streaming_attention(void **state)
 
 /* Q/K/V and gate/up as one GEMM each against separate GEMMs, through the
  * q/k norms, post-norms, GeGLU and soft-cap: fp32 rounding only (1e-5
- * · max(1, max|g|) per tensor on gradients, 1e-6 on logprobs; see
+ * · max(1, max|g|) per tensor on gradients, 1e-6 · max(1, |x|) on
+ * logprobs and entropies; see
  * test_transformer.c) */
 static void fused_projections_match_separate(void **state)
 {
@@ -248,9 +249,14 @@ static void fused_projections_match_separate(void **state)
         rlpi_transformer_set_fused_projections(b, false, false);
         float lp0[64], e0[64], lp1[64], e1[64];
         float *ga = run_fb(&f, a, lp0, e0), *gb = run_fb(&f, b, lp1, e1);
+        /* relative to the value (a logprob of -10 has ulp 9.5e-7): the
+         * BLAS's summation order differs between the two GEMM shapes and
+         * between kernel families (Haswell vs SkylakeX: 1.4e-6 absolute
+         * on this fixture with the former) */
         double worst_lp = 0, worst_g = 0;
         for (int64_t i = 0; i < f.m.n; i++)
-            worst_lp = fmax(worst_lp, fmax(fabs(lp0[i] - lp1[i]), fabs(e0[i] - e1[i])));
+            worst_lp = fmax(worst_lp, fmax(fabs(lp0[i] - lp1[i]) / fmax(1.0, fabs(lp1[i])),
+                                           fabs(e0[i] - e1[i]) / fmax(1.0, fabs(e1[i]))));
         for (size_t t = 0; t < rlpi_transformer_n_tensors(a); t++) { /* per tensor, as against the references */
             const rlpi_param_info *in = rlpi_transformer_tensor(a, t);
             double scale = 1.0, err = 0;
@@ -262,7 +268,7 @@ static void fused_projections_match_separate(void **state)
             if (!(err <= 1e-5 * scale))
                 fail_msg("%s: gradient of %s: fused and separate differ by %.3e (max |g| %.3e)", names[k], in->name, err, scale);
         }
-        print_message("%s: fused vs separate projections: |Δlogp|, |Δentropy| <= %.2e, gradients %.2e\n", names[k],
+        print_message("%s: fused vs separate projections: |Δlogp|, |Δentropy| <= %.2e (relative), gradients %.2e\n", names[k],
                       worst_lp, worst_g);
         assert_true(worst_lp <= 1e-6);
         free(ga);
