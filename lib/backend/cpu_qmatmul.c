@@ -413,17 +413,6 @@ AVX2_TARGET static void block_avx2(const qjob *J, int64_t j0, int64_t j1, int64_
     }
 }
 
-AVX2_TARGET static void dequant_rows_avx2(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
-{
-    const __m128i flip = _mm_set1_epi8((char)0x80);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t e = 0; e < kp; e += 8) {
-            __m128i u = _mm_xor_si128(_mm_loadl_epi64((const __m128i *)(wq + r * kp + e)), flip);
-            __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u));
-            _mm256_storeu_ps(dst + r * kp + e, _mm256_mul_ps(v, _mm256_set1_ps(ws[r * (kp / 32) + e / 32])));
-        }
-}
-
 /* w·d for rows of the GEMM route's tile */
 VNNI_TARGET static void dequant_rows_avx512(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
 {
@@ -442,10 +431,6 @@ static void dequant_rows(int isa, float *dst, const uint8_t *wq, const float *ws
 #if QMAT_X86
     if (isa == RLPI_QMAT_ISA_VNNI512) {
         dequant_rows_avx512(dst, wq, ws, rows, kp);
-        return;
-    }
-    if (isa == RLPI_QMAT_ISA_AVX2) {
-        dequant_rows_avx2(dst, wq, ws, rows, kp);
         return;
     }
 #endif

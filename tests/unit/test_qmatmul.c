@@ -391,6 +391,15 @@ static void test_decode_families(void **state)
     check_decode("gemma3", true); /* post norms, GeGLU, sliding window, soft cap off */
 }
 
+/* the tiny tied Llama and its Q8_0 rollout copy */
+static rlpi_qweights *tied_llama_with_copy(model *f)
+{
+    model_make(f, "llama", true, 42);
+    rlpi_qweights *qw;
+    assert_int_equal(rlpi_qweights_create(&qw, f->tf, RLPI_QMAT_Q8_0), RLP_OK);
+    return qw;
+}
+
 /* The KV-cached forward uses the copy only below the kernels' switch to
  * the GEMM route: a batch of that many one-token sequences (every product,
  * the head's too, has that many rows) gives exactly the fp32 logits; one
@@ -399,10 +408,8 @@ static void test_decode_switch(void **state)
 {
     (void)state;
     model f;
-    model_make(&f, "llama", true, 42);
+    rlpi_qweights *qw = tied_llama_with_copy(&f);
     const int V = f.cfg.vocab_size;
-    rlpi_qweights *qw;
-    assert_int_equal(rlpi_qweights_create(&qw, f.tf, RLPI_QMAT_Q8_0), RLP_OK);
     int64_t sw = rlpi_qmat_gemm_min_rows();
     assert_true(sw >= 2 && sw <= 64);
     int32_t tok[64];
@@ -441,10 +448,8 @@ static void test_requantize(void **state)
 {
     (void)state;
     model f;
-    model_make(&f, "llama", true, 42);
+    rlpi_qweights *qw = tied_llama_with_copy(&f);
     const int V = f.cfg.vocab_size;
-    rlpi_qweights *qw;
-    assert_int_equal(rlpi_qweights_create(&qw, f.tf, RLPI_QMAT_Q8_0), RLP_OK);
     assert_int_equal(qw->updates, 1);
     rlpi_kv_cache *kv;
     assert_int_equal(rlpi_kv_cache_create(&kv, f.tf, 1, 16), RLP_OK);
