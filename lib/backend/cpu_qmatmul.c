@@ -6,8 +6,8 @@
  * signed vpdpbusd on the offset-binary weights q_w + 128, seeded with the
  * precomputed correction −128·Σ q_a; AVX2: vpmaddubsw of |q_w| and q_a
  * with q_w's sign, then vpmaddwd), and adds (float)t · (d_w · d_a) to its
- * lane; the 16 lanes are then summed in lane order. The scalar kernel does exactly
- * these operations, so all agree bit for bit. FP contraction is off in
+ * lane; the 16 lanes are then summed in lane order. The scalar kernel does
+ * exactly these operations, so all agree bit for bit. FP contraction is off in
  * ISO C mode with GCC (and by pragma for clang), which that equality needs. */
 #include "backend/qmat.h"
 
