@@ -405,7 +405,10 @@ RLP_API int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *se
  * clipping, AdamW, version + 1 (an SFT step is one version). A non-finite
  * gradient skips the update (stats->skipped = 1, weights untouched, version
  * unchanged). rlp_policy_train_rl() takes its optimizer steps without
- * advancing the version and advances it once itself.
+ * advancing the version and advances it once itself. Gradients live only
+ * inside the call: afterwards their memory (4 bytes a parameter) goes back
+ * to the system until the next step, as with PyTorch's
+ * zero_grad(set_to_none=True).
  *
  * @param policy   a trainable policy
  * @param seqs     sequences; at least one must have a scored token
