@@ -74,15 +74,25 @@ int rlpi_kv_cache_create(rlpi_kv_cache **out, rlpi_transformer *tf, int64_t n_sl
     return RLP_OK;
 }
 
+/* Every buffer the cache owns (NULL where not grown yet), into out;
+ * returns the count (at most KV_BUFFERS). */
+enum { KV_BUFFERS = 22 };
+static size_t cache_buffers(rlpi_kv_cache *kv, rlpi_buffer **out)
+{
+    rlpi_buffer *bufs[KV_BUFFERS] = {kv->kv,   kv->x,      kv->xn,        kv->rstd,   kv->q,   kv->k,     kv->v,
+                                     kv->att,  kv->gate,   kv->up,        kv->act,    kv->ids, kv->pos,   kv->last,
+                                     kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h,
+                                     kv->qkv,  kv->gu};
+    memcpy(out, bufs, sizeof bufs);
+    return KV_BUFFERS;
+}
+
 void rlpi_kv_cache_free(rlpi_kv_cache *kv)
 {
     if (!kv)
         return;
-    rlpi_buffer *bufs[] = {kv->kv,   kv->x,      kv->xn,        kv->rstd,   kv->q,   kv->k,     kv->v,
-                           kv->att,  kv->gate,   kv->up,        kv->act,    kv->ids, kv->pos,   kv->last,
-                           kv->rows, kv->rows_n, kv->rows_rstd, kv->logits, kv->tmp, kv->rstd_h,
-                           kv->qkv,  kv->gu};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    rlpi_buffer *bufs[KV_BUFFERS];
+    for (size_t i = 0, n = cache_buffers(kv, bufs); i < n; i++)
         rlpi_buffer_free(bufs[i]);
     free(kv);
 }
@@ -162,10 +172,8 @@ void rlpi_kv_cache_release(rlpi_kv_cache *kv)
 {
     if (!kv)
         return;
-    rlpi_buffer *bufs[] = {kv->kv,  kv->x,    kv->xn,   kv->rstd, kv->q,      kv->k,         kv->v,
-                           kv->att, kv->gate, kv->up,   kv->act,  kv->tmp,    kv->rstd_h,    kv->rows,
-                           kv->rows_n, kv->rows_rstd, kv->logits, kv->qkv, kv->gu};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    rlpi_buffer *bufs[KV_BUFFERS];
+    for (size_t i = 0, n = cache_buffers(kv, bufs); i < n; i++)
         rlpi_buffer_discard(bufs[i]);
 }
 
