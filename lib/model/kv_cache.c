@@ -361,6 +361,10 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return rlpi_error_set(RLP_E_INVALID_ARG, "extend: token id %d outside the vocabulary of %d", tokens[i],
                                   c->vocab_size);
+    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
+        if (rlpi_lora_active(tf->lora, t)) /* decode engines take the merged weights (rlpi_transformer_export) */
+            return rlpi_error_set(RLP_E_UNSUPPORTED,
+                                  "extend: the KV-cached decode does not run LoRA adapters; decode with the merged weights");
     TRY(ensure_workspace(kv, tf, n, n_seq));
     if (kv->qw && kv->qw->tf != tf && (rlpi_transformer_n_params(kv->qw->tf) != rlpi_transformer_n_params(tf)))
         return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the quantized weights were made for another model");

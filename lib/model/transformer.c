@@ -165,6 +165,8 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->head_dhsel);
     rlpi_buffer_free(tf->grad_scratch);
     rlpi_buffer_free(tf->qkv);
+    rlpi_buffer_free(tf->norm_sink);
+    rlpi_lora_free(tf->lora);
     free(tf->seq_start);
     free(tf->sel_host);
     free(tf);
@@ -308,6 +310,8 @@ rlpi_buffer *rlpi_transformer_grads(rlpi_transformer *tf)
 
 int rlpi_transformer_zero_grad(rlpi_transformer *tf)
 {
+    if (tf->lora)
+        return rlpi_lora_zero_grad(tf->lora);
     if (!tf->grads)
         return rlpi_error_set(RLP_E_STATE, "transformer: frozen model has no gradients");
     return rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f);
@@ -315,8 +319,10 @@ int rlpi_transformer_zero_grad(rlpi_transformer *tf)
 
 void rlpi_transformer_release_grads(rlpi_transformer *tf)
 {
-    if (tf)
+    if (tf) {
         rlpi_buffer_discard(tf->grads);
+        rlpi_lora_release_grads(tf->lora);
+    }
 }
 
 size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
@@ -326,15 +332,16 @@ size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
     size_t total = 0;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         total += bufs[i] ? bufs[i]->nbytes : 0;
-    return total;
+    return total + rlpi_lora_activation_bytes(tf->lora);
 }
 
 int rlpi_transformer_grad_norm(rlpi_transformer *tf, double *out)
 {
-    if (!tf->grads)
+    rlpi_buffer *G = rlpi_transformer_trainable_grads(tf);
+    if (!G)
         return rlpi_error_set(RLP_E_STATE, "transformer: frozen model has no gradients");
     double ss;
-    int rc = rlpi_op_sum_squares(tf->be, &ss, RLPI_REF(tf->grads, 0), (int64_t)tf->n_params);
+    int rc = rlpi_op_sum_squares(tf->be, &ss, RLPI_REF(G, 0), (int64_t)rlpi_transformer_n_trainable(tf));
     if (rc == RLP_OK)
         *out = sqrt(ss);
     return rc;
@@ -351,6 +358,8 @@ int rlpi_transformer_export(rlpi_transformer *tf, rlpi_weights *out)
         if ((rc = rlpi_weights_add(out, in->name, in->n_dims, shape, &t)) == RLP_OK)
             rc = rlpi_buffer_download(tf->params, in->offset * sizeof(float), t->data, in->n_elems * sizeof(float));
     }
+    if (rc == RLP_OK)
+        rc = rlpi_lora_merge_into(tf, out); /* the model the adapters make */
     if (rc == RLP_OK && tf->cfg.tie_embeddings)
         rc = rlpi_weights_add_alias(out, "lm_head.weight", "model.embed_tokens.weight");
     if (rc != RLP_OK)
@@ -518,10 +527,11 @@ static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer
     TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)qd * 4, pitch, S, dk * 4, (size_t)kvd * 4, (size_t)kvd * 4, (size_t)n));
     TRY(rlpi_buffer_copy_2d(Q, qb + (size_t)(qd + kvd) * 4, pitch, S, dv * 4, (size_t)kvd * 4, (size_t)kvd * 4,
                             (size_t)n));
-    if (tf->cfg.attention_bias)
+    if (tf->cfg.attention_bias && tf->grads)
         TRY(rlpi_op_bias_bwd(tf->be, RLPI_REF(tf->grads, P->bq), RLPI_REF(Q, qo), n, D));
     TRY(rlpi_tf_mm(tf, S, dxn, Q, qo, 0, tf->params, P->wq, 0, n, d, D, 0.0f));
-    TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
+    if (tf->grads) /* NULL: frozen base (LoRA) */
+        TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
     return RLP_OK;
 }
 
@@ -550,6 +560,9 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
         TRY(rlpi_op_add_bias(be, A(k_raw), RLPI_REF(W, P->bk), n, tf->kvdim));
         TRY(rlpi_op_add_bias(be, A(v), RLPI_REF(W, P->bv), n, tf->kvdim));
     }
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_Q, a, aoff + L->xn1, 0, a, aoff + L->q_raw, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_K, a, aoff + L->xn1, 0, a, aoff + L->k_raw, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_V, a, aoff + L->xn1, 0, a, aoff + L->v, 0));
     if (c->qk_norm) { /* per-head RMSNorm before RoPE: (n·heads) rows of head_dim */
         TRY(rlpi_op_rmsnorm_fwd(be, A(q), A(rstd_q), A(q_raw), RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim,
                                 c->rms_eps));
@@ -563,12 +576,14 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     if (c->post_norms) {
         /* x_mid = x_in + RMSNorm_post_attn(att·Woᵀ) */
         TRY(rlpi_tf_mm(tf, a, aoff + L->attn_o, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 0.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, a, aoff + L->att, 0, a, aoff + L->attn_o, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, A(x_mid), A(rstd_po), A(attn_o), RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, A(x_mid), RLPI_REF(tf->xs, x_in), n * d));
     } else {
         /* x_mid = x_in + att·Woᵀ */
         TRY(rlpi_buffer_copy(a, (aoff + L->x_mid) * 4, tf->xs, x_in * 4, (size_t)(n * d) * 4));
         TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, a, aoff + L->att, 0, a, aoff + L->x_mid, 0));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     /* fused: [gate; up]ᵀ (2·ffn, n) = W_gu (2·ffn, d) · xn2ᵀ in one product,
@@ -581,10 +596,13 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
         TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
         TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
     }
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_GATE, a, aoff + L->xn2, 0, a, aoff + L->gate, gt));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_UP, a, aoff + L->xn2, 0, a, aoff + L->up, gt));
     TRY(mlp_act_fwd(tf, A(act), A(gate), A(up), n * c->ffn_dim));
     if (c->post_norms) {
         /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
         TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, a, aoff + L->act, gt, a, aoff + L->mlp_o, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n, d,
                                 c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(tf->xs, x_out), A(x_mid), n * d));
@@ -592,6 +610,7 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
         /* x_out = x_mid + act·Wdᵀ */
         TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
         TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, a, aoff + L->act, gt, tf->xs, x_out, 0));
     }
 #undef A
     return RLP_OK;
@@ -660,7 +679,7 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     /* the residual stream of every layer is kept for backward (it is the
      * checkpoint); a forward-only pass ping-pongs between two slots */
     int64_t n_xs = keep_for_backward ? c->n_layers + 1 : 2;
-    if (keep_for_backward && !tf->grads)
+    if (keep_for_backward && !tf->grads && !tf->lora)
         return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
     int rc;
     if ((rc = realloc_buf(be, &tf->tokens, (size_t)n * 4)) || (rc = realloc_buf(be, &tf->positions, (size_t)n * 4)) ||
@@ -678,6 +697,7 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
         return rc;
     }
     free(tsel);
+    TRY(rlpi_lora_begin_forward(tf, n, keep_for_backward));
 
     TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->xs, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(tf->tokens, 0),
                               n, d, c->vocab_size));
@@ -817,11 +837,14 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     size_t x_in = (size_t)l * (size_t)(n * d);
 #define A(field) RLPI_REF(a, aoff + L->field)
 #define SR(field) RLPI_REF(S, g->field)
+    /* frozen base (LoRA): no ∂W products, the norms' ∂w into a sink */
+#define GN(off) (G ? RLPI_REF(G, (off)) : RLPI_REF(tf->norm_sink, 0))
+    int gt = L->fused_gu;
     /* MLP: out = x_mid + act·Wdᵀ, or x_mid + RMSNorm_post_ffw(act·Wdᵀ); dmlp = ∂L/∂(act·Wdᵀ) */
     size_t dmlp = g->dx;
     if (c->post_norms) {
         TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), RLPI_REF(G, P->post_ffn_norm), SR(dx), A(mlp_o),
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_ffn_norm), SR(dx), A(mlp_o),
                                 RLPI_REF(W, P->post_ffn_norm), A(rstd_pf), n, d));
         dmlp = g->dpost;
     }
@@ -831,32 +854,43 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
          * matrix, so dxn = [dgate dup] · W_gu and dW_gu += [dgate; dup]ᵀ · xn2
          * are one product each */
         TRY(rlpi_tf_mm(tf, S, g->dact, W, P->wd, 1, S, dmlp, 1, F, n, d, 0.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 1, d, F, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 1, d, F, n, 1.0f));
+        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, a, aoff + L->act, gt, S, g->dact, gt));
         TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 1, W, P->wg, 0, n, d, 2 * F, 0.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, a, aoff + L->xn2, 0, 2 * F, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, a, aoff + L->xn2, 0, 2 * F, d, n, 1.0f));
     } else {
         TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
+        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, a, aoff + L->act, gt, S, g->dact, gt));
         TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
     }
-    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_GATE, S, g->dgate, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_UP, S, g->dup, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
                             A(rstd2), n, d));
     /* attention: x_mid = x_in + att·Woᵀ, or x_in + RMSNorm_post_attn(att·Woᵀ); dattn = ∂L/∂(att·Woᵀ) */
     size_t dattn = g->dx;
     if (c->post_norms) {
         TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), RLPI_REF(G, P->post_attn_norm), SR(dx), A(attn_o),
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_attn_norm), SR(dx), A(attn_o),
                                 RLPI_REF(W, P->post_attn_norm), A(rstd_po), n, d));
         dattn = g->dpost;
     }
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_tf_mm(tf, S, g->datt, S, dattn, 0, W, P->wo, 0, n, tf->qdim, d, 0.0f));
-    TRY(rlpi_tf_mm(tf, G, P->wo, S, dattn, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
+    if (G)
+        TRY(rlpi_tf_mm(tf, G, P->wo, S, dattn, 1, a, aoff + L->att, 0, d, tf->qdim, n, 1.0f));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_O, S, dattn, 0, a, aoff + L->att, 0, S, g->datt, 0));
     TRY(rlpi_op_attention_bwd(be, SR(dq), SR(dk), SR(dv), SR(datt), A(q), A(k), A(v), A(att), A(lse), tf->seq_start,
                               tf->n_seq, n, c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
     TRY(rlpi_op_rope(be, SR(dq), RLPI_REF(tf->positions, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 1));
@@ -864,30 +898,40 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     if (c->qk_norm) { /* dq_raw, dk_raw = the per-head norms' input gradients */
         TRY(rlpi_buffer_fill_f32(S, g->dq_raw, (size_t)(n * tf->qdim), 0.0f));
         TRY(rlpi_buffer_fill_f32(S, g->dk_raw, (size_t)(n * tf->kvdim), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dq_raw), RLPI_REF(G, P->q_norm), SR(dq), A(q_raw), RLPI_REF(W, P->q_norm),
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dq_raw), GN(P->q_norm), SR(dq), A(q_raw), RLPI_REF(W, P->q_norm),
                                 A(rstd_q), n * c->n_heads, c->head_dim));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), RLPI_REF(G, P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm),
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), GN(P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm),
                                 A(rstd_k), n * c->n_kv_heads, c->head_dim));
     }
     if (L->fused_qkv) {
         TRY(qkv_backward(tf, P, a, aoff, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
     } else {
         if (c->attention_bias) {
-            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));
-            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk_raw), n, tf->kvdim));
-            TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
+            if (G)
+                TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bq), SR(dq_raw), n, tf->qdim));
+            if (G)
+                TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bk), SR(dk_raw), n, tf->kvdim));
+            if (G)
+                TRY(rlpi_op_bias_bwd(be, RLPI_REF(G, P->bv), SR(dv), n, tf->kvdim));
         }
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dq_raw, 0, W, P->wq, 0, n, d, tf->qdim, 0.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk_raw, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
-        TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+        if (G)
+            TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
     }
-    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), RLPI_REF(G, P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_Q, S, g->dq_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_K, S, g->dk_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_V, S, g->dv, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
                             RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
 #undef A
 #undef SR
+#undef GN
     return RLP_OK;
 }
 
@@ -947,7 +991,7 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
                                      c->final_softcap);
         if (!rc) /* dhsel = dlogits · W_lm */
             rc = rlpi_tf_mm(tf, dhsel, (size_t)(r0 * d), logits, 0, 0, tf->params, tf->lm_head, 0, rows, d, c->vocab_size, 0.0f);
-        if (!rc) /* dW_lm += dlogitsᵀ · hsel */
+        if (!rc && tf->grads) /* dW_lm += dlogitsᵀ · hsel (no base gradients under LoRA) */
             rc = rlpi_tf_mm(tf, tf->grads, tf->lm_head, logits, 0, 1, tf->hsel, (size_t)(r0 * d), 0, c->vocab_size, d, rows, 1.0f);
     }
     /* scatter the target rows back to token positions of dh (in dxn) */
@@ -997,7 +1041,9 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     if (!rc)
         rc = rlpi_buffer_fill_f32(g.buf, g.dx, (size_t)(n * d), 0.0f);
     if (!rc)
-        rc = rlpi_op_rmsnorm_bwd(be, RLPI_REF(g.buf, g.dx), RLPI_REF(tf->grads, tf->final_norm), RLPI_REF(g.buf, g.dxn),
+        rc = rlpi_op_rmsnorm_bwd(be, RLPI_REF(g.buf, g.dx),
+                                 tf->grads ? RLPI_REF(tf->grads, tf->final_norm) : RLPI_REF(tf->norm_sink, 0),
+                                 RLPI_REF(g.buf, g.dxn),
                                  RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)),
                                  RLPI_REF(tf->params, tf->final_norm), RLPI_REF(tf->rstd_f, 0), n, d);
     bool ckpt = tf->opts.activation_checkpointing;
@@ -1008,6 +1054,8 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
         if (!rc)
             rc = layer_backward(tf, l, tf->acts, aoff, &g);
     }
+    if (!tf->grads) /* frozen base: the embedding's gradient is not wanted */
+        return rc;
     if (!rc) /* the lookup's output was scaled: so is its gradient (the tied head's is not) */
         rc = rlpi_tf_embed_scale(tf, g.buf, g.dx, n);
     if (!rc)

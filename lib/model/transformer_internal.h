@@ -4,6 +4,7 @@
 #ifndef RLPI_MODEL_TRANSFORMER_INTERNAL_H
 #define RLPI_MODEL_TRANSFORMER_INTERNAL_H
 
+#include "model/lora.h"
 #include "model/transformer.h"
 
 /* Offsets (floats) of one layer's tensors in the parameter buffer.
@@ -78,6 +79,11 @@ struct rlpi_transformer {
     bool can_fuse_qkv, can_fuse_gu;
     bool separate_qkv, separate_gu; /* one product per projection (tests and benchmarks compare against them) */
     bool kept;                     /* activations of every layer are valid */
+    /* LoRA (model/lora.h): with adapters attached the base is frozen, grads
+     * is NULL, backward skips every ∂W product and the norms' weight
+     * gradients land in norm_sink (max(dim, head_dim) floats, never read) */
+    rlpi_lora *lora;
+    rlpi_buffer *norm_sink;
     float inv_temp;
 };
 

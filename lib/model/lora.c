@@ -1,0 +1,406 @@
+/* LoRA adapters: their layout (PEFT names, one parameter and one gradient
+ * buffer), initialisation, the per-projection forward/backward the
+ * transformer calls, and the merge into exported weights. The formulas are
+ * in model/lora.h. Only backend wrappers touch activations, so the CUDA
+ * backend runs this unchanged. */
+#include "model/lora.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/transformer_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_SLOT ((size_t)-1)
+
+typedef struct lora_slot {
+    size_t a, b;     /* offsets (floats) of A (r, in) and B (out, r) in params/grads; NO_SLOT: not adapted */
+    int64_t in, out;
+} lora_slot;
+
+struct rlpi_lora {
+    rlpi_lora_config cfg;
+    float scale;
+    int n_layers;
+    lora_slot *slots;       /* (n_layers × RLPI_LORA_N_TARGETS) */
+    rlpi_param_info *infos; /* (n_infos): A then B of each adapted projection, layer by layer */
+    char **names;
+    size_t n_infos, n_params;
+    rlpi_buffer *params, *grads;
+    rlpi_buffer *h;         /* saved s·x·Aᵀ of the last forward: (h_layers × N_TARGETS) slots of (n, r) */
+    rlpi_buffer *dh;        /* backward scratch (n, r) */
+    int64_t n;              /* tokens of the last forward */
+    int h_layers;           /* n_layers when the forward kept its activations, else 1 */
+    bool enabled;
+};
+
+static const char *const target_names[RLPI_LORA_N_TARGETS] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"};
+
+const char *rlpi_lora_target_name(int target)
+{
+    return target >= 0 && target < RLPI_LORA_N_TARGETS ? target_names[target] : NULL;
+}
+
+int rlpi_lora_parse_targets(const char *list, uint32_t *mask)
+{
+    if (!list || !mask)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora targets: NULL argument");
+    uint32_t m = 0;
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ", ");
+        if (!len)
+            break;
+        int found = -1;
+        for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
+            if (strlen(target_names[t]) == len && !strncmp(p, target_names[t], len))
+                found = t;
+        if (found >= 0)
+            m |= 1u << found;
+        else if ((len == 3 && !strncmp(p, "all", 3)) || (len == 10 && !strncmp(p, "all-linear", 10)))
+            m |= RLPI_LORA_ALL_TARGETS;
+        else
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "lora targets: unknown projection '%.*s' (known: q_proj, k_proj, v_proj, o_proj, "
+                                  "gate_proj, up_proj, down_proj, all)",
+                                  (int)len, p);
+        p += len;
+    }
+    if (!m)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora targets: the list '%s' names no projection", list);
+    *mask = m;
+    return RLP_OK;
+}
+
+float rlpi_lora_scale(const rlpi_lora_config *cfg)
+{
+    return cfg->rslora ? cfg->alpha / sqrtf((float)cfg->rank) : cfg->alpha / (float)cfg->rank;
+}
+
+void rlpi_lora_free(rlpi_lora *lo)
+{
+    if (!lo)
+        return;
+    for (size_t i = 0; i < lo->n_infos; i++)
+        free(lo->names[i]);
+    free(lo->names);
+    free(lo->infos);
+    free(lo->slots);
+    rlpi_buffer_free(lo->params);
+    rlpi_buffer_free(lo->grads);
+    rlpi_buffer_free(lo->h);
+    rlpi_buffer_free(lo->dh);
+    free(lo);
+}
+
+bool rlpi_lora_active(const rlpi_lora *lo, int target)
+{
+    return lo && lo->enabled && (lo->cfg.targets >> target & 1u);
+}
+
+static void target_dims(const rlpi_transformer *tf, int t, int64_t *in, int64_t *out)
+{
+    int64_t d = tf->cfg.dim, F = tf->cfg.ffn_dim;
+    switch (t) {
+    case RLPI_LORA_Q: *in = d, *out = tf->qdim; break;
+    case RLPI_LORA_K:
+    case RLPI_LORA_V: *in = d, *out = tf->kvdim; break;
+    case RLPI_LORA_O: *in = tf->qdim, *out = d; break;
+    case RLPI_LORA_GATE:
+    case RLPI_LORA_UP: *in = d, *out = F; break;
+    default: *in = F, *out = d; break;
+    }
+}
+
+static int check_config(const rlpi_transformer *tf, const rlpi_lora_config *c)
+{
+    if (c->rank < 1 || c->rank > RLPI_LORA_MAX_RANK)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora: rank %d outside [1, %d]", c->rank, RLPI_LORA_MAX_RANK);
+    if (!(c->alpha > 0) || !isfinite(c->alpha))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora: alpha %g must be a positive number", (double)c->alpha);
+    if (!c->targets || (c->targets & ~RLPI_LORA_ALL_TARGETS))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora: target mask 0x%x is empty or names unknown projections",
+                              c->targets);
+    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++) {
+        int64_t in, out;
+        target_dims(tf, t, &in, &out);
+        if ((c->targets >> t & 1u) && (c->rank > in || c->rank > out))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "lora: rank %d exceeds %s's shape (%lld, %lld)", c->rank,
+                                  target_names[t], (long long)out, (long long)in);
+    }
+    return RLP_OK;
+}
+
+static int build(rlpi_transformer *tf, rlpi_lora *lo)
+{
+    int L = tf->cfg.n_layers, r = lo->cfg.rank, n_targets = 0;
+    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
+        n_targets += (int)(lo->cfg.targets >> t & 1u);
+    size_t max_infos = (size_t)L * (size_t)n_targets * 2;
+    lo->slots = malloc((size_t)L * RLPI_LORA_N_TARGETS * sizeof *lo->slots);
+    lo->infos = calloc(max_infos, sizeof *lo->infos);
+    lo->names = calloc(max_infos, sizeof *lo->names);
+    if (!lo->slots || !lo->infos || !lo->names)
+        return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < RLPI_LORA_N_TARGETS; t++) {
+            lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + t];
+            target_dims(tf, t, &s->in, &s->out);
+            s->a = s->b = NO_SLOT;
+            if (!(lo->cfg.targets >> t & 1u))
+                continue;
+            const char *block = t <= RLPI_LORA_O ? "self_attn" : "mlp";
+            for (int ab = 0; ab < 2; ab++) {
+                char name[160];
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, block,
+                         target_names[t], ab ? 'B' : 'A');
+                rlpi_param_info *in = &lo->infos[lo->n_infos];
+                if (!(lo->names[lo->n_infos] = strdup(name)))
+                    return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+                in->name = lo->names[lo->n_infos++];
+                in->n_dims = 2;
+                in->shape[0] = ab ? s->out : r;
+                in->shape[1] = ab ? r : s->in;
+                in->n_elems = (size_t)(in->shape[0] * in->shape[1]);
+                in->offset = lo->n_params;
+                in->no_decay = false;
+                *(ab ? &s->b : &s->a) = lo->n_params;
+                lo->n_params += in->n_elems;
+            }
+        }
+    return RLP_OK;
+}
+
+/* A ~ U(−1/√in, 1/√in) (PEFT: kaiming_uniform_(a = √5)), B = 0. */
+static int init_params(rlpi_lora *lo, uint64_t seed)
+{
+    float *host = calloc(lo->n_params, sizeof *host);
+    if (!host)
+        return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+    rlpi_rng rng;
+    rlpi_rng_seed(&rng, seed, 0x4c6f5241u /* "LoRA" */);
+    for (size_t i = 0; i < lo->n_infos; i += 2) {
+        const rlpi_param_info *a = &lo->infos[i];
+        float bound = 1.0f / sqrtf((float)a->shape[1]);
+        for (size_t k = 0; k < a->n_elems; k++)
+            host[a->offset + k] = (2.0f * rlpi_rng_f32(&rng) - 1.0f) * bound;
+    }
+    int rc = rlpi_buffer_upload(lo->params, 0, host, lo->n_params * sizeof *host);
+    free(host);
+    return rc;
+}
+
+int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *cfg, uint64_t seed)
+{
+    if (!tf || !cfg)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora: NULL argument");
+    if (tf->lora)
+        return rlpi_error_set(RLP_E_STATE, "lora: adapters are already attached");
+    if (!tf->grads)
+        return rlpi_error_set(RLP_E_STATE, "lora: the transformer is frozen (forward-only)");
+    int rc = check_config(tf, cfg);
+    if (rc)
+        return rc;
+    rlpi_lora *lo = calloc(1, sizeof *lo);
+    if (!lo)
+        return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+    lo->cfg = *cfg;
+    lo->scale = rlpi_lora_scale(cfg);
+    lo->n_layers = tf->cfg.n_layers;
+    lo->enabled = true;
+    if (!(rc = build(tf, lo)) && !(rc = rlpi_buffer_alloc(tf->be, lo->n_params * 4, &lo->params)) &&
+        !(rc = rlpi_buffer_alloc(tf->be, lo->n_params * 4, &lo->grads)) &&
+        !(rc = rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f)) &&
+        /* the norms' weight gradients still flow through their kernels: one sink, never read */
+        !(rc = rlpi_buffer_alloc(tf->be, (size_t)(tf->cfg.dim > tf->cfg.head_dim ? tf->cfg.dim : tf->cfg.head_dim) * 4,
+                                 &tf->norm_sink)))
+        rc = init_params(lo, seed);
+    if (rc) {
+        rlpi_buffer_free(tf->norm_sink);
+        tf->norm_sink = NULL;
+        rlpi_lora_free(lo);
+        return rc;
+    }
+    rlpi_buffer_free(tf->grads); /* the base is frozen from here on */
+    tf->grads = NULL;
+    tf->lora = lo;
+    return RLP_OK;
+}
+
+const rlpi_lora_config *rlpi_transformer_lora_config(const rlpi_transformer *tf)
+{
+    return tf && tf->lora ? &tf->lora->cfg : NULL;
+}
+
+void rlpi_transformer_set_lora_enabled(rlpi_transformer *tf, bool enabled)
+{
+    if (tf && tf->lora)
+        tf->lora->enabled = enabled;
+}
+
+size_t rlpi_transformer_n_trainable(const rlpi_transformer *tf)
+{
+    return tf->lora ? tf->lora->n_params : tf->n_params;
+}
+
+size_t rlpi_transformer_n_trainable_tensors(const rlpi_transformer *tf)
+{
+    return tf->lora ? tf->lora->n_infos : tf->n_infos;
+}
+
+const rlpi_param_info *rlpi_transformer_trainable_tensor(const rlpi_transformer *tf, size_t i)
+{
+    if (!tf->lora)
+        return rlpi_transformer_tensor(tf, i);
+    return i < tf->lora->n_infos ? &tf->lora->infos[i] : NULL;
+}
+
+rlpi_buffer *rlpi_transformer_trainable_params(rlpi_transformer *tf)
+{
+    return tf->lora ? tf->lora->params : tf->params;
+}
+
+rlpi_buffer *rlpi_transformer_trainable_grads(rlpi_transformer *tf)
+{
+    return tf->lora ? tf->lora->grads : tf->grads;
+}
+
+static int realloc_scratch(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
+{
+    if (*buf && (*buf)->nbytes >= bytes && (*buf)->nbytes <= 2 * bytes + 4096)
+        return RLP_OK;
+    rlpi_buffer_free(*buf);
+    *buf = NULL;
+    return rlpi_buffer_alloc(be, bytes ? bytes : 4, buf);
+}
+
+int rlpi_lora_begin_forward(rlpi_transformer *tf, int64_t n, bool keep)
+{
+    rlpi_lora *lo = tf->lora;
+    if (!lo)
+        return RLP_OK;
+    lo->n = n;
+    lo->h_layers = keep ? lo->n_layers : 1;
+    size_t slot = (size_t)n * (size_t)lo->cfg.rank;
+    int rc = realloc_scratch(tf->be, &lo->h, (size_t)lo->h_layers * RLPI_LORA_N_TARGETS * slot * 4);
+    if (!rc)
+        rc = realloc_scratch(tf->be, &lo->dh, slot * 4);
+    return rc;
+}
+
+static size_t h_offset(const rlpi_lora *lo, int l, int t)
+{
+    int hl = lo->h_layers > 1 ? l : 0;
+    return ((size_t)hl * RLPI_LORA_N_TARGETS + (size_t)t) * (size_t)lo->n * (size_t)lo->cfg.rank;
+}
+
+#define TRY(x)             \
+    do {                   \
+        int rc_ = (x);     \
+        if (rc_ != RLP_OK) \
+            return rc_;    \
+    } while (0)
+
+int rlpi_lora_forward(rlpi_transformer *tf, int l, int target, rlpi_buffer *x, size_t xoff, int xT, rlpi_buffer *y,
+                      size_t yoff, int yT)
+{
+    rlpi_lora *lo = tf->lora;
+    if (!rlpi_lora_active(lo, target))
+        return RLP_OK;
+    const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + target];
+    int64_t n = lo->n, r = lo->cfg.rank;
+    size_t h = h_offset(lo, l, target);
+    /* h (n, r) = s · x · Aᵀ */
+    TRY(rlpi_tf_mm(tf, lo->h, h, x, xoff, xT, lo->params, s->a, 1, n, r, s->in, 0.0f));
+    TRY(rlpi_op_scale(tf->be, RLPI_REF(lo->h, h), lo->scale, n * r));
+    if (yT) /* yᵀ (out, n) += B · hᵀ */
+        return rlpi_tf_mm(tf, y, yoff, lo->params, s->b, 0, lo->h, h, 1, s->out, n, r, 1.0f);
+    return rlpi_tf_mm(tf, y, yoff, lo->h, h, 0, lo->params, s->b, 1, n, s->out, r, 1.0f);
+}
+
+int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy, size_t dyoff, int dyT,
+                       rlpi_buffer *x, size_t xoff, int xT, rlpi_buffer *dx, size_t dxoff, int dxT)
+{
+    rlpi_lora *lo = tf->lora;
+    if (!rlpi_lora_active(lo, target))
+        return RLP_OK;
+    const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + target];
+    int64_t n = lo->n, r = lo->cfg.rank;
+    size_t h = h_offset(lo, l, target);
+    /* dB (out, r) += dyᵀ · h  (h already carries s) */
+    TRY(rlpi_tf_mm(tf, lo->grads, s->b, dy, dyoff, !dyT, lo->h, h, 0, s->out, r, n, 1.0f));
+    /* dh (n, r) = s · dy · B */
+    TRY(rlpi_tf_mm(tf, lo->dh, 0, dy, dyoff, dyT, lo->params, s->b, 0, n, r, s->out, 0.0f));
+    TRY(rlpi_op_scale(tf->be, RLPI_REF(lo->dh, 0), lo->scale, n * r));
+    /* dA (r, in) += dhᵀ · x */
+    TRY(rlpi_tf_mm(tf, lo->grads, s->a, lo->dh, 0, 1, x, xoff, xT, r, s->in, n, 1.0f));
+    if (dxT) /* dxᵀ (in, n) += Aᵀ · dhᵀ */
+        return rlpi_tf_mm(tf, dx, dxoff, lo->params, s->a, 1, lo->dh, 0, 1, s->in, n, r, 1.0f);
+    return rlpi_tf_mm(tf, dx, dxoff, lo->dh, 0, 0, lo->params, s->a, 0, n, s->in, r, 1.0f);
+}
+
+int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w)
+{
+    rlpi_lora *lo = tf->lora;
+    if (!lo || !lo->enabled)
+        return RLP_OK;
+    int64_t biggest = 0;
+    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++) {
+        int64_t in, out;
+        target_dims(tf, t, &in, &out);
+        biggest = in * out > biggest ? in * out : biggest;
+    }
+    rlpi_buffer *delta = NULL;
+    float *host = malloc((size_t)biggest * sizeof *host);
+    int rc = host ? rlpi_buffer_alloc(tf->be, (size_t)biggest * 4, &delta)
+                  : rlpi_error_set(RLP_E_NOMEM, "lora merge: out of memory");
+    for (int l = 0; !rc && l < lo->n_layers; l++)
+        for (int t = 0; !rc && t < RLPI_LORA_N_TARGETS; t++) {
+            const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + t];
+            if (s->a == NO_SLOT)
+                continue;
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, t <= RLPI_LORA_O ? "self_attn" : "mlp",
+                     target_names[t]);
+            const rlpi_tensor *wt = rlpi_weights_find(w, name);
+            if (!wt || !wt->data || wt->n_dims != 2 || wt->shape[0] != s->out || wt->shape[1] != s->in) {
+                rc = rlpi_error_set(RLP_E_FORMAT, "lora merge: no (%lld, %lld) tensor '%s'", (long long)s->out,
+                                    (long long)s->in, name);
+                break;
+            }
+            /* W (out, in) += s · B (out, r) · A (r, in): one GEMM on the backend, the add on the host */
+            size_t count = (size_t)(s->out * s->in);
+            if (!(rc = rlpi_tf_mm(tf, delta, 0, lo->params, s->b, 0, lo->params, s->a, 0, s->out, s->in,
+                                  lo->cfg.rank, 0.0f)) &&
+                !(rc = rlpi_buffer_download(delta, 0, host, count * 4))) {
+                float *W = wt->data; /* projections are never aliases */
+                for (size_t i = 0; i < count; i++)
+                    W[i] += lo->scale * host[i];
+            }
+        }
+    rlpi_buffer_free(delta);
+    free(host);
+    return rc;
+}
+
+int rlpi_lora_zero_grad(rlpi_lora *lo)
+{
+    return lo ? rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f) : RLP_OK;
+}
+
+void rlpi_lora_release_grads(rlpi_lora *lo)
+{
+    if (lo)
+        rlpi_buffer_discard(lo->grads);
+}
+
+size_t rlpi_lora_activation_bytes(const rlpi_lora *lo)
+{
+    return lo ? (lo->h ? lo->h->nbytes : 0) + (lo->dh ? lo->dh->nbytes : 0) : 0;
+}

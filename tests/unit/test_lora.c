@@ -1,0 +1,415 @@
+/* LoRA adapters in the transformer against Hugging Face PEFT
+ * (tests/reference/make_lora_fixtures.py: get_peft_model on transformers'
+ * LlamaForCausalLM and Qwen2ForCausalLM, float64, random non-zero A and B):
+ *   - per-token logprobs and entropies at a temperature over packed
+ *     sequences, and the gradient of L = -Σ w·logp + Σ u·H for every
+ *     adapter tensor, with the base frozen; in the fused and the separate
+ *     projection paths and with activation checkpointing;
+ *   - the merged model (our export vs PEFT's merge_and_unload): logits;
+ *   - all seven projections (Llama, GQA, untied head) and a subset with
+ *     rsLoRA scaling on a tied model with QKV bias (Qwen2).
+ * Tolerances (fp32 against float64), as test_transformer_arch.c: values
+ * 1e-4 absolute, gradients 1e-4 · max(1, max|ref|) per tensor.
+ *
+ * Also: central finite differences of the adapters' gradients in fp32
+ * (the largest 3 entries of each of 4 tensors, h = 1e-2, within 2 % or
+ * 2e-3 absolute); with B = 0 (a fresh attach) and with the adapters
+ * disabled the model equals the base bit for bit; bad configs are refused
+ * and leave the model usable; the KV-cached decode refuses an adapted
+ * model rather than silently ignoring the adapters.
+ *
+ * With RLPOST_TEST_BACKEND=cuda the same checks run on the CUDA backend. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "model/kv_cache.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "model_fixture.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_VALUE 1e-4
+#define TOL_GRAD 1e-4
+
+static rlpi_backend *be;
+
+typedef struct fixture {
+    model_fixture m;
+    float inv_temp;
+    rlpi_lora_config lcfg;
+} fixture;
+
+static const void *array(fixture *f, const char *key, size_t *count)
+{
+    return fixture_array(&f->m, key, count);
+}
+
+static void load(fixture *f, const char *name)
+{
+    fixture_load(&f->m, name);
+    f->inv_temp = (float)json_number_value(json_object_get(f->m.meta, "inv_temp"));
+    json_t *l = json_object_get(f->m.meta, "lora");
+    f->lcfg.rank = (int32_t)json_integer_value(json_object_get(l, "rank"));
+    f->lcfg.alpha = (float)json_number_value(json_object_get(l, "alpha"));
+    f->lcfg.rslora = json_is_true(json_object_get(l, "rslora"));
+    f->lcfg.targets = 0;
+    json_t *t;
+    size_t i;
+    json_array_foreach(json_object_get(l, "targets"), i, t) {
+        uint32_t m;
+        assert_int_equal(rlpi_lora_parse_targets(json_string_value(t), &m), RLP_OK);
+        f->lcfg.targets |= m;
+    }
+}
+
+static rlpi_packed_batch batch_of(fixture *f)
+{
+    size_t c;
+    return (rlpi_packed_batch){.n_seq = f->m.n_seq,
+                               .seq_start = f->m.seq_start,
+                               .n_tokens = f->m.n,
+                               .tokens = array(f, "tokens", &c),
+                               .positions = array(f, "positions", &c),
+                               .targets = array(f, "targets", &c)};
+}
+
+/* base from the fixture, adapters attached, then set to the fixture's A and B */
+static rlpi_transformer *adapted(fixture *f, const rlpi_transformer_options *opts)
+{
+    rlpi_transformer *tf;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f->m.cfg, &f->m.w, opts), RLP_OK);
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f->lcfg, 1), RLP_OK);
+    size_t n = rlpi_transformer_n_trainable_tensors(tf);
+    assert_int_equal(n, json_object_size(json_object_get(f->m.meta, "adapters")));
+    for (size_t i = 0; i < n; i++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, i);
+        char key[256];
+        snprintf(key, sizeof key, "l:%s", in->name);
+        size_t c;
+        const float *src = array(f, key, &c);
+        assert_int_equal(c, in->n_elems);
+        assert_int_equal(rlpi_buffer_upload(rlpi_transformer_trainable_params(tf), in->offset * 4, src, c * 4), RLP_OK);
+    }
+    return tf;
+}
+
+static float *grads_of(rlpi_transformer *tf)
+{
+    size_t n = rlpi_transformer_n_trainable(tf);
+    float *g = malloc(n * 4);
+    assert_int_equal(rlpi_buffer_download(rlpi_transformer_trainable_grads(tf), 0, g, n * 4), RLP_OK);
+    return g;
+}
+
+static void check_case(const char *name, const rlpi_transformer_options *opts, bool separate)
+{
+    fixture f;
+    load(&f, name);
+    rlpi_transformer *tf = adapted(&f, opts);
+    if (separate)
+        rlpi_transformer_set_fused_projections(tf, false, false);
+    assert_null(rlpi_transformer_grads(tf)); /* the base is frozen: no gradient buffer */
+    rlpi_packed_batch b = batch_of(&f);
+    float logp[64], ent[64];
+    size_t c;
+    assert_int_equal(rlpi_transformer_zero_grad(tf), RLP_OK);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, logp, ent, true), RLP_OK);
+    assert_int_equal(rlpi_transformer_backward(tf, array(&f, "dlogp", &c), array(&f, "dentropy", &c)), RLP_OK);
+    const float *rl = array(&f, "logp", &c), *re = array(&f, "entropy", &c);
+    double max_lp = 0, max_h = 0;
+    for (int64_t i = 0; i < f.m.n; i++) {
+        max_lp = fmax(max_lp, fabs(logp[i] - rl[i]));
+        max_h = fmax(max_h, fabs(ent[i] - re[i]));
+    }
+    float *g = grads_of(tf);
+    double worst = 0;
+    for (size_t t = 0; t < rlpi_transformer_n_trainable_tensors(tf); t++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, t);
+        char key[256];
+        snprintf(key, sizeof key, "lg:%s", in->name);
+        const float *ref = array(&f, key, &c);
+        double maxref = 0, maxerr = 0;
+        for (size_t i = 0; i < c; i++) {
+            maxref = fmax(maxref, fabs(ref[i]));
+            maxerr = fmax(maxerr, fabs(g[in->offset + i] - ref[i]));
+        }
+        double rel = maxerr / fmax(1.0, maxref);
+        worst = fmax(worst, rel);
+        if (rel > TOL_GRAD)
+            fail_msg("%s: gradient of %s off by %.3e (max |ref| %.3e)", name, in->name, maxerr, maxref);
+    }
+
+    /* the merged export against PEFT's merge_and_unload */
+    rlpi_weights w;
+    assert_int_equal(rlpi_transformer_export(tf, &w), RLP_OK);
+    rlpi_transformer *merged;
+    assert_int_equal(rlpi_transformer_create(&merged, be, &f.m.cfg, &w, NULL), RLP_OK);
+    int64_t n = f.m.n, V = f.m.cfg.vocab_size;
+    int32_t *rows = malloc((size_t)n * sizeof *rows);
+    float *logits = malloc((size_t)(n * V) * sizeof *logits);
+    for (int64_t i = 0; i < n; i++)
+        rows[i] = (int32_t)i;
+    assert_int_equal(rlpi_transformer_logits_rows(merged, &b, rows, n, logits), RLP_OK);
+    const float *rm = array(&f, "merged_logits", &c);
+    assert_int_equal(c, (size_t)(n * V));
+    double max_merged = 0;
+    for (size_t i = 0; i < c; i++)
+        max_merged = fmax(max_merged, fabs(logits[i] - rm[i]));
+    print_message("%s%s%s: |Δlogp| %.2e, |Δentropy| %.2e, worst adapter gradient %.2e over %zu tensors, merged "
+                  "|Δlogits| %.2e\n",
+                  name, separate ? " (separate projections)" : "",
+                  opts && opts->activation_checkpointing ? " (checkpointed)" : "", max_lp, max_h, worst,
+                  rlpi_transformer_n_trainable_tensors(tf), max_merged);
+    assert_true(max_lp <= TOL_VALUE);
+    assert_true(max_h <= TOL_VALUE);
+    assert_true(max_merged <= TOL_VALUE);
+    free(rows);
+    free(logits);
+    free(g);
+    rlpi_weights_free(&w);
+    rlpi_transformer_free(merged);
+    rlpi_transformer_free(tf);
+    fixture_free(&f.m);
+}
+
+static void llama_all_targets_match_peft(void **state)
+{
+    (void)state;
+    check_case("lora_llama_all", NULL, false);
+    check_case("lora_llama_all", NULL, true);
+    rlpi_transformer_options o = {.activation_checkpointing = true};
+    check_case("lora_llama_all", &o, false);
+}
+
+static void qwen2_rslora_subset_matches_peft(void **state)
+{
+    (void)state;
+    check_case("lora_qwen2_rslora", NULL, false);
+    check_case("lora_qwen2_rslora", NULL, true);
+}
+
+static double loss_of(fixture *f, rlpi_transformer *tf)
+{
+    rlpi_packed_batch b = batch_of(f);
+    float logp[64], ent[64];
+    size_t c;
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f->inv_temp, logp, ent, false), RLP_OK);
+    const float *dl = array(f, "dlogp", &c), *de = array(f, "dentropy", &c);
+    double L = 0;
+    for (int64_t i = 0; i < f->m.n; i++)
+        L += (double)dl[i] * logp[i] + (double)de[i] * ent[i];
+    return L;
+}
+
+static void finite_differences(void **state)
+{
+    (void)state;
+    fixture f;
+    load(&f, "lora_llama_all");
+    rlpi_transformer *tf = adapted(&f, NULL);
+    rlpi_packed_batch b = batch_of(&f);
+    float logp[64], ent[64];
+    size_t c;
+    assert_int_equal(rlpi_transformer_zero_grad(tf), RLP_OK);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, logp, ent, true), RLP_OK);
+    assert_int_equal(rlpi_transformer_backward(tf, array(&f, "dlogp", &c), array(&f, "dentropy", &c)), RLP_OK);
+    float *g = grads_of(tf);
+    rlpi_buffer *P = rlpi_transformer_trainable_params(tf);
+    /* A and B of the first layer's q_proj and of the last layer's down_proj */
+    size_t nt = rlpi_transformer_n_trainable_tensors(tf), pick[4] = {0, 1, nt - 2, nt - 1};
+    const float h = 1e-2f;
+    int checked = 0;
+    for (int k = 0; k < 4; k++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, pick[k]);
+        bool used[4096] = {false};
+        assert_true(in->n_elems <= 4096);
+        for (int rep = 0; rep < 3; rep++) {
+            size_t best = 0;
+            for (size_t i = 0; i < in->n_elems; i++)
+                if (!used[i] && (used[best] || fabsf(g[in->offset + i]) > fabsf(g[in->offset + best])))
+                    best = i;
+            used[best] = true;
+            size_t at = (in->offset + best) * 4;
+            float v0;
+            assert_int_equal(rlpi_buffer_download(P, at, &v0, 4), RLP_OK);
+            float vp = v0 + h, vm = v0 - h;
+            assert_int_equal(rlpi_buffer_upload(P, at, &vp, 4), RLP_OK);
+            double lp = loss_of(&f, tf);
+            assert_int_equal(rlpi_buffer_upload(P, at, &vm, 4), RLP_OK);
+            double lm = loss_of(&f, tf);
+            assert_int_equal(rlpi_buffer_upload(P, at, &v0, 4), RLP_OK);
+            double fd = (lp - lm) / (double)(vp - vm), an = g[in->offset + best];
+            if (fabs(fd - an) > fmax(2e-3, 0.02 * fabs(an)))
+                fail_msg("%s[%zu]: finite difference %.6f, backward %.6f", in->name, best, fd, an);
+            checked++;
+        }
+    }
+    print_message("finite differences agree at %d adapter entries\n", checked);
+    free(g);
+    rlpi_transformer_free(tf);
+    fixture_free(&f.m);
+}
+
+/* B = 0 (fresh adapters) and disabled adapters: the base model bit for bit */
+static void zero_b_and_disabled_are_the_base(void **state)
+{
+    (void)state;
+    fixture f;
+    load(&f, "lora_llama_all");
+    rlpi_packed_batch b = batch_of(&f);
+    rlpi_transformer *base, *tf;
+    assert_int_equal(rlpi_transformer_create(&base, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 42), RLP_OK);
+    float lp0[64], e0[64], lp1[64], e1[64];
+    assert_int_equal(rlpi_transformer_forward(base, &b, f.inv_temp, lp0, e0, false), RLP_OK);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, lp1, e1, true), RLP_OK);
+    assert_memory_equal(lp0, lp1, (size_t)f.m.n * 4);
+    assert_memory_equal(e0, e1, (size_t)f.m.n * 4);
+    /* A is drawn U(−1/√in, 1/√in), B is zero */
+    size_t n = rlpi_transformer_n_trainable(tf);
+    float *p = malloc(n * 4);
+    assert_int_equal(rlpi_buffer_download(rlpi_transformer_trainable_params(tf), 0, p, n * 4), RLP_OK);
+    for (size_t t = 0; t < rlpi_transformer_n_trainable_tensors(tf); t++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, t);
+        bool is_b = strstr(in->name, "lora_B") != NULL;
+        double bound = 1.0 / sqrt((double)in->shape[1]), maxabs = 0;
+        for (size_t i = 0; i < in->n_elems; i++)
+            maxabs = fmax(maxabs, fabs(p[in->offset + i]));
+        if (is_b)
+            assert_true(maxabs == 0.0);
+        else
+            assert_true(maxabs > 0.5 * bound && maxabs <= bound);
+    }
+    free(p);
+    rlpi_transformer_free(tf);
+    /* the fixture's non-zero adapters, switched off: the base again */
+    tf = adapted(&f, NULL);
+    rlpi_transformer_set_lora_enabled(tf, false);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, lp1, e1, false), RLP_OK);
+    assert_memory_equal(lp0, lp1, (size_t)f.m.n * 4);
+    rlpi_weights w;
+    assert_int_equal(rlpi_transformer_export(tf, &w), RLP_OK); /* disabled: exports the base */
+    const rlpi_tensor *q = rlpi_weights_find(&w, "model.layers.0.self_attn.q_proj.weight");
+    const rlpi_tensor *q0 = rlpi_weights_find(&f.m.w, "model.layers.0.self_attn.q_proj.weight");
+    assert_memory_equal(q->data, q0->data, q->n_elems * 4);
+    rlpi_weights_free(&w);
+    rlpi_transformer_set_lora_enabled(tf, true);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, lp1, e1, false), RLP_OK);
+    size_t c;
+    const float *rl = array(&f, "logp", &c);
+    for (int64_t i = 0; i < f.m.n; i++)
+        assert_true(fabs(lp1[i] - rl[i]) <= TOL_VALUE);
+    rlpi_transformer_free(tf);
+    rlpi_transformer_free(base);
+    fixture_free(&f.m);
+}
+
+static void refuses_bad_configs(void **state)
+{
+    (void)state;
+    fixture f;
+    load(&f, "lora_llama_all");
+    rlpi_transformer *tf;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    size_t base_params = rlpi_transformer_n_trainable(tf);
+    const rlpi_lora_config bad[] = {
+        {.rank = 0, .alpha = 8, .targets = RLPI_LORA_ALL_TARGETS},
+        {.rank = 4, .alpha = 0, .targets = RLPI_LORA_ALL_TARGETS},
+        {.rank = 4, .alpha = NAN, .targets = RLPI_LORA_ALL_TARGETS},
+        {.rank = 4, .alpha = 8, .targets = 0},
+        {.rank = 4, .alpha = 8, .targets = 1u << 7},
+        {.rank = 17, .alpha = 8, .targets = 1u << RLPI_LORA_K}, /* above k_proj's 16 outputs */
+        {.rank = RLPI_LORA_MAX_RANK + 1, .alpha = 8, .targets = 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(rlpi_transformer_attach_lora(tf, &bad[i], 1), RLP_E_INVALID_ARG);
+        assert_null(rlpi_transformer_lora_config(tf));
+        assert_int_equal(rlpi_transformer_n_trainable(tf), base_params); /* nothing changed */
+        assert_non_null(rlpi_transformer_grads(tf));
+    }
+    uint32_t m;
+    assert_int_equal(rlpi_lora_parse_targets("q_proj, v_proj", &m), RLP_OK);
+    assert_int_equal(m, (1u << RLPI_LORA_Q) | (1u << RLPI_LORA_V));
+    assert_int_equal(rlpi_lora_parse_targets("all-linear", &m), RLP_OK);
+    assert_int_equal(m, RLPI_LORA_ALL_TARGETS);
+    assert_int_equal(rlpi_lora_parse_targets("q_proj,lm_head", &m), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "lm_head"));
+    assert_int_equal(rlpi_lora_parse_targets(" , ", &m), RLP_E_INVALID_ARG);
+
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 1), RLP_OK);
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 1), RLP_E_STATE);
+    /* r·(in + out) per adapted projection: q (32→32), k, v (32→16), o (32→32), gate, up (32→48), down (48→32) */
+    int64_t r = f.lcfg.rank, per_layer = r * (64 + 48 + 48 + 64 + 80 + 80 + 80);
+    assert_int_equal(rlpi_transformer_n_trainable(tf), (size_t)(per_layer * f.m.cfg.n_layers));
+    assert_int_equal(rlpi_transformer_n_trainable_tensors(tf), (size_t)(14 * f.m.cfg.n_layers));
+    assert_string_equal(rlpi_transformer_trainable_tensor(tf, 0)->name,
+                        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+    assert_null(rlpi_transformer_trainable_tensor(tf, 1000));
+
+    /* decode would ignore the adapters: refused, and fine once they are off */
+    rlpi_kv_cache *kv;
+    assert_int_equal(rlpi_kv_cache_create(&kv, tf, 1, 16), RLP_OK);
+    int32_t tok[2] = {3, 5};
+    int64_t slot = 0, past = 0, qs[2] = {0, 2};
+    float logits[64];
+    assert_int_equal(rlpi_transformer_extend(tf, kv, 1, qs, &slot, &past, tok, logits), RLP_E_UNSUPPORTED);
+    assert_non_null(strstr(rlp_error_last(), "LoRA"));
+    rlpi_transformer_set_lora_enabled(tf, false);
+    assert_int_equal(rlpi_transformer_extend(tf, kv, 1, qs, &slot, &past, tok, logits), RLP_OK);
+    rlpi_kv_cache_free(kv);
+    rlpi_transformer_free(tf);
+
+    rlpi_transformer_options frozen = {.frozen = true};
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, &frozen), RLP_OK);
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 1), RLP_E_STATE);
+    rlpi_transformer_free(tf);
+    fixture_free(&f.m);
+}
+
+static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda */
+
+static int setup(void **state)
+{
+    (void)state;
+    return (use_cuda ? rlpi_backend_cuda_create(&be, 0) : rlpi_backend_cpu_create(&be, 2)) == RLP_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rlpi_backend_destroy(be);
+    return 0;
+}
+
+int main(void)
+{
+    const char *bk = getenv("RLPOST_TEST_BACKEND");
+    use_cuda = bk && !strcmp(bk, "cuda");
+    if (use_cuda) {
+        rlpi_backend *probe;
+        if (rlpi_backend_cuda_create(&probe, 0) != RLP_OK) {
+            printf("skipped: no CUDA backend: %s\n", rlp_error_last());
+            return 77;
+        }
+        rlpi_backend_destroy(probe);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(llama_all_targets_match_peft),
+        cmocka_unit_test(qwen2_rslora_subset_matches_peft),
+        cmocka_unit_test(finite_differences),
+        cmocka_unit_test(zero_b_and_disabled_are_the_base),
+        cmocka_unit_test(refuses_bad_configs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
