@@ -377,6 +377,78 @@ typedef struct rlp_memory_stats {
 /** Fills @p out with the policy's memory use. */
 RLP_API int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy);
 
+/** Version of rlp_lora_options understood by this header. */
+#define RLP_LORA_OPTIONS_VERSION 1
+
+/**
+ * LoRA adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large
+ * Language Models", arXiv:2106.09685) on the policy's linear projections:
+ * y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with A (rank, in), B (out, rank) and
+ * s = alpha / rank, or alpha / √rank with rslora (Kalajdzievski 2023,
+ * arXiv:2312.03732): Hugging Face PEFT's LoraLayer without dropout. A is
+ * drawn U(−1/√in, 1/√in) as PEFT does, B starts at zero, so attaching
+ * changes no output.
+ */
+typedef struct rlp_lora_options {
+    uint32_t version;     /**< RLP_LORA_OPTIONS_VERSION */
+    int32_t rank;         /**< r: 1 … 1024 and at most every target's in and out dimension; default 16 */
+    float alpha;          /**< > 0; default 32 */
+    int32_t rslora;       /**< 1: s = alpha / √rank; default 0 */
+    const char *targets;  /**< comma-separated PEFT module names (q_proj, k_proj, v_proj, o_proj,
+                               gate_proj, up_proj, down_proj) or "all" / "all-linear"; NULL = all;
+                               borrowed for the call */
+    uint64_t seed;        /**< draws A; default 0 */
+} rlp_lora_options;
+
+#define RLP_LORA_OPTIONS_INIT { RLP_LORA_OPTIONS_VERSION, 16, 32.0f, 0, NULL, 0 }
+
+/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+RLP_API int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version);
+
+/**
+ * Attaches LoRA adapters to every layer's targeted projections and freezes
+ * the base weights. From then on the train step updates the adapters only
+ * (AdamW over them; the base has no gradient buffer, 4 bytes a parameter
+ * saved, and the backward skips every weight-gradient product of the
+ * base), rlp_policy_save() and rollout engines take the merged weights
+ * W + s·B·A, rlp_policy_save_optimizer() writes the adapters' moments,
+ * and rlp_policy_memory() counts the adapters. Optimizer moments held
+ * before (the base's) are dropped. Not thread-safe against other calls on
+ * the policy.
+ * @return RLP_OK; RLP_E_INVALID_ARG (names the field: rank, alpha,
+ *         targets); RLP_E_STATE (a frozen policy, or adapters already
+ *         attached); RLP_E_NOMEM. On error the policy is unchanged.
+ */
+RLP_API int rlp_policy_enable_lora(rlp_policy *policy, const rlp_lora_options *opts);
+
+/** Number of parameters the optimizer updates: the adapters' under LoRA,
+ *  else every parameter (as rlp_policy_n_params). */
+RLP_API int rlp_policy_n_trainable(uint64_t *out_count, const rlp_policy *policy);
+
+/**
+ * Saves the adapters as PEFT's save_pretrained does, into folder @p dir
+ * (created): adapter_model.safetensors (fp32) and adapter_config.json
+ * (peft_type LORA, r, lora_alpha, use_rslora, target_modules,
+ * base_model_name_or_path = @p base_model or null), each atomically.
+ * PeftModel.from_pretrained(base, dir) loads it.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_STATE (no adapters); RLP_E_IO.
+ */
+RLP_API int rlp_policy_save_lora(const rlp_policy *policy, const char *dir, const char *base_model);
+
+/**
+ * Loads a PEFT LoRA adapter folder (adapter_config.json +
+ * adapter_model.safetensors, PEFT's or ours) into the policy: attaches
+ * adapters of that config when none are attached (the policy must be
+ * trainable), else the config must equal the attached one. Everything is
+ * validated before anything changes: every adapter tensor present with
+ * this model's shape and nothing else, all values finite.
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOT_FOUND; RLP_E_IO;
+ *         RLP_E_FORMAT (names the file and tensor); RLP_E_UNSUPPORTED
+ *         (DoRA, trained biases, rank/alpha patterns, modules_to_save,
+ *         fan_in_fan_out, layer subsets: named); RLP_E_STATE (frozen).
+ */
+RLP_API int rlp_policy_load_lora(rlp_policy *policy, const char *dir);
+
 /** Sets the optimizer configuration (takes effect at the next step; the
  *  moments are kept). */
 RLP_API int rlp_policy_set_optimizer(rlp_policy *policy, const rlp_optimizer_options *opts);

@@ -233,6 +233,26 @@ int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *c
     return RLP_OK;
 }
 
+int rlpi_transformer_detach_lora(rlpi_transformer *tf)
+{
+    if (!tf || !tf->lora)
+        return RLP_OK;
+    rlpi_buffer *g = NULL;
+    int rc = rlpi_buffer_alloc(tf->be, tf->n_params * 4, &g);
+    if (!rc)
+        rc = rlpi_buffer_fill_f32(g, 0, tf->n_params, 0.0f);
+    if (rc) {
+        rlpi_buffer_free(g);
+        return rc;
+    }
+    tf->grads = g;
+    rlpi_lora_free(tf->lora);
+    tf->lora = NULL;
+    rlpi_buffer_free(tf->norm_sink);
+    tf->norm_sink = NULL;
+    return RLP_OK;
+}
+
 const rlpi_lora_config *rlpi_transformer_lora_config(const rlpi_transformer *tf)
 {
     return tf && tf->lora ? &tf->lora->cfg : NULL;

@@ -66,6 +66,10 @@ float rlpi_lora_scale(const rlpi_lora_config *cfg);
  * RLP_E_STATE when adapters are already attached or the transformer is
  * frozen (forward-only), RLP_E_NOMEM. On error nothing changes. */
 int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *cfg, uint64_t seed);
+/* Removes the adapters and makes the base trainable again (a zeroed
+ * gradient buffer). RLP_E_NOMEM leaves the adapters attached. No-op
+ * without adapters. */
+int rlpi_transformer_detach_lora(rlpi_transformer *tf);
 /* The attached config, or NULL. */
 const rlpi_lora_config *rlpi_transformer_lora_config(const rlpi_transformer *tf);
 /* With false the forward skips the adapters (the base model: the
@@ -80,6 +84,21 @@ size_t rlpi_transformer_n_trainable_tensors(const rlpi_transformer *tf);
 const rlpi_param_info *rlpi_transformer_trainable_tensor(const rlpi_transformer *tf, size_t i);
 rlpi_buffer *rlpi_transformer_trainable_params(rlpi_transformer *tf);
 rlpi_buffer *rlpi_transformer_trainable_grads(rlpi_transformer *tf);
+
+/* PEFT's folder layout (lora_peft.c): adapter_model.safetensors (fp32,
+ * PEFT's tensor names) and adapter_config.json (a LoraConfig: r,
+ * lora_alpha, use_rslora, target_modules, base_model_name_or_path =
+ * `base_model` or null), each written atomically; `dir` is created.
+ * RLP_E_STATE without adapters, RLP_E_IO. */
+int rlpi_lora_save_peft(rlpi_transformer *tf, const char *dir, const char *base_model);
+/* Reads such a folder (PEFT's own or ours) into the adapters: attaches
+ * them from adapter_config.json when none are, else the config must match
+ * the attached one (rank, targets, scale: RLP_E_INVALID_ARG). Every tensor
+ * must be there with this model's shapes and nothing else (RLP_E_FORMAT
+ * naming it), every value finite; DoRA, trained biases, rank/alpha
+ * patterns, modules_to_save, fan_in_fan_out and layer subsets are
+ * RLP_E_UNSUPPORTED by name. Validated before anything is changed. */
+int rlpi_lora_load_peft(rlpi_transformer *tf, const char *dir);
 
 /* ---- used by transformer.c only ---- */
 

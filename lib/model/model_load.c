@@ -6,6 +6,7 @@
 #include "model/gguf_tokenizer.h"
 #include "model/hf_dir.h"
 #include "model/llama2c.h"
+#include "model/lora.h"
 #include "model/policy.h"
 #include "model/safetensors.h"
 
@@ -149,22 +150,25 @@ static int copy_file(const char *src, const char *dst)
  * 1 GB for the two moments, which set the main job's peak memory). Names
  * are `prefix` + the parameter's name (owned by the view); the tied head
  * is an alias. 1 when the buffer is not host memory (CUDA): the caller
- * copies then. Free with view_free. */
+ * copies then. Free with view_free. Parameter-shaped means the base's
+ * tensors for the weights; the optimizer's moments have the trainable
+ * layout (the adapters' under LoRA, else the same), hence `trainable`. */
 static int buffer_view(const rlp_policy *p, const rlpi_buffer *buf, const char *prefix, bool tied_head,
-                       rlpi_weights *view)
+                       bool trainable, rlpi_weights *view)
 {
     rlpi_weights_init(view);
     float *host = buf ? rlpi_buffer_host(buf) : NULL;
     if (!host)
         return 1;
-    size_t n = rlpi_transformer_n_tensors(p->tf);
+    size_t n = trainable ? rlpi_transformer_n_trainable_tensors(p->tf) : rlpi_transformer_n_tensors(p->tf);
     view->tensors = calloc(n + 1, sizeof *view->tensors);
     if (!view->tensors)
         return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory");
     view->cap = n + 1;
     int32_t embed = -1;
     for (size_t i = 0; i < n; i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(p->tf, i);
+        const rlpi_param_info *in =
+            trainable ? rlpi_transformer_trainable_tensor(p->tf, i) : rlpi_transformer_tensor(p->tf, i);
         rlpi_tensor *t = &view->tensors[view->n];
         size_t len = strlen(prefix) + strlen(in->name) + 1;
         if (!(t->name = malloc(len)))
@@ -209,7 +213,11 @@ int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
     RLPI_CHECK_ARG(dtype >= RLP_DTYPE_F32 && dtype <= RLP_DTYPE_BF16, "dtype is not an rlp_dtype");
     static const rlpi_st_dtype map[] = {RLPI_ST_F32, RLPI_ST_F16, RLPI_ST_BF16};
     rlpi_weights w;
-    int rc = buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, &w);
+    /* adapters: the merged model (rlpi_transformer_export), as PEFT's
+     * merge_and_unload then save_pretrained */
+    int rc = rlpi_transformer_lora_config(policy->tf)
+                 ? 1
+                 : buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, false, &w);
     if (rc == RLP_OK) {
         rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
         view_free(&w);
@@ -262,12 +270,12 @@ static int moments_view(const rlp_policy *p, rlpi_weights *w)
 {
     rlpi_weights m, v;
     rlpi_weights_init(w);
-    int rc = buffer_view(p, p->opt.m, "m/", false, &m);
+    int rc = buffer_view(p, p->opt.m, "m/", false, true, &m);
     if (rc != RLP_OK) {
         view_free(&m);
         return rc;
     }
-    if ((rc = buffer_view(p, p->opt.v, "v/", false, &v)) != RLP_OK) {
+    if ((rc = buffer_view(p, p->opt.v, "v/", false, true, &v)) != RLP_OK) {
         view_free(&m);
         view_free(&v);
         return rc;
@@ -308,8 +316,8 @@ int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path)
         return rc;
     }
     rc = RLP_OK;
-    for (size_t i = 0; !viewed && i < rlpi_transformer_n_tensors(policy->tf) && rc == RLP_OK; i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+    for (size_t i = 0; !viewed && i < rlpi_transformer_n_trainable_tensors(policy->tf) && rc == RLP_OK; i++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(policy->tf, i);
         for (int which = 0; which < 2 && rc == RLP_OK; which++) {
             char name[300];
             optimizer_tensor_name(name, sizeof name, which, in->name);
@@ -382,9 +390,9 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
     if (!rc)
         rc = parse_count(&meta, "version", path, &version);
     /* validate every tensor before touching the optimizer */
-    size_t n_tensors = rlpi_transformer_n_tensors(policy->tf);
+    size_t n_tensors = rlpi_transformer_n_trainable_tensors(policy->tf);
     for (size_t i = 0; i < n_tensors && !rc; i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(policy->tf, i);
         for (int which = 0; which < 2 && !rc; which++) {
             char name[300];
             optimizer_tensor_name(name, sizeof name, which, in->name);
@@ -397,7 +405,7 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
     if (!rc && w.n != 2 * n_tensors)
         rc = rlpi_error_set(RLP_E_FORMAT, "%s: %zu tensors, this model's optimizer has %zu", path, w.n, 2 * n_tensors);
     rlpi_optimizer *opt = &policy->opt;
-    size_t n = rlpi_transformer_n_params(policy->tf);
+    size_t n = rlpi_transformer_n_trainable(policy->tf);
     rlpi_backend *be = policy->ctx->backend;
     if (!rc && !opt->m) {
         if ((rc = rlpi_buffer_alloc(be, n * 4, &opt->m)) == RLP_OK)
@@ -406,7 +414,7 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
             rlpi_optimizer_release(opt);
     }
     for (size_t i = 0; i < n_tensors && !rc; i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(policy->tf, i);
         for (int which = 0; which < 2 && !rc; which++) {
             char name[300];
             optimizer_tensor_name(name, sizeof name, which, in->name);

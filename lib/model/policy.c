@@ -4,6 +4,8 @@
  * logprobs. Loading from files lives in model_load.c. */
 #include "model/policy.h"
 
+#include "model/lora.h"
+
 #include "dist/comm.h"
 
 #include "core/clock.h"
@@ -178,9 +180,11 @@ int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(policy, "policy is NULL");
-    uint64_t w = (uint64_t)rlpi_transformer_n_params(policy->tf) * 4;
-    *out = (rlp_memory_stats){.version = 1, .weights = w, .gradients = policy->trainable ? w : 0,
-                              .optimizer = policy->opt.m ? 2 * w : 0,
+    uint64_t w = (uint64_t)rlpi_transformer_n_params(policy->tf) * 4,
+             t = (uint64_t)rlpi_transformer_n_trainable(policy->tf) * 4;
+    bool lora = rlpi_transformer_lora_config(policy->tf) != NULL; /* weights: the base + the adapters */
+    *out = (rlp_memory_stats){.version = 1, .weights = w + (lora ? t : 0), .gradients = policy->trainable ? t : 0,
+                              .optimizer = policy->opt.m ? 2 * t : 0,
                               .activations = rlpi_transformer_activation_bytes(policy->tf)};
     return RLP_OK;
 }
@@ -406,16 +410,16 @@ int rlp_loss_nll(rlp_loss_context *ctx, void *payload)
  * handed to the optimizer as a view (lib/optim knows nothing of models). */
 static int optimizer_step(rlp_policy *policy, double *grad_norm, float *lr, bool *skipped)
 {
-    size_t n = rlpi_transformer_n_tensors(policy->tf);
+    size_t n = rlpi_transformer_n_trainable_tensors(policy->tf);
     rlpi_param_span *spans = malloc((n ? n : 1) * sizeof *spans);
     if (!spans)
         return rlpi_error_set(RLP_E_NOMEM, "train step: out of memory");
     for (size_t i = 0; i < n; i++) {
-        const rlpi_param_info *in = rlpi_transformer_tensor(policy->tf, i);
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(policy->tf, i);
         spans[i] = (rlpi_param_span){in->offset, in->n_elems, in->no_decay};
     }
-    rlpi_param_view view = {rlpi_transformer_params(policy->tf), rlpi_transformer_grads(policy->tf),
-                            rlpi_transformer_n_params(policy->tf), spans, n};
+    rlpi_param_view view = {rlpi_transformer_trainable_params(policy->tf), rlpi_transformer_trainable_grads(policy->tf),
+                            rlpi_transformer_n_trainable(policy->tf), spans, n};
     int rc = view.grads ? rlpi_optimizer_step(&policy->opt, &view, grad_norm, lr, skipped)
                         : rlpi_error_set(RLP_E_STATE, "train step: frozen model has no gradients");
     free(spans);
@@ -518,9 +522,9 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     if (comm) {
         /* DDP: sum the gradients (and the reported loss and entropy) over the
          * ranks; every rank then takes the same optimizer step */
-        rlpi_buffer *G = rlpi_transformer_grads(policy->tf);
+        rlpi_buffer *G = rlpi_transformer_trainable_grads(policy->tf);
         double sums[2] = {st.loss, entropy_sum};
-        if ((rc = rlpi_comm_all_reduce_buffer(comm, G, 0, rlpi_transformer_n_params(policy->tf), RLP_REDUCE_SUM)) ||
+        if ((rc = rlpi_comm_all_reduce_buffer(comm, G, 0, rlpi_transformer_n_trainable(policy->tf), RLP_REDUCE_SUM)) ||
             (rc = rlpi_comm_all_reduce_host(comm, sums, 2, RLPI_DT_F64, RLP_REDUCE_SUM))) {
             rlpi_transformer_zero_grad(policy->tf);
             return rc;

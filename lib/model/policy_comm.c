@@ -4,6 +4,7 @@
  * itself sits in the train step (model/policy.c), between the backward
  * and the optimizer, where DDP puts it. The policy uses process groups;
  * process groups (lib/dist) know nothing of policies. */
+#include "model/lora.h"
 #include "model/policy.h"
 
 #include "core/error.h"
@@ -28,8 +29,12 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
     if (comm->ctx->kind != policy->ctx->kind)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the policy and the process group are on different backends",
                               __func__);
-    /* same shape everywhere, or nobody moves a byte: compare parameter counts */
-    double n = (double)rlpi_transformer_n_params(policy->tf), range[2] = {n, -n}; /* min, −max: one call */
+    /* same shape everywhere, or nobody moves a byte: compare parameter
+     * counts (the base's plus the adapters' under LoRA: a rank with and a
+     * rank without adapters differ) */
+    double nb = (double)rlpi_transformer_n_params(policy->tf), na = (double)rlpi_transformer_n_trainable(policy->tf);
+    bool lora = rlpi_transformer_lora_config(policy->tf) != NULL;
+    double n = nb + (lora ? na : 0), range[2] = {n, -n}; /* min, −max: one call */
     int rc = rlpi_comm_all_reduce_host(comm, range, 2, RLPI_DT_F64, RLP_REDUCE_MIN);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
@@ -41,7 +46,9 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
     uint64_t version = policy->version;
     rc = rlpi_comm_broadcast_host(comm, &version, sizeof version, root);
     if (!rc)
-        rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_params(policy->tf), 0, (size_t)n * 4, root);
+        rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_params(policy->tf), 0, (size_t)nb * 4, root);
+    if (!rc && lora)
+        rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_trainable_params(policy->tf), 0, (size_t)na * 4, root);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
     policy->version = version;

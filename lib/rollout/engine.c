@@ -6,6 +6,7 @@
 
 #include "backend/context.h"
 #include "core/error.h"
+#include "model/lora.h"
 #include "model/policy.h"
 #include "model/qweights.h"
 #include "backend/sampler.h"
@@ -320,7 +321,14 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     rlpi_buffer *from = rlpi_transformer_params(src->tf), *to = rlpi_transformer_params(e->policy->tf);
     size_t bytes = rlpi_transformer_n_params(src->tf) * sizeof(float);
     int rc;
-    if (from->owner == to->owner) {
+    if (rlpi_transformer_lora_config(src->tf)) {
+        /* adapters: the engine decodes the merged model W + s·B·A */
+        rlpi_weights w;
+        if ((rc = rlpi_transformer_export(src->tf, &w)) == RLP_OK) {
+            rc = rlpi_transformer_set_weights(e->policy->tf, &w);
+            rlpi_weights_free(&w);
+        }
+    } else if (from->owner == to->owner) {
         rc = rlpi_buffer_copy(to, 0, from, 0, bytes);
     } else {
         float *host = malloc(bytes);

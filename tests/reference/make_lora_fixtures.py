@@ -10,7 +10,10 @@ positions from 0):
   * per-token logprobs of the targets and entropies under softmax(logits / T);
   * the gradient of L = -sum_t w_t logp_t + sum_t u_t H_t for every adapter
     tensor (lora_A, lora_B), the base frozen as PEFT freezes it;
-  * the merged model's logits (merge_and_unload) at every row.
+  * the merged model's logits (merge_and_unload) at every row;
+  * for the Llama case, PEFT's own save_pretrained folder of the adapters
+    (lora_llama_peft/: adapter_config.json, adapter_model.safetensors), for
+    the loader test.
 
 Files are in the format of make_transformer_fixtures.py (a JSON index + a
 little-endian float32/int32 blob; tests/unit/model_fixture.h reads it):
@@ -69,7 +72,7 @@ def randomise_base(model):
     return ours
 
 
-def make_case(name, model, ours_cfg, lcfg, seq_lens, inv_temp, out):
+def make_case(name, model, ours_cfg, lcfg, seq_lens, inv_temp, out, peft_dir=None):
     model = model.double()
     model.config._attn_implementation = "eager"
     base = randomise_base(model)
@@ -122,6 +125,13 @@ def make_case(name, model, ours_cfg, lcfg, seq_lens, inv_temp, out):
     frozen_grads = [p for p in pm.parameters() if not p.requires_grad and p.grad is not None]
     assert not frozen_grads, "PEFT left the base trainable"
 
+    if peft_dir:  # PEFT's own folder of these adapters (float32, as save_pretrained writes them)
+        import os
+        pm.float().save_pretrained(f"{out}/{peft_dir}")
+        pm.double()
+        readme = f"{out}/{peft_dir}/README.md"
+        if os.path.exists(readme):
+            os.remove(readme)
     with torch.no_grad():
         merged_logits = run(pm.merge_and_unload())
 
@@ -170,7 +180,7 @@ def llama_case(out):
                 max_seq_len=64, rope_theta=10000.0, rms_eps=1e-5, tie_embeddings=False, attention_bias=False)
     lcfg = dict(rank=4, alpha=8.0, rslora=False,
                 targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    make_case("lora_llama_all", LlamaForCausalLM(hf), ours, lcfg, [7, 12, 9], 1.0 / 0.8, out)
+    make_case("lora_llama_all", LlamaForCausalLM(hf), ours, lcfg, [7, 12, 9], 1.0 / 0.8, out, "lora_llama_peft")
 
 
 def qwen2_case(out):

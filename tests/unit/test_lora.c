@@ -377,6 +377,105 @@ static void refuses_bad_configs(void **state)
     fixture_free(&f.m);
 }
 
+static void fixture_dir(char *out, size_t cap, const char *name)
+{
+    const char *root = getenv("RLPOST_SOURCE_ROOT");
+    snprintf(out, cap, "%s/tests/reference/fixtures/%s", root ? root : ".", name);
+}
+
+static void logp_of(fixture *f, rlpi_transformer *tf, float *logp)
+{
+    rlpi_packed_batch b = batch_of(f);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f->inv_temp, logp, NULL, false), RLP_OK);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* PEFT's own save_pretrained folder loads and gives PEFT's logprobs; ours
+ * loads back bit for bit (RLPOST_LORA_EXPORT_DIR keeps ours for
+ * tests/reference/check_lora_peft_load.py, which loads it in PEFT) */
+static void peft_folders(void **state)
+{
+    (void)state;
+    fixture f;
+    load(&f, "lora_llama_all");
+    char dir[1024];
+    fixture_dir(dir, sizeof dir, "lora_llama_peft");
+    rlpi_transformer *tf;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_lora_load_peft(tf, dir), RLP_OK); /* attaches from adapter_config.json */
+    const rlpi_lora_config *c = rlpi_transformer_lora_config(tf);
+    assert_non_null(c);
+    assert_int_equal(c->rank, f.lcfg.rank);
+    assert_int_equal(c->targets, RLPI_LORA_ALL_TARGETS);
+    float lp[64], lp2[64];
+    logp_of(&f, tf, lp);
+    size_t cnt;
+    const float *rl = array(&f, "logp", &cnt);
+    double worst = 0;
+    for (int64_t i = 0; i < f.m.n; i++)
+        worst = fmax(worst, fabs(lp[i] - rl[i]));
+    print_message("PEFT's save_pretrained folder: |Δlogp| %.2e against PEFT\n", worst);
+    assert_true(worst <= TOL_VALUE);
+
+    /* ours: save, load into a fresh base, same logprobs bit for bit */
+    const char *keep = getenv("RLPOST_LORA_EXPORT_DIR");
+    char tmp[] = "/tmp/rlpost-lora-XXXXXX", ours[1100];
+    assert_non_null(mkdtemp(tmp));
+    snprintf(ours, sizeof ours, "%s", keep ? keep : tmp);
+    assert_int_equal(rlpi_lora_save_peft(tf, ours, "fixture:lora_llama_all"), RLP_OK);
+    rlpi_transformer *tf2;
+    assert_int_equal(rlpi_transformer_create(&tf2, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_lora_load_peft(tf2, ours), RLP_OK);
+    logp_of(&f, tf2, lp2);
+    assert_memory_equal(lp, lp2, (size_t)f.m.n * 4);
+    /* loading into attached adapters of another rank is refused */
+    rlpi_transformer *tf3;
+    assert_int_equal(rlpi_transformer_create(&tf3, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    rlpi_lora_config other = {.rank = 2, .alpha = 8, .targets = RLPI_LORA_ALL_TARGETS};
+    assert_int_equal(rlpi_transformer_attach_lora(tf3, &other, 1), RLP_OK);
+    assert_int_equal(rlpi_lora_load_peft(tf3, ours), RLP_E_INVALID_ARG);
+    rlpi_transformer_free(tf3);
+
+    /* bad folders: refused with the reason, the model untouched (no adapters attached) */
+    char bad[] = "/tmp/rlpost-lora-bad-XXXXXX", path[1200];
+    assert_non_null(mkdtemp(bad));
+    rlpi_transformer *base;
+    assert_int_equal(rlpi_transformer_create(&base, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_NOT_FOUND);
+    snprintf(path, sizeof path, "%s/adapter_config.json", bad);
+    write_text(path, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
+                     "\"target_modules\": [\"q_proj\"]}");
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_UNSUPPORTED);
+    assert_non_null(strstr(rlp_error_last(), "use_dora"));
+    write_text(path, "{\"peft_type\": \"IA3\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}");
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_UNSUPPORTED);
+    write_text(path, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"lm_head\"]}");
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_INVALID_ARG);
+    write_text(path, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}");
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_NOT_FOUND); /* no weights file */
+    /* a weights file with more adapters than the config names: refused, nothing attached */
+    char src[1200];
+    snprintf(src, sizeof src, "cp %s/adapter_model.safetensors %s/", ours, bad);
+    assert_int_equal(system(src), 0);
+    assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_FORMAT);
+    assert_null(rlpi_transformer_lora_config(base));
+    assert_non_null(rlpi_transformer_grads(base)); /* trainable again as before */
+    logp_of(&f, base, lp2); /* still runs */
+    rlpi_transformer_free(base);
+    snprintf(src, sizeof src, "rm -rf %s %s", bad, tmp);
+    assert_int_equal(system(src), 0);
+    rlpi_transformer_free(tf2);
+    rlpi_transformer_free(tf);
+    fixture_free(&f.m);
+}
+
 static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda */
 
 static int setup(void **state)
@@ -410,6 +509,7 @@ int main(void)
         cmocka_unit_test(finite_differences),
         cmocka_unit_test(zero_b_and_disabled_are_the_base),
         cmocka_unit_test(refuses_bad_configs),
+        cmocka_unit_test(peft_folders),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

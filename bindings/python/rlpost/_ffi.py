@@ -166,6 +166,10 @@ ModelInfo = _struct("rlp_model_info", [
     ("embed_scale", c_float), ("attn_scale", c_float), ("final_softcap", c_float), ("sliding_window", c_int32),
     ("n_local_layers", c_int32), ("rope_theta_local", c_float)], version=2)
 
+LoraOptions = _struct("rlp_lora_options", [
+    ("version", c_uint32), ("rank", c_int32), ("alpha", c_float), ("rslora", c_int32), ("targets", c_char_p),
+    ("seed", c_uint64)])
+
 MemoryStats = _struct("rlp_memory_stats", [
     ("version", c_uint32), ("weights", c_uint64), ("gradients", c_uint64), ("optimizer", c_uint64),
     ("activations", c_uint64)])
@@ -482,6 +486,11 @@ FUNCTIONS = [
     ("rlp_policy_version", c_int, [P(c_uint64), _h]),
     ("rlp_policy_n_params", c_int, [P(c_uint64), _h]),
     ("rlp_policy_memory", c_int, [P(MemoryStats), _h]),
+    ("rlp_lora_options_init", c_int, [P(LoraOptions), c_uint32]),
+    ("rlp_policy_enable_lora", c_int, [_h, P(LoraOptions)]),
+    ("rlp_policy_n_trainable", c_int, [P(c_uint64), _h]),
+    ("rlp_policy_save_lora", c_int, [_h, _cs, _cs]),
+    ("rlp_policy_load_lora", c_int, [_h, _cs]),
     ("rlp_policy_set_optimizer", c_int, [_h, P(OptimizerOptions)]),
     ("rlp_policy_logprobs", c_int,
      [_h, P(Sequence), c_size_t, c_float, P(c_float), P(c_float), c_size_t, P(c_size_t)]),

@@ -6,7 +6,7 @@ from ctypes import byref, c_float, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, callback_scope, check
-from ._util import HAVE_NUMPY, CArray, empty, finish, from_c, options, struct_record, to_path
+from ._util import HAVE_NUMPY, CArray, empty, finish, from_c, optional_str, options, struct_record, to_path
 from .errors import CallbackError, STATUS_CALLBACK
 from .tokenizer import Tokenizer
 
@@ -299,6 +299,43 @@ class Policy(Handle):
         with self._use() as p:
             check(F.rlp_policy_n_params(byref(v), p), "rlp_policy_n_params")
         return v.value
+
+    def enable_lora(self, rank=16, alpha=32.0, rslora=False, targets=None, seed=0):
+        """Attaches LoRA adapters (PEFT's LoraLayer, dropout 0) and freezes
+        the base: training updates the adapters only. `targets`: a list or
+        comma-separated string of q_proj, k_proj, v_proj, o_proj, gate_proj,
+        up_proj, down_proj, or "all" (None = all)."""
+        if isinstance(targets, (list, tuple)):
+            targets = ",".join(targets)
+        keep = []
+        values = {"rank": rank, "alpha": alpha, "rslora": rslora, "seed": seed}
+        if targets is not None:
+            values["targets"] = targets
+        opts = options(_ffi.LoraOptions, "rlp_lora_options_init", values, keep,
+                       {"targets": optional_str("targets")}, what="Policy.enable_lora")
+        with self._use() as p:
+            check(F.rlp_policy_enable_lora(p, byref(opts)), "rlp_policy_enable_lora")
+
+    @property
+    def n_trainable(self):
+        """Parameters the optimizer updates (the adapters' under LoRA)."""
+        v = c_uint64()
+        with self._use() as p:
+            check(F.rlp_policy_n_trainable(byref(v), p), "rlp_policy_n_trainable")
+        return v.value
+
+    def save_lora(self, dir, base_model=None):
+        """Writes the adapters as PEFT's save_pretrained does
+        (adapter_model.safetensors, adapter_config.json)."""
+        with self._use() as p:
+            check(F.rlp_policy_save_lora(p, to_path(dir), None if base_model is None else base_model.encode()),
+                  "rlp_policy_save_lora")
+
+    def load_lora(self, dir):
+        """Loads a PEFT LoRA folder (attaching adapters of its config when
+        none are attached)."""
+        with self._use() as p:
+            check(F.rlp_policy_load_lora(p, to_path(dir)), "rlp_policy_load_lora")
 
     def memory(self):
         """Bytes held: weights, gradients, optimizer, activations."""
