@@ -657,7 +657,7 @@ static int same_setting(const char *key, json_t *saved, json_t *now)
 const char *train_changed_setting(json_t *saved, const json_t *cfg)
 {
     static const char *const must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
-                                             "algorithm", "reward"};
+                                             "algorithm", "reward", "lora"};
     for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
         if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(cfg, must_match[i])))
             return must_match[i];
@@ -861,6 +861,28 @@ int train_setup(run *r, const char *weights, int need_train)
             fmt(r->err, ERR_CAP, "model: cannot load the reference policy: %s", rlp_error_last());
             return 1;
         }
+    }
+    if (need_train && cfg_int(r->cfg, "lora.rank") != 0) {
+        /* LoRA: adapters over the frozen base; rollout workers and saves get the merged weights */
+        rlp_lora_options lo = RLP_LORA_OPTIONS_INIT;
+        long long rank = cfg_int(r->cfg, "lora.rank");
+        lo.rank = rank > INT32_MAX || rank < 0 ? -1 : (int32_t)rank;
+        lo.alpha = (float)cfg_num(r->cfg, "lora.alpha");
+        lo.rslora = cfg_bool(r->cfg, "lora.rslora");
+        lo.targets = cfg_str(r->cfg, "lora.targets");
+        lo.seed = (uint64_t)cfg_int(r->cfg, "seed");
+        uint64_t n_all = 0, n_train = 0;
+        if ((rc = rlp_policy_enable_lora(r->policy, &lo))) {
+            fmt(r->err, ERR_CAP, "lora: %s", rlp_error_last());
+            return EXIT_USAGE;
+        }
+        rlp_policy_n_params(&n_all, r->policy);
+        rlp_policy_n_trainable(&n_train, r->policy);
+        if (r->rank == 0)
+            fprintf(stderr, "lora: rank %d, alpha %g%s, targets %s: %llu trainable parameters (%.2f%% of %llu)\n",
+                    (int)lo.rank, (double)lo.alpha, lo.rslora ? " (rsLoRA)" : "", lo.targets ? lo.targets : "all",
+                    (unsigned long long)n_train, 100.0 * (double)n_train / (double)(n_all ? n_all : 1),
+                    (unsigned long long)n_all);
     }
     if (need_train && (rc = rlp_policy_set_optimizer(r->policy, &r->opt))) {
         fmt(r->err, ERR_CAP, "optimizer: %s", rlp_error_last());

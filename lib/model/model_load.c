@@ -208,21 +208,30 @@ static void view_free(rlpi_weights *view)
 
 int rlp_policy_save(const rlp_policy *policy, const char *dir, int dtype)
 {
+    return rlpi_policy_save_hf(policy, dir, dtype, true);
+}
+
+int rlpi_policy_save_hf(const rlp_policy *policy, const char *dir, int dtype, bool merged)
+{
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(dir, "dir is NULL");
     RLPI_CHECK_ARG(dtype >= RLP_DTYPE_F32 && dtype <= RLP_DTYPE_BF16, "dtype is not an rlp_dtype");
     static const rlpi_st_dtype map[] = {RLPI_ST_F32, RLPI_ST_F16, RLPI_ST_BF16};
     rlpi_weights w;
-    /* adapters: the merged model (rlpi_transformer_export), as PEFT's
-     * merge_and_unload then save_pretrained */
-    int rc = rlpi_transformer_lora_config(policy->tf)
-                 ? 1
-                 : buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, false, &w);
+    /* adapters, merged: the model W + s·B·A (rlpi_transformer_export), as
+     * PEFT's merge_and_unload then save_pretrained; unmerged: the base */
+    bool lora = rlpi_transformer_lora_config(policy->tf) != NULL;
+    int rc = lora && merged ? 1 : buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, false, &w);
     if (rc == RLP_OK) {
         rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
         view_free(&w);
-    } else if (rc == 1) { /* not host memory: a copy */
-        if ((rc = rlpi_transformer_export(policy->tf, &w)) != RLP_OK)
+    } else if (rc == 1) { /* not host memory, or the merged model: a copy */
+        if (lora && !merged)
+            rlpi_transformer_set_lora_enabled(policy->tf, false);
+        rc = rlpi_transformer_export(policy->tf, &w);
+        if (lora && !merged)
+            rlpi_transformer_set_lora_enabled(policy->tf, true);
+        if (rc != RLP_OK)
             return rc;
         rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
         rlpi_weights_free(&w);

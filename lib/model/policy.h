@@ -36,6 +36,11 @@ int rlpi_policy_create(rlp_policy **out, rlp_context *ctx, const rlpi_model_conf
 int rlpi_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, rlp_loss_fn loss, void *payload,
                            const rlp_train_options *opts, rlp_train_stats *stats, bool advance_version);
 
+/* rlp_policy_save(); with adapters attached and !merged it writes the
+ * frozen base instead of the merged model (a checkpoint keeps base and
+ * adapters apart, so that a resumed run trains the same parameters). */
+int rlpi_policy_save_hf(const rlp_policy *policy, const char *dir, int dtype, bool merged);
+
 /* Loads the tokenizer at `path` (GGUF or tokenizer.json) into the policy. */
 int rlpi_policy_attach_tokenizer(rlp_policy *p, const char *path);
 

@@ -5,6 +5,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "model/lora.h"
+#include "model/policy.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int rlpi_train_cursor_at(const char *tmpl, size_t cap, uint64_t epoch, uint64_t position, char **out)
 {
@@ -64,11 +67,16 @@ int rlp_trainer_checkpoint(rlp_trainer *t, const char *dir, int dtype, const cha
         json_decref(host);
         return rlpi_error_set(RLP_E_IO, "%s: cannot create '%s': %s", __func__, dir, strerror(errno));
     }
-    int rc = rlp_policy_save(t->policy, dir, dtype);
+    /* LoRA: the frozen base and the adapters (PEFT folder adapter/), apart */
+    bool lora = rlpi_transformer_lora_config(t->policy->tf) != NULL;
+    int rc = rlpi_policy_save_hf(t->policy, dir, dtype, !lora);
     /* a model without a tokenizer of its own still has its weights saved */
     if (rc == RLP_E_UNSUPPORTED)
         rc = RLP_OK;
     char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/adapter", dir);
+    if (!rc && lora)
+        rc = rlpi_lora_save_peft(t->policy->tf, path, NULL);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!rc)
         rc = rlp_policy_save_optimizer(t->policy, path);
@@ -140,6 +148,19 @@ int rlp_trainer_resume(rlp_trainer *t, const char *dir)
     json_decref(now);
     uint64_t pv = 0;
     rlp_policy_version(&pv, t->policy);
+    /* LoRA: the policy holds the checkpoint's base; its adapters come from adapter/ */
+    bool lora = rlpi_transformer_lora_config(t->policy->tf) != NULL;
+    snprintf(path, sizeof path, "%s/adapter/adapter_config.json", dir);
+    bool has_adapter = access(path, F_OK) == 0;
+    if (!rc && lora != has_adapter)
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: %s %s LoRA adapters and the policy %s: resume with the run's "
+                            "lora settings", __func__, dir, has_adapter ? "holds" : "holds no",
+                            lora ? "has them" : "has none");
+    snprintf(path, sizeof path, "%s/adapter", dir);
+    if (!rc && lora && (rc = rlpi_lora_load_peft(t->policy->tf, path)))
+        rlpi_error_wrap("%s", __func__);
+    if (!rc && lora)
+        t->policy->weights_gen++;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!rc && (rc = rlp_policy_load_optimizer(t->policy, path)))
         rlpi_error_wrap("%s", __func__);
