@@ -413,8 +413,9 @@ RLP_API int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version);
  * base), rlp_policy_save() and rollout engines take the merged weights
  * W + s·B·A, rlp_policy_save_optimizer() writes the adapters' moments,
  * and rlp_policy_memory() counts the adapters. Optimizer moments held
- * before (the base's) are dropped. Not thread-safe against other calls on
- * the policy.
+ * before (the base's) are dropped. rlp_policy_clone() of an adapted policy
+ * is a plain policy with the merged weights. Not thread-safe against other
+ * calls on the policy.
  * @return RLP_OK; RLP_E_INVALID_ARG (names the field: rank, alpha,
  *         targets); RLP_E_STATE (a frozen policy, or adapters already
  *         attached); RLP_E_NOMEM. On error the policy is unchanged.
