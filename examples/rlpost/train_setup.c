@@ -656,8 +656,8 @@ static int same_setting(const char *key, json_t *saved, json_t *now)
  * differs between an earlier run's configuration and this one, or NULL. */
 const char *train_changed_setting(json_t *saved, const json_t *cfg)
 {
-    static const char *const must_match[] = {"model", "seed", "task", "group_size", "prompts_per_step", "sampling",
-                                             "algorithm", "reward", "lora"};
+    static const char *const must_match[] = {"model",    "seed",      "task",   "group_size", "prompts_per_step",
+                                             "sampling", "algorithm", "reward", "lora"};
     for (size_t i = 0; saved && i < sizeof must_match / sizeof must_match[0]; i++)
         if (!same_setting(must_match[i], json_object_get(saved, must_match[i]), cfg_get(cfg, must_match[i])))
             return must_match[i];

@@ -241,13 +241,6 @@ static int linear(rlpi_transformer *tf, rlpi_kv_cache *kv, rlpi_buffer *C, rlpi_
     return rlpi_tf_mm(tf, C, 0, A, 0, 0, tf->params, w_off, 1, m, n_out, k, beta);
 }
 
-#define TRY(x)                       \
-    do {                             \
-        int rc_ = (x);               \
-        if (rc_ != RLP_OK)           \
-            return rc_;              \
-    } while (0)
-
 static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t n, int64_t n_seq,
                         const int64_t *q_start, const int64_t *slot, const int64_t *past)
 {
@@ -363,8 +356,9 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
                                   c->vocab_size);
     for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
         if (rlpi_lora_active(tf->lora, t)) /* decode engines take the merged weights (rlpi_transformer_export) */
-            return rlpi_error_set(RLP_E_UNSUPPORTED,
-                                  "extend: the KV-cached decode does not run LoRA adapters; decode with the merged weights");
+            return rlpi_error_set(
+                RLP_E_UNSUPPORTED,
+                "extend: the KV-cached decode does not run LoRA adapters; decode with the merged weights");
     TRY(ensure_workspace(kv, tf, n, n_seq));
     if (kv->qw && kv->qw->tf != tf && (rlpi_transformer_n_params(kv->qw->tf) != rlpi_transformer_n_params(tf)))
         return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the quantized weights were made for another model");

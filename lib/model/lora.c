@@ -17,7 +17,7 @@
 #define NO_SLOT ((size_t)-1)
 
 typedef struct lora_slot {
-    size_t a, b;     /* offsets (floats) of A (r, in) and B (out, r) in params/grads; NO_SLOT: not adapted */
+    size_t a, b; /* offsets (floats) of A (r, in) and B (out, r) in params/grads; NO_SLOT: not adapted */
     int64_t in, out;
 } lora_slot;
 
@@ -30,15 +30,15 @@ struct rlpi_lora {
     char **names;
     size_t n_infos, n_params;
     rlpi_buffer *params, *grads;
-    rlpi_buffer *h;         /* saved s·x·Aᵀ of the last forward: (h_layers × N_TARGETS) slots of (n, r) */
-    rlpi_buffer *dh;        /* backward scratch (n, r) */
-    int64_t n;              /* tokens of the last forward */
-    int h_layers;           /* n_layers when the forward kept its activations, else 1 */
+    rlpi_buffer *h;  /* saved s·x·Aᵀ of the last forward: (h_layers × N_TARGETS) slots of (n, r) */
+    rlpi_buffer *dh; /* backward scratch (n, r) */
+    int64_t n;       /* tokens of the last forward */
+    int h_layers;    /* n_layers when the forward kept its activations, else 1 */
     bool enabled;
 };
 
 static const char *const target_names[RLPI_LORA_N_TARGETS] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                               "gate_proj", "up_proj", "down_proj"};
+                                                              "gate_proj", "up_proj", "down_proj"};
 
 const char *rlpi_lora_target_name(int target)
 {
@@ -291,15 +291,6 @@ rlpi_buffer *rlpi_transformer_trainable_grads(rlpi_transformer *tf)
     return tf->lora ? tf->lora->grads : tf->grads;
 }
 
-static int realloc_scratch(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
-{
-    if (*buf && (*buf)->nbytes >= bytes && (*buf)->nbytes <= 2 * bytes + 4096)
-        return RLP_OK;
-    rlpi_buffer_free(*buf);
-    *buf = NULL;
-    return rlpi_buffer_alloc(be, bytes ? bytes : 4, buf);
-}
-
 int rlpi_lora_begin_forward(rlpi_transformer *tf, int64_t n, bool keep)
 {
     rlpi_lora *lo = tf->lora;
@@ -308,9 +299,9 @@ int rlpi_lora_begin_forward(rlpi_transformer *tf, int64_t n, bool keep)
     lo->n = n;
     lo->h_layers = keep ? lo->n_layers : 1;
     size_t slot = (size_t)n * (size_t)lo->cfg.rank;
-    int rc = realloc_scratch(tf->be, &lo->h, (size_t)lo->h_layers * RLPI_LORA_N_TARGETS * slot * 4);
+    int rc = rlpi_tf_realloc(tf->be, &lo->h, (size_t)lo->h_layers * RLPI_LORA_N_TARGETS * slot * 4);
     if (!rc)
-        rc = realloc_scratch(tf->be, &lo->dh, slot * 4);
+        rc = rlpi_tf_realloc(tf->be, &lo->dh, slot * 4);
     return rc;
 }
 
@@ -319,13 +310,6 @@ static size_t h_offset(const rlpi_lora *lo, int l, int t)
     int hl = lo->h_layers > 1 ? l : 0;
     return ((size_t)hl * RLPI_LORA_N_TARGETS + (size_t)t) * (size_t)lo->n * (size_t)lo->cfg.rank;
 }
-
-#define TRY(x)             \
-    do {                   \
-        int rc_ = (x);     \
-        if (rc_ != RLP_OK) \
-            return rc_;    \
-    } while (0)
 
 int rlpi_lora_forward(rlpi_transformer *tf, int l, int target, rlpi_buffer *x, size_t xoff, int xT, rlpi_buffer *y,
                       size_t yoff, int yT)
@@ -344,8 +328,8 @@ int rlpi_lora_forward(rlpi_transformer *tf, int l, int target, rlpi_buffer *x, s
     return rlpi_tf_mm(tf, y, yoff, lo->h, h, 0, lo->params, s->b, 1, n, s->out, r, 1.0f);
 }
 
-int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy, size_t dyoff, int dyT,
-                       rlpi_buffer *x, size_t xoff, int xT, rlpi_buffer *dx, size_t dxoff, int dxT)
+int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy, size_t dyoff, int dyT, rlpi_buffer *x,
+                       size_t xoff, int xT, rlpi_buffer *dx, size_t dxoff, int dxT)
 {
     rlpi_lora *lo = tf->lora;
     if (!rlpi_lora_active(lo, target))
@@ -396,8 +380,8 @@ int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w)
             }
             /* W (out, in) += s · B (out, r) · A (r, in): one GEMM on the backend, the add on the host */
             size_t count = (size_t)(s->out * s->in);
-            if (!(rc = rlpi_tf_mm(tf, delta, 0, lo->params, s->b, 0, lo->params, s->a, 0, s->out, s->in,
-                                  lo->cfg.rank, 0.0f)) &&
+            if (!(rc = rlpi_tf_mm(tf, delta, 0, lo->params, s->b, 0, lo->params, s->a, 0, s->out, s->in, lo->cfg.rank,
+                                  0.0f)) &&
                 !(rc = rlpi_buffer_download(delta, 0, host, count * 4))) {
                 float *W = wt->data; /* projections are never aliases */
                 for (size_t i = 0; i < count; i++)

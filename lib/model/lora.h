@@ -42,8 +42,8 @@ typedef enum rlpi_lora_target {
 #define RLPI_LORA_MAX_RANK 1024
 
 typedef struct rlpi_lora_config {
-    int32_t rank;     /* r, 1 … RLPI_LORA_MAX_RANK and at most every target's in and out */
-    float alpha;      /* > 0; scale = alpha / r, or alpha / √r with rslora */
+    int32_t rank; /* r, 1 … RLPI_LORA_MAX_RANK and at most every target's in and out */
+    float alpha;  /* > 0; scale = alpha / r, or alpha / √r with rslora */
     bool rslora;
     uint32_t targets; /* bit (1 << rlpi_lora_target) per adapted projection; non-zero */
 } rlpi_lora_config;
@@ -114,8 +114,8 @@ int rlpi_lora_forward(rlpi_transformer *tf, int l, int target, rlpi_buffer *x, s
                       size_t yoff, int yT);
 /* Given dy = ∂L/∂y: dB += dyᵀ·(s·x·Aᵀ), dA += s·(dy·B)ᵀ·x and
  * dx += s·(dy·B)·A (dx already holds the base's part). */
-int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy, size_t dyoff, int dyT,
-                       rlpi_buffer *x, size_t xoff, int xT, rlpi_buffer *dx, size_t dxoff, int dxT);
+int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy, size_t dyoff, int dyT, rlpi_buffer *x,
+                       size_t xoff, int xT, rlpi_buffer *dx, size_t dxoff, int dxT);
 /* Adds s·B·A to each adapted weight of `w` (HF-named host weights of this
  * transformer's shapes): the merged model, for export. No-op while the
  * adapters are disabled. */

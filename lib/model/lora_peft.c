@@ -58,8 +58,8 @@ int rlpi_lora_save_peft(rlpi_transformer *tf, const char *dir, const char *base_
             json_array_append_new(targets, json_string(rlpi_lora_target_name(t)));
     json_t *cfg = json_pack("{s:s, s:s, s:i, s:f, s:b, s:o, s:f, s:s, s:b, s:b, s:b, s:n, s:n, s:s?}", "peft_type",
                             "LORA", "task_type", "CAUSAL_LM", "r", (int)c->rank, "lora_alpha", (double)c->alpha,
-                            "use_rslora", (int)c->rslora, "target_modules", targets, "lora_dropout", 0.0, "bias", "none",
-                            "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1, "modules_to_save",
+                            "use_rslora", (int)c->rslora, "target_modules", targets, "lora_dropout", 0.0, "bias",
+                            "none", "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1, "modules_to_save",
                             "layers_to_transform", "base_model_name_or_path", base_model);
     char *text = cfg ? json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(cfg);
@@ -99,7 +99,8 @@ static int read_config(const char *path, rlpi_lora_config *out)
         } else if (json_is_array(tm) && json_array_size(tm) > 0) {
             size_t i;
             json_t *v;
-            json_array_foreach(tm, i, v) {
+            json_array_foreach(tm, i, v)
+            {
                 uint32_t m = 0;
                 if (!json_is_string(v))
                     rc = rlpi_error_set(RLP_E_FORMAT, "%s: target_modules holds a non-string", path);
@@ -116,12 +117,13 @@ static int read_config(const char *path, rlpi_lora_config *out)
             rc = rlpi_error_wrap("%s", path);
     }
     /* what would change the function computed, refused by name */
-    static const char *const must_be_off[] = {"use_dora", "fan_in_fan_out", "modules_to_save", "layers_to_transform",
-                                              "rank_pattern", "alpha_pattern", "layer_replication"};
+    static const char *const must_be_off[] = {
+        "use_dora",     "fan_in_fan_out", "modules_to_save",  "layers_to_transform",
+        "rank_pattern", "alpha_pattern",  "layer_replication"};
     for (size_t i = 0; !rc && i < sizeof must_be_off / sizeof must_be_off[0]; i++) {
         json_t *v = json_object_get(j, must_be_off[i]);
         bool off = !v || json_is_null(v) || json_is_false(v) || (json_is_object(v) && json_object_size(v) == 0) ||
-                   (json_is_array(v) && json_array_size(v) == 0);
+            (json_is_array(v) && json_array_size(v) == 0);
         if (!off)
             rc = rlpi_error_set(RLP_E_UNSUPPORTED, "%s: '%s' is set; this library runs plain LoRA only", path,
                                 must_be_off[i]);
@@ -170,8 +172,10 @@ int rlpi_lora_load_peft(rlpi_transformer *tf, const char *dir)
                                 (long long)in->shape[1]);
     }
     if (!rc && w.n != n)
-        rc = rlpi_error_set(RLP_E_FORMAT, "%s: %zu tensors where this model's adapters have %zu (adapters on other "
-                            "modules or layers?)", path, w.n, n);
+        rc = rlpi_error_set(RLP_E_FORMAT,
+                            "%s: %zu tensors where this model's adapters have %zu (adapters on other "
+                            "modules or layers?)",
+                            path, w.n, n);
     for (size_t i = 0; !rc && i < n; i++) {
         const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, i);
         rc = rlpi_buffer_upload(rlpi_transformer_trainable_params(tf), in->offset * 4,

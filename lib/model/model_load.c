@@ -153,8 +153,8 @@ static int copy_file(const char *src, const char *dst)
  * copies then. Free with view_free. Parameter-shaped means the base's
  * tensors for the weights; the optimizer's moments have the trainable
  * layout (the adapters' under LoRA, else the same), hence `trainable`. */
-static int buffer_view(const rlp_policy *p, const rlpi_buffer *buf, const char *prefix, bool tied_head,
-                       bool trainable, rlpi_weights *view)
+static int buffer_view(const rlp_policy *p, const rlpi_buffer *buf, const char *prefix, bool tied_head, bool trainable,
+                       rlpi_weights *view)
 {
     rlpi_weights_init(view);
     float *host = buf ? rlpi_buffer_host(buf) : NULL;

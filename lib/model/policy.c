@@ -183,7 +183,9 @@ int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy)
     uint64_t w = (uint64_t)rlpi_transformer_n_params(policy->tf) * 4,
              t = (uint64_t)rlpi_transformer_n_trainable(policy->tf) * 4;
     bool lora = rlpi_transformer_lora_config(policy->tf) != NULL; /* weights: the base + the adapters */
-    *out = (rlp_memory_stats){.version = 1, .weights = w + (lora ? t : 0), .gradients = policy->trainable ? t : 0,
+    *out = (rlp_memory_stats){.version = 1,
+                              .weights = w + (lora ? t : 0),
+                              .gradients = policy->trainable ? t : 0,
                               .optimizer = policy->opt.m ? 2 * t : 0,
                               .activations = rlpi_transformer_activation_bytes(policy->tf)};
     return RLP_OK;

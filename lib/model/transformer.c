@@ -134,8 +134,6 @@ static void compute_inv_freq(const rlpi_model_config *c, double theta, bool scal
     }
 }
 
-static int realloc_buf(rlpi_backend *be, rlpi_buffer **buf, size_t bytes);
-
 void rlpi_transformer_free(rlpi_transformer *tf)
 {
     if (!tf)
@@ -409,7 +407,7 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     return L;
 }
 
-static int realloc_buf(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
+int rlpi_tf_realloc(rlpi_backend *be, rlpi_buffer **buf, size_t bytes)
 {
     if (*buf && (*buf)->nbytes >= bytes && (*buf)->nbytes <= 2 * bytes + 4096)
         return RLP_OK;
@@ -428,13 +426,6 @@ int rlpi_tf_mm(rlpi_transformer *tf, rlpi_buffer *C, size_t coff, rlpi_buffer *A
                    .c = {C, coff, n, 0}};
     return rlpi_gemm_f32(tf->be, &g);
 }
-
-#define TRY(x)                       \
-    do {                             \
-        int rc_ = (x);               \
-        if (rc_ != RLP_OK)           \
-            return rc_;              \
-    } while (0)
 
 int rlpi_tf_softcap(rlpi_transformer *tf, rlpi_buffer *logits, size_t off, int64_t rows)
 {
@@ -479,7 +470,7 @@ static int qkv_place(rlpi_transformer *tf, rlpi_buffer **buf, size_t *off)
     int64_t n = tf->n, D = tf->qdim + 2 * tf->kvdim;
     if (D <= 2 * (int64_t)tf->cfg.ffn_dim)
         return RLP_OK;
-    TRY(realloc_buf(tf->be, &tf->qkv, (size_t)(n * D) * 4));
+    TRY(rlpi_tf_realloc(tf->be, &tf->qkv, (size_t)(n * D) * 4));
     *buf = tf->qkv;
     *off = 0;
     return RLP_OK;
@@ -682,13 +673,15 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     if (keep_for_backward && !tf->grads && !tf->lora)
         return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
     int rc;
-    if ((rc = realloc_buf(be, &tf->tokens, (size_t)n * 4)) || (rc = realloc_buf(be, &tf->positions, (size_t)n * 4)) ||
-        (rc = realloc_buf(be, &tf->sel, (size_t)(m ? m : 1) * 4)) ||
-        (rc = realloc_buf(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4)) ||
-        (rc = realloc_buf(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4)) ||
-        (rc = realloc_buf(be, &tf->acts, (size_t)n_act * tf->lay.total * 4)) ||
-        (rc = realloc_buf(be, &tf->h, (size_t)(n * d) * 4)) || (rc = realloc_buf(be, &tf->rstd_f, (size_t)n * 4)) ||
-        (rc = realloc_buf(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4)) ||
+    if ((rc = rlpi_tf_realloc(be, &tf->tokens, (size_t)n * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->positions, (size_t)n * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->sel, (size_t)(m ? m : 1) * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->acts, (size_t)n_act * tf->lay.total * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->h, (size_t)(n * d) * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->rstd_f, (size_t)n * 4)) ||
+        (rc = rlpi_tf_realloc(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4)) ||
         (rc = rlpi_buffer_upload(tf->tokens, 0, batch->tokens, (size_t)n * 4)) ||
         (rc = rlpi_buffer_upload(tf->positions, 0, batch->positions, (size_t)n * 4)) ||
         (rc = rlpi_buffer_upload(tf->sel, 0, sel, (size_t)m * 4)) ||
@@ -725,11 +718,11 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
         if (!rc)
             rc = rlpi_op_embedding_fwd(be, RLPI_REF(tf->hsel, 0), RLPI_REF(tf->h, 0), RLPI_REF(tf->sel, 0), m, d, n);
         if (!rc)
-            rc = realloc_buf(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
+            rc = rlpi_tf_realloc(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
         if (!rc)
-            rc = realloc_buf(be, &tf->head_a, (size_t)m * 4);
+            rc = rlpi_tf_realloc(be, &tf->head_a, (size_t)m * 4);
         if (!rc)
-            rc = realloc_buf(be, &tf->head_b, (size_t)m * 4);
+            rc = rlpi_tf_realloc(be, &tf->head_b, (size_t)m * 4);
         logits = tf->head_logits, lp = tf->head_a, ent = tf->head_b;
         for (int64_t r0 = 0; !rc && r0 < m; r0 += chunk) {
             int64_t rows = m - r0 < chunk ? m - r0 : chunk;
@@ -844,8 +837,8 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     size_t dmlp = g->dx;
     if (c->post_norms) {
         TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_ffn_norm), SR(dx), A(mlp_o),
-                                RLPI_REF(W, P->post_ffn_norm), A(rstd_pf), n, d));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_ffn_norm), SR(dx), A(mlp_o), RLPI_REF(W, P->post_ffn_norm),
+                                A(rstd_pf), n, d));
         dmlp = g->dpost;
     }
     if (L->fused_gu) {
@@ -876,14 +869,13 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     }
     TRY(rlpi_lora_backward(tf, l, RLPI_LORA_GATE, S, g->dgate, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
     TRY(rlpi_lora_backward(tf, l, RLPI_LORA_UP, S, g->dup, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
-    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm),
-                            A(rstd2), n, d));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm), A(rstd2), n, d));
     /* attention: x_mid = x_in + att·Woᵀ, or x_in + RMSNorm_post_attn(att·Woᵀ); dattn = ∂L/∂(att·Woᵀ) */
     size_t dattn = g->dx;
     if (c->post_norms) {
         TRY(rlpi_buffer_fill_f32(S, g->dpost, (size_t)(n * d), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_attn_norm), SR(dx), A(attn_o),
-                                RLPI_REF(W, P->post_attn_norm), A(rstd_po), n, d));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dpost), GN(P->post_attn_norm), SR(dx), A(attn_o), RLPI_REF(W, P->post_attn_norm),
+                                A(rstd_po), n, d));
         dattn = g->dpost;
     }
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
@@ -898,10 +890,10 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     if (c->qk_norm) { /* dq_raw, dk_raw = the per-head norms' input gradients */
         TRY(rlpi_buffer_fill_f32(S, g->dq_raw, (size_t)(n * tf->qdim), 0.0f));
         TRY(rlpi_buffer_fill_f32(S, g->dk_raw, (size_t)(n * tf->kvdim), 0.0f));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dq_raw), GN(P->q_norm), SR(dq), A(q_raw), RLPI_REF(W, P->q_norm),
-                                A(rstd_q), n * c->n_heads, c->head_dim));
-        TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), GN(P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm),
-                                A(rstd_k), n * c->n_kv_heads, c->head_dim));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dq_raw), GN(P->q_norm), SR(dq), A(q_raw), RLPI_REF(W, P->q_norm), A(rstd_q),
+                                n * c->n_heads, c->head_dim));
+        TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), GN(P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm), A(rstd_k),
+                                n * c->n_kv_heads, c->head_dim));
     }
     if (L->fused_qkv) {
         TRY(qkv_backward(tf, P, a, aoff, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
@@ -927,8 +919,8 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     TRY(rlpi_lora_backward(tf, l, RLPI_LORA_Q, S, g->dq_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
     TRY(rlpi_lora_backward(tf, l, RLPI_LORA_K, S, g->dk_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
     TRY(rlpi_lora_backward(tf, l, RLPI_LORA_V, S, g->dv, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
-    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in),
-                            RLPI_REF(W, P->attn_norm), A(rstd1), n, d));
+    TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm),
+                            A(rstd1), n, d));
 #undef A
 #undef SR
 #undef GN
@@ -951,18 +943,18 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
             host[r] = dlogp[tf->sel_host[r]];
             host[m + r] = dentropy ? dentropy[tf->sel_host[r]] : 0.0f;
         }
-        rc = realloc_buf(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
+        rc = rlpi_tf_realloc(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
         logits = tf->head_logits;
     }
     if (!rc)
-        rc = realloc_buf(be, &tf->head_a, (size_t)m * 4);
+        rc = rlpi_tf_realloc(be, &tf->head_a, (size_t)m * 4);
     if (!rc && dentropy)
-        rc = realloc_buf(be, &tf->head_b, (size_t)m * 4);
+        rc = rlpi_tf_realloc(be, &tf->head_b, (size_t)m * 4);
     if (!rc)
-        rc = realloc_buf(be, &tf->head_dhsel, (size_t)(m * d) * 4);
+        rc = rlpi_tf_realloc(be, &tf->head_dhsel, (size_t)(m * d) * 4);
     bool capped = c->final_softcap > 0;
     if (!rc && capped)
-        rc = realloc_buf(be, &tf->head_capped, (size_t)(chunk * c->vocab_size) * 4);
+        rc = rlpi_tf_realloc(be, &tf->head_capped, (size_t)(chunk * c->vocab_size) * 4);
     if (!rc) {
         dl = tf->head_a;
         de = dentropy ? tf->head_b : NULL;
@@ -1032,7 +1024,7 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
         g.dq_raw = g.dq;
         g.dk_raw = g.dk;
     }
-    int rc = realloc_buf(be, &tf->grad_scratch, off * 4);
+    int rc = rlpi_tf_realloc(be, &tf->grad_scratch, off * 4);
     if (rc)
         return rc;
     g.buf = tf->grad_scratch;
@@ -1043,8 +1035,7 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     if (!rc)
         rc = rlpi_op_rmsnorm_bwd(be, RLPI_REF(g.buf, g.dx),
                                  tf->grads ? RLPI_REF(tf->grads, tf->final_norm) : RLPI_REF(tf->norm_sink, 0),
-                                 RLPI_REF(g.buf, g.dxn),
-                                 RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)),
+                                 RLPI_REF(g.buf, g.dxn), RLPI_REF(tf->xs, (size_t)c->n_layers * (size_t)(n * d)),
                                  RLPI_REF(tf->params, tf->final_norm), RLPI_REF(tf->rstd_f, 0), n, d);
     bool ckpt = tf->opts.activation_checkpointing;
     for (int l = c->n_layers - 1; !rc && l >= 0; l--) {

@@ -87,6 +87,18 @@ struct rlpi_transformer {
     float inv_temp;
 };
 
+/* Returns from the calling function with the status of x unless RLP_OK. */
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (x);                                                                                                 \
+        if (rc_ != RLP_OK)                                                                                             \
+            return rc_;                                                                                                \
+    } while (0)
+
+/* Makes *buf hold at least `bytes` (kept when it is at most about twice
+ * that: scratch grows and is reused rather than re-faulted every call). */
+int rlpi_tf_realloc(rlpi_backend *be, rlpi_buffer **buf, size_t bytes);
+
 /* C (m, n) = op(A) op(B) (+ C when beta = 1); row-major, contiguous. */
 /* Applies cfg.final_softcap (when set) in place to rows × vocab logits. */
 int rlpi_tf_softcap(rlpi_transformer *tf, rlpi_buffer *logits, size_t off, int64_t rows);

@@ -153,9 +153,10 @@ int rlp_trainer_resume(rlp_trainer *t, const char *dir)
     snprintf(path, sizeof path, "%s/adapter/adapter_config.json", dir);
     bool has_adapter = access(path, F_OK) == 0;
     if (!rc && lora != has_adapter)
-        rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: %s %s LoRA adapters and the policy %s: resume with the run's "
-                            "lora settings", __func__, dir, has_adapter ? "holds" : "holds no",
-                            lora ? "has them" : "has none");
+        rc = rlpi_error_set(RLP_E_INVALID_ARG,
+                            "%s: %s %s LoRA adapters and the policy %s: resume with the run's "
+                            "lora settings",
+                            __func__, dir, has_adapter ? "holds" : "holds no", lora ? "has them" : "has none");
     snprintf(path, sizeof path, "%s/adapter", dir);
     if (!rc && lora && (rc = rlpi_lora_load_peft(t->policy->tf, path)))
         rlpi_error_wrap("%s", __func__);

@@ -65,7 +65,8 @@ static void load(fixture *f, const char *name)
     f->lcfg.targets = 0;
     json_t *t;
     size_t i;
-    json_array_foreach(json_object_get(l, "targets"), i, t) {
+    json_array_foreach(json_object_get(l, "targets"), i, t)
+    {
         uint32_t m;
         assert_int_equal(rlpi_lora_parse_targets(json_string_value(t), &m), RLP_OK);
         f->lcfg.targets |= m;
@@ -450,8 +451,9 @@ static void peft_folders(void **state)
     assert_int_equal(rlpi_transformer_create(&base, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
     assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_NOT_FOUND);
     snprintf(path, sizeof path, "%s/adapter_config.json", bad);
-    write_text(path, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
-                     "\"target_modules\": [\"q_proj\"]}");
+    write_text(path,
+               "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true, "
+               "\"target_modules\": [\"q_proj\"]}");
     assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_UNSUPPORTED);
     assert_non_null(strstr(rlp_error_last(), "use_dora"));
     write_text(path, "{\"peft_type\": \"IA3\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}");
@@ -467,7 +469,7 @@ static void peft_folders(void **state)
     assert_int_equal(rlpi_lora_load_peft(base, bad), RLP_E_FORMAT);
     assert_null(rlpi_transformer_lora_config(base));
     assert_non_null(rlpi_transformer_grads(base)); /* trainable again as before */
-    logp_of(&f, base, lp2); /* still runs */
+    logp_of(&f, base, lp2);                        /* still runs */
     rlpi_transformer_free(base);
     snprintf(src, sizeof src, "rm -rf %s %s", bad, tmp);
     assert_int_equal(system(src), 0);
@@ -504,12 +506,9 @@ int main(void)
         rlpi_backend_destroy(probe);
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(llama_all_targets_match_peft),
-        cmocka_unit_test(qwen2_rslora_subset_matches_peft),
-        cmocka_unit_test(finite_differences),
-        cmocka_unit_test(zero_b_and_disabled_are_the_base),
-        cmocka_unit_test(refuses_bad_configs),
-        cmocka_unit_test(peft_folders),
+        cmocka_unit_test(llama_all_targets_match_peft), cmocka_unit_test(qwen2_rslora_subset_matches_peft),
+        cmocka_unit_test(finite_differences),           cmocka_unit_test(zero_b_and_disabled_are_the_base),
+        cmocka_unit_test(refuses_bad_configs),          cmocka_unit_test(peft_folders),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
