@@ -393,6 +393,39 @@ int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w)
     return rc;
 }
 
+/* The base weight of layer l that `target` adapts (offset in params). */
+static size_t weight_offset(const rlpi_transformer *tf, int l, int target)
+{
+    const layer_params *P = &tf->layers[l];
+    const size_t off[RLPI_LORA_N_TARGETS] = {P->wq, P->wk, P->wv, P->wo, P->wg, P->wu, P->wd};
+    return off[target];
+}
+
+int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst)
+{
+    rlpi_lora *lo = src->lora;
+    if (!lo || !lo->enabled)
+        return RLP_OK;
+    if (dst->n_params != src->n_params || dst->cfg.n_layers != src->cfg.n_layers || dst->params->owner != lo->params->owner)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora merge: the target model differs or lives on another backend");
+    for (int l = 0; l < lo->n_layers; l++)
+        for (int t = 0; t < RLPI_LORA_N_TARGETS; t++) {
+            const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + t];
+            if (s->a == NO_SLOT)
+                continue;
+            /* W (out, in) += s · B (out, r) · A (r, in), in place on the backend */
+            rlpi_gemm g = {.trans_a = 0, .trans_b = 0, .m = s->out, .n = s->in, .k = lo->cfg.rank,
+                           .alpha = lo->scale, .beta = 1.0f, .batch = 1,
+                           .a = {lo->params, s->b, lo->cfg.rank, 0},
+                           .b = {lo->params, s->a, s->in, 0},
+                           .c = {dst->params, weight_offset(dst, l, t), s->in, 0}};
+            int rc = rlpi_gemm_f32(src->be, &g);
+            if (rc)
+                return rc;
+        }
+    return RLP_OK;
+}
+
 int rlpi_lora_zero_grad(rlpi_lora *lo)
 {
     return lo ? rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f) : RLP_OK;

@@ -120,6 +120,11 @@ int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy,
  * transformer's shapes): the merged model, for export. No-op while the
  * adapters are disabled. */
 int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w);
+/* dst's parameters (which must hold src's base, same config, same
+ * backend) += s·B·A of src's adapters, one GEMM per adapted projection in
+ * place: a rollout engine's copy becomes the merged model without a host
+ * copy of the weights. RLP_E_INVALID_ARG for another shape or backend. */
+int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst);
 int rlpi_lora_zero_grad(rlpi_lora *lo);
 void rlpi_lora_release_grads(rlpi_lora *lo);
 size_t rlpi_lora_activation_bytes(const rlpi_lora *lo);

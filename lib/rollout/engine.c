@@ -321,8 +321,13 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     rlpi_buffer *from = rlpi_transformer_params(src->tf), *to = rlpi_transformer_params(e->policy->tf);
     size_t bytes = rlpi_transformer_n_params(src->tf) * sizeof(float);
     int rc;
-    if (rlpi_transformer_lora_config(src->tf)) {
-        /* adapters: the engine decodes the merged model W + s·B·A */
+    if (rlpi_transformer_lora_config(src->tf) && from->owner == to->owner) {
+        /* adapters: the engine decodes the merged model W + s·B·A, made in
+         * its own buffer (the base copied, then one GEMM per projection) */
+        rc = rlpi_buffer_copy(to, 0, from, 0, bytes);
+        if (!rc)
+            rc = rlpi_lora_merge_params(src->tf, e->policy->tf);
+    } else if (rlpi_transformer_lora_config(src->tf)) { /* another backend: through the host */
         rlpi_weights w;
         if ((rc = rlpi_transformer_export(src->tf, &w)) == RLP_OK) {
             rc = rlpi_transformer_set_weights(e->policy->tf, &w);

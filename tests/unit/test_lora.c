@@ -166,6 +166,14 @@ static void check_case(const char *name, const rlpi_transformer_options *opts, b
     double max_merged = 0;
     for (size_t i = 0; i < c; i++)
         max_merged = fmax(max_merged, fabs(logits[i] - rm[i]));
+    /* the same merge made in place in another transformer's buffer (what a rollout engine gets) */
+    rlpi_transformer *inplace;
+    assert_int_equal(rlpi_transformer_create(&inplace, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    assert_int_equal(rlpi_lora_merge_params(tf, inplace), RLP_OK);
+    assert_int_equal(rlpi_transformer_logits_rows(inplace, &b, rows, n, logits), RLP_OK);
+    for (size_t i = 0; i < c; i++)
+        max_merged = fmax(max_merged, fabs(logits[i] - rm[i]));
+    rlpi_transformer_free(inplace);
     print_message("%s%s%s: |Δlogp| %.2e, |Δentropy| %.2e, worst adapter gradient %.2e over %zu tensors, merged "
                   "|Δlogits| %.2e\n",
                   name, separate ? " (separate projections)" : "",
