@@ -18,7 +18,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/lora.h"
+#include "backend/context.h"
 #include "model/policy.h"
+#include "model/transformer_internal.h"
 #include "../unit/shape_models.h"
 
 #include <math.h>
@@ -150,6 +152,7 @@ int main(int argc, char **argv)
     static const char *const lora_files[] = {"adapter_model.safetensors", "adapter_config.json"};
     char dir[1100];
     double t_full = 0, t_lora = 0;
+    rlpi_transformer *engine_tf = NULL;
     long long b_full = 0, b_lora = 0;
     for (int j = 0; j < 2; j++) {
         if (!pol[j])
@@ -164,18 +167,28 @@ int main(int argc, char **argv)
         }
         *(j ? &t_lora : &t_full) = dt;
         *(j ? &b_lora : &b_full) = j ? dir_bytes(dir, lora_files, 2) : dir_bytes(dir, full_files, 3);
-        /* the merged model a local rollout engine takes (LoRA) or the plain copy (full) */
-        rlpi_weights ex;
+        /* what a local rollout engine's update does (rollout/engine.c copy_weights): the
+         * buffer copied, then for LoRA s·B·A added in place, one GEMM per projection */
+        if (!engine_tf) {
+            rlpi_weights ex;
+            rlpi_transformer_options fo = {.frozen = true};
+            if (rlpi_transformer_export(pol[j]->tf, &ex) != RLP_OK ||
+                rlpi_transformer_create(&engine_tf, pol[j]->ctx->backend, &cfg, &ex, &fo) != RLP_OK)
+                return 1;
+            rlpi_weights_free(&ex);
+        }
         t0 = now();
-        if (rlpi_transformer_export(pol[j]->tf, &ex) != RLP_OK)
+        size_t bytes = rlpi_transformer_n_params(pol[j]->tf) * 4;
+        if (rlpi_buffer_copy(rlpi_transformer_params(engine_tf), 0, rlpi_transformer_params(pol[j]->tf), 0, bytes) ||
+            (j && rlpi_lora_merge_params(pol[j]->tf, engine_tf)))
             return 1;
-        printf("%-4s version: files %.2f MB written in %.3f s; weights for a local engine (%s) %.3f s\n", names[j],
-               (j ? b_lora : b_full) / 1e6, dt, j ? "merged W + s·B·A" : "copy", now() - t0);
-        rlpi_weights_free(&ex);
+        printf("%-4s version: files %.2f MB written in %.3f s; a local engine's update (%s) %.3f s\n", names[j],
+               (j ? b_lora : b_full) / 1e6, dt, j ? "copy + s·B·A in place" : "copy", now() - t0);
     }
     if (pol[0] && pol[1])
         printf("ratio full/lora bytes per published version: %.1fx, seconds: %.1fx\n", (double)b_full / (double)b_lora,
                t_full / t_lora);
+    rlpi_transformer_free(engine_tf);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0)
