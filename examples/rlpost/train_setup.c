@@ -712,7 +712,8 @@ static int make_trainer(run *r, int need_train)
     o.seed = (uint64_t)cfg_int(r->cfg, "seed");
     o.sampling = r->sampling;
     o.rl = r->rl;
-    o.ref = r->ref;
+    /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
+    o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
     o.tokenizer = r->ext_tok;
     o.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
     o.rollout_weights = cli_rollout_weights(cfg_str(r->cfg, "rollout.weights")); /* checked above */
@@ -854,7 +855,7 @@ int train_setup(run *r, const char *weights, int need_train)
     }
     if (r->ext_tok)
         r->tok = NULL;
-    if (need_train && r->rl.kl_coef > 0) {
+    if (need_train && r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") == 0) {
         rlp_policy_options fo = RLP_POLICY_OPTIONS_INIT;
         fo.trainable = 0;
         if ((rc = rlp_policy_load(&r->ref, r->ctx, cfg_str(r->cfg, "model"), &fo))) {

@@ -136,7 +136,10 @@ typedef struct rlp_rl_stats {
  *
  * @param policy  a trainable policy
  * @param batch   scored trajectories (rewards set, e.g. by rlp_reward_fn_score)
- * @param ref     frozen reference policy for the KL, or NULL
+ * @param ref     frozen reference policy for the KL, or NULL; or @p policy
+ *                itself when it has LoRA adapters (rlp_policy_enable_lora):
+ *                the reference is then its frozen base with the adapters
+ *                off, and no second copy of the model is needed
  * @param opts    options or NULL
  * @param[out] stats  may be NULL
  * @return RLP_OK; RLP_E_INVALID_ARG (bad options, an unscored trajectory, a

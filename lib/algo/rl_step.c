@@ -19,6 +19,7 @@
 #include "core/batch.h"
 #include "core/error.h"
 #include "dist/comm.h"
+#include "model/lora.h"
 #include "model/policy.h"
 
 #include <math.h>
@@ -174,6 +175,11 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     bool need_ref = o.kl_estimator != 0 && o.kl_coef > 0;
     if (need_ref && !ref)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: a KL coefficient needs a reference policy", __func__);
+    /* the policy as its own reference: the base under its LoRA adapters */
+    bool ref_is_base = need_ref && ref == policy;
+    if (ref_is_base && !rlpi_transformer_lora_config(policy->tf))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: ref is the policy itself, which only a policy with LoRA "
+                              "adapters can be (its base, adapters off)", __func__);
     double t0 = rlpi_now_s();
     rlp_rl_stats S = {.version = 1};
     uint64_t v0 = policy->version;
@@ -316,8 +322,12 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             rc = rlp_policy_logprobs(policy, seqs, used, temp, old, NULL, n_tok, NULL);
             __atomic_add_fetch(&prox_forwards, 1, __ATOMIC_RELAXED);
         }
+        if (!rc && need_ref && ref_is_base)
+            rlpi_transformer_set_lora_enabled(policy->tf, false);
         if (!rc && need_ref)
             rc = rlp_policy_logprobs(ref, seqs, used, temp, refl, NULL, n_tok, NULL);
+        if (ref_is_base)
+            rlpi_transformer_set_lora_enabled(policy->tf, true);
     }
     rl_step st = {.o = &o,
                   .all = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,

@@ -11,6 +11,8 @@
 #   engines take the merged weights W + s·B·A;
 # - --resume of the step-2 checkpoint: steps 3-4 equal the uninterrupted
 #   run's, bit for bit (adapters, their AdamW moments and the base);
+# - algorithm.kl_coef > 0 takes the base under the adapters as π_ref (no
+#   second model): KL 0 at step 1 (B = 0), > 0 once the adapters moved;
 # - a resume whose lora settings differ is refused by name; a bad rank or
 #   target is refused before anything runs.
 # Skips (77) without the shared data or python3.
@@ -28,6 +30,8 @@ grep -q "^lora: rank 4, alpha 8, targets q_proj,v_proj,down_proj: [0-9]* trainab
   { cat "$out/err.sync"; fail "the adapters' size on stderr"; }
 L --set "output=\"$out/still\"" --set steps=4 --set optimizer.lr=0 >/dev/null 2>"$out/err" ||
   { cat "$out/err"; fail "lr = 0"; }
+L --set "output=\"$out/kl\"" --set steps=3 --set algorithm.kl_coef=0.05 >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "a KL term against the base (adapters off)"; }
 L --set "output=\"$out/half\"" --set steps=2 >/dev/null 2>"$out/err" || { cat "$out/err"; fail "2 steps"; }
 L --set "output=\"$out/half\"" --set steps=4 --resume "$out/half" >/dev/null 2>"$out/err" ||
   { cat "$out/err"; fail "resume of a LoRA run"; }
@@ -65,6 +69,9 @@ first = next(i for i, r in enumerate(sync) if r["grad_norm"] > 0)
 assert first + 1 < len(sync), "no step after the first update"
 assert sync[first + 1]["entropy"] != still[first + 1]["entropy"], "the adapters did not move the policy"
 
+kl = load("/kl/metrics.jsonl")
+assert kl[0]["kl"] == 0.0 or abs(kl[0]["kl"]) < 1e-9, kl[0]["kl"]  # B = 0 at step 1: the policy is its base
+assert any(r["kl"] > 0 for r in kl[1:]), [r["kl"] for r in kl]
 half = load("/half/metrics.jsonl")
 assert [r["step"] for r in half] == [1, 2, 3, 4], [r["step"] for r in half]
 for a, b in zip(sync, half):

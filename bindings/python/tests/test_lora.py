@@ -8,6 +8,7 @@ import pytest
 
 import rlpost
 
+from conftest import make_batch
 from test_policy import SCORED, SEQS, close
 
 
@@ -73,3 +74,23 @@ def test_lora_refusals(policy, tmp_path):
         policy.clone(trainable=True).load_lora(tmp_path / "missing")
     for x in (p, frozen):
         x.close()
+
+
+def test_lora_policy_is_its_own_reference(policy):
+    """ref = the policy itself: its base with the adapters off, no second copy."""
+    p = policy.clone(trainable=True)
+    with pytest.raises(rlpost.InvalidArgumentError, match="LoRA"):
+        p.train_rl(make_batch(groups=1, group_size=2, rewards=[1, 0]), ref=p,
+                   kl_estimator=rlpost.KLEstimator.K3, kl_coef=0.05)
+    p.enable_lora(rank=4, alpha=16.0)
+    p.set_optimizer(lr=5e-2, weight_decay=0.0)
+    batch = make_batch(groups=2, group_size=4, rewards=[1, 0, 0, 1, 1, 0, 1, 0])
+    kw = dict(kl_estimator=rlpost.KLEstimator.K3, kl_coef=0.05)
+    first = p.train_rl(batch, ref=p, **kw)
+    assert first.kl == pytest.approx(0.0, abs=1e-7)  # B = 0: the adapted policy is its base
+    for _ in range(3):
+        last = p.train_rl(batch, ref=p, **kw)
+    assert last.kl > 1e-6  # the adapters moved it away from the base
+    # the adapters are back on after the reference pass: p is not its base
+    assert list(p.logprobs(SEQS)) != list(policy.logprobs(SEQS))
+    p.close()
