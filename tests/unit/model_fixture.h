@@ -105,6 +105,41 @@ static inline void fixture_load(model_fixture *f, const char *name)
     }
 }
 
+/* fixture_load, then the family fields of rlpi_model_config that the
+ * Qwen3/Gemma 3 fixtures (make_arch_fixtures.py) carry in their JSON
+ * config, field by field; the config must validate. */
+static inline double fixture_num(json_t *c, const char *key)
+{
+    json_t *v = json_object_get(c, key);
+    assert_non_null(v);
+    return json_number_value(v);
+}
+
+static inline void fixture_load_family(model_fixture *f, const char *name)
+{
+    fixture_load(f, name);
+    json_t *c = json_object_get(f->meta, "config");
+    rlpi_model_config *cfg = &f->cfg;
+    cfg->activation = (int32_t)fixture_num(c, "activation");
+    cfg->qk_norm = json_is_true(json_object_get(c, "qk_norm"));
+    cfg->post_norms = json_is_true(json_object_get(c, "post_norms"));
+    cfg->norm_offset = (float)fixture_num(c, "norm_offset");
+    cfg->embed_scale = (float)fixture_num(c, "embed_scale");
+    cfg->attn_scale = (float)fixture_num(c, "attn_scale");
+    cfg->final_softcap = (float)fixture_num(c, "final_softcap");
+    cfg->sliding_window = (int32_t)fixture_num(c, "sliding_window");
+    cfg->rope_theta_local = (float)fixture_num(c, "rope_theta_local");
+    json_t *lin = json_object_get(c, "rope_linear_factor");
+    if (lin) { /* global layers only: the local ones keep plain RoPE */
+        cfg->rope_scaling = RLPI_ROPE_SCALING_LINEAR;
+        cfg->rope_factor = (float)json_number_value(lin);
+    }
+    json_t *ll = json_object_get(c, "local_layers");
+    for (size_t i = 0; i < json_array_size(ll); i++)
+        cfg->local_layers[i] = (uint8_t)json_integer_value(json_array_get(ll, i));
+    assert_int_equal(rlpi_model_config_validate(cfg, name), RLP_OK);
+}
+
 static inline void fixture_free(model_fixture *f)
 {
     json_decref(f->meta);

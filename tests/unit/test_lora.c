@@ -386,6 +386,108 @@ static void refuses_bad_configs(void **state)
     fixture_free(&f.m);
 }
 
+/* The Qwen3 and Gemma 3 fixtures of make_arch_fixtures.py (q/k norms,
+ * post-norms, GeGLU, sliding windows, soft-cap) with adapters on every
+ * projection and random non-zero B: the adapted forward equals the merged
+ * export's, and the adapters' gradients agree with finite differences. */
+static void family_adapters(const char *name)
+{
+    fixture f;
+    memset(&f, 0, sizeof f);
+    fixture_load_family(&f.m, name);
+    f.inv_temp = (float)json_number_value(json_object_get(f.m.meta, "inv_temp"));
+    rlpi_transformer *tf;
+    assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
+    rlpi_lora_config lc = {.rank = 3, .alpha = 6, .targets = RLPI_LORA_ALL_TARGETS};
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &lc, 9), RLP_OK);
+    size_t np = rlpi_transformer_n_trainable(tf);
+    float *p = malloc(np * 4);
+    rlpi_buffer *P = rlpi_transformer_trainable_params(tf);
+    assert_int_equal(rlpi_buffer_download(P, 0, p, np * 4), RLP_OK);
+    unsigned x = 12345;
+    for (size_t t = 0; t < rlpi_transformer_n_trainable_tensors(tf); t++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, t);
+        if (strstr(in->name, "lora_B"))
+            for (size_t i = 0; i < in->n_elems; i++) {
+                x = x * 1103515245u + 12345u;
+                p[in->offset + i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.4f;
+            }
+    }
+    assert_int_equal(rlpi_buffer_upload(P, 0, p, np * 4), RLP_OK);
+    free(p);
+    /* adapted forward = merged export */
+    rlpi_packed_batch b = batch_of(&f);
+    int64_t n = f.m.n, V = f.m.cfg.vocab_size;
+    int32_t *rows = malloc((size_t)n * sizeof *rows);
+    float *la = malloc((size_t)(n * V) * 4), *lm = malloc((size_t)(n * V) * 4);
+    for (int64_t i = 0; i < n; i++)
+        rows[i] = (int32_t)i;
+    rlpi_weights w;
+    rlpi_transformer *merged;
+    assert_int_equal(rlpi_transformer_export(tf, &w), RLP_OK);
+    assert_int_equal(rlpi_transformer_create(&merged, be, &f.m.cfg, &w, NULL), RLP_OK);
+    assert_int_equal(rlpi_transformer_logits_rows(tf, &b, rows, n, la), RLP_OK);
+    assert_int_equal(rlpi_transformer_logits_rows(merged, &b, rows, n, lm), RLP_OK);
+    double dmax = 0, base_diff = 0;
+    for (int64_t i = 0; i < n * V; i++)
+        dmax = fmax(dmax, fabs(la[i] - lm[i]));
+    rlpi_transformer_set_lora_enabled(tf, false);
+    assert_int_equal(rlpi_transformer_logits_rows(tf, &b, rows, n, lm), RLP_OK);
+    rlpi_transformer_set_lora_enabled(tf, true);
+    for (int64_t i = 0; i < n * V; i++)
+        base_diff = fmax(base_diff, fabs(la[i] - lm[i]));
+    assert_true(dmax <= 2e-5);
+    assert_true(base_diff > 1e-2); /* the adapters do change this model */
+    /* finite differences at the largest gradients of 4 tensors */
+    float logp[64], ent[64];
+    size_t c;
+    assert_int_equal(rlpi_transformer_zero_grad(tf), RLP_OK);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, logp, ent, true), RLP_OK);
+    assert_int_equal(rlpi_transformer_backward(tf, array(&f, "dlogp", &c), array(&f, "dentropy", &c)), RLP_OK);
+    float *g = grads_of(tf);
+    size_t nt = rlpi_transformer_n_trainable_tensors(tf), pick[4] = {0, 1, nt - 2, nt - 1};
+    double worst = 0;
+    for (int k = 0; k < 4; k++) {
+        const rlpi_param_info *in = rlpi_transformer_trainable_tensor(tf, pick[k]);
+        size_t best = 0;
+        for (size_t i = 0; i < in->n_elems; i++)
+            if (fabsf(g[in->offset + i]) > fabsf(g[in->offset + best]))
+                best = i;
+        size_t at = (in->offset + best) * 4;
+        float v0, vp, vm;
+        assert_int_equal(rlpi_buffer_download(P, at, &v0, 4), RLP_OK);
+        vp = v0 + 1e-2f, vm = v0 - 1e-2f;
+        assert_int_equal(rlpi_buffer_upload(P, at, &vp, 4), RLP_OK);
+        double lp = loss_of(&f, tf);
+        assert_int_equal(rlpi_buffer_upload(P, at, &vm, 4), RLP_OK);
+        double lmn = loss_of(&f, tf);
+        assert_int_equal(rlpi_buffer_upload(P, at, &v0, 4), RLP_OK);
+        double fd = (lp - lmn) / (double)(vp - vm), an = g[in->offset + best];
+        worst = fmax(worst, fabs(fd - an) / fmax(1e-1, fabs(an)));
+        if (fabs(fd - an) > fmax(2e-3, 0.02 * fabs(an)))
+            fail_msg("%s %s[%zu]: finite difference %.6f, backward %.6f", name, in->name, best, fd, an);
+    }
+    print_message("%s with adapters: merged |Δlogits| %.2e (adapters move logits by %.2e), finite differences "
+                  "within %.2e relative\n",
+                  name, dmax, base_diff, worst);
+    free(g);
+    free(rows);
+    free(la);
+    free(lm);
+    rlpi_weights_free(&w);
+    rlpi_transformer_free(merged);
+    rlpi_transformer_free(tf);
+    fixture_free(&f.m);
+}
+
+static void qwen3_and_gemma3_adapters(void **state)
+{
+    (void)state;
+    family_adapters("arch_qwen3_tied");
+    family_adapters("arch_gemma3");
+    family_adapters("arch_gemma3_softcap");
+}
+
 static void fixture_dir(char *out, size_t cap, const char *name)
 {
     const char *root = getenv("RLPOST_SOURCE_ROOT");
@@ -517,6 +619,7 @@ int main(void)
         cmocka_unit_test(llama_all_targets_match_peft), cmocka_unit_test(qwen2_rslora_subset_matches_peft),
         cmocka_unit_test(finite_differences),           cmocka_unit_test(zero_b_and_disabled_are_the_base),
         cmocka_unit_test(refuses_bad_configs),          cmocka_unit_test(peft_folders),
+        cmocka_unit_test(qwen3_and_gemma3_adapters),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

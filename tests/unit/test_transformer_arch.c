@@ -58,38 +58,10 @@ static const void *array(fixture *f, const char *key, size_t *count)
     return fixture_array(&f->m, key, count);
 }
 
-static double num(json_t *c, const char *key)
-{
-    json_t *v = json_object_get(c, key);
-    assert_non_null(v);
-    return json_number_value(v);
-}
-
-/* the family fields of rlpi_model_config, by hand from the fixture's JSON */
 static void load_fixture(fixture *f, const char *name)
 {
-    fixture_load(&f->m, name);
+    fixture_load_family(&f->m, name);
     f->inv_temp = (float)json_number_value(json_object_get(f->m.meta, "inv_temp"));
-    json_t *c = json_object_get(f->m.meta, "config");
-    rlpi_model_config *cfg = &f->m.cfg;
-    cfg->activation = (int32_t)num(c, "activation");
-    cfg->qk_norm = json_is_true(json_object_get(c, "qk_norm"));
-    cfg->post_norms = json_is_true(json_object_get(c, "post_norms"));
-    cfg->norm_offset = (float)num(c, "norm_offset");
-    cfg->embed_scale = (float)num(c, "embed_scale");
-    cfg->attn_scale = (float)num(c, "attn_scale");
-    cfg->final_softcap = (float)num(c, "final_softcap");
-    cfg->sliding_window = (int32_t)num(c, "sliding_window");
-    cfg->rope_theta_local = (float)num(c, "rope_theta_local");
-    json_t *lin = json_object_get(c, "rope_linear_factor");
-    if (lin) { /* global layers only: the local ones keep plain RoPE */
-        cfg->rope_scaling = RLPI_ROPE_SCALING_LINEAR;
-        cfg->rope_factor = (float)json_number_value(lin);
-    }
-    json_t *ll = json_object_get(c, "local_layers");
-    for (size_t i = 0; i < json_array_size(ll); i++)
-        cfg->local_layers[i] = (uint8_t)json_integer_value(json_array_get(ll, i));
-    assert_int_equal(rlpi_model_config_validate(cfg, name), RLP_OK);
 }
 
 static rlpi_packed_batch batch_of(fixture *f)

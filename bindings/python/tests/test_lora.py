@@ -94,3 +94,27 @@ def test_lora_policy_is_its_own_reference(policy):
     # the adapters are back on after the reference pass: p is not its base
     assert list(p.logprobs(SEQS)) != list(policy.logprobs(SEQS))
     p.close()
+
+
+def test_lora_merged_gguf_and_hf(ctx, tmp_path):
+    """The merged model leaves as GGUF (llama.cpp) and as an HF folder, and
+    both load back with the adapted policy's logprobs."""
+    from test_gguf_out import TINY
+    seq = [([0, 1, 2, 3, 4, 5, 1, 2], 1), ([3, 2, 1, 0, 5], 2)]
+    with rlpost.Policy(ctx, TINY) as p:
+        base = list(p.logprobs(seq))
+        p.enable_lora(rank=2, alpha=4.0, seed=5)
+        p.set_optimizer(lr=5e-2, weight_decay=0.0)
+        for _ in range(3):
+            p.train_step(seq)
+        want = list(p.logprobs(seq))
+        assert max(abs(a - b) for a, b in zip(want, base)) > 1e-3  # the adapters changed the model
+        p.save_gguf(tmp_path / "merged.gguf", type="f32")
+        p.save(tmp_path / "merged_hf")
+        p.save_lora(tmp_path / "adapter")
+    with rlpost.Policy(ctx, tmp_path / "merged.gguf") as g, rlpost.Policy(ctx, tmp_path / "merged_hf") as h:
+        assert close(g.logprobs(seq), want, 1e-5)
+        assert close(h.logprobs(seq), want, 1e-5)
+    with rlpost.Policy(ctx, TINY) as fresh:  # the base + the PEFT folder = the same model
+        fresh.load_lora(tmp_path / "adapter")
+        assert list(fresh.logprobs(seq)) == want
