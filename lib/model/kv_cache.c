@@ -262,6 +262,7 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     TRY(qkv_part(tf, kv, n, qdst, 0, tf->qdim, P->wq));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(qdst, 0), RLPI_REF(W, P->bq), n, tf->qdim));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_Q, kv->xn, 0, 0, qdst, 0, 0));
     if (c->qk_norm)
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
                                 RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim, c->rms_eps));
@@ -269,12 +270,14 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     TRY(qkv_part(tf, kv, n, kdst, tf->qdim, tf->kvdim, P->wk));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kdst, 0), RLPI_REF(W, P->bk), n, tf->kvdim));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_K, kv->xn, 0, 0, kdst, 0, 0));
     if (c->qk_norm)
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->rstd_h, 0), RLPI_REF(kv->att, 0),
                                 RLPI_REF(W, P->k_norm), n * c->n_kv_heads, c->head_dim, c->rms_eps));
     TRY(qkv_part(tf, kv, n, kv->v, tf->qdim + tf->kvdim, tf->kvdim, P->wv));
     if (c->attention_bias)
         TRY(rlpi_op_add_bias(be, RLPI_REF(kv->v, 0), RLPI_REF(W, P->bv), n, tf->kvdim));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_V, kv->xn, 0, 0, kv->v, 0, 0));
     TRY(rlpi_op_rope(be, RLPI_REF(kv->q, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_heads, c->head_dim, 0));
     TRY(rlpi_op_rope(be, RLPI_REF(kv->k, 0), RLPI_REF(kv->pos, 0), RLPI_REF(freq, 0), n, c->n_kv_heads, c->head_dim,
                      0));
@@ -293,11 +296,13 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     /* x += att·Woᵀ (or its post-attention norm) ; x += act(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ (or its post-ffw norm) */
     if (c->post_norms) {
         TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 0.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
         TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 1.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->x, 0, 0));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
                             RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
@@ -310,17 +315,21 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
         TRY(rlpi_tf_mm(tf, kv->gate, 0, kv->xn, 0, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
         TRY(rlpi_tf_mm(tf, kv->up, 0, kv->xn, 0, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
     }
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_GATE, kv->xn, 0, 0, kv->gate, 0, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_UP, kv->xn, 0, 0, kv->up, 0, 0));
     if (c->activation == RLPI_ACT_GELU_TANH)
         TRY(rlpi_op_geglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     else
         TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     if (c->post_norms) {
         TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_ffn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
         TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 1.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->x, 0, 0));
     }
     return RLP_OK;
 }
@@ -354,11 +363,10 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return rlpi_error_set(RLP_E_INVALID_ARG, "extend: token id %d outside the vocabulary of %d", tokens[i],
                                   c->vocab_size);
-    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
-        if (rlpi_lora_active(tf->lora, t)) /* decode engines take the merged weights (rlpi_transformer_export) */
-            return rlpi_error_set(
-                RLP_E_UNSUPPORTED,
-                "extend: the KV-cached decode does not run LoRA adapters; decode with the merged weights");
+    if (tf->lora) { /* adapters run unmerged here; their saved activations now belong to this pass */
+        tf->kept = false;
+        TRY(rlpi_lora_begin_forward(tf, n, false));
+    }
     TRY(ensure_workspace(kv, tf, n, n_seq));
     if (kv->qw && kv->qw->tf != tf && (rlpi_transformer_n_params(kv->qw->tf) != rlpi_transformer_n_params(tf)))
         return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the quantized weights were made for another model");

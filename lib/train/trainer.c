@@ -9,7 +9,6 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "algo/rl_step.h"
-#include "model/lora.h"
 #include "model/policy.h"
 #include "rollout/engine.h"
 
@@ -114,19 +113,6 @@ static int check_options(const rlp_trainer_options *o)
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
                               "the workers load each published version from)");
     return RLP_OK;
-}
-
-/* The KV-cached decode runs plain weights: a policy with LoRA adapters
- * cannot share its own with an engine, which then holds the merged model
- * W + s·B·A and is refreshed before each use (as in PULL mode). */
-static bool lora_policy(const rlp_trainer *t)
-{
-    return rlpi_transformer_lora_config(t->policy->tf) != NULL;
-}
-
-static bool refresh_local(const rlp_trainer *t)
-{
-    return t->o.mode == RLP_TRAIN_PULL || lora_policy(t);
 }
 
 static uint32_t engine_batch(const rlp_trainer *t)
@@ -296,7 +282,7 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     t->tok = own;
     const int separate = o.mode == RLP_TRAIN_ASYNC || t->remote;
     if (!separate)
-        rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC && !lora_policy(t), engine_batch(t));
+        rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC, engine_batch(t));
     else if (!t->inbox)
         rc = create_rollout_engine(t);
     if (rc) {
@@ -503,7 +489,7 @@ static int collect_sync(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
             rlpi_error_wrap("weights");
         }
         s.seed >>= 1; /* servers take a signed 64-bit seed */
-    } else if (refresh_local(t) && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
+    } else if (t->o.mode == RLP_TRAIN_PULL && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
         rlpi_error_wrap("weights");
     }
     rlp_batch *b = NULL;
@@ -789,12 +775,10 @@ int rlp_trainer_generate(rlp_batch **out, rlp_trainer *t, const rlp_prompt_set *
     if (!e) {
         /* ASYNC and remote PULL: an engine on the trainer's context that
          * shares the policy's weights */
-        if (!t->eval_engine && (rc = local_engine(t, &t->eval_engine, t->policy, !lora_policy(t), engine_batch(t))))
+        if (!t->eval_engine && (rc = local_engine(t, &t->eval_engine, t->policy, 1, engine_batch(t))))
             return rlpi_error_wrap("%s: evaluation engine", __func__);
         e = t->eval_engine;
-        if (lora_policy(t) && (rc = rlp_rollout_engine_update_weights(e, t->policy)))
-            return rlpi_error_wrap("%s: weights", __func__);
-    } else if (refresh_local(t) && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
+    } else if (t->o.mode == RLP_TRAIN_PULL && (rc = rlp_rollout_engine_update_weights(e, t->policy))) {
         return rlpi_error_wrap("%s: weights", __func__);
     }
     return rlpi_train_generate(out, e, set, 0, SIZE_MAX, s, t->o.multiturn.env ? &t->o.multiturn : NULL, t->ext_tok,
