@@ -439,14 +439,15 @@ RLP_API int rlp_policy_save_lora(const rlp_policy *policy, const char *dir, cons
 /**
  * Loads a PEFT LoRA adapter folder (adapter_config.json +
  * adapter_model.safetensors, PEFT's or ours) into the policy: attaches
- * adapters of that config when none are attached (the policy must be
- * trainable), else the config must equal the attached one. Everything is
+ * adapters of that config when none are attached (on a frozen policy they
+ * are inference-only: logprobs and generation, no training), else the
+ * config must equal the attached one. Everything is
  * validated before anything changes: every adapter tensor present with
  * this model's shape and nothing else, all values finite.
  * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_NOT_FOUND; RLP_E_IO;
  *         RLP_E_FORMAT (names the file and tensor); RLP_E_UNSUPPORTED
  *         (DoRA, trained biases, rank/alpha patterns, modules_to_save,
- *         fan_in_fan_out, layer subsets: named); RLP_E_STATE (frozen).
+ *         fan_in_fan_out, layer subsets: named).
  */
 RLP_API int rlp_policy_load_lora(rlp_policy *policy, const char *dir);
 

@@ -270,7 +270,12 @@ RLP_API int rlp_rollout_engine_update_weights(rlp_rollout_engine *engine, const 
 /**
  * Loads weights saved by rlp_policy_save() (a folder) into a local engine
  * and sets its version to @p version; the SGLang-style
- * `/update_weights_from_disk` of `rlpost serve`. Same threading as
+ * `/update_weights_from_disk` of `rlpost serve`. A folder with an
+ * adapter_config.json is a LoRA adapter folder (rlp_policy_save_lora, or
+ * PEFT's save_pretrained): its adapters are applied to the engine's base,
+ * unmerged (replacing those of an earlier adapter folder; their config
+ * must match), 20 MB a version for SmolLM2 at rank 16 instead of 538 MB.
+ * Whole weights drop any adapters. Same threading as
  * rlp_rollout_engine_update_weights(). The engine keeps its weights and
  * version on any failure.
  * @return RLP_OK; RLP_E_FORMAT (a malformed file, or a weight that is NaN

@@ -133,7 +133,11 @@ RLP_API void rlp_synchronizer_free(rlp_synchronizer *sync);
  * call it after each train step. IN_PROCESS keeps a frozen copy (COLOCATED:
  * the pointer); FILE/HTTP write DIR/v<version>/ and then the manifest, and
  * remove old version folders beyond keep_versions (a reader still loading
- * one retries with the newest). Wakes rollouts waiting at the gate.
+ * one retries with the newest). A policy with LoRA adapters
+ * (rlp_policy_enable_lora) publishes its adapters only, as a PEFT folder
+ * (rlp_policy_save_lora): readers must run the same base, to which
+ * rlp_rollout_engine_load_weights applies them. Wakes rollouts waiting at
+ * the gate.
  *
  * @param sync    the synchronizer
  * @param policy  the trained policy; COLOCATED borrows it until the next

@@ -202,8 +202,8 @@ int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *c
         return rlpi_error_set(RLP_E_INVALID_ARG, "lora: NULL argument");
     if (tf->lora)
         return rlpi_error_set(RLP_E_STATE, "lora: adapters are already attached");
-    if (!tf->grads)
-        return rlpi_error_set(RLP_E_STATE, "lora: the transformer is frozen (forward-only)");
+    /* a frozen (forward-only) transformer gets inference-only adapters: no gradients */
+    bool trainable = tf->grads != NULL;
     int rc = check_config(tf, cfg);
     if (rc)
         return rc;
@@ -215,8 +215,8 @@ int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *c
     lo->n_layers = tf->cfg.n_layers;
     lo->enabled = true;
     if (!(rc = build(tf, lo)) && !(rc = rlpi_buffer_alloc(tf->be, lo->n_params * 4, &lo->params)) &&
-        !(rc = rlpi_buffer_alloc(tf->be, lo->n_params * 4, &lo->grads)) &&
-        !(rc = rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f)) &&
+        (!trainable || (!(rc = rlpi_buffer_alloc(tf->be, lo->n_params * 4, &lo->grads)) &&
+                        !(rc = rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f)))) &&
         /* the norms' weight gradients still flow through their kernels: one sink, never read */
         !(rc = rlpi_buffer_alloc(tf->be, (size_t)(tf->cfg.dim > tf->cfg.head_dim ? tf->cfg.dim : tf->cfg.head_dim) * 4,
                                  &tf->norm_sink)))
@@ -237,15 +237,17 @@ int rlpi_transformer_detach_lora(rlpi_transformer *tf)
 {
     if (!tf || !tf->lora)
         return RLP_OK;
-    rlpi_buffer *g = NULL;
-    int rc = rlpi_buffer_alloc(tf->be, tf->n_params * 4, &g);
-    if (!rc)
-        rc = rlpi_buffer_fill_f32(g, 0, tf->n_params, 0.0f);
-    if (rc) {
-        rlpi_buffer_free(g);
-        return rc;
+    if (tf->lora->grads) { /* trainable adapters: the base trains again */
+        rlpi_buffer *g = NULL;
+        int rc = rlpi_buffer_alloc(tf->be, tf->n_params * 4, &g);
+        if (!rc)
+            rc = rlpi_buffer_fill_f32(g, 0, tf->n_params, 0.0f);
+        if (rc) {
+            rlpi_buffer_free(g);
+            return rc;
+        }
+        tf->grads = g;
     }
-    tf->grads = g;
     rlpi_lora_free(tf->lora);
     tf->lora = NULL;
     rlpi_buffer_free(tf->norm_sink);
@@ -284,6 +286,11 @@ const rlpi_param_info *rlpi_transformer_trainable_tensor(const rlpi_transformer 
 rlpi_buffer *rlpi_transformer_trainable_params(rlpi_transformer *tf)
 {
     return tf->lora ? tf->lora->params : tf->params;
+}
+
+bool rlpi_lora_trainable(const rlpi_lora *lo)
+{
+    return lo && lo->grads;
 }
 
 rlpi_buffer *rlpi_transformer_trainable_grads(rlpi_transformer *tf)
@@ -428,6 +435,8 @@ int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst)
 
 int rlpi_lora_zero_grad(rlpi_lora *lo)
 {
+    if (lo && !lo->grads)
+        return rlpi_error_set(RLP_E_STATE, "transformer: inference-only adapters have no gradients");
     return lo ? rlpi_buffer_fill_f32(lo->grads, 0, lo->n_params, 0.0f) : RLP_OK;
 }
 

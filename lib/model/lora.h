@@ -62,9 +62,11 @@ float rlpi_lora_scale(const rlpi_lora_config *cfg);
  * base gradients (its gradient buffer is freed: 4 bytes a base parameter),
  * backward computes only what flows to the adapters (no ∂W products, about
  * a third of the backward's GEMMs), and rlpi_transformer_trainable_*
- * describe the adapters. RLP_E_INVALID_ARG for a bad config (named field),
- * RLP_E_STATE when adapters are already attached or the transformer is
- * frozen (forward-only), RLP_E_NOMEM. On error nothing changes. */
+ * describe the adapters. On a frozen (forward-only) transformer the
+ * adapters are inference-only: no gradient buffer (a rollout engine
+ * applying published adapters to its base). RLP_E_INVALID_ARG for a bad
+ * config (named field), RLP_E_STATE when adapters are already attached,
+ * RLP_E_NOMEM. On error nothing changes. */
 int rlpi_transformer_attach_lora(rlpi_transformer *tf, const rlpi_lora_config *cfg, uint64_t seed);
 /* Removes the adapters and makes the base trainable again (a zeroed
  * gradient buffer). RLP_E_NOMEM leaves the adapters attached. No-op
@@ -104,6 +106,8 @@ int rlpi_lora_load_peft(rlpi_transformer *tf, const char *dir);
 
 typedef struct rlpi_lora rlpi_lora;
 void rlpi_lora_free(rlpi_lora *lo);
+/* Whether the adapters have gradients (attached to a trainable transformer). */
+bool rlpi_lora_trainable(const rlpi_lora *lo);
 bool rlpi_lora_active(const rlpi_lora *lo, int target);
 /* Sizes the saved-h buffer for a forward over n tokens (keep: one slot per
  * layer, else one reused slot). */

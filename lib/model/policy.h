@@ -41,6 +41,9 @@ int rlpi_policy_train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t 
  * adapters apart, so that a resumed run trains the same parameters). */
 int rlpi_policy_save_hf(const rlp_policy *policy, const char *dir, int dtype, bool merged);
 
+/* Whether LoRA adapters are attached (the synchronizer then ships them only). */
+bool rlpi_policy_has_lora(const rlp_policy *policy);
+
 /* Loads the tokenizer at `path` (GGUF or tokenizer.json) into the policy. */
 int rlpi_policy_attach_tokenizer(rlp_policy *p, const char *path);
 

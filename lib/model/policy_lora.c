@@ -60,8 +60,6 @@ int rlp_policy_load_lora(rlp_policy *policy, const char *dir)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(dir && *dir, "dir is NULL or empty");
-    if (!policy->trainable)
-        return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen (trainable = 0)", __func__);
     bool had = rlpi_transformer_lora_config(policy->tf) != NULL;
     int rc = rlpi_lora_load_peft(policy->tf, dir);
     if (rc)
@@ -70,4 +68,9 @@ int rlp_policy_load_lora(rlp_policy *policy, const char *dir)
         rlpi_optimizer_release(&policy->opt);
     policy->weights_gen++; /* a quantized rollout copy is stale now */
     return RLP_OK;
+}
+
+bool rlpi_policy_has_lora(const rlp_policy *policy)
+{
+    return policy && rlpi_transformer_lora_config(policy->tf) != NULL;
 }

@@ -13,8 +13,10 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int rlp_sampling_options_init(rlp_sampling_options *opts, uint32_t version)
 {
@@ -379,9 +381,33 @@ typedef struct disk_update {
 static int set_from_disk(rlp_rollout_engine *e, void *arg)
 {
     disk_update *u = arg;
-    int rc = rlpi_transformer_set_weights(e->policy->tf, u->w);
+    /* whole weights: adapters applied before belong to the old base */
+    int rc = rlpi_transformer_detach_lora(e->policy->tf);
     if (!rc)
+        rc = rlpi_transformer_set_weights(e->policy->tf, u->w);
+    if (!rc) {
         e->version = e->policy->version = u->version;
+        e->policy->weights_gen++;
+    }
+    return rc;
+}
+
+typedef struct adapter_update {
+    const char *dir;
+    uint64_t version;
+} adapter_update;
+
+/* A PEFT adapter folder onto the engine's base: attached (inference-only,
+ * run unmerged by the decode) or replacing the adapters of the last one;
+ * rlpi_lora_load_peft checks everything before it changes anything. */
+static int set_adapter_from_disk(rlp_rollout_engine *e, void *arg)
+{
+    adapter_update *u = arg;
+    int rc = rlpi_lora_load_peft(e->policy->tf, u->dir);
+    if (!rc) {
+        e->version = e->policy->version = u->version;
+        e->policy->weights_gen++;
+    }
     return rc;
 }
 
@@ -392,6 +418,13 @@ int rlp_rollout_engine_load_weights(rlp_rollout_engine *engine, const char *path
     int rc = local_owned(engine, __func__);
     if (rc)
         return rc;
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/adapter_config.json", path);
+    if (access(probe, F_OK) == 0) { /* LoRA adapters only (rlp_policy_save_lora): applied to this engine's base */
+        adapter_update au = {path, version};
+        rc = with_weights_lock(engine, set_adapter_from_disk, &au);
+        return rc ? rlpi_error_wrap("%s: %s", __func__, path) : RLP_OK;
+    }
     /* read and check outside the lock: generation goes on meanwhile */
     rlpi_model_config cfg;
     rlpi_weights w;

@@ -9,6 +9,9 @@
 #   rollout side pulls before each generate) and it served requests;
 # - pull, 2 steps: staleness 0 (each generate follows the pull of the
 #   latest version);
+# - LoRA (lora.rank 4, pull, 2 steps, a worker of its own): each version
+#   folder holds the PEFT adapter files only, the worker applies them to
+#   its base and decodes the trainer's policy (mismatch KL < 1e-6);
 # - a worker killed before the run: the trainer refuses rollout.urls with
 #   one line, exit 2, nothing written.
 # Skips (77) without the shared data or python3.
@@ -69,6 +72,31 @@ for u in urls:
     assert 1 <= h["version"] <= 3 and h["requests_done"] > 0, (u, h)
 PY
 [ $? -eq 0 ] || fail "swarm runs"
+
+# LoRA: the trainer publishes adapters only and a worker started from the
+# same base applies them (pull, 2 steps, a worker of its own)
+mkdir -p "$out/wlora"
+"$rlpost" serve "$model" --port 0 --threads 1 --weights-dir "$out/wlora" >"$out/worker2.out" 2>"$out/worker2.log" &
+pids="$pids $!"
+j=0
+while ! grep -q listening "$out/worker2.out" 2>/dev/null && [ $j -lt 600 ]; do sleep 0.05; j=$((j + 1)); done
+u2=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["listening"])' "$out/worker2.out") ||
+  fail "worker 2 did not start"
+"$rlpost" train "$cfg" --set "model=\"$model\"" --set "rollout.urls=[\"$u2\"]" --set "sync.weights_dir=\"$out/wlora\"" \
+  --set "output=\"$out/lora\"" --set 'sync.mode="pull"' --set steps=2 --set lora.rank=4 >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "pull with LoRA adapters"; }
+python3 - "$out" "$u2" <<'PY' || fail "LoRA swarm"
+import json, os, sys, urllib.request
+d, u = sys.argv[1], sys.argv[2]
+m = [json.loads(l) for l in open(d + "/lora/metrics.jsonl")]
+assert [r["step"] for r in m] == [1, 2], m
+for r in m:
+    assert r["n_seqs"] == 16 and r["invalid_seqs"] == 0 and r["staleness_max"] == 0, r
+    assert r["mismatch_kl"] < 1e-6, r  # the worker decodes base + adapters: the trainer's policy
+assert sorted(os.listdir(d + "/wlora/v2")) == ["adapter_config.json", "adapter_model.safetensors"]
+h = json.load(urllib.request.urlopen(u + "/health", timeout=10))
+assert h["version"] == 1 and h["requests_done"] > 0, h  # pulled before each of the 2 steps: v0, v1
+PY
 
 # a dead worker is refused before anything is written
 set -- $pids

@@ -368,9 +368,18 @@ static void refuses_bad_configs(void **state)
 
     rlpi_transformer_free(tf);
 
+    /* a frozen (forward-only) transformer takes inference-only adapters: no gradients, no backward */
     rlpi_transformer_options frozen = {.frozen = true};
     assert_int_equal(rlpi_transformer_create(&tf, be, &f.m.cfg, &f.m.w, &frozen), RLP_OK);
-    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 1), RLP_E_STATE);
+    assert_int_equal(rlpi_transformer_attach_lora(tf, &f.lcfg, 1), RLP_OK);
+    assert_null(rlpi_transformer_trainable_grads(tf));
+    assert_int_equal(rlpi_transformer_zero_grad(tf), RLP_E_STATE);
+    rlpi_packed_batch b = batch_of(&f);
+    float lp[64];
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, lp, NULL, true), RLP_E_STATE);
+    assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, lp, NULL, false), RLP_OK);
+    assert_int_equal(rlpi_transformer_detach_lora(tf), RLP_OK);
+    assert_null(rlpi_transformer_grads(tf)); /* still frozen */
     rlpi_transformer_free(tf);
     fixture_free(&f.m);
 }

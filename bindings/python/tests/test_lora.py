@@ -118,3 +118,73 @@ def test_lora_merged_gguf_and_hf(ctx, tmp_path):
     with rlpost.Policy(ctx, TINY) as fresh:  # the base + the PEFT folder = the same model
         fresh.load_lora(tmp_path / "adapter")
         assert list(fresh.logprobs(seq)) == want
+
+
+def test_engine_takes_adapter_folders(policy, tmp_path):
+    """rlp_rollout_engine_load_weights on a PEFT folder: the adapters go onto
+    the engine's base, unmerged, and it decodes what an engine holding the
+    merged model decodes; whole weights drop them again."""
+    p = policy.clone(trainable=True)
+    p.enable_lora(rank=4, alpha=16.0, seed=2)
+    p.set_optimizer(lr=5e-2, weight_decay=0.0)
+    for _ in range(3):
+        p.train_step(SEQS)
+    p.save_lora(tmp_path / "adapter")
+    p.save(tmp_path / "merged")
+    policy.save(tmp_path / "base")
+    prompts = [[1, 45, 60], [1, 7, 8, 9]]
+    kw = dict(n=1, temperature=0.0, max_new_tokens=12, ignore_eos=True)
+    with rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=64) as a, \
+            rlpost.RolloutEngine(policy, max_batch=4, max_seq_len=64) as m:
+        before = [list(t.completion_tokens) for t in a.generate(prompts, **kw)]
+        a.load_weights(tmp_path / "adapter", version=7)
+        m.load_weights(tmp_path / "merged", version=7)
+        ga, gm = list(a.generate(prompts, **kw)), list(m.generate(prompts, **kw))
+        assert [list(t.completion_tokens) for t in ga] == [list(t.completion_tokens) for t in gm]
+        assert [list(t.completion_tokens) for t in ga] != before  # the adapters changed what it writes
+        for x, y in zip(ga, gm):
+            assert close(x.logprobs, y.logprobs, 1e-4) and x.policy_version == 7
+        a.load_weights(tmp_path / "adapter", version=8)  # the next version's adapters replace these
+        a.load_weights(tmp_path / "base", version=9)  # whole weights: the adapters are gone
+        assert [list(t.completion_tokens) for t in a.generate(prompts, **kw)] == before
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        (bad / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "use_dora": true,'
+                                                 ' "target_modules": ["q_proj"]}')
+        with pytest.raises(rlpost.UnsupportedError, match="use_dora"):
+            a.load_weights(bad, version=10)
+        assert [list(t.completion_tokens) for t in a.generate(prompts, **kw)] == before  # unchanged
+    p.close()
+
+
+def test_file_transport_ships_adapters_only(policy, tmp_path, ctx, stories_path):
+    """A LoRA policy publishes its PEFT folder, not the model: a reader that
+    runs the same base decodes what the trainer's merged model decodes."""
+    p = policy.clone(trainable=True)
+    p.enable_lora(rank=4, alpha=16.0, seed=4)
+    p.set_optimizer(lr=5e-2, weight_decay=0.0)
+    d = tmp_path / "weights"
+    with rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.FILE, dir=d,
+                             keep_versions=2) as trainer:
+        for _ in range(3):
+            p.train_step(SEQS)
+            trainer.publish(p)
+        names = sorted(x.name for x in (d / "v3").iterdir())
+        assert names == ["adapter_config.json", "adapter_model.safetensors"], names
+        lora_bytes = trainer.stats().bytes_published / 3
+    p.save(tmp_path / "merged")
+    full = sum(x.stat().st_size for x in (tmp_path / "merged").iterdir())
+    assert lora_bytes * 10 < full  # stories260K at r = 4: a fraction of the model per version
+    prompts = [[1, 45, 60], [1, 7, 8, 9]]
+    kw = dict(n=1, temperature=0.0, max_new_tokens=10, ignore_eos=True)
+    with rlpost.Policy(ctx, stories_path, trainable=False) as base, \
+            rlpost.RolloutEngine(base, max_batch=2, max_seq_len=32) as eng, \
+            rlpost.RolloutEngine(base, max_batch=2, max_seq_len=32) as merged, \
+            rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.FILE, dir=d) as reader:
+        reader.pull(eng)  # the latest version: base + its adapters, nothing earlier needed
+        assert eng.version == 3
+        merged.load_weights(tmp_path / "merged", version=3)
+        a, b = list(eng.generate(prompts, **kw)), list(merged.generate(prompts, **kw))
+        assert [list(t.completion_tokens) for t in a] == [list(t.completion_tokens) for t in b]
+        assert eng.generate(prompts, **kw).logprob_mismatch(p).max_abs < 1e-3
+    p.close()
