@@ -5,6 +5,7 @@
  * backend runs this unchanged. */
 #include "model/lora.h"
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/transformer_internal.h"
@@ -35,6 +36,8 @@ struct rlpi_lora {
     int64_t n;       /* tokens of the last forward */
     int h_layers;    /* n_layers when the forward kept its activations, else 1 */
     bool enabled;
+    bool have_base_crc; /* base_crc is valid: the base is frozen while adapters are attached */
+    uint32_t base_crc;
 };
 
 static const char *const target_names[RLPI_LORA_N_TARGETS] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
@@ -431,6 +434,40 @@ int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst)
                 return rc;
         }
     return RLP_OK;
+}
+
+void rlpi_lora_base_changed(rlpi_transformer *tf)
+{
+    if (tf && tf->lora)
+        tf->lora->have_base_crc = false;
+}
+
+int rlpi_lora_base_fingerprint(rlpi_transformer *tf, uint32_t *out)
+{
+    rlpi_lora *lo = tf->lora;
+    if (lo && lo->have_base_crc) {
+        *out = lo->base_crc;
+        return RLP_OK;
+    }
+    size_t bytes = tf->n_params * 4;
+    const void *host = rlpi_buffer_host(tf->params);
+    void *copy = NULL;
+    int rc = RLP_OK;
+    if (!host) { /* device memory: one host copy */
+        if (!(copy = malloc(bytes)))
+            return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+        rc = rlpi_buffer_download(tf->params, 0, copy, bytes);
+        host = copy;
+    }
+    if (!rc) {
+        *out = rlpi_crc32(0, host, bytes);
+        if (lo) {
+            lo->base_crc = *out;
+            lo->have_base_crc = true;
+        }
+    }
+    free(copy);
+    return rc;
 }
 
 int rlpi_lora_zero_grad(rlpi_lora *lo)

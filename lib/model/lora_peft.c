@@ -43,6 +43,13 @@ int rlpi_lora_save_peft(rlpi_transformer *tf, const char *dir, const char *base_
     rlpi_st_metadata_init(&meta);
     if (!rc)
         rc = rlpi_st_metadata_set(&meta, "format", "pt"); /* what save_pretrained writes */
+    uint32_t crc = 0;
+    if (!rc)
+        rc = rlpi_lora_base_fingerprint(tf, &crc);
+    char num[16];
+    snprintf(num, sizeof num, "%08x", crc);
+    if (!rc) /* the base these adapters belong to: checked by rlpi_lora_load_peft */
+        rc = rlpi_st_metadata_set(&meta, "rlpost.base_crc32", num);
     if (!rc) {
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
         rlpi_st_write_opts wo = {.dtype = RLPI_ST_F32, .meta = &meta, .skip_aliases = true};
@@ -153,9 +160,23 @@ int rlpi_lora_load_peft(rlpi_transformer *tf, const char *dir)
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     rlpi_weights w;
     rlpi_weights_init(&w);
-    rc = rlpi_safetensors_read(path, &w, NULL);
+    rlpi_st_metadata meta;
+    rlpi_st_metadata_init(&meta);
+    rc = rlpi_safetensors_read(path, &w, &meta);
     if (!rc)
         rc = rlpi_weights_check_finite(&w, path);
+    const char *want = rc ? NULL : rlpi_st_metadata_get(&meta, "rlpost.base_crc32");
+    uint32_t crc = 0;
+    if (want && !(rc = rlpi_lora_base_fingerprint(tf, &crc))) {
+        char num[16];
+        snprintf(num, sizeof num, "%08x", crc);
+        if (strcmp(num, want))
+            rc = rlpi_error_set(RLP_E_INVALID_ARG,
+                                "%s: the adapters were trained on another base (its CRC-32 %s, this model's %s): "
+                                "start from the trainer's base model",
+                                path, want, num);
+    }
+    rlpi_st_metadata_free(&meta);
     /* attach (validating the config against this model) only once the file reads */
     bool attached = false;
     if (!rc && !have) {

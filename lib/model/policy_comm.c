@@ -47,6 +47,7 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
     rc = rlpi_comm_broadcast_host(comm, &version, sizeof version, root);
     if (!rc)
         rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_params(policy->tf), 0, (size_t)nb * 4, root);
+    rlpi_lora_base_changed(policy->tf);
     if (!rc && lora)
         rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_trainable_params(policy->tf), 0, (size_t)na * 4, root);
     if (rc)

@@ -173,6 +173,7 @@ void rlpi_transformer_free(rlpi_transformer *tf)
 int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w)
 {
     int rc = RLP_OK;
+    rlpi_lora_base_changed(tf);
     for (size_t i = 0; i < tf->n_infos; i++) {
         const rlpi_param_info *in = &tf->infos[i];
         const rlpi_tensor *t = rlpi_weights_find(w, in->name);

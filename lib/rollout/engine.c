@@ -322,7 +322,10 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     const rlp_policy *src = arg;
     rlpi_buffer *from = rlpi_transformer_params(src->tf), *to = rlpi_transformer_params(e->policy->tf);
     size_t bytes = rlpi_transformer_n_params(src->tf) * sizeof(float);
-    int rc;
+    /* whole weights: adapters an adapter folder attached belong to the old ones */
+    int rc = rlpi_transformer_detach_lora(e->policy->tf);
+    if (rc)
+        return rc;
     if (rlpi_transformer_lora_config(src->tf) && from->owner == to->owner) {
         /* adapters: the engine decodes the merged model W + s·B·A, made in
          * its own buffer (the base copied, then one GEMM per projection) */

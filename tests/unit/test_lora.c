@@ -564,6 +564,16 @@ static void peft_folders(void **state)
     assert_int_equal(rlpi_lora_load_peft(tf2, ours), RLP_OK);
     logp_of(&f, tf2, lp2);
     assert_memory_equal(lp, lp2, (size_t)f.m.n * 4);
+    /* ours names its base: another base is refused (PEFT's folder above carries no fingerprint) */
+    rlpi_weights w2;
+    assert_int_equal(rlpi_transformer_export(tf2, &w2), RLP_OK); /* the merged model: another base */
+    rlpi_transformer *other_base;
+    assert_int_equal(rlpi_transformer_create(&other_base, be, &f.m.cfg, &w2, NULL), RLP_OK);
+    assert_int_equal(rlpi_lora_load_peft(other_base, ours), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "another base"));
+    assert_null(rlpi_transformer_lora_config(other_base));
+    rlpi_transformer_free(other_base);
+    rlpi_weights_free(&w2);
     /* loading into attached adapters of another rank is refused */
     rlpi_transformer *tf3;
     assert_int_equal(rlpi_transformer_create(&tf3, be, &f.m.cfg, &f.m.w, NULL), RLP_OK);
