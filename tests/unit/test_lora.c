@@ -220,6 +220,21 @@ static double loss_of(fixture *f, rlpi_transformer *tf)
     return L;
 }
 
+/* (L(p + h) − L(p − h)) / (2h) at adapter float `at`, restored afterwards */
+static double central_difference(fixture *f, rlpi_transformer *tf, size_t at, float h)
+{
+    rlpi_buffer *P = rlpi_transformer_trainable_params(tf);
+    float v0, vp, vm;
+    assert_int_equal(rlpi_buffer_download(P, at * 4, &v0, 4), RLP_OK);
+    vp = v0 + h, vm = v0 - h;
+    assert_int_equal(rlpi_buffer_upload(P, at * 4, &vp, 4), RLP_OK);
+    double lp = loss_of(f, tf);
+    assert_int_equal(rlpi_buffer_upload(P, at * 4, &vm, 4), RLP_OK);
+    double lm = loss_of(f, tf);
+    assert_int_equal(rlpi_buffer_upload(P, at * 4, &v0, 4), RLP_OK);
+    return (lp - lm) / (double)(vp - vm);
+}
+
 static void finite_differences(void **state)
 {
     (void)state;
@@ -233,7 +248,6 @@ static void finite_differences(void **state)
     assert_int_equal(rlpi_transformer_forward(tf, &b, f.inv_temp, logp, ent, true), RLP_OK);
     assert_int_equal(rlpi_transformer_backward(tf, array(&f, "dlogp", &c), array(&f, "dentropy", &c)), RLP_OK);
     float *g = grads_of(tf);
-    rlpi_buffer *P = rlpi_transformer_trainable_params(tf);
     /* A and B of the first layer's q_proj and of the last layer's down_proj */
     size_t nt = rlpi_transformer_n_trainable_tensors(tf), pick[4] = {0, 1, nt - 2, nt - 1};
     const float h = 1e-2f;
@@ -248,16 +262,7 @@ static void finite_differences(void **state)
                 if (!used[i] && (used[best] || fabsf(g[in->offset + i]) > fabsf(g[in->offset + best])))
                     best = i;
             used[best] = true;
-            size_t at = (in->offset + best) * 4;
-            float v0;
-            assert_int_equal(rlpi_buffer_download(P, at, &v0, 4), RLP_OK);
-            float vp = v0 + h, vm = v0 - h;
-            assert_int_equal(rlpi_buffer_upload(P, at, &vp, 4), RLP_OK);
-            double lp = loss_of(&f, tf);
-            assert_int_equal(rlpi_buffer_upload(P, at, &vm, 4), RLP_OK);
-            double lm = loss_of(&f, tf);
-            assert_int_equal(rlpi_buffer_upload(P, at, &v0, 4), RLP_OK);
-            double fd = (lp - lm) / (double)(vp - vm), an = g[in->offset + best];
+            double fd = central_difference(&f, tf, in->offset + best, h), an = g[in->offset + best];
             if (fabs(fd - an) > fmax(2e-3, 0.02 * fabs(an)))
                 fail_msg("%s[%zu]: finite difference %.6f, backward %.6f", in->name, best, fd, an);
             checked++;
@@ -471,16 +476,7 @@ static void family_adapters(const char *name)
         for (size_t i = 0; i < in->n_elems; i++)
             if (fabsf(g[in->offset + i]) > fabsf(g[in->offset + best]))
                 best = i;
-        size_t at = (in->offset + best) * 4;
-        float v0, vp, vm;
-        assert_int_equal(rlpi_buffer_download(P, at, &v0, 4), RLP_OK);
-        vp = v0 + 1e-2f, vm = v0 - 1e-2f;
-        assert_int_equal(rlpi_buffer_upload(P, at, &vp, 4), RLP_OK);
-        double lp = loss_of(&f, tf);
-        assert_int_equal(rlpi_buffer_upload(P, at, &vm, 4), RLP_OK);
-        double lmn = loss_of(&f, tf);
-        assert_int_equal(rlpi_buffer_upload(P, at, &v0, 4), RLP_OK);
-        double fd = (lp - lmn) / (double)(vp - vm), an = g[in->offset + best];
+        double fd = central_difference(&f, tf, in->offset + best, 1e-2f), an = g[in->offset + best];
         worst = fmax(worst, fabs(fd - an) / fmax(1e-1, fabs(an)));
         if (fabs(fd - an) > fmax(2e-3, 0.02 * fabs(an)))
             fail_msg("%s %s[%zu]: finite difference %.6f, backward %.6f", name, in->name, best, fd, an);
