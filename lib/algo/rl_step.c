@@ -177,7 +177,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: a KL coefficient needs a reference policy", __func__);
     /* the policy as its own reference: the base under its LoRA adapters */
     bool ref_is_base = need_ref && ref == policy;
-    if (ref_is_base && !rlpi_transformer_lora_config(policy->tf))
+    if (ref_is_base && !rlpi_policy_has_lora(policy))
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: ref is the policy itself, which only a policy with LoRA "
                               "adapters can be (its base, adapters off)", __func__);
     double t0 = rlpi_now_s();
@@ -322,7 +322,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             rc = rlp_policy_logprobs(policy, seqs, used, temp, old, NULL, n_tok, NULL);
             __atomic_add_fetch(&prox_forwards, 1, __ATOMIC_RELAXED);
         }
-        if (!rc && need_ref && ref_is_base)
+        if (!rc && ref_is_base)
             rlpi_transformer_set_lora_enabled(policy->tf, false);
         if (!rc && need_ref)
             rc = rlp_policy_logprobs(ref, seqs, used, temp, refl, NULL, n_tok, NULL);

@@ -7,8 +7,6 @@
 
 #include "core/error.h"
 
-#include <string.h>
-
 static const rlp_lora_options default_lora_options = RLP_LORA_OPTIONS_INIT;
 
 int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version)

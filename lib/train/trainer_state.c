@@ -68,7 +68,7 @@ int rlp_trainer_checkpoint(rlp_trainer *t, const char *dir, int dtype, const cha
         return rlpi_error_set(RLP_E_IO, "%s: cannot create '%s': %s", __func__, dir, strerror(errno));
     }
     /* LoRA: the frozen base and the adapters (PEFT folder adapter/), apart */
-    bool lora = rlpi_transformer_lora_config(t->policy->tf) != NULL;
+    bool lora = rlpi_policy_has_lora(t->policy);
     int rc = rlpi_policy_save_hf(t->policy, dir, dtype, !lora);
     /* a model without a tokenizer of its own still has its weights saved */
     if (rc == RLP_E_UNSUPPORTED)
@@ -149,7 +149,7 @@ int rlp_trainer_resume(rlp_trainer *t, const char *dir)
     uint64_t pv = 0;
     rlp_policy_version(&pv, t->policy);
     /* LoRA: the policy holds the checkpoint's base; its adapters come from adapter/ */
-    bool lora = rlpi_transformer_lora_config(t->policy->tf) != NULL;
+    bool lora = rlpi_policy_has_lora(t->policy);
     snprintf(path, sizeof path, "%s/adapter/adapter_config.json", dir);
     bool has_adapter = access(path, F_OK) == 0;
     if (!rc && lora != has_adapter)
