@@ -638,6 +638,9 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     if (!tf || !logp || !(inv_temp > 0))
         return rlpi_error_set(RLP_E_INVALID_ARG, "transformer forward: bad arguments");
     TRY(check_batch(tf, batch));
+    /* before anything is allocated: nothing to free on this refusal */
+    if (keep_for_backward && !tf->grads && !rlpi_lora_trainable(tf->lora))
+        return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
     const rlpi_model_config *c = &tf->cfg;
     rlpi_backend *be = tf->be;
     int64_t n = batch->n_tokens, d = c->dim;
@@ -671,8 +674,6 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     /* the residual stream of every layer is kept for backward (it is the
      * checkpoint); a forward-only pass ping-pongs between two slots */
     int64_t n_xs = keep_for_backward ? c->n_layers + 1 : 2;
-    if (keep_for_backward && !tf->grads && !rlpi_lora_trainable(tf->lora))
-        return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
     int rc;
     if ((rc = rlpi_tf_realloc(be, &tf->tokens, (size_t)n * 4)) ||
         (rc = rlpi_tf_realloc(be, &tf->positions, (size_t)n * 4)) ||
