@@ -135,7 +135,7 @@ int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst);
 /* CRC-32 of the base's fp32 parameter bytes: what an adapter folder was
  * trained on (lora_peft.c writes it into the adapter file's metadata and
  * checks it on load). Computed once while adapters are attached (the base
- * is frozen then): ~0.3 s for 538 MB. */
+ * is frozen then): one pass over its bytes. */
 int rlpi_lora_base_fingerprint(rlpi_transformer *tf, uint32_t *out);
 /* The base's parameters were overwritten (set_weights, a broadcast): the
  * fingerprint is computed again when next asked for. */
