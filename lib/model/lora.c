@@ -359,6 +359,19 @@ int rlpi_lora_backward(rlpi_transformer *tf, int l, int target, rlpi_buffer *dy,
     return rlpi_tf_mm(tf, dx, dxoff, lo->dh, 0, 0, lo->params, s->a, 0, n, s->in, r, 1.0f);
 }
 
+/* C (out, in) = s · B (out, r) · A (r, in) + beta · C, at float offset coff:
+ * the merged update of one adapted projection, one GEMM on the backend. */
+static int scaled_update(rlpi_transformer *src, const lora_slot *s, rlpi_buffer *c, size_t coff, float beta)
+{
+    const rlpi_lora *lo = src->lora;
+    rlpi_gemm g = {.trans_a = 0, .trans_b = 0, .m = s->out, .n = s->in, .k = lo->cfg.rank, .alpha = lo->scale,
+                   .beta = beta, .batch = 1,
+                   .a = {lo->params, s->b, lo->cfg.rank, 0},
+                   .b = {lo->params, s->a, s->in, 0},
+                   .c = {c, coff, s->in, 0}};
+    return rlpi_gemm_f32(src->be, &g);
+}
+
 int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w)
 {
     rlpi_lora *lo = tf->lora;
@@ -388,14 +401,12 @@ int rlpi_lora_merge_into(rlpi_transformer *tf, rlpi_weights *w)
                                     (long long)s->in, name);
                 break;
             }
-            /* W (out, in) += s · B (out, r) · A (r, in): one GEMM on the backend, the add on the host */
+            /* W (out, in) += s · B · A: the product on the backend, the add on the host */
             size_t count = (size_t)(s->out * s->in);
-            if (!(rc = rlpi_tf_mm(tf, delta, 0, lo->params, s->b, 0, lo->params, s->a, 0, s->out, s->in, lo->cfg.rank,
-                                  0.0f)) &&
-                !(rc = rlpi_buffer_download(delta, 0, host, count * 4))) {
+            if (!(rc = scaled_update(tf, s, delta, 0, 0.0f)) && !(rc = rlpi_buffer_download(delta, 0, host, count * 4))) {
                 float *W = wt->data; /* projections are never aliases */
                 for (size_t i = 0; i < count; i++)
-                    W[i] += lo->scale * host[i];
+                    W[i] += host[i];
             }
         }
     rlpi_buffer_free(delta);
@@ -423,13 +434,8 @@ int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst)
             const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + t];
             if (s->a == NO_SLOT)
                 continue;
-            /* W (out, in) += s · B (out, r) · A (r, in), in place on the backend */
-            rlpi_gemm g = {.trans_a = 0, .trans_b = 0, .m = s->out, .n = s->in, .k = lo->cfg.rank,
-                           .alpha = lo->scale, .beta = 1.0f, .batch = 1,
-                           .a = {lo->params, s->b, lo->cfg.rank, 0},
-                           .b = {lo->params, s->a, s->in, 0},
-                           .c = {dst->params, weight_offset(dst, l, t), s->in, 0}};
-            int rc = rlpi_gemm_f32(src->be, &g);
+            /* W (out, in) += s · B · A, in place on the backend */
+            int rc = scaled_update(src, s, dst->params, weight_offset(dst, l, t), 1.0f);
             if (rc)
                 return rc;
         }

@@ -326,13 +326,9 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     int rc = rlpi_transformer_detach_lora(e->policy->tf);
     if (rc)
         return rc;
-    if (rlpi_transformer_lora_config(src->tf) && from->owner == to->owner) {
-        /* adapters: the engine decodes the merged model W + s·B·A, made in
-         * its own buffer (the base copied, then one GEMM per projection) */
-        rc = rlpi_buffer_copy(to, 0, from, 0, bytes);
-        if (!rc)
-            rc = rlpi_lora_merge_params(src->tf, e->policy->tf);
-    } else if (rlpi_transformer_lora_config(src->tf)) { /* another backend: through the host */
+    bool lora = rlpi_transformer_lora_config(src->tf) != NULL;
+    if (lora && from->owner != to->owner) {
+        /* adapters on another backend: the merged model through the host */
         rlpi_weights w;
         if ((rc = rlpi_transformer_export(src->tf, &w)) == RLP_OK) {
             rc = rlpi_transformer_set_weights(e->policy->tf, &w);
@@ -340,6 +336,10 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
         }
     } else if (from->owner == to->owner) {
         rc = rlpi_buffer_copy(to, 0, from, 0, bytes);
+        /* adapters: the engine decodes the merged model W + s·B·A, made in
+         * its own buffer (the base just copied, then one GEMM per projection) */
+        if (!rc && lora)
+            rc = rlpi_lora_merge_params(src->tf, e->policy->tf);
     } else {
         float *host = malloc(bytes);
         rc = host ? rlpi_buffer_download(from, 0, host, bytes) : rlpi_error_set(RLP_E_NOMEM, "out of memory");
