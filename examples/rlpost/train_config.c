@@ -45,7 +45,7 @@ static const char defaults_json[] =
     "  \"accuracy_reward\": null, \"accuracy_threshold\": null, \"format\": null},"
     "\"checkpoint\": {\"interval\": 0, \"minutes\": 10.0, \"keep\": 2, \"dtype\": \"f32\", \"gguf\": null},"
     "\"samples\": {\"per_step\": 4},"
-    "\"lora\": {\"rank\": 0, \"alpha\": 32.0, \"targets\": \"all\", \"rslora\": false},"
+    "\"lora\": {\"rank\": 0, \"alpha\": 32.0, \"targets\": \"all\", \"rslora\": false, \"base_dtype\": \"f32\"},"
     "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
     "}";
 

@@ -872,6 +872,7 @@ int train_setup(run *r, const char *weights, int need_train)
         lo.rslora = cfg_bool(r->cfg, "lora.rslora");
         lo.targets = cfg_str(r->cfg, "lora.targets");
         lo.seed = (uint64_t)cfg_int(r->cfg, "seed");
+        lo.base_dtype = cfg_str(r->cfg, "lora.base_dtype");
         uint64_t n_all = 0, n_train = 0;
         if ((rc = rlp_policy_enable_lora(r->policy, &lo))) {
             fmt(r->err, ERR_CAP, "lora: %s", rlp_error_last());
@@ -879,11 +880,17 @@ int train_setup(run *r, const char *weights, int need_train)
         }
         rlp_policy_n_params(&n_all, r->policy);
         rlp_policy_n_trainable(&n_train, r->policy);
-        if (r->rank == 0)
-            fprintf(stderr, "lora: rank %d, alpha %g%s, targets %s: %llu trainable parameters (%.2f%% of %llu)\n",
+        if (r->rank == 0) {
+            rlp_memory_stats ms = {0};
+            rlp_policy_memory(&ms, r->policy);
+            fprintf(stderr,
+                    "lora: rank %d, alpha %g%s, targets %s, base %s: %llu trainable parameters (%.2f%% of %llu); "
+                    "weights %.1f MiB\n",
                     (int)lo.rank, (double)lo.alpha, lo.rslora ? " (rsLoRA)" : "", lo.targets ? lo.targets : "all",
-                    (unsigned long long)n_train, 100.0 * (double)n_train / (double)(n_all ? n_all : 1),
-                    (unsigned long long)n_all);
+                    lo.base_dtype ? lo.base_dtype : "f32", (unsigned long long)n_train,
+                    100.0 * (double)n_train / (double)(n_all ? n_all : 1), (unsigned long long)n_all,
+                    (double)ms.weights / 1048576.0);
+        }
     }
     if (need_train && (rc = rlp_policy_set_optimizer(r->policy, &r->opt))) {
         fmt(r->err, ERR_CAP, "optimizer: %s", rlp_error_last());

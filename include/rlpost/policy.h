@@ -378,7 +378,7 @@ typedef struct rlp_memory_stats {
 RLP_API int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy);
 
 /** Version of rlp_lora_options understood by this header. */
-#define RLP_LORA_OPTIONS_VERSION 1
+#define RLP_LORA_OPTIONS_VERSION 2
 
 /**
  * LoRA adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large
@@ -398,9 +398,13 @@ typedef struct rlp_lora_options {
                                gate_proj, up_proj, down_proj) or "all" / "all-linear"; NULL = all;
                                borrowed for the call */
     uint64_t seed;        /**< draws A; default 0 */
+    /* version 2 */
+    const char *base_dtype; /**< the frozen base's storage: NULL or "f32" (default), or "q8_0", "q4_0",
+                                 "q4_k": GGUF block formats, dequantized one layer at a time in every
+                                 pass (QLoRA-style; see rlp_policy_enable_lora); borrowed for the call */
 } rlp_lora_options;
 
-#define RLP_LORA_OPTIONS_INIT { RLP_LORA_OPTIONS_VERSION, 16, 32.0f, 0, NULL, 0 }
+#define RLP_LORA_OPTIONS_INIT { RLP_LORA_OPTIONS_VERSION, 16, 32.0f, 0, NULL, 0, NULL }
 
 /** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
 RLP_API int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version);
@@ -416,9 +420,24 @@ RLP_API int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version);
  * before (the base's) are dropped. rlp_policy_clone() of an adapted policy
  * is a plain policy with the merged weights. Not thread-safe against other
  * calls on the policy.
+ *
+ * With base_dtype "q8_0", "q4_0" or "q4_k" the base's projection matrices
+ * (q/k/v/o/gate/up/down of every layer) are quantized row by row as GGUF
+ * stores them (ggml's reference quantizers; a Q8_0 GGUF's blocks come back
+ * byte for byte) and their fp32 copy is freed; the embedding, head, norms
+ * and biases stay fp32. Each pass dequantizes one layer at a time into a
+ * one-layer fp32 window before its products (QLoRA, Dettmers et al. 2023,
+ * arXiv:2305.14314, with GGUF's blocks in place of NF4), so the policy
+ * computes exactly what an fp32 model holding the dequantized weights
+ * computes, in base bytes + one layer. q4_k falls back to q4_0 for
+ * matrices whose rows are not a multiple of 256 (as llama.cpp does). Such
+ * a policy keeps its adapters for good (its fp32 base is gone). Saving
+ * writes dequantized fp32 weights.
  * @return RLP_OK; RLP_E_INVALID_ARG (names the field: rank, alpha,
- *         targets); RLP_E_STATE (a frozen policy, or adapters already
- *         attached); RLP_E_NOMEM. On error the policy is unchanged.
+ *         targets, base_dtype); RLP_E_STATE (a frozen policy, or adapters
+ *         already attached); RLP_E_UNSUPPORTED (rows not a multiple of
+ *         32 for a quantized base, named); RLP_E_NOMEM. On error the
+ *         policy is unchanged.
  */
 RLP_API int rlp_policy_enable_lora(rlp_policy *policy, const rlp_lora_options *opts);
 

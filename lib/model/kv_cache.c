@@ -9,6 +9,7 @@
 
 #include "backend/qmat.h"
 #include "core/error.h"
+#include "model/qbase.h"
 #include "model/qweights.h"
 #include "model/transformer_internal.h"
 
@@ -212,10 +213,11 @@ static int split_cols(rlpi_buffer *src, int64_t n, int64_t total, int64_t col0, 
 
 /* Whether a product of m activation rows uses the quantized copy: only
  * below the int8 kernels' switch (qmat.h); from there on the fp32 weights,
- * which are here anyway, beat the int8 kernels and need no dequantizing. */
-static bool quantized(const rlpi_kv_cache *kv, int64_t m)
+ * which are here anyway (except under a quantized base), beat the int8 kernels and need no dequantizing. */
+static bool quantized(const rlpi_transformer *tf, const rlpi_kv_cache *kv, int64_t m)
 {
-    return kv->qw && m < rlpi_qmat_gemm_min_rows();
+    /* a quantized base has no fp32 weights at hand: the int8 kernels for every batch */
+    return kv->qw && (m < rlpi_qmat_gemm_min_rows() || tf->qbase);
 }
 
 /* dst (n, width) = xn · Wᵀ for the Q, K or V weight at w_off: its columns
@@ -224,7 +226,7 @@ static bool quantized(const rlpi_kv_cache *kv, int64_t m)
 static int qkv_part(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n, rlpi_buffer *dst, int64_t col0, int64_t width,
                     size_t w_off)
 {
-    if (quantized(kv, n))
+    if (quantized(tf, kv, n))
         return split_cols(kv->qkv, n, tf->qdim + 2 * tf->kvdim, col0, dst, width);
     return rlpi_tf_mm(tf, dst, 0, kv->xn, 0, 0, tf->params, w_off, 1, n, width, tf->cfg.dim, 0.0f);
 }
@@ -235,7 +237,7 @@ static int qkv_part(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n, rlpi_buf
 static int linear(rlpi_transformer *tf, rlpi_kv_cache *kv, rlpi_buffer *C, rlpi_buffer *A, size_t w_off, size_t q_off,
                   int64_t m, int64_t n_out, int64_t k, float beta)
 {
-    if (quantized(kv, m))
+    if (quantized(tf, kv, m))
         return rlpi_op_qmatmul(tf->be, RLPI_REF(C, 0), RLPI_REF(A, 0), kv->qw->buf, q_off, kv->qw->type, m, n_out, k,
                                beta);
     return rlpi_tf_mm(tf, C, 0, A, 0, 0, tf->params, w_off, 1, m, n_out, k, beta);
@@ -255,7 +257,9 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     /* with qk_norm the projection goes to `att` (free until the attention)
      * and its per-head norm to q/k; k's (n, KV·hd) fits there too */
     rlpi_buffer *qdst = c->qk_norm ? kv->att : kv->q;
-    const rlpi_qlayer *Q = quantized(kv, n) ? &kv->qw->layers[l] : NULL;
+    const rlpi_qlayer *Q = quantized(tf, kv, n) ? &kv->qw->layers[l] : NULL;
+    if (!Q) /* the fp32 products: a quantized base dequantizes this layer first */
+        TRY(rlpi_qbase_load_layer(tf, l));
     if (Q) /* one product for Q, K and V; qkv_part takes its columns apart */
         TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->qkv, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->qkv, kv->qw->type, n,
                             tf->qdim + 2 * tf->kvdim, d, 0.0f));
@@ -370,7 +374,7 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     TRY(ensure_workspace(kv, tf, n, n_seq));
     if (kv->qw && kv->qw->tf != tf && (rlpi_transformer_n_params(kv->qw->tf) != rlpi_transformer_n_params(tf)))
         return rlpi_error_set(RLP_E_INVALID_ARG, "extend: the quantized weights were made for another model");
-    if (quantized(kv, n))
+    if (quantized(tf, kv, n))
         TRY(ensure_qworkspace(kv, tf, n));
     int32_t *pos = malloc((size_t)n * sizeof *pos);
     int32_t *last = malloc((size_t)n_seq * sizeof *last);

@@ -8,6 +8,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/qbase.h"
 #include "model/transformer_internal.h"
 
 #include <math.h>
@@ -240,6 +241,9 @@ int rlpi_transformer_detach_lora(rlpi_transformer *tf)
 {
     if (!tf || !tf->lora)
         return RLP_OK;
+    if (tf->qbase) /* the fp32 base is gone: it cannot train again */
+        return rlpi_error_set(RLP_E_STATE, "lora: the base is quantized (%s); its adapters stay attached",
+                              rlpi_qbase_dtype_name(tf->qbase->type));
     if (tf->lora->grads) { /* trainable adapters: the base trains again */
         rlpi_buffer *g = NULL;
         int rc = rlpi_buffer_alloc(tf->be, tf->n_params * 4, &g);
@@ -429,6 +433,8 @@ int rlpi_lora_merge_params(rlpi_transformer *src, rlpi_transformer *dst)
         return RLP_OK;
     if (dst->n_params != src->n_params || dst->cfg.n_layers != src->cfg.n_layers || dst->params->owner != lo->params->owner)
         return rlpi_error_set(RLP_E_INVALID_ARG, "lora merge: the target model differs or lives on another backend");
+    if (dst->qbase) /* its matrices are blocks: nothing to add s·B·A to in place */
+        return rlpi_error_set(RLP_E_INVALID_ARG, "lora merge: the target model's base is quantized");
     for (int l = 0; l < lo->n_layers; l++)
         for (int t = 0; t < RLPI_LORA_N_TARGETS; t++) {
             const lora_slot *s = &lo->slots[l * RLPI_LORA_N_TARGETS + t];
@@ -455,25 +461,46 @@ int rlpi_lora_base_fingerprint(rlpi_transformer *tf, uint32_t *out)
         *out = lo->base_crc;
         return RLP_OK;
     }
-    size_t bytes = tf->n_params * 4;
-    const void *host = rlpi_buffer_host(tf->params);
-    void *copy = NULL;
+    /* the tensors' fp32 values in layout order: the bytes of the whole
+     * buffer for an fp32 base (its tensors tile it in that order), and for
+     * a quantized one the CRC an fp32 model holding its dequantized values
+     * has, so its adapters apply there */
+    const float *host = tf->qbase ? NULL : rlpi_buffer_host(tf->params);
+    float *tmp = NULL;
+    size_t cap = 0;
+    uint32_t crc = 0;
     int rc = RLP_OK;
-    if (!host) { /* device memory: one host copy */
-        if (!(copy = malloc(bytes)))
-            return rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
-        rc = rlpi_buffer_download(tf->params, 0, copy, bytes);
-        host = copy;
-    }
-    if (!rc) {
-        *out = rlpi_crc32(0, host, bytes);
-        if (lo) {
-            lo->base_crc = *out;
-            lo->have_base_crc = true;
+    for (size_t i = 0; !rc && i < tf->n_infos; i++) {
+        const rlpi_param_info *in = &tf->infos[i];
+        const float *data = host ? host + in->offset : NULL;
+        int layer, mat;
+        if (!data) {
+            if (cap < in->n_elems) {
+                float *grown = realloc(tmp, in->n_elems * sizeof *tmp);
+                if (!grown) {
+                    rc = rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
+                    break;
+                }
+                tmp = grown;
+                cap = in->n_elems;
+            }
+            rc = rlpi_qbase_find(tf, in, &layer, &mat)
+                     ? rlpi_qbase_read(tf, layer, mat, tmp)
+                     : rlpi_buffer_download(tf->params, in->offset * 4, tmp, in->n_elems * 4);
+            data = tmp;
         }
+        if (!rc)
+            crc = rlpi_crc32(crc, data, in->n_elems * 4);
     }
-    free(copy);
-    return rc;
+    free(tmp);
+    if (rc)
+        return rc;
+    *out = crc;
+    if (lo) {
+        lo->base_crc = crc;
+        lo->have_base_crc = true;
+    }
+    return RLP_OK;
 }
 
 int rlpi_lora_zero_grad(rlpi_lora *lo)

@@ -8,6 +8,7 @@
 #include "model/llama2c.h"
 #include "model/lora.h"
 #include "model/policy.h"
+#include "model/qbase.h"
 #include "model/safetensors.h"
 
 #include "core/error.h"
@@ -221,7 +222,9 @@ int rlpi_policy_save_hf(const rlp_policy *policy, const char *dir, int dtype, bo
     /* adapters, merged: the model W + s·B·A (rlpi_transformer_export), as
      * PEFT's merge_and_unload then save_pretrained; unmerged: the base */
     bool lora = rlpi_transformer_lora_config(policy->tf) != NULL;
-    int rc = lora && merged ? 1 : buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, false, &w);
+    bool quantized = rlpi_transformer_base_type(policy->tf) != RLPI_GGML_F32; /* blocks: dequantized copies */
+    int rc = (lora && merged) || quantized ? 1
+                                           : buffer_view(policy, rlpi_transformer_params(policy->tf), "", true, false, &w);
     if (rc == RLP_OK) {
         rc = rlpi_hf_dir_save(dir, rlpi_transformer_config(policy->tf), &w, map[dtype]);
         view_free(&w);

@@ -5,6 +5,7 @@
 #include "model/policy.h"
 
 #include "model/lora.h"
+#include "model/qbase.h"
 
 #include "dist/comm.h"
 
@@ -180,7 +181,8 @@ int rlp_policy_memory(rlp_memory_stats *out, const rlp_policy *policy)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(policy, "policy is NULL");
-    uint64_t w = (uint64_t)rlpi_transformer_n_params(policy->tf) * 4,
+    /* a quantized base: its blocks and the fp32 rest (window included) */
+    uint64_t w = (uint64_t)rlpi_transformer_n_stored(policy->tf) * 4 + rlpi_transformer_base_block_bytes(policy->tf),
              t = (uint64_t)rlpi_transformer_n_trainable(policy->tf) * 4;
     bool lora = rlpi_transformer_lora_config(policy->tf) != NULL; /* weights: the base + the adapters */
     *out = (rlp_memory_stats){.version = 1,

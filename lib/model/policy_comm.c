@@ -6,6 +6,7 @@
  * process groups (lib/dist) know nothing of policies. */
 #include "model/lora.h"
 #include "model/policy.h"
+#include "model/qbase.h"
 
 #include "core/error.h"
 #include "dist/comm.h"
@@ -34,7 +35,9 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
      * rank without adapters differ) */
     double nb = (double)rlpi_transformer_n_params(policy->tf), na = (double)rlpi_transformer_n_trainable(policy->tf);
     bool lora = rlpi_transformer_lora_config(policy->tf) != NULL;
-    double n = nb + (lora ? na : 0), range[2] = {n, -n}; /* min, −max: one call */
+    /* a quantized base stores fewer floats and its blocks: those must agree too */
+    double ns = (double)rlpi_transformer_n_stored(policy->tf), nq = (double)rlpi_transformer_base_block_bytes(policy->tf);
+    double n = nb + (lora ? na : 0) + (ns != nb ? ns + nq : 0), range[2] = {n, -n}; /* min, −max: one call */
     int rc = rlpi_comm_all_reduce_host(comm, range, 2, RLPI_DT_F64, RLP_REDUCE_MIN);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
@@ -46,7 +49,9 @@ int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root)
     uint64_t version = policy->version;
     rc = rlpi_comm_broadcast_host(comm, &version, sizeof version, root);
     if (!rc)
-        rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_params(policy->tf), 0, (size_t)nb * 4, root);
+        rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_params(policy->tf), 0, (size_t)ns * 4, root);
+    if (!rc && nq > 0) /* the blocks (host memory), then the window is reloaded from them */
+        rc = rlpi_comm_broadcast_host(comm, rlpi_transformer_base_blocks(policy->tf), (size_t)nq, root);
     rlpi_lora_base_changed(policy->tf);
     if (!rc && lora)
         rc = rlpi_comm_broadcast_buffer(comm, rlpi_transformer_trainable_params(policy->tf), 0, (size_t)na * 4, root);

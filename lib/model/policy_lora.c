@@ -4,6 +4,7 @@
  * engines pick them up through its trainable view and merged export. */
 #include "model/lora.h"
 #include "model/policy.h"
+#include "model/qbase.h"
 
 #include "core/error.h"
 
@@ -30,10 +31,17 @@ int rlp_policy_enable_lora(rlp_policy *policy, const rlp_lora_options *opts)
     int rc = opts->targets ? rlpi_lora_parse_targets(opts->targets, &c.targets) : RLP_OK;
     if (!opts->targets)
         c.targets = RLPI_LORA_ALL_TARGETS;
+    uint32_t base = RLPI_GGML_F32;
+    if (!rc && opts->version >= 2)
+        rc = rlpi_qbase_parse_dtype(opts->base_dtype, &base);
     if (!rc)
         rc = rlpi_transformer_attach_lora(policy->tf, &c, opts->seed);
+    if (!rc && (rc = rlpi_transformer_quantize_base(policy->tf, base)) != RLP_OK)
+        rlpi_transformer_detach_lora(policy->tf); /* as it was: the fp32 base is still there */
     if (rc)
         return rlpi_error_wrap("%s", __func__);
+    if (base != RLPI_GGML_F32)
+        policy->weights_gen++; /* the values are the dequantized ones now */
     rlpi_optimizer_release(&policy->opt); /* the base's moments: the adapters start their own */
     return RLP_OK;
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "model/quant.h"
+#include "model/qbase.h"
 #include "model/transformer_internal.h"
 
 #include <math.h>
@@ -163,6 +164,8 @@ int rlpi_qweights_update(rlpi_qweights *qw, rlpi_transformer *tf)
     for (int l = 0; !rc && l < c->n_layers; l++) {
         const layer_params *P = &tf->layers[l];
         const rlpi_qlayer *L = &qw->layers[l];
+        if ((rc = rlpi_qbase_load_layer(tf, l)) != RLP_OK) /* a quantized base: its fp32 values, a layer at a time */
+            break;
         const float *qkv[3] = {W + P->wq, W + P->wk, W + P->wv};
         int64_t qkv_rows[3] = {tf->qdim, tf->kvdim, tf->kvdim};
         const float *gu[2] = {W + P->wg, W + P->wu};

@@ -7,6 +7,7 @@
 #include "model/transformer_internal.h"
 
 #include "core/checked.h"
+#include "model/qbase.h"
 #include "core/error.h"
 
 #include <math.h>
@@ -16,8 +17,11 @@
 
 /* ------------------------------------------------------------ parameters */
 
+/* A layer's projection matrix `mat` (RLPI_QB_*) of a quantized base lives
+ * in the window (model/qbase.h) and takes no space of its own; every other
+ * tensor gets the next free floats. -1: not a projection. */
 static int add_info(rlpi_transformer *tf, const char *name, int32_t nd, int64_t d0, int64_t d1,
-                    bool no_decay, size_t *offset_out)
+                    bool no_decay, int mat, size_t *offset_out)
 {
     rlpi_param_info *in = &tf->infos[tf->n_infos];
     tf->names[tf->n_infos] = strdup(name);
@@ -28,15 +32,18 @@ static int add_info(rlpi_transformer *tf, const char *name, int32_t nd, int64_t 
     in->shape[0] = d0;
     in->shape[1] = nd > 1 ? d1 : 0;
     in->n_elems = (size_t)d0 * (size_t)(nd > 1 ? d1 : 1);
-    in->offset = tf->n_params;
+    bool windowed = tf->qbase && mat >= 0;
+    in->offset = windowed ? tf->qbase->win_off[mat] : tf->n_stored;
     in->no_decay = no_decay;
     *offset_out = in->offset;
     tf->n_params += in->n_elems;
+    if (!windowed)
+        tf->n_stored += in->n_elems;
     tf->n_infos++;
     return RLP_OK;
 }
 
-static int build_layout(rlpi_transformer *tf)
+int rlpi_tf_build_layout(rlpi_transformer *tf)
 {
     const rlpi_model_config *c = &tf->cfg;
     size_t max_infos = 4 + (size_t)c->n_layers * 16;
@@ -47,25 +54,26 @@ static int build_layout(rlpi_transformer *tf)
         return rlpi_error_set(RLP_E_NOMEM, "transformer: out of memory");
     int rc;
     char name[128];
-#define ADD(nm, nd, a, b, nodecay, off)                                   \
-    do {                                                                  \
-        if ((rc = add_info(tf, nm, nd, a, b, nodecay, off)) != RLP_OK)    \
-            return rc;                                                    \
+#define ADDM(nm, nd, a, b, nodecay, mat, off)                                \
+    do {                                                                     \
+        if ((rc = add_info(tf, nm, nd, a, b, nodecay, mat, off)) != RLP_OK)  \
+            return rc;                                                       \
     } while (0)
+#define ADD(nm, nd, a, b, nodecay, off) ADDM(nm, nd, a, b, nodecay, -1, off)
     ADD("model.embed_tokens.weight", 2, c->vocab_size, c->dim, true, &tf->embed);
     for (int l = 0; l < c->n_layers; l++) {
         layer_params *L = &tf->layers[l];
 #define LNAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
         ADD(LNAME("input_layernorm.weight"), 1, c->dim, 0, true, &L->attn_norm);
-        ADD(LNAME("self_attn.q_proj.weight"), 2, tf->qdim, c->dim, false, &L->wq);
-        ADD(LNAME("self_attn.k_proj.weight"), 2, tf->kvdim, c->dim, false, &L->wk);
-        ADD(LNAME("self_attn.v_proj.weight"), 2, tf->kvdim, c->dim, false, &L->wv);
+        ADDM(LNAME("self_attn.q_proj.weight"), 2, tf->qdim, c->dim, false, RLPI_QB_WQ, &L->wq);
+        ADDM(LNAME("self_attn.k_proj.weight"), 2, tf->kvdim, c->dim, false, RLPI_QB_WK, &L->wk);
+        ADDM(LNAME("self_attn.v_proj.weight"), 2, tf->kvdim, c->dim, false, RLPI_QB_WV, &L->wv);
         if (c->attention_bias) {
             ADD(LNAME("self_attn.q_proj.bias"), 1, tf->qdim, 0, true, &L->bq);
             ADD(LNAME("self_attn.k_proj.bias"), 1, tf->kvdim, 0, true, &L->bk);
             ADD(LNAME("self_attn.v_proj.bias"), 1, tf->kvdim, 0, true, &L->bv);
         }
-        ADD(LNAME("self_attn.o_proj.weight"), 2, c->dim, tf->qdim, false, &L->wo);
+        ADDM(LNAME("self_attn.o_proj.weight"), 2, c->dim, tf->qdim, false, RLPI_QB_WO, &L->wo);
         if (c->qk_norm) {
             ADD(LNAME("self_attn.q_norm.weight"), 1, c->head_dim, 0, true, &L->q_norm);
             ADD(LNAME("self_attn.k_norm.weight"), 1, c->head_dim, 0, true, &L->k_norm);
@@ -80,9 +88,9 @@ static int build_layout(rlpi_transformer *tf)
         } else {
             ADD(LNAME("post_attention_layernorm.weight"), 1, c->dim, 0, true, &L->ffn_norm);
         }
-        ADD(LNAME("mlp.gate_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wg);
-        ADD(LNAME("mlp.up_proj.weight"), 2, c->ffn_dim, c->dim, false, &L->wu);
-        ADD(LNAME("mlp.down_proj.weight"), 2, c->dim, c->ffn_dim, false, &L->wd);
+        ADDM(LNAME("mlp.gate_proj.weight"), 2, c->ffn_dim, c->dim, false, RLPI_QB_WG, &L->wg);
+        ADDM(LNAME("mlp.up_proj.weight"), 2, c->ffn_dim, c->dim, false, RLPI_QB_WU, &L->wu);
+        ADDM(LNAME("mlp.down_proj.weight"), 2, c->dim, c->ffn_dim, false, RLPI_QB_WD, &L->wd);
         if (c->post_norms)
             ADD(LNAME("post_feedforward_layernorm.weight"), 1, c->dim, 0, true, &L->post_ffn_norm);
         L->local = c->sliding_window > 0 && l < RLPI_MAX_LAYERS && c->local_layers[l];
@@ -104,6 +112,7 @@ static int build_layout(rlpi_transformer *tf)
     else
         ADD("lm_head.weight", 2, c->vocab_size, c->dim, false, &tf->lm_head);
 #undef ADD
+#undef ADDM
     return RLP_OK;
 }
 
@@ -165,6 +174,7 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->qkv);
     rlpi_buffer_free(tf->norm_sink);
     rlpi_lora_free(tf->lora);
+    rlpi_qbase_free(tf->qbase);
     free(tf->seq_start);
     free(tf->sel_host);
     free(tf);
@@ -189,8 +199,13 @@ int rlpi_transformer_set_weights(rlpi_transformer *tf, const rlpi_weights *w)
                                 (long long)in->shape[0], (long long)in->shape[1]);
             return rc;
         }
-        if ((rc = rlpi_buffer_upload(tf->params, in->offset * sizeof(float), rlpi_tensor_data(w, t),
-                                     in->n_elems * sizeof(float))) != RLP_OK)
+        int layer, mat;
+        if (rlpi_qbase_find(tf, in, &layer, &mat))
+            rc = rlpi_qbase_write(tf, layer, mat, rlpi_tensor_data(w, t));
+        else
+            rc = rlpi_buffer_upload(tf->params, in->offset * sizeof(float), rlpi_tensor_data(w, t),
+                                    in->n_elems * sizeof(float));
+        if (rc != RLP_OK)
             return rc;
     }
     return RLP_OK;
@@ -240,7 +255,7 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
     tf->attn_scale = rlpi_model_config_attn_scale(cfg);
     if ((rc = check_runnable(&tf->cfg)) != RLP_OK)
         goto fail;
-    if ((rc = build_layout(tf)) != RLP_OK)
+    if ((rc = rlpi_tf_build_layout(tf)) != RLP_OK)
         goto fail;
     if ((rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->params)) != RLP_OK ||
         (!tf->opts.frozen && (rc = rlpi_buffer_alloc(be, tf->n_params * sizeof(float), &tf->grads)) != RLP_OK))
@@ -354,7 +369,12 @@ int rlpi_transformer_export(rlpi_transformer *tf, rlpi_weights *out)
         const rlpi_param_info *in = &tf->infos[i];
         rlpi_tensor *t;
         int64_t shape[2] = {in->shape[0], in->shape[1]};
-        if ((rc = rlpi_weights_add(out, in->name, in->n_dims, shape, &t)) == RLP_OK)
+        int layer, mat;
+        if ((rc = rlpi_weights_add(out, in->name, in->n_dims, shape, &t)) != RLP_OK)
+            break;
+        if (rlpi_qbase_find(tf, in, &layer, &mat))
+            rc = rlpi_qbase_read(tf, layer, mat, t->data);
+        else
             rc = rlpi_buffer_download(tf->params, in->offset * sizeof(float), t->data, in->n_elems * sizeof(float));
     }
     if (rc == RLP_OK)
@@ -537,6 +557,7 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     rlpi_backend *be = tf->be;
     rlpi_buffer *W = tf->params;
     int64_t n = tf->n, d = c->dim;
+    TRY(rlpi_qbase_load_layer(tf, l));
 #define A(field) RLPI_REF(a, aoff + L->field)
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
     TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
@@ -827,6 +848,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
     const layer_params *P = &tf->layers[l];
     const act_layout *L = &tf->lay;
     rlpi_backend *be = tf->be;
+    TRY(rlpi_qbase_load_layer(tf, l));
     rlpi_buffer *W = tf->params, *G = tf->grads, *S = g->buf;
     int64_t n = tf->n, d = c->dim, F = c->ffn_dim;
     size_t x_in = (size_t)l * (size_t)(n * d);

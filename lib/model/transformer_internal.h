@@ -84,8 +84,18 @@ struct rlpi_transformer {
      * gradients land in norm_sink (max(dim, head_dim) floats, never read) */
     rlpi_lora *lora;
     rlpi_buffer *norm_sink;
+    /* a quantized frozen base (model/qbase.h): the layers' projection
+     * matrices are blocks there, and params holds one layer's worth of them
+     * (the window, at offset 0) before the fp32 tensors; NULL: all fp32 */
+    struct rlpi_qbase *qbase;
+    size_t n_stored;               /* floats in params (n_params without a quantized base) */
     float inv_temp;
 };
+
+/* Builds infos, names and layers from cfg (tensors at increasing offsets
+ * of params; with tf->qbase set, the projection matrices at their window
+ * offsets instead). n_params and n_stored grow from their current values. */
+int rlpi_tf_build_layout(rlpi_transformer *tf);
 
 /* Returns from the calling function with the status of x unless RLP_OK. */
 #define TRY(x)                                                                                                         \

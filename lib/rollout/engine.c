@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/lora.h"
 #include "model/policy.h"
+#include "model/qbase.h"
 #include "model/qweights.h"
 #include "backend/sampler.h"
 
@@ -327,8 +328,11 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     if (rc)
         return rc;
     bool lora = rlpi_transformer_lora_config(src->tf) != NULL;
-    if (lora && from->owner != to->owner) {
-        /* adapters on another backend: the merged model through the host */
+    bool quantized = rlpi_transformer_base_type(src->tf) != RLPI_GGML_F32;
+    if ((lora && from->owner != to->owner) || quantized) {
+        /* adapters on another backend, or over a quantized base (its
+         * buffer holds one layer's matrices): the merged model through the
+         * host */
         rlpi_weights w;
         if ((rc = rlpi_transformer_export(src->tf, &w)) == RLP_OK) {
             rc = rlpi_transformer_set_weights(e->policy->tf, &w);

@@ -29,7 +29,7 @@ for m in sync pull async; do
   L --set "output=\"$out/$m\"" --set steps=4 --set "sync.mode=\"$m\"" >"$out/$m.json" 2>"$out/err.$m" ||
     { cat "$out/err.$m"; fail "4 LoRA steps in $m mode"; }
 done
-grep -q "^lora: rank 4, alpha 8, targets q_proj,v_proj,down_proj: [0-9]* trainable parameters" "$out/err.sync" ||
+grep -q "^lora: rank 4, alpha 8, targets q_proj,v_proj,down_proj, base f32: [0-9]* trainable parameters" "$out/err.sync" ||
   { cat "$out/err.sync"; fail "the adapters' size on stderr"; }
 L --set "output=\"$out/still\"" --set steps=4 --set optimizer.lr=0 >/dev/null 2>"$out/err" ||
   { cat "$out/err"; fail "lr = 0"; }

@@ -168,7 +168,7 @@ ModelInfo = _struct("rlp_model_info", [
 
 LoraOptions = _struct("rlp_lora_options", [
     ("version", c_uint32), ("rank", c_int32), ("alpha", c_float), ("rslora", c_int32), ("targets", c_char_p),
-    ("seed", c_uint64)])
+    ("seed", c_uint64), ("base_dtype", c_char_p)], version=2)
 
 MemoryStats = _struct("rlp_memory_stats", [
     ("version", c_uint32), ("weights", c_uint64), ("gradients", c_uint64), ("optimizer", c_uint64),

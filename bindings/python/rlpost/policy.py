@@ -300,19 +300,25 @@ class Policy(Handle):
             check(F.rlp_policy_n_params(byref(v), p), "rlp_policy_n_params")
         return v.value
 
-    def enable_lora(self, rank=16, alpha=32.0, rslora=False, targets=None, seed=0):
+    def enable_lora(self, rank=16, alpha=32.0, rslora=False, targets=None, seed=0, base_dtype=None):
         """Attaches LoRA adapters (PEFT's LoraLayer, dropout 0) and freezes
         the base: training updates the adapters only. `targets`: a list or
         comma-separated string of q_proj, k_proj, v_proj, o_proj, gate_proj,
-        up_proj, down_proj, or "all" (None = all)."""
+        up_proj, down_proj, or "all" (None = all). `base_dtype`: "q8_0",
+        "q4_0" or "q4_k" keeps the frozen base's projections in GGUF blocks,
+        dequantized a layer at a time (QLoRA-style); None or "f32" keeps
+        fp32."""
         if isinstance(targets, (list, tuple)):
             targets = ",".join(targets)
         keep = []
         values = {"rank": rank, "alpha": alpha, "rslora": rslora, "seed": seed}
         if targets is not None:
             values["targets"] = targets
+        if base_dtype is not None:
+            values["base_dtype"] = base_dtype
         opts = options(_ffi.LoraOptions, "rlp_lora_options_init", values, keep,
-                       {"targets": optional_str("targets")}, what="Policy.enable_lora")
+                       {"targets": optional_str("targets"), "base_dtype": optional_str("base_dtype")},
+                       what="Policy.enable_lora")
         with self._use() as p:
             check(F.rlp_policy_enable_lora(p, byref(opts)), "rlp_policy_enable_lora")
 
