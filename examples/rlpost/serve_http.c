@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
@@ -50,7 +51,7 @@
  * (and the connection closed) instead of being read and thrown away. */
 #define DRAIN_SLACK_BYTES (16u << 20)
 
-enum route { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_UPDATE };
+enum route { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_UPDATE, R_LORA };
 
 static const struct {
     const char *path;
@@ -62,6 +63,8 @@ static const struct {
     {"/v1/models", R_MODELS, "GET"},
     {"/health", R_HEALTH, "GET"},
     {"/update_weights_from_disk", R_UPDATE, "POST"},
+    {"/load_lora_adapter", R_LORA, "POST"},    /* SGLang's spelling */
+    {"/v1/load_lora_adapter", R_LORA, "POST"}, /* vLLM's */
 };
 
 typedef struct conn_ctx {
@@ -307,8 +310,9 @@ static void decide(serve_server *srv, struct MHD_Connection *c, const char *url,
      * without the token; weight updates always need one (the generated one
      * when the server has none) */
     int route = i < n ? routes[i].route : R_NONE;
-    const char *want = route == R_UPDATE ? srv->cfg.update_token : route == R_HEALTH ? NULL : srv->cfg.token;
-    if (route == R_UPDATE && !srv->cfg.weights_root) {
+    bool update = route == R_UPDATE || route == R_LORA; /* both replace what the engine decodes with */
+    const char *want = update ? srv->cfg.update_token : route == R_HEALTH ? NULL : srv->cfg.token;
+    if (update && !srv->cfg.weights_root) {
         ctx->err_status = MHD_HTTP_FORBIDDEN;
         ctx->err_type = "permission_error";
         snprintf(ctx->err_msg, sizeof ctx->err_msg,
@@ -487,14 +491,20 @@ static int update_version(const json_t *o, uint64_t *version)
 }
 
 /* SGLang's POST /update_weights_from_disk {"model_path": DIR, "version": N}:
- * loads a folder rlp_policy_save() wrote while generation goes on. */
-static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c, conn_ctx *ctx)
+ * loads a folder rlp_policy_save() wrote (or a PEFT adapter folder) while
+ * generation goes on. With `adapter` it is /load_lora_adapter
+ * {"lora_name": NAME, "lora_path": DIR, "version": N} (SGLang's and vLLM's
+ * fields): the folder must be a PEFT adapter folder, applied to the
+ * server's base; the one adapter set replaces the last (lora_name is only
+ * echoed: requests do not pick adapters by name). Same token, same
+ * --weights-dir root, same versioning. */
+static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c, conn_ctx *ctx, bool adapter)
 {
     char err[512];
     json_t *o = serve_parse_body(ctx->body, ctx->len, err, sizeof err);
     if (!o)
         return update_failed(c, err);
-    const json_t *path = json_object_get(o, "model_path");
+    const json_t *path = json_object_get(o, adapter ? "lora_path" : "model_path");
     if (!path)
         path = json_object_get(o, "path");
     uint64_t version = 0;
@@ -507,14 +517,27 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
         snprintf(p, sizeof p, "%s", json_string_value(path));
     int vrc = update_version(o, &version);
     json_decref(o);
-    if (!ok)
-        return update_failed(c, "'model_path' must be a non-empty string: the folder rlp_policy_save() wrote");
+    const char *key = adapter ? "lora_path" : "model_path";
+    char why[160];
+    if (!ok) {
+        snprintf(why, sizeof why, "'%s' must be a non-empty string: the folder %s wrote", key,
+                 adapter ? "rlp_policy_save_lora() or PEFT's save_pretrained" : "rlp_policy_save()");
+        return update_failed(c, why);
+    }
     if (vrc)
         return update_failed(c, "'version' must be a non-negative integer");
     char real[PATH_MAX];
-    if (!below_root(srv->cfg.weights_root, p, real))
-        return update_failed(c, "'model_path' is not a folder below the server's --weights-dir");
+    if (!below_root(srv->cfg.weights_root, p, real)) {
+        snprintf(why, sizeof why, "'%s' is not a folder below the server's --weights-dir", key);
+        return update_failed(c, why);
+    }
     snprintf(p, sizeof p, "%s", real);
+    if (adapter) {
+        char cfg[PATH_MAX + 32];
+        snprintf(cfg, sizeof cfg, "%s/adapter_config.json", p);
+        if (access(cfg, R_OK) != 0)
+            return update_failed(c, "'lora_path' is not a PEFT adapter folder (no adapter_config.json)");
+    }
     pthread_mutex_lock(&srv->update_mu);
     int rc = rlp_rollout_engine_load_weights(srv->engine, p, version);
     char msg[1024];
@@ -523,7 +546,7 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
     else
         snprintf(msg, sizeof msg, "%s", rlp_error_last());
     pthread_mutex_unlock(&srv->update_mu);
-    fprintf(stderr, "rlpost serve: update_weights_from_disk: %s\n", msg);
+    fprintf(stderr, "rlpost serve: %s: %s\n", adapter ? "load_lora_adapter" : "update_weights_from_disk", msg);
     if (rc != RLP_OK)
         return update_failed(c, msg);
     return send_json(c, MHD_HTTP_OK,
@@ -642,7 +665,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     switch (ctx->route) {
     case R_COMPLETIONS: return handle_generate(srv, c, ctx, false);
     case R_CHAT: return handle_generate(srv, c, ctx, true);
-    case R_UPDATE: return handle_update(srv, c, ctx);
+    case R_UPDATE: return handle_update(srv, c, ctx, false);
+    case R_LORA: return handle_update(srv, c, ctx, true);
     case R_HEALTH: return handle_health(srv, c);
     case R_MODELS: return handle_models(srv, c);
     default: return MHD_NO;

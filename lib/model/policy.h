@@ -20,6 +20,8 @@ struct rlp_policy {
     uint64_t weights_gen;      /* bumped whenever the weights change in place without a new version
                                 * (an optimizer step inside a multi-step RL step, a broadcast): what a
                                 * quantized rollout copy checks besides the version */
+    uint64_t bytes_broadcast;  /* what the last rlp_policy_broadcast moved: the base when a rank needed
+                                * it, and the adapters (a LoRA root over the same base sends only those) */
     rlp_tokenizer *tokenizer;  /* owned; NULL when the file has none (llama2.c) */
     char *tokenizer_path;      /* where it came from (a GGUF or tokenizer.json), for clones and saves */
     rlp_comm *comm;            /* borrowed; non-NULL: train steps are data-parallel collectives */

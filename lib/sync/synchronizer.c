@@ -273,11 +273,9 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
             rlpi_dp_fail(sync->opts.comm, "synchronizer (publish on a receiving rank)", rc);
         }
         else {
-            uint64_t n = 0;
-            rlp_policy_n_params(&n, policy);
-            bytes = n * 4;
             /* the root's weights are only read (its version is sent as it is) */
             rc = rlp_policy_broadcast((rlp_policy *)policy, sync->opts.comm, sync->opts.root);
+            bytes = policy->bytes_broadcast; /* a LoRA root over the receivers' base: the adapters only */
         }
     } else {
         rc = rlpi_file_publish(sync, policy, v, &bytes);
@@ -371,13 +369,12 @@ static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
     }
     pthread_mutex_unlock(&s->publish_mu);
     if (!rc) {
-        uint64_t n = 0;
-        rlp_policy_n_params(&n, s->recv);
+        uint64_t n = s->recv->bytes_broadcast;
         pthread_mutex_lock(&s->mu);
         s->published = true;
         advance_version(s, v);
         s->st.weight_loads++;
-        s->st.bytes_published += n * 4;
+        s->st.bytes_published += n;
         s->st.pull_seconds += rlpi_now_s() - t0;
         pthread_mutex_unlock(&s->mu);
     }

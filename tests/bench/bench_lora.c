@@ -11,9 +11,12 @@
  *     of the files a version is shipped as: the PEFT adapter folder
  *     (rlp_policy_save_lora) against the whole model (rlp_policy_save, f32).
  * LoRA: rank 16, alpha 32, all seven projections (the issue's setting).
- * Mode "full" or "lora" runs one policy only: its process's peak RSS is
- * then that policy's (the "both" default shares one process).
- * Usage: bench_lora [threads] [repeats] [both|full|lora] */
+ * "qlora" is the same LoRA over a quantized base (base_dtype, Q8_0 by
+ * default: the projections in GGUF blocks, dequantized a layer at a time).
+ * Mode "full", "lora" or "qlora" runs one policy only: its process's peak
+ * RSS is then that policy's (the "both" default runs all three in one
+ * process).
+ * Usage: bench_lora [threads] [repeats] [both|full|lora|qlora] [q8_0|q4_0|q4_k] */
 #include "../../examples/blas_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -61,8 +64,9 @@ static long long dir_bytes(const char *dir, const char *const *files, int n)
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 3;
-    const char *mode = argc > 3 ? argv[3] : "both";
-    bool run_full = strcmp(mode, "lora") != 0, run_lora = strcmp(mode, "full") != 0;
+    const char *mode = argc > 3 ? argv[3] : "both", *qtype = argc > 4 ? argv[4] : "q8_0";
+    bool both = !strcmp(mode, "both");
+    bool run[3] = {both || !strcmp(mode, "full"), both || !strcmp(mode, "lora"), both || !strcmp(mode, "qlora")};
     rlpost_select_blas_kernels(argv); /* the kernels rlpost runs */
     rlp_context *ctx;
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
@@ -81,10 +85,10 @@ int main(int argc, char **argv)
         return 1;
     }
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
-    rlp_policy *pol[2] = {NULL, NULL}; /* full, lora */
-    const char *names[2] = {"full", "lora"};
-    for (int j = 0; j < 2; j++) {
-        if (!(j ? run_lora : run_full))
+    rlp_policy *pol[3] = {NULL, NULL, NULL}; /* full, lora, qlora */
+    const char *names[3] = {"full", "lora", "qlora"};
+    for (int j = 0; j < 3; j++) {
+        if (!run[j])
             continue;
         if (rlpi_policy_create(&pol[j], ctx, &cfg, &w, &po) != RLP_OK) {
             fprintf(stderr, "policy: %s\n", rlp_error_last());
@@ -95,9 +99,12 @@ int main(int argc, char **argv)
         rlp_policy_set_optimizer(pol[j], &oo);
     }
     rlpi_weights_free(&w);
-    if (pol[1]) {
+    for (int j = 1; j < 3; j++) {
+        if (!pol[j])
+            continue;
         rlp_lora_options lo = RLP_LORA_OPTIONS_INIT; /* rank 16, alpha 32, all projections */
-        if (rlp_policy_enable_lora(pol[1], &lo) != RLP_OK) {
+        lo.base_dtype = j == 2 ? qtype : NULL;
+        if (rlp_policy_enable_lora(pol[j], &lo) != RLP_OK) {
             fprintf(stderr, "lora: %s\n", rlp_error_last());
             return 1;
         }
@@ -110,11 +117,13 @@ int main(int argc, char **argv)
             tokens[s * LEN + t] = (int32_t)rlpi_rng_below(&rng, (uint64_t)cfg.vocab_size);
         seqs[s] = (rlp_sequence){tokens + s * LEN, LEN, PROMPT};
     }
-    printf("SmolLM2-135M shape, %d x %d tokens (%d prompt), %d threads, %d timed steps after one warm-up\n", N_SEQ, LEN,
-           PROMPT, threads, reps);
-    double *times[2] = {calloc((size_t)reps, sizeof(double)), calloc((size_t)reps, sizeof(double))};
+    printf("SmolLM2-135M shape, %d x %d tokens (%d prompt), %d threads, %d timed steps after one warm-up; "
+           "qlora base %s\n",
+           N_SEQ, LEN, PROMPT, threads, reps, qtype);
+    double *times[3] = {calloc((size_t)reps, sizeof(double)), calloc((size_t)reps, sizeof(double)),
+                        calloc((size_t)reps, sizeof(double))};
     for (int r = -1; r < reps; r++)
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 3; j++) {
             if (!pol[j])
                 continue;
             rlp_train_stats st = {.version = 1};
@@ -126,8 +135,8 @@ int main(int argc, char **argv)
             if (r >= 0)
                 times[j][r] = now() - t0;
         }
-    double med[2] = {0, 0};
-    for (int j = 0; j < 2; j++) {
+    double med[3] = {0, 0, 0};
+    for (int j = 0; j < 3; j++) {
         if (!pol[j])
             continue;
         qsort(times[j], (size_t)reps, sizeof(double), cmp_d);
@@ -136,13 +145,20 @@ int main(int argc, char **argv)
         rlp_policy_n_trainable(&n_train, pol[j]);
         rlp_memory_stats m = {.version = 1};
         rlp_policy_memory(&m, pol[j]);
-        printf("%-4s train step min %.3f s, median %.3f s | trainable %llu | MB: weights %.1f, gradients %.1f, "
+        printf("%-5s train step min %.3f s, median %.3f s | trainable %llu | MB: weights %.1f, gradients %.1f, "
                "AdamW %.1f, activations %.1f, total %.1f\n",
                names[j], times[j][0], med[j], (unsigned long long)n_train, m.weights / 1e6, m.gradients / 1e6,
                m.optimizer / 1e6, m.activations / 1e6, (m.weights + m.gradients + m.optimizer + m.activations) / 1e6);
     }
     if (pol[0] && pol[1])
         printf("ratio lora/full step speed (median): %.2fx\n", med[0] / med[1]);
+    if (pol[1] && pol[2]) {
+        rlp_memory_stats a = {.version = 1}, b = {.version = 1};
+        rlp_policy_memory(&a, pol[1]);
+        rlp_policy_memory(&b, pol[2]);
+        printf("ratio qlora/lora step speed (median): %.2fx; weights qlora/lora %.2fx\n", med[1] / med[2],
+               (double)b.weights / (double)a.weights);
+    }
 
     /* what a version costs to publish */
     char tmp[] = "/tmp/rlpost-bench-lora-XXXXXX";
@@ -196,7 +212,7 @@ int main(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("peak RSS of this process (%s): %.1f MB\n", mode, ru.ru_maxrss / 1024.0);
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < 3; j++) {
         rlp_policy_free(pol[j]);
         free(times[j]);
     }

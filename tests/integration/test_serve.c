@@ -879,6 +879,37 @@ static void test_weight_updates(void **state)
     free(text);
     free(rs.resp);
     json_decref(ids);
+
+    /* /load_lora_adapter (SGLang's and vLLM's name): a PEFT folder of
+     * adapters trained on the base the server now holds (the folder above,
+     * loaded back: the adapter file names that base's CRC), with the same
+     * token, root and versioning; a whole-model folder is not one */
+    rlp_policy *base = NULL;
+    rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
+    assert_int_equal(rlp_policy_load(&base, ctx, dir, &po), RLP_OK);
+    rlp_lora_options lo = RLP_LORA_OPTIONS_INIT;
+    lo.rank = 2;
+    assert_int_equal(rlp_policy_enable_lora(base, &lo), RLP_OK);
+    char adir[sizeof weights_dir + 16];
+    snprintf(adir, sizeof adir, "%s/a-XXXXXX", weights_dir);
+    assert_non_null(mkdtemp(adir));
+    assert_int_equal(rlp_policy_save_lora(base, adir, NULL), RLP_OK);
+    rlp_policy_free(base);
+    snprintf(body, sizeof body, "{\"lora_name\": \"kk\", \"lora_path\": \"%s\"}", dir);
+    expect_error("POST", "/load_lora_adapter", body, TOKEN, 400, "invalid_request_error");
+    snprintf(body, sizeof body, "{\"lora_name\": \"kk\", \"lora_path\": \"%s\", \"version\": 9}", adir);
+    expect_error("POST", "/v1/load_lora_adapter", body, NULL, 401, "authentication_error");
+    j = post_ok("/v1/load_lora_adapter", body);
+    assert_true(json_is_true(json_object_get(j, "success")));
+    assert_int_equal(jint(j, "version"), 9);
+    json_decref(j);
+    h = health();
+    assert_int_equal(jint(h, "weight_version"), 9);
+    json_decref(h);
+    j = post_ok("/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 2}");
+    assert_int_equal(jint(j, "weight_version"), 9);
+    json_decref(j);
+    rm_tree(adir);
     rm_tree(dir);
 }
 

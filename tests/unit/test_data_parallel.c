@@ -407,6 +407,91 @@ static void test_broadcast_policy(void **state)
 
 /* ---- the synchronizer's COLLECTIVE transport ---- */
 
+/* A LoRA trainer over the COLLECTIVE transport: its adapters go out, the
+ * base only when a rank's differs. Ranks 0 and 1 load the same base, rank 2
+ * another: the first pull sends the base (to everyone, as one broadcast)
+ * and the adapters, the second the adapters only. Every engine then holds
+ * root's merged model; the receivers count base + 2 × adapter bytes. */
+static int lora_collective_rank(int rank, int world, const char *dir, void *arg)
+{
+    (void)arg;
+    env e;
+    if (setup(&e, rank, world, dir, rank == 2 ? 77 : 31, 30000))
+        return 1;
+    RANK_CHECK(rlp_policy_set_comm(e.p, NULL) == RLP_OK, "detach");
+    rlp_lora_options lo = RLP_LORA_OPTIONS_INIT;
+    lo.rank = 2;
+    lo.alpha = 4.0f;
+    uint64_t n_params = 0, n_adapter = 0;
+    rlp_policy_n_params(&n_params, e.p);
+    {
+        rlp_policy *probe = NULL; /* the adapters' size, on any rank */
+        RANK_CHECK(rlp_policy_clone(&probe, e.p, 1) == RLP_OK && rlp_policy_enable_lora(probe, &lo) == RLP_OK,
+                   "probe: %s", rlp_error_last());
+        rlp_policy_n_trainable(&n_adapter, probe);
+        rlp_policy_free(probe);
+    }
+    if (rank == 0) {
+        RANK_CHECK(rlp_policy_enable_lora(e.p, &lo) == RLP_OK, "lora: %s", rlp_error_last());
+        rlp_optimizer_options oo = RLP_OPTIMIZER_OPTIONS_INIT;
+        oo.lr = 2e-2f;
+        RANK_CHECK(rlp_policy_set_optimizer(e.p, &oo) == RLP_OK, "optimizer");
+    }
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_COLLECTIVE;
+    so.comm = e.comm;
+    so.root = 0;
+    rlp_synchronizer *sync;
+    RANK_CHECK(rlp_synchronizer_create(&sync, &so) == RLP_OK, "sync: %s", rlp_error_last());
+    rlp_rollout_engine *eng = NULL;
+    if (rank != 0) {
+        rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+        ro.max_batch = 2;
+        ro.max_seq_len = 32;
+        RANK_CHECK(rlp_rollout_engine_create(&eng, e.p, &ro) == RLP_OK, "engine: %s", rlp_error_last());
+    }
+    make_tokens();
+    for (int step = 0; step < 2; step++) {
+        if (rank == 0) {
+            rlp_sequence s[3];
+            seqs_of(s, 0, 3, step);
+            RANK_CHECK(rlp_policy_train_step(e.p, s, 3, rlp_loss_nll, NULL, NULL, NULL) == RLP_OK, "step: %s",
+                       rlp_error_last());
+            RANK_CHECK(rlp_synchronizer_publish(sync, e.p) == RLP_OK, "publish: %s", rlp_error_last());
+        }
+        else
+            RANK_CHECK(rlp_synchronizer_pull(sync, eng) == RLP_OK, "pull: %s", rlp_error_last());
+    }
+    char name[16];
+    snprintf(name, sizeof name, "l%d", rank);
+    if (rank != 0) {
+        rlp_sync_stats st = {.version = 1};
+        rlp_synchronizer_stats(&st, sync);
+        RANK_CHECK(st.bytes_published == (n_params + 2 * n_adapter) * 4,
+                   "bytes received %llu, expected base %llu + 2 x adapters %llu", (unsigned long long)st.bytes_published,
+                   (unsigned long long)n_params * 4, (unsigned long long)n_adapter * 4);
+        env view = e;
+        view.p = eng->policy;
+        RANK_CHECK(save(&view, dir, name, NULL, 0) == 0, "save");
+    } else { /* root's merged model */
+        env view = e;
+        RANK_CHECK(rlp_policy_clone(&view.p, e.p, 0) == RLP_OK, "clone: %s", rlp_error_last());
+        RANK_CHECK(save(&view, dir, name, NULL, 0) == 0, "save");
+        rlp_policy_free(view.p);
+    }
+    rlp_rollout_engine_free(eng);
+    rlp_synchronizer_free(sync);
+    teardown(&e);
+    return 0;
+}
+
+static void test_collective_sync_lora_adapters_only(void **state)
+{
+    (void)state;
+    three_ranks_agree(lora_collective_rank, "l", 2);
+}
+
+
 static int collective_rank(int rank, int world, const char *dir, void *arg)
 {
     (void)arg;
@@ -599,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_rl_rank_without_trajectories),
         cmocka_unit_test(test_broadcast_policy),
         cmocka_unit_test(test_collective_sync_transport),
+        cmocka_unit_test(test_collective_sync_lora_adapters_only),
         cmocka_unit_test(test_collective_sync_options),
         cmocka_unit_test(test_collective_sync_misuse_releases_peers),
         cmocka_unit_test(test_failing_rank_releases_peers),
