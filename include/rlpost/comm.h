@@ -148,8 +148,18 @@ RLP_API int rlp_policy_set_comm(rlp_policy *policy, rlp_comm *comm);
  * policy and passes it to rlp_rollout_engine_update_weights().
  * Optimizer state is not sent: start data-parallel ranks with fresh
  * optimizers, or have each load the same rlp_policy_save_optimizer() file.
- * @return RLP_OK; RLP_E_INVALID_ARG (NULLs, root outside the group, ranks whose parameter counts
- *         differ); RLP_E_TIMEOUT; RLP_E_CLOSED; RLP_E_BACKEND.
+ *
+ * A root with LoRA adapters (rlp_policy_enable_lora) sends its adapters,
+ * and its frozen base only when some rank's base differs from it (each
+ * rank compares the CRC-32 of its fp32 base values with root's): over the
+ * same base a version costs the adapters' bytes, not the model's. A frozen
+ * receiver without adapters attaches inference-only adapters of root's
+ * configuration; a trainable one must have attached the same adapters.
+ * Every rank first agrees that all can take root's weights, so a refusal
+ * moves nothing anywhere.
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULLs, root outside the group, ranks whose parameter counts,
+ *         adapters or base storage differ; each rank's message names what); RLP_E_TIMEOUT;
+ *         RLP_E_CLOSED; RLP_E_BACKEND.
  */
 RLP_API int rlp_policy_broadcast(rlp_policy *policy, rlp_comm *comm, int32_t root);
 

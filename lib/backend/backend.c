@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -54,6 +55,31 @@ void rlpi_buffer_discard(rlpi_buffer *buf)
     uintptr_t hi = ((uintptr_t)p + buf->nbytes) & ~(uintptr_t)(page - 1);
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advisory: a failure only keeps the pages */
+}
+
+int rlpi_buffer_zero(rlpi_buffer *buf)
+{
+    if (!buf)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "buffer zero: NULL buffer");
+    unsigned char *p = rlpi_buffer_host(buf);
+    long page = sysconf(_SC_PAGESIZE);
+    if (!p || page <= 0 || buf->nbytes < 2 * (size_t)page) {
+        if (p) {
+            memset(p, 0, buf->nbytes);
+            return RLP_OK;
+        }
+        return buf->nbytes % 4 ? rlpi_error_set(RLP_E_INVALID_ARG, "buffer zero: %zu bytes", buf->nbytes)
+                               : rlpi_buffer_fill_f32(buf, 0, buf->nbytes / 4, 0.0f);
+    }
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t hi = ((uintptr_t)p + buf->nbytes) & ~(uintptr_t)(page - 1);
+    memset(p, 0, lo - (uintptr_t)p);
+    memset((void *)hi, 0, (uintptr_t)p + buf->nbytes - hi);
+    /* private anonymous memory reads as zeros after MADV_DONTNEED; should
+     * the call fail, the pages are written instead */
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        memset((void *)lo, 0, hi - lo);
+    return RLP_OK;
 }
 
 static int check_range(const rlpi_buffer *buf, size_t off, size_t n, const char *what)

@@ -205,6 +205,12 @@ void *rlpi_buffer_host(const rlpi_buffer *buf);
  * generate call) stops counting in the resident set. The buffer stays
  * valid and allocated. A no-op for device memory and NULL. */
 void rlpi_buffer_discard(rlpi_buffer *buf);
+/* Sets every byte to zero without making host memory resident: the whole
+ * pages are discarded (they read as zeros, RSS untouched), the partial
+ * pages at the two ends written. A fresh gradient buffer costs nothing
+ * until a backward writes it (4 bytes a parameter that LoRA, which frees
+ * it, never touches). Device memory is filled. */
+int rlpi_buffer_zero(rlpi_buffer *buf);
 int rlpi_buffer_upload(rlpi_buffer *dst, size_t off, const void *src, size_t n);
 int rlpi_buffer_download(const rlpi_buffer *src, size_t off, void *dst, size_t n);
 int rlpi_buffer_copy(rlpi_buffer *dst, size_t dst_off, const rlpi_buffer *src, size_t src_off,

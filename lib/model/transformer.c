@@ -262,7 +262,8 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
         goto fail;
     if ((rc = rlpi_transformer_set_weights(tf, w)) != RLP_OK)
         goto fail;
-    if (tf->grads && (rc = rlpi_buffer_fill_f32(tf->grads, 0, tf->n_params, 0.0f)) != RLP_OK)
+    /* zero without touching host pages: LoRA frees this buffer unread */
+    if (tf->grads && (rc = rlpi_buffer_zero(tf->grads)) != RLP_OK)
         goto fail;
     float inv_freq[512]; /* head_dim <= 1024 (rlpi_model_config_validate) */
     size_t half_bytes = (size_t)cfg->head_dim / 2 * sizeof(float);

@@ -41,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static rlpi_backend *be;
 
@@ -588,9 +590,44 @@ static void buffer_copy_2d_moves_column_blocks(void **state)
     rlpi_buffer_free(R);
 }
 
+/* rlpi_buffer_zero: every byte zero afterwards, edges and whole pages
+ * alike, for sizes below, at and across page boundaries; the whole pages
+ * of a large buffer are not made resident (mincore). */
+static void buffer_zero_clears_without_touching(void **state)
+{
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t sizes[] = {4, 100, (size_t)page, 2 * (size_t)page + 12, 7 * (size_t)page + 100, 64u << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k] / 4 * 4;
+        rlpi_buffer *B;
+        assert_int_equal(rlpi_buffer_alloc(be, n, &B), RLP_OK);
+        assert_int_equal(rlpi_buffer_fill_f32(B, 0, n / 4, 3.5f), RLP_OK);
+        assert_int_equal(rlpi_buffer_zero(B), RLP_OK);
+        const unsigned char *p = rlpi_buffer_host(B);
+        if (n == (64u << 20)) { /* the discarded pages are not resident until read */
+            size_t lo = ((uintptr_t)p + (size_t)page - 1) / (size_t)page * (size_t)page - (uintptr_t)p;
+            size_t pages = (n - lo) / (size_t)page;
+            unsigned char *vec = malloc(pages);
+            assert_int_equal(mincore((void *)(p + lo), pages * (size_t)page, vec), 0);
+            size_t resident = 0;
+            for (size_t i = 0; i < pages; i++)
+                resident += vec[i] & 1;
+            free(vec);
+            assert_true(resident < pages / 100);
+        }
+        for (size_t i = 0; i < n; i++)
+            if (p[i])
+                fail_msg("byte %zu of %zu not zero", i, n);
+        rlpi_buffer_free(B);
+    }
+    assert_int_equal(rlpi_buffer_zero(NULL), RLP_E_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(buffer_zero_clears_without_touching),
         cmocka_unit_test(gemm_matches_reference),
         cmocka_unit_test(gemm_bf16_matches_rounded_reference),
         cmocka_unit_test(gemm_bf16_rounds_to_nearest_even),
