@@ -140,7 +140,7 @@ typedef struct rlp_trainer_options {
 RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
 
 /** Version of rlp_step_record understood by this header. */
-#define RLP_STEP_RECORD_VERSION 3
+#define RLP_STEP_RECORD_VERSION 4
 
 /**
  * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
@@ -189,6 +189,10 @@ typedef struct rlp_step_record {
     double mismatch_is_mean;       /**< mean importance weight w */
     double mismatch_is_min, mismatch_is_max;
     double mismatch_abs_mean;      /**< mean |d| (nats) */
+    /* (version 4) */
+    uint64_t publish_bytes;        /**< bytes this step's publish moved through the synchronizer (FILE, HTTP,
+                                        COLLECTIVE): the adapter files only for a LoRA policy; 0 in SYNC mode
+                                        and for in-process engines */
 } rlp_step_record;
 
 /**

@@ -200,6 +200,10 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r)
     json_object_set_new(m, "reward_seconds", json_real(r->reward_seconds));
     json_object_set_new(m, "train_seconds", json_real(r->train_seconds));
     json_object_set_new(m, "publish_seconds", json_real(r->publish_seconds));
+    json_object_set_new(m, "publish_bytes", juint(r->publish_bytes));
+    uint64_t n_trainable = 0;
+    rlp_policy_n_trainable(&n_trainable, t->policy);
+    json_object_set_new(m, "trainable_params", juint(n_trainable));
     json_object_set_new(m, "trainer_idle_seconds", json_real(r->trainer_idle_seconds));
     json_object_set_new(m, "rollout_idle_seconds", json_real(r->rollout_idle_seconds));
     json_object_set_new(m, "step_seconds", json_real(r->step_seconds));

@@ -712,8 +712,13 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     }
     double t3 = rlpi_now_s();
     rlp_batch_free(b);
+    rlp_sync_stats before = {.version = 1}, after = {.version = 1};
+    if (t->sync)
+        rlp_synchronizer_stats(&before, t->sync);
     if (!rc && t->sync && (rc = rlp_synchronizer_publish(t->sync, t->policy)))
         rlpi_error_wrap("publishing version %llu", (unsigned long long)rec.rl.policy_version);
+    if (!rc && t->sync && rlp_synchronizer_stats(&after, t->sync) == RLP_OK)
+        rec.publish_bytes = after.bytes_published - before.bytes_published;
     double t4 = rlpi_now_s();
     atomic_store(&t->interrupt, 0);
     if (rc) {
@@ -732,9 +737,10 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     t->last = rec;
     t->have_last = 1;
     if (out) { /* a version-1 caller's record ends before the episode fields, a version-2 one before the
-                * mismatch */
+                * mismatch, a version-3 one before publish_bytes */
         uint32_t v = out->version;
-        memcpy(out, &rec, v >= 3   ? sizeof rec
+        memcpy(out, &rec, v >= 4   ? sizeof rec
+                          : v == 3 ? offsetof(rlp_step_record, publish_bytes)
                           : v == 2 ? offsetof(rlp_step_record, mismatch_kl)
                                    : offsetof(rlp_step_record, episodes));
         out->version = v;

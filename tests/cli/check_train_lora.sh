@@ -58,6 +58,10 @@ assert [r["step"] for r in sync] == [1, 2, 3, 4]
 assert all(math.isfinite(r["grad_norm"]) for r in sync)
 assert any(r["grad_norm"] > 0 for r in sync), [r["grad_norm"] for r in sync]
 print("sync:", [(r["reward_mean"], round(r["grad_norm"], 4)) for r in sync])
+import re
+n_lora = int(re.search(r"(\d+) trainable parameters", open(d + "/err.sync").read()).group(1))
+assert all(r["trainable_params"] == n_lora for r in sync), (n_lora, [r["trainable_params"] for r in sync])
+assert all(r["publish_bytes"] == 0 for r in sync)  # sync mode: the engine shares the policy
 # pull and async (η = 0) engines decode the merged W + s·B·A: the same
 # numbers for 4 steps. sync decodes the adapters unmerged on the policy's
 # own weights: rounding apart, so equal at step 1 (B = 0 there) and free to

@@ -94,6 +94,10 @@ for r in m:
     assert r["n_seqs"] == 16 and r["invalid_seqs"] == 0 and r["staleness_max"] == 0, r
     assert r["mismatch_kl"] < 1e-6, r  # the worker decodes base + adapters: the trainer's policy
 assert sorted(os.listdir(d + "/wlora/v2")) == ["adapter_config.json", "adapter_model.safetensors"]
+# the step records say what moved: the adapter folder's files, not the model
+v2 = sum(os.path.getsize(os.path.join(d, "wlora/v2", f)) for f in os.listdir(d + "/wlora/v2"))
+assert all(0 < r["publish_bytes"] <= 2 * v2 for r in m), ([r["publish_bytes"] for r in m], v2)
+assert all(r["trainable_params"] * 4 < v2 for r in m), ([r["trainable_params"] for r in m], v2)
 h = json.load(urllib.request.urlopen(u + "/health", timeout=10))
 assert h["version"] == 1 and h["requests_done"] > 0, h  # pulled before each of the 2 steps: v0, v1
 PY

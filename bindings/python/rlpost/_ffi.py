@@ -395,7 +395,8 @@ StepRecord = _struct("rlp_step_record", [
     ("tool_calls", c_uint64), ("tool_errors", c_uint64), ("tool_timeouts", c_uint64), ("tool_seconds", c_double),
     ("masked_token_share", c_double), ("episodes_truncated", c_uint64), ("episodes_max_turns", c_uint64),
     ("episodes_failed", c_uint64), ("mismatch_kl", c_double), ("mismatch_is_mean", c_double),
-    ("mismatch_is_min", c_double), ("mismatch_is_max", c_double), ("mismatch_abs_mean", c_double)], version=3)
+    ("mismatch_is_min", c_double), ("mismatch_is_max", c_double), ("mismatch_abs_mean", c_double),
+    ("publish_bytes", c_uint64)], version=4)
 
 EvalResult = _struct("rlp_eval_result", [
     ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),
