@@ -407,6 +407,26 @@ static void test_broadcast_policy(void **state)
 
 /* ---- the synchronizer's COLLECTIVE transport ---- */
 
+/* A COLLECTIVE synchronizer rooted at rank 0 and, on the other ranks, a
+ * rollout engine over the rank's policy; the shared token table. */
+static int collective_side(env *e, int rank, rlp_synchronizer **sync, rlp_rollout_engine **eng)
+{
+    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
+    so.transport = RLP_TRANSPORT_COLLECTIVE;
+    so.comm = e->comm;
+    so.root = 0;
+    RANK_CHECK(rlp_synchronizer_create(sync, &so) == RLP_OK, "sync: %s", rlp_error_last());
+    *eng = NULL;
+    if (rank != 0) {
+        rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+        ro.max_batch = 2;
+        ro.max_seq_len = 32;
+        RANK_CHECK(rlp_rollout_engine_create(eng, e->p, &ro) == RLP_OK, "engine: %s", rlp_error_last());
+    }
+    make_tokens();
+    return 0;
+}
+
 /* A LoRA trainer over the COLLECTIVE transport: its adapters go out, the
  * base only when a rank's differs. Ranks 0 and 1 load the same base, rank 2
  * another: the first pull sends the base (to everyone, as one broadcast)
@@ -437,20 +457,10 @@ static int lora_collective_rank(int rank, int world, const char *dir, void *arg)
         oo.lr = 2e-2f;
         RANK_CHECK(rlp_policy_set_optimizer(e.p, &oo) == RLP_OK, "optimizer");
     }
-    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
-    so.transport = RLP_TRANSPORT_COLLECTIVE;
-    so.comm = e.comm;
-    so.root = 0;
     rlp_synchronizer *sync;
-    RANK_CHECK(rlp_synchronizer_create(&sync, &so) == RLP_OK, "sync: %s", rlp_error_last());
     rlp_rollout_engine *eng = NULL;
-    if (rank != 0) {
-        rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-        ro.max_batch = 2;
-        ro.max_seq_len = 32;
-        RANK_CHECK(rlp_rollout_engine_create(&eng, e.p, &ro) == RLP_OK, "engine: %s", rlp_error_last());
-    }
-    make_tokens();
+    if (collective_side(&e, rank, &sync, &eng))
+        return 1;
     for (int step = 0; step < 2; step++) {
         if (rank == 0) {
             rlp_sequence s[3];
@@ -499,20 +509,10 @@ static int collective_rank(int rank, int world, const char *dir, void *arg)
     if (setup(&e, rank, world, dir, rank == 0 ? 31 : 32 + (uint64_t)rank, 30000))
         return 1;
     RANK_CHECK(rlp_policy_set_comm(e.p, NULL) == RLP_OK, "detach");
-    rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
-    so.transport = RLP_TRANSPORT_COLLECTIVE;
-    so.comm = e.comm;
-    so.root = 0;
     rlp_synchronizer *sync;
-    RANK_CHECK(rlp_synchronizer_create(&sync, &so) == RLP_OK, "sync: %s", rlp_error_last());
     rlp_rollout_engine *eng = NULL;
-    if (rank != 0) {
-        rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
-        ro.max_batch = 2;
-        ro.max_seq_len = 32;
-        RANK_CHECK(rlp_rollout_engine_create(&eng, e.p, &ro) == RLP_OK, "engine: %s", rlp_error_last());
-    }
-    make_tokens();
+    if (collective_side(&e, rank, &sync, &eng))
+        return 1;
     for (int step = 0; step < 2; step++) {
         if (rank == 0) {
             rlp_sequence s[3];
