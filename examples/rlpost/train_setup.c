@@ -28,7 +28,10 @@ static const named advantages[] = {{"grpo", RLP_ADV_GRPO}, {"dr_grpo", RLP_ADV_D
                                    {NULL, 0}};
 static const named losses[] = {{"ppo_clip", RLP_LOSS_PPO_CLIP}, {"decoupled_ppo", RLP_LOSS_DECOUPLED_PPO},
                                {"gspo", RLP_LOSS_GSPO}, {NULL, 0}};
-static const named kl_estimators[] = {{"k1", RLP_KL_K1}, {"k2", RLP_KL_K2}, {"k3", RLP_KL_K3}, {NULL, 0}};
+/* verl's kl_loss_type spellings too (low_var_kl = k3, mse = k2, kl = k1) */
+static const named kl_estimators[] = {{"k1", RLP_KL_K1},         {"k2", RLP_KL_K2}, {"k3", RLP_KL_K3},
+                                      {"abs", RLP_KL_ABS},        {"kl", RLP_KL_K1}, {"mse", RLP_KL_K2},
+                                      {"low_var_kl", RLP_KL_K3}, {NULL, 0}};
 static const named aggs[] = {{"token-mean", RLP_AGG_TOKEN_MEAN}, {"seq-mean-token-sum", RLP_AGG_SEQ_MEAN_TOKEN_SUM},
                              {"seq-mean-token-mean", RLP_AGG_SEQ_MEAN_TOKEN_MEAN},
                              {"seq-mean-token-sum-norm", RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM}, {NULL, 0}};

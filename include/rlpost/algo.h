@@ -45,11 +45,15 @@ typedef enum rlp_policy_loss {
                                       log π_old)), −min(sᵢÂᵢ, clip(sᵢ)Âᵢ) for every token of sequence i */
 } rlp_policy_loss;
 
-/** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020). */
+/** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020,
+ *  "Approximating KL divergence"; the names and clamps of verl's kl_penalty). */
 typedef enum rlp_kl_estimator {
-    RLP_KL_K1 = 1,  /**< x */
-    RLP_KL_K2 = 2,  /**< ½x² */
-    RLP_KL_K3 = 3   /**< exp(−x) + x − 1 */
+    RLP_KL_K1 = 1,  /**< x ("kl", "k1") */
+    RLP_KL_K2 = 2,  /**< ½x² ("mse", "k2") */
+    RLP_KL_K3 = 3,  /**< exp(y) − y − 1 with y = clamp(−x, −20, 20), the value clamped to [−10, 10]
+                         ("low_var_kl", "k3"): a token far off π_ref adds at most 10 and, past a clamp,
+                         no gradient */
+    RLP_KL_ABS = 4  /**< |x| ("abs"); gradient sign(x), 0 at x = 0 */
 } rlp_kl_estimator;
 
 /** How per-token losses ℓ combine into the step loss (verl's names; values fixed). The normaliser

@@ -28,7 +28,7 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
     BAD(!(o->dual_clip == 0 || o->dual_clip > 1) || !isfinite(o->dual_clip), "dual_clip must be 0 or > 1");
     BAD(!(o->tis_cap >= 0) || !isfinite(o->tis_cap), "tis_cap must be finite and >= 0");
     BAD(!(o->behav_cap >= 0) || !isfinite(o->behav_cap), "behav_cap must be finite and >= 0");
-    BAD(o->kl_estimator < 0 || o->kl_estimator > RLP_KL_K3, "kl_estimator must be 0 or an rlp_kl_estimator");
+    BAD(o->kl_estimator < 0 || o->kl_estimator > RLP_KL_ABS, "kl_estimator must be 0 or an rlp_kl_estimator");
     BAD(!(o->kl_coef >= 0) || !isfinite(o->kl_coef), "kl_coef must be finite and >= 0");
     BAD(!isfinite(o->entropy_coef), "entropy_coef must be finite");
     BAD(o->loss_agg < RLP_AGG_TOKEN_MEAN || o->loss_agg > RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM,
@@ -51,6 +51,13 @@ float rlpi_overlong_penalty(uint32_t len, uint32_t l_max, uint32_t l_cache)
     return (float)(((double)(l_max - l_cache) - (double)len) / (double)l_cache);
 }
 
+/* k3 as verl's low_var_kl computes it (core_algos.kl_penalty_forward): the
+ * log-ratio clamped to [−20, 20] before the exponential and the value to
+ * [−10, 10] after it, so a token far off the reference (x = −25 would give
+ * 7e10) adds at most 10 and no gradient instead of blowing up the loss. */
+#define KL_K3_LOG_RATIO_CLAMP 20.0
+#define KL_K3_VALUE_CLAMP 10.0
+
 static double kl_value(int est, double x)
 {
     switch (est) {
@@ -58,13 +65,20 @@ static double kl_value(int est, double x)
         return x;
     case RLP_KL_K2:
         return 0.5 * x * x;
-    case RLP_KL_K3:
-        return exp(-x) + x - 1.0;
+    case RLP_KL_K3: {
+        double y = fmin(fmax(-x, -KL_K3_LOG_RATIO_CLAMP), KL_K3_LOG_RATIO_CLAMP); /* log(π_ref/π_θ) */
+        return fmin(fmax(exp(y) - y - 1.0, -KL_K3_VALUE_CLAMP), KL_K3_VALUE_CLAMP);
+    }
+    case RLP_KL_ABS:
+        return fabs(x);
     default:
         return 0.0;
     }
 }
 
+/* d kl_value / dx; 0 where a clamp holds the value (as autograd through
+ * torch.clamp: the bounds themselves still pass the gradient) and, for abs,
+ * at x = 0 (torch's sign(0)). */
 static double kl_grad(int est, double x)
 {
     switch (est) {
@@ -72,8 +86,14 @@ static double kl_grad(int est, double x)
         return 1.0;
     case RLP_KL_K2:
         return x;
-    case RLP_KL_K3:
-        return 1.0 - exp(-x);
+    case RLP_KL_K3: {
+        if (x < -KL_K3_LOG_RATIO_CLAMP || x > KL_K3_LOG_RATIO_CLAMP)
+            return 0.0;
+        double y = -x, k = exp(y) - y - 1.0;
+        return k > KL_K3_VALUE_CLAMP || k < -KL_K3_VALUE_CLAMP ? 0.0 : 1.0 - exp(y);
+    }
+    case RLP_KL_ABS:
+        return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
     default:
         return 0.0;
     }

@@ -88,12 +88,17 @@ def normalise(adv, on, eps):
 
 
 def kl(est, x):
-    """Schulman (2020), 'Approximating KL divergence': x = log p - log q."""
+    """Schulman (2020), 'Approximating KL divergence': x = log p - log q, as
+    verl's kl_penalty_forward computes each: k3 (low_var_kl) clamps the
+    log-ratio to [-20, 20] and the value to [-10, 10]; 4 is "abs"."""
     if est == 1:
         return x
     if est == 2:
         return 0.5 * x * x
-    return torch.exp(-x) + x - 1
+    if est == 4:
+        return x.abs()
+    y = torch.clamp(-x, min=-20, max=20)
+    return torch.clamp(torch.exp(y) - y - 1, min=-10, max=10)
 
 
 def clip_obj(opt, rho, A):
@@ -172,6 +177,9 @@ def make_case(rng, adv_kind, loss_kind, agg, extra):
     old = [f32(x + rng.gauss(0, 0.15)) for x in logp]
     behav = [f32(x + rng.gauss(0, 0.3)) for x in old]
     ref = [f32(x + rng.gauss(0, 0.2)) for x in logp]
+    if extra.get("extreme_ref"):  # log-ratios out to +-30: where k3's clamps hold
+        ref = [f32(x - rng.choice([-30.0, -25.0, -20.5, -11.5, -3.0, -2.7, -2.5, 0.0, 0.3, 2.5, 2.7, 11.5, 20.5,
+                                   25.0, 30.0]) + rng.gauss(0, 0.01)) for x in logp]
     ent = [f32(abs(rng.gauss(1.5, 0.5))) for _ in range(T)]
     tokr = [f32(rng.gauss(0, 0.1)) if extra.get("token_rewards") else 0.0 for _ in range(T)]
     opt = {"advantage": adv_kind, "adv_eps": 1e-6, "adv_batch_norm": extra.get("adv_batch_norm", 0), "gamma":
@@ -269,6 +277,18 @@ def main():
             for g in AGG:
                 masked.append(make_masked_case(rng, a, l, g, extras[len(masked) % len(extras)]))
     write("masked_cases.json", masked)
+    # the KL estimators at extreme log-ratios (+-30, around k3's clamps), as a loss term and in the reward
+    rng = random.Random(20261204)
+    klc = []
+    for est in (3, 4):
+        for in_reward in (0, 1):
+            for l in LOSS:
+                for j, a in enumerate(ADV):
+                    extra = {"extreme_ref": 1, "kl_estimator": est, "kl_coef": 0.05, "kl_in_reward": in_reward}
+                    if in_reward:
+                        extra.update({"gamma": 0.9, "token_rewards": 1})
+                    klc.append(make_case(rng, a, l, AGG[(len(klc) + j) % len(AGG)], extra))
+    write("kl_cases.json", klc)
 
 
 if __name__ == "__main__":

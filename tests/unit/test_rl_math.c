@@ -217,6 +217,15 @@ static void test_masked_against_pytorch(void **state)
     against_pytorch("tests/reference/fixtures/rl/masked_cases.json", 60);
 }
 
+/* the k3 and abs KL estimators at log-ratios out to ±30, as a loss term and
+ * in the reward: k3 with verl's clamps (log-ratio to [−20, 20], value to
+ * [−10, 10]), so a far-off token adds at most 10 instead of 7e10 */
+static void test_kl_against_pytorch(void **state)
+{
+    (void)state;
+    against_pytorch("tests/reference/fixtures/rl/kl_cases.json", 60);
+}
+
 /* case #8: equal non-dyadic rewards give exactly 0 for every estimator with
  * a baseline, with and without batch normalisation */
 static void test_equal_rewards_zero_advantage(void **state)
@@ -374,6 +383,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_pytorch), cmocka_unit_test(test_masked_against_pytorch),
+        cmocka_unit_test(test_kl_against_pytorch),
         cmocka_unit_test(test_equal_rewards_zero_advantage),
         cmocka_unit_test(test_accumulation_normaliser),
         cmocka_unit_test(test_overlong_and_options),

@@ -72,6 +72,7 @@ class KLEstimator(enum.IntEnum):
     K1 = 1
     K2 = 2
     K3 = 3
+    ABS = 4
 
 
 class LossAgg(enum.IntEnum):
