@@ -97,6 +97,16 @@ assert json.load(open(sys.argv[1] + "/bf16/config.json"))["matmul_precision"] ==
 PY
 [ $? -eq 0 ] || fail "matmul_precision bf16 run outputs"
 
+# --- the KL estimators by verl's names (k3 = low_var_kl, clamped; abs): one step each against the
+# frozen initial model, a finite KL in the metrics
+for est in low_var_kl abs; do
+  T --set "output=\"$out/kl_$est\"" --set steps=1 --set algorithm.kl_coef=0.05 \
+    --set "algorithm.kl_estimator=\"$est\"" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "kl_estimator $est"; }
+  python3 -c "import json, math, sys; m = [json.loads(l) for l in open(sys.argv[1])]; \
+assert len(m) == 1 and math.isfinite(m[0]['kl']) and m[0]['kl'] >= 0, m" "$out/kl_$est/metrics.jsonl" ||
+    fail "kl_estimator $est metrics"
+done
+
 # --- bad configurations: exit 2, the key or path in the one-line message, no output folder
 bad() {  # expected-substring, --set arguments...
   want=$1; shift
