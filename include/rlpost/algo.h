@@ -41,8 +41,17 @@ typedef enum rlp_policy_loss {
     RLP_LOSS_DECOUPLED_PPO = 1,  /**< AReaL (Fu et al. 2025, eq. 5): −w·min(ρÂ, clip(ρ)Â) with ρ against
                                       π_prox and w = π_prox/π_behav, truncated at behav_cap (or masked
                                       above it); π_behav = π_prox gives PPO-clip exactly */
-    RLP_LOSS_GSPO = 2            /**< GSPO (Zheng et al. 2025): sequence ratio sᵢ = exp(mean_t(log π_θ −
+    RLP_LOSS_GSPO = 2,           /**< GSPO (Zheng et al. 2025): sequence ratio sᵢ = exp(mean_t(log π_θ −
                                       log π_old)), −min(sᵢÂᵢ, clip(sᵢ)Âᵢ) for every token of sequence i */
+    RLP_LOSS_CISPO = 3,          /**< CISPO (MiniMax-M1, arXiv:2506.13585, eq. 4–5; verl's "cispo"):
+                                      −sg(clip(ρ, 1−ε_low, 1+ε_high))·Â·log π_θ per token, ρ = exp(clamp(
+                                      log π_θ − log π_old, ±20)): the weight is clipped, never the gradient,
+                                      so every token keeps its REINFORCE gradient −clip(ρ)·Â; tis_cap
+                                      applies as for PPO_CLIP */
+    RLP_LOSS_GMPO = 4            /**< GMPO (Zhao et al. 2025, arXiv:2507.20673; verl's "geo_mean"):
+                                      rᵢ = exp(mean_t mₜ) with mₜ = min(xₜ, clamp(xₜ, −ε_low, ε_high)) for Âₜ >
+                                      0, max(…) for Âₜ < 0, 0 for Âₜ = 0, xₜ = log π_θ − log π_old (the clip
+                                      range in log space); −mean_t(Âₜ)·rᵢ for every token of sequence i */
 } rlp_policy_loss;
 
 /** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020,

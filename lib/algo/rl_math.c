@@ -22,7 +22,7 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
     BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_REINFORCE, "advantage is not an rlp_advantage");
     BAD(!(o->adv_eps >= 0) || !isfinite(o->adv_eps), "adv_eps must be finite and >= 0");
     BAD(!(o->gamma >= 0 && o->gamma <= 1), "gamma must be in [0, 1]");
-    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GSPO, "policy_loss is not an rlp_policy_loss");
+    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GMPO, "policy_loss is not an rlp_policy_loss");
     BAD(!(o->clip_low >= 0 && o->clip_low < 1), "clip_low must be in [0, 1)");
     BAD(!(o->clip_high >= 0) || !isfinite(o->clip_high), "clip_high must be finite and >= 0");
     BAD(!(o->dual_clip == 0 || o->dual_clip > 1) || !isfinite(o->dual_clip), "dual_clip must be 0 or > 1");
@@ -275,6 +275,30 @@ static double ppo_clip(const rlp_rl_options *o, double rho, double A, double *dv
     return value;
 }
 
+/* GMPO's per-token clipped log-ratio mₜ (verl's compute_policy_loss_geo_mean):
+ * sgn·min(sgn·x, sgn·clamp(x, −ε_low, ε_high)) with sgn = sign(Â), and its
+ * derivative in x (autograd's: 1 where x itself is the minimum, ties
+ * included, 0 where the clamp holds it or Â = 0). */
+static double gmpo_term(const rlp_rl_options *o, double x, double A, double *grad)
+{
+    double lo = -(double)o->clip_low, hi = (double)o->clip_high;
+    double c = x < lo ? lo : x > hi ? hi : x;
+    double m, g;
+    if (A > 0) {
+        m = x < c ? x : c;
+        g = x <= hi;
+    } else if (A < 0) {
+        m = x > c ? x : c;
+        g = x >= lo;
+    } else {
+        m = 0.0;
+        g = 0.0;
+    }
+    if (grad)
+        *grad = g;
+    return m;
+}
+
 static double agg_weight(const rlp_rl_options *o, const rlpi_rl_norm *nm, size_t seq_len)
 {
     switch (o->loss_agg) {
@@ -318,7 +342,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
             continue;
         double a_w = agg_weight(o, norm, mlen);
         /* GSPO: one ratio for the whole sequence */
-        double seq_ratio = 0, seq_value = 0, seq_drho = 0;
+        double seq_ratio = 0, seq_value = 0, seq_drho = 0, seq_abar = 0;
         int seq_lo = 0, seq_hi = 0;
         size_t first = g0;
         while (!rlpi_rl_on(s, first))
@@ -330,6 +354,18 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                     mlr += (double)logp[l0 + t] - (double)s->logp_old[g0 + t];
             seq_ratio = exp(mlr / (double)mlen);
             seq_value = ppo_clip(o, seq_ratio, adv[first], &seq_drho, &seq_lo, &seq_hi);
+        } else if (o->policy_loss == RLP_LOSS_GMPO) {
+            /* rᵢ = exp(mean clipped log-ratio), Âᵢ = mean advantage; value −Âᵢ·rᵢ */
+            double msum = 0, asum = 0;
+            for (size_t t = 0; t < len; t++)
+                if (rlpi_rl_on(s, g0 + t)) {
+                    double x = (double)logp[l0 + t] - (double)s->logp_old[g0 + t], A = adv[g0 + t];
+                    msum += gmpo_term(o, x, A, NULL);
+                    asum += A;
+                }
+            seq_ratio = exp(msum / (double)mlen);
+            seq_abar = asum / (double)mlen;
+            seq_value = -seq_abar * seq_ratio;
         }
         for (size_t t = 0; t < len; t++) {
             size_t g = g0 + t, l = l0 + t;
@@ -345,6 +381,30 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 dv_dlp = seq_drho * seq_ratio / (double)mlen;
                 lo = seq_lo;
                 hi = seq_hi;
+            } else if (o->policy_loss == RLP_LOSS_GMPO) {
+                double x = lp - old, grad;
+                (void)gmpo_term(o, x, A, &grad);
+                rho = seq_ratio;
+                value = seq_value;
+                /* ∂rᵢ/∂logp_t = rᵢ·∂mₜ/∂xₜ/|yᵢ| */
+                dv_dlp = -seq_abar * seq_ratio * grad / (double)mlen;
+                lo = A < 0 && x < -(double)o->clip_low;
+                hi = A > 0 && x > (double)o->clip_high;
+            } else if (o->policy_loss == RLP_LOSS_CISPO) {
+                /* the weight clipped under a stop-gradient: the gradient is −clip(ρ)·Â, never zero */
+                double x = lp - old;
+                x = x < -20.0 ? -20.0 : x > 20.0 ? 20.0 : x;
+                rho = exp(x);
+                double lo_b = 1.0 - (double)o->clip_low, hi_b = 1.0 + (double)o->clip_high;
+                double c = rho < lo_b ? lo_b : rho > hi_b ? hi_b : rho;
+                lo = rho < lo_b;
+                hi = rho > hi_b;
+                value = -c * A * lp;
+                dv_dlp = -c * A;
+                if (o->tis_cap > 0) {
+                    w = exp(old - (double)s->logp_behav[g]);
+                    w = w < o->tis_cap ? w : (double)o->tis_cap;
+                }
             } else {
                 rho = exp(lp - old);
                 double drho;
@@ -379,7 +439,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
             acc->ratio_max = rho > acc->ratio_max ? rho : acc->ratio_max;
             acc->w_sum += w;
             acc->w_max = w > acc->w_max ? w : acc->w_max;
-            if (o->policy_loss == RLP_LOSS_GSPO) {
+            if (o->policy_loss == RLP_LOSS_GSPO || o->policy_loss == RLP_LOSS_GMPO) {
                 /* the sequence's value appears once per token: Σₜ a_w · ∂value/∂logp_u */
                 dlogp[l] = (float)((double)mlen * a_w * w * dv_dlp +
                                    a_w * (double)o->kl_coef * (kl_loss ? dkl : 0.0));

@@ -130,6 +130,18 @@ def loss_and_grads(opt, lens, logp, ent, adv, old, behav, ref, mask=None):
         if opt["policy_loss"] == "gspo":  # GSPO eq. (5)-(7): s_i = exp(mean log-ratio)
             s = torch.exp((lp[sl] - oldt[sl]).mean())
             pg = clip_obj(opt, s, A[0]).expand(L)
+        elif opt["policy_loss"] == "gmpo":  # GMPO as verl's geo_mean: clipped log-ratios, geometric mean
+            x = lp[sl] - oldt[sl]
+            sgn = torch.sign(A)
+            m = sgn * torch.minimum(sgn * x, sgn * torch.clamp(x, -opt["clip_low"], opt["clip_high"]))
+            r = torch.exp(m.mean())
+            pg = (-A.mean() * r).expand(L)
+        elif opt["policy_loss"] == "cispo":  # CISPO eq. (4)-(5): -sg(clip(rho)) * A * log pi
+            rho = torch.exp(torch.clamp(lp[sl] - oldt[sl], -20, 20))
+            c = torch.clamp(rho, 1 - opt["clip_low"], 1 + opt["clip_high"]).detach()
+            pg = -c * A * lp[sl]
+            if opt["tis_cap"] > 0:
+                pg = torch.clamp(torch.exp(oldt[sl] - behavt[sl]), max=opt["tis_cap"]) * pg
         else:
             rho = torch.exp(lp[sl] - oldt[sl])
             pg = clip_obj(opt, rho, A)
@@ -174,7 +186,7 @@ def make_case(rng, adv_kind, loss_kind, agg, extra):
             lens.append(rng.randint(1, 9))
     T = sum(lens)
     logp = [f32(-abs(rng.gauss(1.0, 0.8)) - 0.01) for _ in range(T)]
-    old = [f32(x + rng.gauss(0, 0.15)) for x in logp]
+    old = [f32(x + rng.gauss(0, 0.3 if extra.get("wide_old") else 0.15)) for x in logp]
     behav = [f32(x + rng.gauss(0, 0.3)) for x in old]
     ref = [f32(x + rng.gauss(0, 0.2)) for x in logp]
     if extra.get("extreme_ref"):  # log-ratios out to +-30: where k3's clamps hold
@@ -219,7 +231,7 @@ def make_masked_case(rng, adv_kind, loss_kind, agg, extra):
             mask += m
     T = sum(lens)
     logp = [f32(-abs(rng.gauss(1.0, 0.8)) - 0.01) for _ in range(T)]
-    old = [f32(x + rng.gauss(0, 0.15)) for x in logp]
+    old = [f32(x + rng.gauss(0, 0.3 if extra.get("wide_old") else 0.15)) for x in logp]
     behav = [f32(x + rng.gauss(0, 0.3)) if mask[k] else 0.0 for k, x in enumerate(old)]
     ref = [f32(x + rng.gauss(0, 0.2)) for x in logp]
     ent = [f32(abs(rng.gauss(1.5, 0.5))) for _ in range(T)]
@@ -289,6 +301,16 @@ def main():
                         extra.update({"gamma": 0.9, "token_rewards": 1})
                     klc.append(make_case(rng, a, l, AGG[(len(klc) + j) % len(AGG)], extra))
     write("kl_cases.json", klc)
+    # CISPO and GMPO: every advantage estimator x aggregation, with and without the extras; log-ratios
+    # wide enough (old drawn 0.3 from logp) that the clips hold on some tokens
+    rng = random.Random(20261205)
+    new = []
+    for l in ("cispo", "gmpo"):
+        for a in ADV:
+            for g in AGG:
+                extra = [{}, {"tis_cap": 1.5}, {"kl_estimator": 3, "kl_coef": 0.04, "entropy_coef": 0.01}][len(new) % 3]
+                new.append(make_case(rng, a, l, g, dict(extra, wide_old=1)))
+    write("loss2_cases.json", new)
 
 
 if __name__ == "__main__":

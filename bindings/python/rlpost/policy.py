@@ -64,6 +64,8 @@ class PolicyLoss(enum.IntEnum):
     PPO_CLIP = 0
     DECOUPLED_PPO = 1
     GSPO = 2
+    CISPO = 3
+    GMPO = 4
 
 
 class KLEstimator(enum.IntEnum):
