@@ -97,6 +97,15 @@ assert json.load(open(sys.argv[1] + "/bf16/config.json"))["matmul_precision"] ==
 PY
 [ $? -eq 0 ] || fail "matmul_precision bf16 run outputs"
 
+# --- CISPO and GMPO (verl's geo_mean): one step each, a finite loss and a gradient
+for loss in cispo geo_mean; do
+  T --set "output=\"$out/loss_$loss\"" --set steps=1 --set "algorithm.policy_loss=\"$loss\"" >/dev/null 2>"$out/err" ||
+    { cat "$out/err"; fail "policy_loss $loss"; }
+  python3 -c "import json, math, sys; m = [json.loads(l) for l in open(sys.argv[1])]; \
+assert len(m) == 1 and math.isfinite(m[0]['loss']) and m[0]['grad_norm'] > 0, m" "$out/loss_$loss/metrics.jsonl" ||
+    fail "policy_loss $loss metrics"
+done
+
 # --- the KL estimators by verl's names (k3 = low_var_kl, clamped; abs): one step each against the
 # frozen initial model, a finite KL in the metrics
 for est in low_var_kl abs; do
