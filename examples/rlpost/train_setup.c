@@ -28,7 +28,8 @@ static const named advantages[] = {{"grpo", RLP_ADV_GRPO}, {"dr_grpo", RLP_ADV_D
                                    {NULL, 0}};
 static const named losses[] = {{"ppo_clip", RLP_LOSS_PPO_CLIP}, {"decoupled_ppo", RLP_LOSS_DECOUPLED_PPO},
                                {"gspo", RLP_LOSS_GSPO}, {"cispo", RLP_LOSS_CISPO},
-                               {"gmpo", RLP_LOSS_GMPO}, {"geo_mean", RLP_LOSS_GMPO}, {NULL, 0}};
+                               {"gmpo", RLP_LOSS_GMPO}, {"geo_mean", RLP_LOSS_GMPO}, {"gpg", RLP_LOSS_GPG},
+                               {NULL, 0}};
 /* verl's kl_loss_type spellings too (low_var_kl = k3, mse = k2, kl = k1) */
 static const named kl_estimators[] = {{"k1", RLP_KL_K1},         {"k2", RLP_KL_K2}, {"k3", RLP_KL_K3},
                                       {"abs", RLP_KL_ABS},        {"kl", RLP_KL_K1}, {"mse", RLP_KL_K2},

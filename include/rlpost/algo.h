@@ -48,10 +48,13 @@ typedef enum rlp_policy_loss {
                                       log π_θ − log π_old, ±20)): the weight is clipped, never the gradient,
                                       so every token keeps its REINFORCE gradient −clip(ρ)·Â; tis_cap
                                       applies as for PPO_CLIP */
-    RLP_LOSS_GMPO = 4            /**< GMPO (Zhao et al. 2025, arXiv:2507.20673; verl's "geo_mean"):
+    RLP_LOSS_GMPO = 4,           /**< GMPO (Zhao et al. 2025, arXiv:2507.20673; verl's "geo_mean"):
                                       rᵢ = exp(mean_t mₜ) with mₜ = min(xₜ, clamp(xₜ, −ε_low, ε_high)) for Âₜ >
                                       0, max(…) for Âₜ < 0, 0 for Âₜ = 0, xₜ = log π_θ − log π_old (the clip
                                       range in log space); −mean_t(Âₜ)·rᵢ for every token of sequence i */
+    RLP_LOSS_GPG = 5             /**< GPG (Chu et al. 2025, arXiv:2504.02546; verl's "gpg"): −Â·log π_θ per
+                                      token, no ratio and no clip (REINFORCE on the step's samples); tis_cap
+                                      applies as for PPO_CLIP */
 } rlp_policy_loss;
 
 /** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020,

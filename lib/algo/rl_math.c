@@ -22,7 +22,7 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
     BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_REINFORCE, "advantage is not an rlp_advantage");
     BAD(!(o->adv_eps >= 0) || !isfinite(o->adv_eps), "adv_eps must be finite and >= 0");
     BAD(!(o->gamma >= 0 && o->gamma <= 1), "gamma must be in [0, 1]");
-    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GMPO, "policy_loss is not an rlp_policy_loss");
+    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GPG, "policy_loss is not an rlp_policy_loss");
     BAD(!(o->clip_low >= 0 && o->clip_low < 1), "clip_low must be in [0, 1)");
     BAD(!(o->clip_high >= 0) || !isfinite(o->clip_high), "clip_high must be finite and >= 0");
     BAD(!(o->dual_clip == 0 || o->dual_clip > 1) || !isfinite(o->dual_clip), "dual_clip must be 0 or > 1");
@@ -390,6 +390,14 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 dv_dlp = -seq_abar * seq_ratio * grad / (double)mlen;
                 lo = A < 0 && x < -(double)o->clip_low;
                 hi = A > 0 && x > (double)o->clip_high;
+            } else if (o->policy_loss == RLP_LOSS_GPG) {
+                rho = exp(lp - old); /* reported only */
+                value = -A * lp;
+                dv_dlp = -A;
+                if (o->tis_cap > 0) {
+                    w = exp(old - (double)s->logp_behav[g]);
+                    w = w < o->tis_cap ? w : (double)o->tis_cap;
+                }
             } else if (o->policy_loss == RLP_LOSS_CISPO) {
                 /* the weight clipped under a stop-gradient: the gradient is −clip(ρ)·Â, never zero */
                 double x = lp - old;

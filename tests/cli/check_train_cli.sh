@@ -97,8 +97,8 @@ assert json.load(open(sys.argv[1] + "/bf16/config.json"))["matmul_precision"] ==
 PY
 [ $? -eq 0 ] || fail "matmul_precision bf16 run outputs"
 
-# --- CISPO and GMPO (verl's geo_mean): one step each, a finite loss and a gradient
-for loss in cispo geo_mean; do
+# --- CISPO, GMPO (verl's geo_mean) and GPG: one step each, a finite loss and a gradient
+for loss in cispo geo_mean gpg; do
   T --set "output=\"$out/loss_$loss\"" --set steps=1 --set "algorithm.policy_loss=\"$loss\"" >/dev/null 2>"$out/err" ||
     { cat "$out/err"; fail "policy_loss $loss"; }
   python3 -c "import json, math, sys; m = [json.loads(l) for l in open(sys.argv[1])]; \

@@ -136,6 +136,10 @@ def loss_and_grads(opt, lens, logp, ent, adv, old, behav, ref, mask=None):
             m = sgn * torch.minimum(sgn * x, sgn * torch.clamp(x, -opt["clip_low"], opt["clip_high"]))
             r = torch.exp(m.mean())
             pg = (-A.mean() * r).expand(L)
+        elif opt["policy_loss"] == "gpg":  # GPG: -A * log pi, no ratio
+            pg = -A * lp[sl]
+            if opt["tis_cap"] > 0:
+                pg = torch.clamp(torch.exp(oldt[sl] - behavt[sl]), max=opt["tis_cap"]) * pg
         elif opt["policy_loss"] == "cispo":  # CISPO eq. (4)-(5): -sg(clip(rho)) * A * log pi
             rho = torch.exp(torch.clamp(lp[sl] - oldt[sl], -20, 20))
             c = torch.clamp(rho, 1 - opt["clip_low"], 1 + opt["clip_high"]).detach()
@@ -301,11 +305,11 @@ def main():
                         extra.update({"gamma": 0.9, "token_rewards": 1})
                     klc.append(make_case(rng, a, l, AGG[(len(klc) + j) % len(AGG)], extra))
     write("kl_cases.json", klc)
-    # CISPO and GMPO: every advantage estimator x aggregation, with and without the extras; log-ratios
+    # CISPO, GMPO and GPG: every advantage estimator x aggregation, with and without the extras; log-ratios
     # wide enough (old drawn 0.3 from logp) that the clips hold on some tokens
     rng = random.Random(20261205)
     new = []
-    for l in ("cispo", "gmpo"):
+    for l in ("cispo", "gmpo", "gpg"):
         for a in ADV:
             for g in AGG:
                 extra = [{}, {"tis_cap": 1.5}, {"kl_estimator": 3, "kl_coef": 0.04, "entropy_coef": 0.01}][len(new) % 3]

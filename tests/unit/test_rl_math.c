@@ -65,7 +65,7 @@ typedef struct loaded {
 static void load_case(json_t *c, loaded *L)
 {
     static const char *const adv[] = {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce"};
-    static const char *const loss[] = {"ppo_clip", "decoupled_ppo", "gspo", "cispo", "gmpo"};
+    static const char *const loss[] = {"ppo_clip", "decoupled_ppo", "gspo", "cispo", "gmpo", "gpg"};
     static const char *const agg[] = {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
                                       "seq_mean_token_sum_norm"};
     json_t *op = json_object_get(c, "options");
@@ -74,7 +74,7 @@ static void load_case(json_t *c, loaded *L)
     o.adv_eps = (float)json_number_value(json_object_get(op, "adv_eps"));
     o.adv_batch_norm = (int32_t)json_integer_value(json_object_get(op, "adv_batch_norm"));
     o.gamma = (float)json_number_value(json_object_get(op, "gamma"));
-    o.policy_loss = lookup(json_string_value(json_object_get(op, "policy_loss")), loss, 5);
+    o.policy_loss = lookup(json_string_value(json_object_get(op, "policy_loss")), loss, 6);
     o.clip_low = (float)json_number_value(json_object_get(op, "clip_low"));
     o.clip_high = (float)json_number_value(json_object_get(op, "clip_high"));
     o.dual_clip = (float)json_number_value(json_object_get(op, "dual_clip"));
@@ -217,13 +217,13 @@ static void test_masked_against_pytorch(void **state)
     against_pytorch("tests/reference/fixtures/rl/masked_cases.json", 60);
 }
 
-/* CISPO (the clipped IS weight under a stop-gradient) and GMPO (the geometric
- * mean of per-token clipped log-ratios) as verl computes them, with every
+/* CISPO (the clipped IS weight under a stop-gradient), GMPO (the geometric
+ * mean of per-token clipped log-ratios) and GPG (−Â·log π) as verl computes them, with every
  * advantage estimator and aggregation, truncated IS and a KL term */
 static void test_cispo_gmpo_against_pytorch(void **state)
 {
     (void)state;
-    against_pytorch("tests/reference/fixtures/rl/loss2_cases.json", 40);
+    against_pytorch("tests/reference/fixtures/rl/loss2_cases.json", 60);
 }
 
 /* the k3 and abs KL estimators at log-ratios out to ±30, as a loss term and

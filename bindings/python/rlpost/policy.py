@@ -66,6 +66,7 @@ class PolicyLoss(enum.IntEnum):
     GSPO = 2
     CISPO = 3
     GMPO = 4
+    GPG = 5
 
 
 class KLEstimator(enum.IntEnum):
