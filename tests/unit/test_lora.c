@@ -31,6 +31,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "model_fixture.h"
+#include "test_backend_env.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -612,12 +613,10 @@ static void peft_folders(void **state)
     fixture_free(&f.m);
 }
 
-static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda */
-
 static int setup(void **state)
 {
     (void)state;
-    return (use_cuda ? rlpi_backend_cuda_create(&be, 0) : rlpi_backend_cpu_create(&be, 2)) == RLP_OK ? 0 : -1;
+    return test_backend_create(&be);
 }
 
 static int teardown(void **state)
@@ -629,16 +628,9 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const char *bk = getenv("RLPOST_TEST_BACKEND");
-    use_cuda = bk && !strcmp(bk, "cuda");
-    if (use_cuda) {
-        rlpi_backend *probe;
-        if (rlpi_backend_cuda_create(&probe, 0) != RLP_OK) {
-            printf("skipped: no CUDA backend: %s\n", rlp_error_last());
-            return 77;
-        }
-        rlpi_backend_destroy(probe);
-    }
+    int skip = test_backend_from_env();
+    if (skip)
+        return skip;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama_all_targets_match_peft), cmocka_unit_test(qwen2_rslora_subset_matches_peft),
         cmocka_unit_test(finite_differences),           cmocka_unit_test(zero_b_and_disabled_are_the_base),

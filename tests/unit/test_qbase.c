@@ -38,6 +38,7 @@
 #include "model/transformer.h"
 #include "model/transformer_internal.h"
 #include "model_fixture.h"
+#include "test_backend_env.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +46,6 @@
 #include <string.h>
 
 static rlpi_backend *be;
-static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda: the window filled through host staging */
 
 /* Max |Δlogp| against the fp32 base allowed per type on these random
  * models (weights ~ N(0, 0.05²), 16 tokens): measured 2.7e-4 … 2.0e-2
@@ -474,7 +474,7 @@ static void refusals(void **state)
 static int setup(void **state)
 {
     (void)state;
-    return (use_cuda ? rlpi_backend_cuda_create(&be, 0) : rlpi_backend_cpu_create(&be, 2)) == RLP_OK ? 0 : -1;
+    return test_backend_create(&be);
 }
 
 static int teardown(void **state)
@@ -486,16 +486,9 @@ static int teardown(void **state)
 
 int main(void)
 {
-    const char *bk = getenv("RLPOST_TEST_BACKEND");
-    use_cuda = bk && !strcmp(bk, "cuda");
-    if (use_cuda) {
-        rlpi_backend *probe;
-        if (rlpi_backend_cuda_create(&probe, 0) != RLP_OK) {
-            printf("skipped: no CUDA backend: %s\n", rlp_error_last());
-            return 77;
-        }
-        rlpi_backend_destroy(probe);
-    }
+    int skip = test_backend_from_env();
+    if (skip)
+        return skip;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(llama_q8_0),       cmocka_unit_test(qwen2_bias_tied_q4_0), cmocka_unit_test(gemma3_all_types),
         cmocka_unit_test(wide_llama_q4_k), cmocka_unit_test(refusals),

@@ -35,6 +35,7 @@
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 #include "model_fixture.h"
+#include "test_backend_env.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -578,12 +579,10 @@ static void export_round_trip(void **state)
     fixture_free(&f.m);
 }
 
-static bool use_cuda; /* RLPOST_TEST_BACKEND=cuda */
-
 static int setup(void **state)
 {
     (void)state;
-    return (use_cuda ? rlpi_backend_cuda_create(&be, 0) : rlpi_backend_cpu_create(&be, 2)) == RLP_OK ? 0 : -1;
+    return test_backend_create(&be);
 }
 
 static int teardown(void **state)
@@ -598,16 +597,9 @@ static int teardown(void **state)
  * exits 77 (skipped) where no CUDA backend can be made. */
 int main(void)
 {
-    const char *bk = getenv("RLPOST_TEST_BACKEND");
-    use_cuda = bk && !strcmp(bk, "cuda");
-    if (use_cuda) {
-        rlpi_backend *probe;
-        if (rlpi_backend_cuda_create(&probe, 0) != RLP_OK) {
-            printf("skipped: no CUDA backend: %s\n", rlp_error_last());
-            return 77;
-        }
-        rlpi_backend_destroy(probe);
-    }
+    int skip = test_backend_from_env();
+    if (skip)
+        return skip;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(qwen3_tied_matches_transformers),
         cmocka_unit_test(qwen3_untied_matches_transformers),
