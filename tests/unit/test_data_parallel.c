@@ -427,6 +427,27 @@ static int collective_side(env *e, int rank, rlp_synchronizer **sync, rlp_rollou
     return 0;
 }
 
+/* `steps` rounds: rank 0 trains a step and publishes, the others pull into
+ * their engines, which must then be at the version just published. */
+static int train_and_sync(env *e, int rank, rlp_synchronizer *sync, rlp_rollout_engine *eng, int steps)
+{
+    for (int step = 0; step < steps; step++) {
+        if (rank == 0) {
+            rlp_sequence s[3];
+            seqs_of(s, 0, 3, step);
+            RANK_CHECK(rlp_policy_train_step(e->p, s, 3, rlp_loss_nll, NULL, NULL, NULL) == RLP_OK, "step: %s",
+                       rlp_error_last());
+            RANK_CHECK(rlp_synchronizer_publish(sync, e->p) == RLP_OK, "publish: %s", rlp_error_last());
+        } else {
+            RANK_CHECK(rlp_synchronizer_pull(sync, eng) == RLP_OK, "pull: %s", rlp_error_last());
+            uint64_t v;
+            rlp_rollout_engine_version(&v, eng);
+            RANK_CHECK(v == (uint64_t)step + 1, "engine version %llu after pull %d", (unsigned long long)v, step);
+        }
+    }
+    return 0;
+}
+
 /* A LoRA trainer over the COLLECTIVE transport: its adapters go out, the
  * base only when a rank's differs. Ranks 0 and 1 load the same base, rank 2
  * another: the first pull sends the base (to everyone, as one broadcast)
@@ -461,17 +482,8 @@ static int lora_collective_rank(int rank, int world, const char *dir, void *arg)
     rlp_rollout_engine *eng = NULL;
     if (collective_side(&e, rank, &sync, &eng))
         return 1;
-    for (int step = 0; step < 2; step++) {
-        if (rank == 0) {
-            rlp_sequence s[3];
-            seqs_of(s, 0, 3, step);
-            RANK_CHECK(rlp_policy_train_step(e.p, s, 3, rlp_loss_nll, NULL, NULL, NULL) == RLP_OK, "step: %s",
-                       rlp_error_last());
-            RANK_CHECK(rlp_synchronizer_publish(sync, e.p) == RLP_OK, "publish: %s", rlp_error_last());
-        }
-        else
-            RANK_CHECK(rlp_synchronizer_pull(sync, eng) == RLP_OK, "pull: %s", rlp_error_last());
-    }
+    if (train_and_sync(&e, rank, sync, eng, 2))
+        return 1;
     char name[16];
     snprintf(name, sizeof name, "l%d", rank);
     if (rank != 0) {
@@ -513,20 +525,8 @@ static int collective_rank(int rank, int world, const char *dir, void *arg)
     rlp_rollout_engine *eng = NULL;
     if (collective_side(&e, rank, &sync, &eng))
         return 1;
-    for (int step = 0; step < 2; step++) {
-        if (rank == 0) {
-            rlp_sequence s[3];
-            seqs_of(s, 0, 3, step);
-            RANK_CHECK(rlp_policy_train_step(e.p, s, 3, rlp_loss_nll, NULL, NULL, NULL) == RLP_OK, "step");
-            RANK_CHECK(rlp_synchronizer_publish(sync, e.p) == RLP_OK, "publish: %s", rlp_error_last());
-        }
-        else {
-            RANK_CHECK(rlp_synchronizer_pull(sync, eng) == RLP_OK, "pull: %s", rlp_error_last());
-            uint64_t v;
-            rlp_rollout_engine_version(&v, eng);
-            RANK_CHECK(v == (uint64_t)step + 1, "engine version %llu after pull %d", (unsigned long long)v, step);
-        }
-    }
+    if (train_and_sync(&e, rank, sync, eng, 2))
+        return 1;
     uint64_t sv;
     rlp_synchronizer_version(&sv, sync);
     RANK_CHECK(sv == 2, "synchronizer version %llu", (unsigned long long)sv);
