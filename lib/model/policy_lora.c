@@ -8,13 +8,18 @@
 
 #include "core/error.h"
 
+#include <stddef.h>
+#include <string.h>
+
 static const rlp_lora_options default_lora_options = RLP_LORA_OPTIONS_INIT;
 
 int rlp_lora_options_init(rlp_lora_options *opts, uint32_t version)
 {
     RLPI_CHECK_ARG(opts, "opts is NULL");
     RLPI_CHECK_ARG(version >= 1 && version <= RLP_LORA_OPTIONS_VERSION, "unknown rlp_lora_options version");
-    *opts = default_lora_options;
+    /* a version-1 caller's struct ends before base_dtype */
+    memcpy(opts, &default_lora_options,
+           version >= 2 ? sizeof *opts : offsetof(rlp_lora_options, base_dtype));
     opts->version = version;
     return RLP_OK;
 }

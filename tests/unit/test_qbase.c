@@ -16,7 +16,8 @@
  *   - memory: the parameter buffer holds one layer's matrices and the fp32
  *     rest; set_weights re-quantizes; export gives the dequantized values;
  *   - refusals leave the model as it was: a trainable base, twice, an
- *     unknown type, rows that are no multiple of 32, detaching adapters.
+ *     unknown type, rows that are no multiple of 32, detaching adapters;
+ *     a version-1 rlp_lora_options is initialised without writing past it.
  * With RLPOST_TEST_BACKEND=cuda the same runs on the CUDA backend, whose
  * device window is filled through a host staging copy (qbase_cuda on a
  * GPU, qbase_emulated on the kernel emulator; not the 256-wide shape). */
@@ -37,6 +38,7 @@
 #include "model/qweights.h"
 #include "model/transformer.h"
 #include "model/transformer_internal.h"
+#include "rlpost/policy.h"
 #include "model_fixture.h"
 #include "test_backend_env.h"
 
@@ -461,6 +463,23 @@ static void refusals(void **state)
     assert_int_equal(rlpi_transformer_detach_lora(tf), RLP_OK); /* still fp32: the base trains again */
     rlpi_transformer_free(tf);
     rlpi_weights_free(&w);
+
+    /* the public options: a version-1 caller's struct ends before base_dtype,
+     * and its init writes nothing past it */
+    struct {
+        rlp_lora_options o;
+        unsigned char guard[16];
+    } mem;
+    memset(&mem, 0xA5, sizeof mem);
+    assert_int_equal(rlp_lora_options_init(&mem.o, 1), RLP_OK);
+    for (size_t i = offsetof(rlp_lora_options, base_dtype); i < sizeof mem; i++)
+        assert_int_equal(((const unsigned char *)&mem)[i], 0xA5);
+    assert_int_equal(mem.o.version, 1);
+    assert_int_equal(mem.o.rank, 16);
+    rlp_lora_options v2;
+    assert_int_equal(rlp_lora_options_init(&v2, RLP_LORA_OPTIONS_VERSION), RLP_OK);
+    assert_null(v2.base_dtype);
+    assert_int_equal(rlp_lora_options_init(&v2, RLP_LORA_OPTIONS_VERSION + 1), RLP_E_INVALID_ARG);
 
     uint32_t t;
     assert_int_equal(rlpi_qbase_parse_dtype("Q4_K", &t), RLP_OK);
