@@ -75,7 +75,9 @@ int rlp_sync_options_init(rlp_sync_options *opts, uint32_t version)
     RLPI_CHECK_ARG(opts, "opts is NULL");
     RLPI_CHECK_ARG(version >= 1 && version <= RLP_SYNC_OPTIONS_VERSION, "unknown options version");
     rlp_sync_options d = RLP_SYNC_OPTIONS_INIT;
-    *opts = d;
+    /* a version-1 caller's struct ends before comm: nothing is written past it */
+    memcpy(opts, &d, version >= 2 ? sizeof d : offsetof(rlp_sync_options, comm));
+    opts->version = version;
     return RLP_OK;
 }
 

@@ -623,6 +623,16 @@ static void test_collective_sync_options(void **state)
     so.root = 0;
     so.mode = RLP_SYNC_ASYNC;
     assert_int_equal(rlp_synchronizer_create(&sync, &so), RLP_E_INVALID_ARG);
+    /* a version-1 caller's struct ends before comm: its init writes nothing past it */
+    struct {
+        rlp_sync_options o;
+        unsigned char guard[16];
+    } mem;
+    memset(&mem, 0xA5, sizeof mem);
+    assert_int_equal(rlp_sync_options_init(&mem.o, 1), RLP_OK);
+    assert_int_equal(mem.o.version, 1);
+    for (size_t i = offsetof(rlp_sync_options, comm); i < sizeof mem; i++)
+        assert_int_equal(((const unsigned char *)&mem)[i], 0xA5);
     /* a version-1 caller (no comm, no root fields) still gets the old transports */
     so = (rlp_sync_options)RLP_SYNC_OPTIONS_INIT;
     so.version = 1;
