@@ -452,6 +452,8 @@ void rlpi_lora_base_changed(rlpi_transformer *tf)
 {
     if (tf && tf->lora)
         tf->lora->have_base_crc = false;
+    if (tf)
+        tf->qcrc_valid = false;
 }
 
 int rlpi_lora_base_fingerprint(rlpi_transformer *tf, uint32_t *out)

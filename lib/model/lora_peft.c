@@ -6,6 +6,7 @@
  * trained biases, per-module rank/alpha patterns, modules_to_save,
  * fan_in_fan_out, a layer subset) is refused by name rather than dropped. */
 #include "model/lora.h"
+#include "model/qbase.h"
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -50,6 +51,8 @@ int rlpi_lora_save_peft(rlpi_transformer *tf, const char *dir, const char *base_
     snprintf(num, sizeof num, "%08x", crc);
     if (!rc) /* the base these adapters belong to: checked by rlpi_lora_load_peft */
         rc = rlpi_st_metadata_set(&meta, "rlpost.base_crc32", num);
+    if (!rc) /* and how it was held: an fp32 reader checks it quantized the same way */
+        rc = rlpi_st_metadata_set(&meta, "rlpost.base_dtype", rlpi_qbase_dtype_name(rlpi_transformer_base_type(tf)));
     if (!rc) {
         snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
         rlpi_st_write_opts wo = {.dtype = RLPI_ST_F32, .meta = &meta, .skip_aliases = true};
@@ -166,15 +169,25 @@ int rlpi_lora_load_peft(rlpi_transformer *tf, const char *dir)
     if (!rc)
         rc = rlpi_weights_check_finite(&w, path);
     const char *want = rc ? NULL : rlpi_st_metadata_get(&meta, "rlpost.base_crc32");
-    uint32_t crc = 0;
-    if (want && !(rc = rlpi_lora_base_fingerprint(tf, &crc))) {
+    const char *held = rc ? NULL : rlpi_st_metadata_get(&meta, "rlpost.base_dtype");
+    uint32_t crc = 0, held_type = RLPI_GGML_F32;
+    if (want && held && rlpi_qbase_parse_dtype(held, &held_type) != RLP_OK)
+        rc = rlpi_error_set(RLP_E_FORMAT, "%s: metadata rlpost.base_dtype '%s' is not a base type", path, held);
+    /* trained over a quantized base: this model's base, quantized the same
+     * way, is the one they were trained on (the usual QLoRA deployment:
+     * adapters from a quantized base applied to the full-precision one) */
+    if (want && !rc)
+        rc = held_type != RLPI_GGML_F32 ? rlpi_qbase_fingerprint_as(tf, held_type, &crc)
+                                        : rlpi_lora_base_fingerprint(tf, &crc);
+    if (want && !rc) {
         char num[16];
         snprintf(num, sizeof num, "%08x", crc);
         if (strcmp(num, want))
             rc = rlpi_error_set(RLP_E_INVALID_ARG,
-                                "%s: the adapters were trained on another base (its CRC-32 %s, this model's %s): "
+                                "%s: the adapters were trained on another base (its CRC-32 %s%s%s, this model's %s): "
                                 "start from the trainer's base model",
-                                path, want, num);
+                                path, want, held_type != RLPI_GGML_F32 ? " held as " : "",
+                                held_type != RLPI_GGML_F32 ? held : "", num);
     }
     rlpi_st_metadata_free(&meta);
     /* attach (validating the config against this model) only once the file reads */

@@ -4,15 +4,16 @@
 #include "model/qbase.h"
 
 #include "core/clock.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "model/lora.h"
 #include "model/quant.h"
 #include "model/transformer_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 int rlpi_qbase_parse_dtype(const char *name, uint32_t *type)
 {
@@ -20,12 +21,14 @@ int rlpi_qbase_parse_dtype(const char *name, uint32_t *type)
         const char *name;
         uint32_t type;
     } map[] = {{"f32", RLPI_GGML_F32}, {"q8_0", RLPI_GGML_Q8_0}, {"q4_0", RLPI_GGML_Q4_0}, {"q4_k", RLPI_GGML_Q4_K}};
-    if (!name || !*name) {
+    if (!name) {
         *type = RLPI_GGML_F32;
         return RLP_OK;
     }
+    /* one spelling each (lowercase, as the config and the adapter metadata
+     * write it): a resume compares the configuration's text */
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
-        if (!strcasecmp(name, map[i].name)) {
+        if (!strcmp(name, map[i].name)) {
             *type = map[i].type;
             return RLP_OK;
         }
@@ -340,5 +343,105 @@ int rlpi_transformer_quantize_base(rlpi_transformer *tf, uint32_t type)
     }
     old.qbase = NULL;
     drop(&old);
+    return RLP_OK;
+}
+
+/* ------------------------------------------------------------ fingerprint as quantized */
+
+/* Rows [begin, end) of one fp32 matrix quantized as `type` and back, in place
+ * in `out` (the rows' dequantized values). */
+typedef struct roundtrip_job {
+    uint32_t type;
+    int64_t cols;
+    const float *src;
+    float *out;
+    int failed;
+} roundtrip_job;
+
+static void roundtrip_range(void *arg, int64_t begin, int64_t end, int tid)
+{
+    (void)tid;
+    roundtrip_job *j = arg;
+    size_t row_bytes = type_bytes(j->type, (size_t)j->cols);
+    uint8_t *blk = malloc(row_bytes);
+    if (!blk) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = j->src + (size_t)r * (size_t)j->cols;
+        float *y = j->out + (size_t)r * (size_t)j->cols;
+        if (rlpi_quantize(j->type, x, (size_t)j->cols, blk, row_bytes) ||
+            rlpi_dequantize(j->type, blk, row_bytes, y, (size_t)j->cols))
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+    }
+    free(blk);
+}
+
+int rlpi_qbase_fingerprint_as(rlpi_transformer *tf, uint32_t type, uint32_t *out)
+{
+    if (tf->qbase) {
+        if (tf->qbase->type != type)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "quantized base: held as %s, not %s",
+                                  rlpi_qbase_dtype_name(tf->qbase->type), rlpi_qbase_dtype_name(type));
+        return rlpi_lora_base_fingerprint(tf, out);
+    }
+    /* cached only for a frozen base: an optimizer step writes a trainable one unseen */
+    if (tf->qcrc_valid && tf->qcrc_type == type && !tf->grads) {
+        *out = tf->qcrc;
+        return RLP_OK;
+    }
+    rlpi_qbase plan_only = {0};
+    int rc = plan(tf, type, &plan_only);
+    if (rc)
+        return rc;
+    const float *host = rlpi_buffer_host(tf->params);
+    float *in = NULL, *rt = NULL;
+    size_t cap = 0;
+    uint32_t crc = 0;
+    for (size_t i = 0; !rc && i < tf->n_infos; i++) {
+        const rlpi_param_info *p = &tf->infos[i];
+        int mat = -1;
+        for (int l = 0; mat < 0 && l < tf->cfg.n_layers; l++) {
+            const layer_params *P = &tf->layers[l];
+            const size_t off[RLPI_QB_N] = {P->wq, P->wk, P->wv, P->wo, P->wg, P->wu, P->wd};
+            for (int m = 0; m < RLPI_QB_N; m++)
+                if (off[m] == p->offset && (size_t)plan_only.rows[m] * (size_t)plan_only.cols[m] == p->n_elems)
+                    mat = m;
+        }
+        if (cap < p->n_elems) {
+            float *a = realloc(in, p->n_elems * sizeof *a), *b = a ? realloc(rt, p->n_elems * sizeof *b) : NULL;
+            if (a)
+                in = a;
+            if (b)
+                rt = b;
+            if (!a || !b) {
+                rc = rlpi_error_set(RLP_E_NOMEM, "quantized base: out of memory");
+                break;
+            }
+            cap = p->n_elems;
+        }
+        const float *data = host ? host + p->offset : in;
+        if (!host && (rc = rlpi_buffer_download(tf->params, p->offset * 4, in, p->n_elems * 4)) != RLP_OK)
+            break;
+        if (mat >= 0) {
+            roundtrip_job j = {.type = plan_only.mat_type[mat], .cols = plan_only.cols[mat], .src = data, .out = rt};
+            rlpi_threadpool_parallel_for(rlpi_backend_cpu_pool(tf->be), plan_only.rows[mat], 16, roundtrip_range, &j);
+            if (j.failed) {
+                rc = rlpi_error_set(RLP_E_NOMEM, "quantized base: round trip of %s failed", p->name);
+                break;
+            }
+            data = rt;
+        }
+        crc = rlpi_crc32(crc, data, p->n_elems * 4);
+    }
+    free(in);
+    free(rt);
+    if (rc)
+        return rc;
+    tf->qcrc_valid = !tf->grads;
+    tf->qcrc_type = type;
+    tf->qcrc = crc;
+    *out = crc;
     return RLP_OK;
 }

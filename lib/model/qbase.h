@@ -58,9 +58,10 @@ typedef struct rlpi_qbase {
     double load_s;                 /* seconds spent in them */
 } rlpi_qbase;
 
-/* Parses "f32" (or NULL, ""), "q8_0", "q4_0", "q4_k" (any case) into a
- * ggml type id (RLPI_GGML_F32 for none). RLP_E_INVALID_ARG naming the
- * value otherwise. */
+/* Parses "f32" (or NULL), "q8_0", "q4_0", "q4_k" (lowercase, as written
+ * in configs and adapter metadata) into a ggml type id (RLPI_GGML_F32 for
+ * none). RLP_E_INVALID_ARG naming the value otherwise ("" and "Q8_0"
+ * included). */
 int rlpi_qbase_parse_dtype(const char *name, uint32_t *type);
 /* "q8_0", "q4_0", "q4_k" or "f32". */
 const char *rlpi_qbase_dtype_name(uint32_t type);
@@ -98,6 +99,16 @@ int rlpi_qbase_read(rlpi_transformer *tf, int layer, int mat, float *dst);
 /* Quantizes src[n_elems of the matrix] into its blocks; the window is
  * reloaded at the next load_layer. */
 int rlpi_qbase_write(rlpi_transformer *tf, int layer, int mat, const float *src);
+
+/* The CRC-32 (as rlpi_lora_base_fingerprint computes it: every tensor's
+ * fp32 values in layout order) that tf's base would have once quantized as
+ * `type` and dequantized: how a reader holding the fp32 base checks adapters
+ * trained over that base kept in blocks (the rows quantize to the same
+ * blocks, so the values and the CRC are the trainer's). For an
+ * already-quantized tf of the same type it is its own fingerprint;
+ * RLP_E_INVALID_ARG for a tf quantized as another type. Cached until the
+ * base changes (rlpi_lora_base_changed). */
+int rlpi_qbase_fingerprint_as(rlpi_transformer *tf, uint32_t type, uint32_t *out);
 
 void rlpi_qbase_free(rlpi_qbase *qb);
 

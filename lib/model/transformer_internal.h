@@ -89,6 +89,9 @@ struct rlpi_transformer {
      * (the window, at offset 0) before the fp32 tensors; NULL: all fp32 */
     struct rlpi_qbase *qbase;
     size_t n_stored;               /* floats in params (n_params without a quantized base) */
+    /* rlpi_qbase_fingerprint_as's last answer (valid until the base changes) */
+    bool qcrc_valid;
+    uint32_t qcrc_type, qcrc;
     float inv_temp;
 };
 

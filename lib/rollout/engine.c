@@ -327,6 +327,7 @@ static int copy_weights(rlp_rollout_engine *e, void *arg)
     int rc = rlpi_transformer_detach_lora(e->policy->tf);
     if (rc)
         return rc;
+    rlpi_lora_base_changed(e->policy->tf); /* whatever follows rewrites the base */
     bool lora = rlpi_transformer_lora_config(src->tf) != NULL;
     bool quantized = rlpi_transformer_base_type(src->tf) != RLPI_GGML_F32;
     if ((lora && from->owner != to->owner) || quantized) {

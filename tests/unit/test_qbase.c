@@ -13,6 +13,8 @@
  *   - the blocks are GGUF's: each row quantized by rlpi_quantize (ggml's
  *     reference quantizers, checked against gguf-py in test_quant);
  *     every dequantized weight within the block's half step;
+ *   - an fp32 model of the same base, quantized the same way, has the same
+ *     fingerprint (rlpi_qbase_fingerprint_as: QLoRA adapters load there);
  *   - memory: the parameter buffer holds one layer's matrices and the fp32
  *     rest; set_weights re-quantizes; export gives the dequantized values;
  *   - refusals leave the model as it was: a trainable base, twice, an
@@ -307,6 +309,19 @@ static void check_shape_type(int which, uint32_t type)
         else
             assert_int_equal(t, type == RLPI_GGML_Q4_K ? RLPI_GGML_Q4_0 : type);
     }
+    /* an fp32 reader of the same base, quantizing it the same way, gets the
+     * trainer's fingerprint (what lets a QLoRA adapter load onto the fp32 base) */
+    uint32_t crc_q, crc_as, crc_f;
+    assert_int_equal(rlpi_lora_base_fingerprint(tq, &crc_q), RLP_OK);
+    assert_int_equal(rlpi_qbase_fingerprint_as(tf32, type, &crc_as), RLP_OK);
+    assert_int_equal(rlpi_lora_base_fingerprint(tf32, &crc_f), RLP_OK);
+    assert_int_equal(crc_as, crc_q);
+    assert_true(crc_f != crc_q);
+    assert_int_equal(rlpi_qbase_fingerprint_as(tq, type, &crc_as), RLP_OK);
+    assert_int_equal(crc_as, crc_q);
+    assert_int_equal(rlpi_qbase_fingerprint_as(tq, type == RLPI_GGML_Q8_0 ? RLPI_GGML_Q4_0 : RLPI_GGML_Q8_0, &crc_as),
+                     RLP_E_INVALID_ARG);
+
     /* memory: blocks + the fp32 rest + one layer's window */
     assert_true(rlpi_transformer_base_block_bytes(tq) >= mat_bytes);
     assert_int_equal(rlpi_transformer_n_stored(tq), all - n_mat + qb->window_floats);
@@ -482,8 +497,10 @@ static void refusals(void **state)
     assert_int_equal(rlp_lora_options_init(&v2, RLP_LORA_OPTIONS_VERSION + 1), RLP_E_INVALID_ARG);
 
     uint32_t t;
-    assert_int_equal(rlpi_qbase_parse_dtype("Q4_K", &t), RLP_OK);
+    assert_int_equal(rlpi_qbase_parse_dtype("q4_k", &t), RLP_OK);
     assert_int_equal(t, RLPI_GGML_Q4_K);
+    assert_int_equal(rlpi_qbase_parse_dtype("Q4_K", &t), RLP_E_INVALID_ARG); /* one spelling: resumes compare text */
+    assert_int_equal(rlpi_qbase_parse_dtype("", &t), RLP_E_INVALID_ARG);
     assert_int_equal(rlpi_qbase_parse_dtype(NULL, &t), RLP_OK);
     assert_int_equal(t, RLPI_GGML_F32);
     assert_int_equal(rlpi_qbase_parse_dtype("nf4", &t), RLP_E_INVALID_ARG);
