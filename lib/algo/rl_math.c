@@ -299,6 +299,16 @@ static double gmpo_term(const rlp_rl_options *o, double x, double A, double *gra
     return m;
 }
 
+/* Truncated importance sampling against the rollout's logprobs (PPO-clip,
+ * CISPO, GPG): min(π_old/π_behav, tis_cap) for token g, 1 when off. */
+static double tis_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, size_t g, double old)
+{
+    if (!(o->tis_cap > 0))
+        return 1.0;
+    double w = exp(old - (double)s->logp_behav[g]);
+    return w < o->tis_cap ? w : (double)o->tis_cap;
+}
+
 static double agg_weight(const rlp_rl_options *o, const rlpi_rl_norm *nm, size_t seq_len)
 {
     switch (o->loss_agg) {
@@ -394,10 +404,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 rho = exp(lp - old); /* reported only */
                 value = -A * lp;
                 dv_dlp = -A;
-                if (o->tis_cap > 0) {
-                    w = exp(old - (double)s->logp_behav[g]);
-                    w = w < o->tis_cap ? w : (double)o->tis_cap;
-                }
+                w = tis_weight(o, s, g, old);
             } else if (o->policy_loss == RLP_LOSS_CISPO) {
                 /* the weight clipped under a stop-gradient: the gradient is −clip(ρ)·Â, never zero */
                 double x = lp - old;
@@ -409,10 +416,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 hi = rho > hi_b;
                 value = -c * A * lp;
                 dv_dlp = -c * A;
-                if (o->tis_cap > 0) {
-                    w = exp(old - (double)s->logp_behav[g]);
-                    w = w < o->tis_cap ? w : (double)o->tis_cap;
-                }
+                w = tis_weight(o, s, g, old);
             } else {
                 rho = exp(lp - old);
                 double drho;
@@ -422,9 +426,8 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                     w = exp(old - (double)s->logp_behav[g]);
                     if (o->behav_cap > 0 && w > o->behav_cap)
                         w = o->behav_mask ? 0.0 : (double)o->behav_cap;
-                } else if (o->tis_cap > 0) {
-                    w = exp(old - (double)s->logp_behav[g]);
-                    w = w < o->tis_cap ? w : (double)o->tis_cap;
+                } else {
+                    w = tis_weight(o, s, g, old);
                 }
             }
             double pg = w * value, dpg = w * dv_dlp;

@@ -467,34 +467,16 @@ int rlpi_lora_base_fingerprint(rlpi_transformer *tf, uint32_t *out)
      * buffer for an fp32 base (its tensors tile it in that order), and for
      * a quantized one the CRC an fp32 model holding its dequantized values
      * has, so its adapters apply there */
-    const float *host = tf->qbase ? NULL : rlpi_buffer_host(tf->params);
-    float *tmp = NULL;
-    size_t cap = 0;
+    rlpi_f32_scratch tmp = {0};
     uint32_t crc = 0;
     int rc = RLP_OK;
     for (size_t i = 0; !rc && i < tf->n_infos; i++) {
         const rlpi_param_info *in = &tf->infos[i];
-        const float *data = host ? host + in->offset : NULL;
-        int layer, mat;
-        if (!data) {
-            if (cap < in->n_elems) {
-                float *grown = realloc(tmp, in->n_elems * sizeof *tmp);
-                if (!grown) {
-                    rc = rlpi_error_set(RLP_E_NOMEM, "lora: out of memory");
-                    break;
-                }
-                tmp = grown;
-                cap = in->n_elems;
-            }
-            rc = rlpi_qbase_find(tf, in, &layer, &mat)
-                     ? rlpi_qbase_read(tf, layer, mat, tmp)
-                     : rlpi_buffer_download(tf->params, in->offset * 4, tmp, in->n_elems * 4);
-            data = tmp;
-        }
-        if (!rc)
+        const float *data;
+        if ((rc = rlpi_tf_tensor_values(tf, in, &tmp, &data)) == RLP_OK)
             crc = rlpi_crc32(crc, data, in->n_elems * 4);
     }
-    free(tmp);
+    free(tmp.p);
     if (rc)
         return rc;
     *out = crc;

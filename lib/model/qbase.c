@@ -204,6 +204,34 @@ int rlpi_qbase_read(rlpi_transformer *tf, int layer, int mat, float *dst)
     return run_mat(tf, layer, mat, dst, false);
 }
 
+static int scratch_reserve(rlpi_f32_scratch *s, size_t n)
+{
+    if (s->cap >= n)
+        return RLP_OK;
+    float *grown = realloc(s->p, n * sizeof *grown);
+    if (!grown)
+        return rlpi_error_set(RLP_E_NOMEM, "quantized base: out of memory for %zu floats", n);
+    s->p = grown;
+    s->cap = n;
+    return RLP_OK;
+}
+
+int rlpi_tf_tensor_values(rlpi_transformer *tf, const rlpi_param_info *in, rlpi_f32_scratch *s, const float **data)
+{
+    int layer, mat;
+    bool blocks = rlpi_qbase_find(tf, in, &layer, &mat);
+    const float *host = rlpi_buffer_host(tf->params);
+    if (host && !blocks) {
+        *data = host + in->offset;
+        return RLP_OK;
+    }
+    TRY(scratch_reserve(s, in->n_elems));
+    TRY(blocks ? rlpi_qbase_read(tf, layer, mat, s->p)
+               : rlpi_buffer_download(tf->params, in->offset * 4, s->p, in->n_elems * 4));
+    *data = s->p;
+    return RLP_OK;
+}
+
 int rlpi_qbase_write(rlpi_transformer *tf, int layer, int mat, const float *src)
 {
     tf->qbase->resident = -1;
@@ -264,7 +292,7 @@ static void drop(layout_state *s)
 static int fill(rlpi_transformer *tf, const layout_state *old)
 {
     const float *host = rlpi_buffer_host(old->params);
-    float *tmp = NULL;
+    rlpi_f32_scratch tmp = {0};
     int rc = RLP_OK;
     for (size_t i = 0; !rc && i < tf->n_infos; i++) {
         const rlpi_param_info *in = &tf->infos[i], *was = &old->infos[i];
@@ -275,19 +303,14 @@ static int fill(rlpi_transformer *tf, const layout_state *old)
         }
         const float *src = host ? host + was->offset : NULL;
         if (!src) { /* device memory: one matrix at a time through the host */
-            float *grown = realloc(tmp, in->n_elems * sizeof *tmp);
-            if (!grown) {
-                rc = rlpi_error_set(RLP_E_NOMEM, "quantized base: out of memory");
+            if ((rc = scratch_reserve(&tmp, in->n_elems)) != RLP_OK ||
+                (rc = rlpi_buffer_download(old->params, was->offset * 4, tmp.p, in->n_elems * 4)) != RLP_OK)
                 break;
-            }
-            tmp = grown;
-            if ((rc = rlpi_buffer_download(old->params, was->offset * 4, tmp, in->n_elems * 4)) != RLP_OK)
-                break;
-            src = tmp;
+            src = tmp.p;
         }
         rc = rlpi_qbase_write(tf, layer, mat, src);
     }
-    free(tmp);
+    free(tmp.p);
     return rc;
 }
 
@@ -395,9 +418,7 @@ int rlpi_qbase_fingerprint_as(rlpi_transformer *tf, uint32_t type, uint32_t *out
     int rc = plan(tf, type, &plan_only);
     if (rc)
         return rc;
-    const float *host = rlpi_buffer_host(tf->params);
-    float *in = NULL, *rt = NULL;
-    size_t cap = 0;
+    rlpi_f32_scratch in = {0}, rt = {0};
     uint32_t crc = 0;
     for (size_t i = 0; !rc && i < tf->n_infos; i++) {
         const rlpi_param_info *p = &tf->infos[i];
@@ -409,34 +430,24 @@ int rlpi_qbase_fingerprint_as(rlpi_transformer *tf, uint32_t type, uint32_t *out
                 if (off[m] == p->offset && (size_t)plan_only.rows[m] * (size_t)plan_only.cols[m] == p->n_elems)
                     mat = m;
         }
-        if (cap < p->n_elems) {
-            float *a = realloc(in, p->n_elems * sizeof *a), *b = a ? realloc(rt, p->n_elems * sizeof *b) : NULL;
-            if (a)
-                in = a;
-            if (b)
-                rt = b;
-            if (!a || !b) {
-                rc = rlpi_error_set(RLP_E_NOMEM, "quantized base: out of memory");
-                break;
-            }
-            cap = p->n_elems;
-        }
-        const float *data = host ? host + p->offset : in;
-        if (!host && (rc = rlpi_buffer_download(tf->params, p->offset * 4, in, p->n_elems * 4)) != RLP_OK)
+        const float *data;
+        if ((rc = rlpi_tf_tensor_values(tf, p, &in, &data)) != RLP_OK)
             break;
         if (mat >= 0) {
-            roundtrip_job j = {.type = plan_only.mat_type[mat], .cols = plan_only.cols[mat], .src = data, .out = rt};
+            if ((rc = scratch_reserve(&rt, p->n_elems)) != RLP_OK)
+                break;
+            roundtrip_job j = {.type = plan_only.mat_type[mat], .cols = plan_only.cols[mat], .src = data, .out = rt.p};
             rlpi_threadpool_parallel_for(rlpi_backend_cpu_pool(tf->be), plan_only.rows[mat], 16, roundtrip_range, &j);
             if (j.failed) {
                 rc = rlpi_error_set(RLP_E_NOMEM, "quantized base: round trip of %s failed", p->name);
                 break;
             }
-            data = rt;
+            data = rt.p;
         }
         crc = rlpi_crc32(crc, data, p->n_elems * 4);
     }
-    free(in);
-    free(rt);
+    free(in.p);
+    free(rt.p);
     if (rc)
         return rc;
     tf->qcrc_valid = !tf->grads;

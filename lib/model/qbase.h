@@ -94,6 +94,18 @@ int rlpi_qbase_load_layer(rlpi_transformer *tf, int l);
 /* Whether tensor `in` (one of tf's infos) is a quantized matrix; *layer and
  * *mat say which. */
 bool rlpi_qbase_find(const rlpi_transformer *tf, const rlpi_param_info *in, int *layer, int *mat);
+/* A host scratch for one tensor's fp32 values, grown as needed (free p). */
+typedef struct rlpi_f32_scratch {
+    float *p;
+    size_t cap; /* floats */
+} rlpi_f32_scratch;
+
+/* *data = tensor `in` (one of tf's infos) as fp32 values: in place in host
+ * parameters, else dequantized from a quantized base's blocks or
+ * downloaded from device memory into s. Valid until s is used again.
+ * RLP_E_NOMEM, or the backend's error. */
+int rlpi_tf_tensor_values(rlpi_transformer *tf, const rlpi_param_info *in, rlpi_f32_scratch *s, const float **data);
+
 /* dst[in->n_elems] = the dequantized tensor (one that rlpi_qbase_find names). */
 int rlpi_qbase_read(rlpi_transformer *tf, int layer, int mat, float *dst);
 /* Quantizes src[n_elems of the matrix] into its blocks; the window is
