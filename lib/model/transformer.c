@@ -7,8 +7,8 @@
 #include "model/transformer_internal.h"
 
 #include "core/checked.h"
-#include "model/qbase.h"
 #include "core/error.h"
+#include "model/qbase.h"
 
 #include <math.h>
 #include <stdio.h>
