@@ -52,10 +52,40 @@ typedef enum rlp_policy_loss {
                                       rᵢ = exp(mean_t mₜ) with mₜ = min(xₜ, clamp(xₜ, −ε_low, ε_high)) for Âₜ >
                                       0, max(…) for Âₜ < 0, 0 for Âₜ = 0, xₜ = log π_θ − log π_old (the clip
                                       range in log space); −mean_t(Âₜ)·rᵢ for every token of sequence i */
-    RLP_LOSS_GPG = 5             /**< GPG (Chu et al. 2025, arXiv:2504.02546; verl's "gpg"): −Â·log π_θ per
+    RLP_LOSS_GPG = 5,            /**< GPG (Chu et al. 2025, arXiv:2504.02546; verl's "gpg"): −Â·log π_θ per
                                       token, no ratio and no clip (REINFORCE on the step's samples); tis_cap
                                       applies as for PPO_CLIP */
+    RLP_LOSS_SAPO = 6,           /**< SAPO (Gao et al. 2025, arXiv:2511.20347, eq. 5–6; verl's "sapo"): −f(ρ)·Â
+                                      per token with the soft gate f(ρ) = σ(τ(ρ − 1))·4/τ, τ = sapo_tau_pos for
+                                      Â > 0 and sapo_tau_neg otherwise, ρ = exp(clamp(log π_θ − log π_old, ±20));
+                                      f′(1) = 1, so on-policy it is the plain policy gradient, and the gradient
+                                      fades smoothly off-policy instead of being cut. Aggregated
+                                      seq-mean-token-mean whatever loss_agg says (the paper's objective; verl
+                                      does the same); tis_cap applies as for PPO_CLIP */
+    RLP_LOSS_CLIP_COV = 7,       /**< Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning
+                                      LMs", arXiv:2505.22617, §4; verl's "clip_cov"): PPO-clip, but of the
+                                      tokens whose ratio is not clipped and whose centred covariance
+                                      (Âₜ − mean Â)(log π_θ − mean log π_θ) lies in (clip_cov_lb, clip_cov_ub),
+                                      ⌊clip_cov_ratio·N⌋ (≥ 1) get no gradient (N the mini-batch's tokens) */
+    RLP_LOSS_KL_COV = 8          /**< KL-Cov (same paper; verl's "kl_cov"): −ρÂ per token (no clip), and the
+                                      ⌊kl_cov_ratio·N⌋ (≥ 1) tokens of largest covariance get
+                                      + ppo_kl_coef·|log π_θ − log π_old| added */
 } rlp_policy_loss;
+
+/** Levels of the rollout correction (verl's rollout_is / rollout_rs; values fixed). The weight compares
+ *  the trainer with the rollout: wₜ = π_old/π_behav per token (log-ratio clamped to ±20 before exp). */
+typedef enum rlp_is_level {
+    RLP_IS_OFF = 0,
+    RLP_IS_TOKEN = 1,      /**< each token its own wₜ */
+    RLP_IS_SEQUENCE = 2,   /**< the product Πₜ wₜ for every token of the sequence (exp of the summed log-ratio) */
+    RLP_IS_GEOMETRIC = 3   /**< the geometric mean exp(meanₜ log wₜ) (rejection only) */
+} rlp_is_level;
+
+/** How the whole-batch advantage normalisation (REINFORCE++, adv_batch_norm) divides (values fixed). */
+typedef enum rlp_whiten {
+    RLP_WHITEN_POPULATION = 0, /**< (x − μ)/(σ + ε), σ² = Σ(x − μ)²/N (OpenRLHF's REINFORCE++) */
+    RLP_WHITEN_UNBIASED = 1    /**< (x − μ)/√(s² + 1e-8), s² = Σ(x − μ)²/(N − 1) (verl's masked_whiten) */
+} rlp_whiten;
 
 /** KL estimators of KL(π_θ‖π_ref) per token, x = log π_θ − log π_ref (values fixed; Schulman 2020,
  *  "Approximating KL divergence"; the names and clamps of verl's kl_penalty). */
@@ -77,8 +107,9 @@ typedef enum rlp_loss_agg {
     RLP_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3  /**< Σᵢ Σₜ ℓ / (S·C), C = agg_norm_constant (Dr.GRPO) */
 } rlp_loss_agg;
 
-/** Version of rlp_rl_options understood by this header. */
-#define RLP_RL_OPTIONS_VERSION 1
+/** Version of rlp_rl_options understood by this header. 2 added the fields after temperature; a
+ *  version-1 caller's struct ends before them (they keep their defaults). */
+#define RLP_RL_OPTIONS_VERSION 2
 
 /** Everything one RL step is made of. */
 typedef struct rlp_rl_options {
@@ -106,13 +137,44 @@ typedef struct rlp_rl_options {
     uint32_t mini_batches;       /**< optimizer steps per pass (groups split evenly); default 1 */
     uint32_t micro_batch_tokens; /**< tokens per forward/backward; 0 = a mini-batch at once */
     float temperature;           /**< logprobs at this T; 0 = the trajectories' own (must agree), greedy → 1 */
+    /* (version 2) */
+    float sapo_tau_pos;          /**< SAPO τ for Â > 0; default 1.0 (verl's tau_pos) */
+    float sapo_tau_neg;          /**< SAPO τ for Â ≤ 0; default 1.05 (verl's tau_neg) */
+    int32_t whiten;              /**< rlp_whiten of the whole-batch normalisation; default POPULATION */
+    int32_t rollout_is;          /**< rlp_is_level TOKEN or SEQUENCE: the policy loss of every token is
+                                      multiplied by min(w, rollout_is_threshold) (a constant, no gradient;
+                                      verl's rollout correction, Liu, Li et al. 2025, "When Speed Kills
+                                      Stability"); OFF (default). Not with tis_cap or DECOUPLED_PPO, which
+                                      weigh by π_old/π_behav already */
+    float rollout_is_threshold;  /**< truncation of the IS weight; default 2 */
+    int32_t rollout_is_batch_normalize; /**< 1: the truncated weights are divided by their mean over the
+                                      step (tokens, or sequences for SEQUENCE) */
+    int32_t rollout_rs;          /**< rlp_is_level: rejection sampling: tokens (TOKEN) or whole sequences
+                                      (SEQUENCE, GEOMETRIC) whose weight lies outside [rollout_rs_threshold_lower,
+                                      rollout_rs_threshold] get no loss and do not count in the aggregation;
+                                      OFF (default) */
+    float rollout_rs_threshold;  /**< upper bound; default 2 */
+    float rollout_rs_threshold_lower; /**< lower bound; 0 (default) = 1/rollout_rs_threshold */
+    float rollout_token_veto;    /**< > 0: a sequence with a token of weight below this is rejected whole
+                                      (verl's rollout_token_veto_threshold); 0 = off */
+    int32_t overlong_filter;     /**< 1: a completion cut by the length limit (finish reason LENGTH) gets no
+                                      loss (DAPO's overlong filtering, Yu et al. 2025 §3.4); its reward
+                                      still counts in its group's statistics */
+    float clip_cov_ratio;        /**< CLIP_COV: share of tokens detached; default 0.0002 */
+    float clip_cov_lb, clip_cov_ub; /**< CLIP_COV: covariance window; default 1, 5 */
+    float kl_cov_ratio;          /**< KL_COV: share of tokens penalised; default 0.0002 */
+    float ppo_kl_coef;           /**< KL_COV: coefficient of |log-ratio|; default 1 */
 } rlp_rl_options;
 
 #define RLP_RL_OPTIONS_INIT                                                                          \
     { RLP_RL_OPTIONS_VERSION, RLP_ADV_GRPO, 1e-6f, 0, 1.0f, 0, RLP_LOSS_PPO_CLIP, 0.2f, 0.2f, 0.0f, \
-      0.0f, 0.0f, 0, 0, 0.0f, 0, 0.0f, RLP_AGG_TOKEN_MEAN, 0.0f, 0, 0, 1, 1, 0, 0.0f }
+      0.0f, 0.0f, 0, 0, 0.0f, 0, 0.0f, RLP_AGG_TOKEN_MEAN, 0.0f, 0, 0, 1, 1, 0, 0.0f,             \
+      1.0f, 1.05f, RLP_WHITEN_POPULATION, RLP_IS_OFF, 2.0f, 0, RLP_IS_OFF, 2.0f, 0.0f, 0.0f, 0,    \
+      0.0002f, 1.0f, 5.0f, 0.0002f, 1.0f }
 
-/** Fills @p opts with the defaults. RLP_OK or RLP_E_INVALID_ARG. */
+/** Fills @p opts with the defaults: all of it for the current version, the fields up to temperature
+ *  for version 1 (an older caller's shorter struct). RLP_OK or RLP_E_INVALID_ARG. Every function that
+ *  takes an rlp_rl_options reads version 1 and 2. */
 RLP_API int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version);
 
 /** Statistics of one RL step (over all its optimizer steps; means over scored tokens unless said). */

@@ -72,8 +72,11 @@ typedef struct rlp_trainer_metric {
 typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void *payload);
 
 /** Version of rlp_trainer_options understood by this header. 2 added
- *  multiturn; a version-1 caller's struct ends before it. */
-#define RLP_TRAINER_OPTIONS_VERSION 3
+ *  multiturn (a version-1 caller's struct ends before it), 3
+ *  rollout_weights, 4 max_gen_batches and rl of rlp_rl_options version 2
+ *  (which moved every field after rl: callers of versions 1–3 pass the
+ *  older layout, and the library converts it field by field). */
+#define RLP_TRAINER_OPTIONS_VERSION 4
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -132,6 +135,16 @@ typedef struct rlp_trainer_options {
                                          (the default): single-turn completions */
     int32_t rollout_weights;        /**< (version 3) rlp_rollout_weights of the local engines (rollouts and
                                          evaluations); default RLP_ROLLOUT_WEIGHTS_F32 */
+    uint32_t max_gen_batches;       /**< (version 4) DAPO dynamic sampling (Yu et al. 2025 §3.2), with
+                                         rl.filter_equal_groups, SYNC and PULL: a step whose groups with
+                                         unequal rewards number fewer than prompts_per_step generates further
+                                         batches of prompts_per_step prompts (the task's next ones) until it
+                                         has that many, at most this many batches in all, and trains on the
+                                         first prompts_per_step such groups; past the cap the step fails with
+                                         RLP_E_STATE saying so (verl's max_num_gen_batches). 0 (the default):
+                                         one batch, groups filtered, the step trains on fewer. ASYNC: the
+                                         trainer takes further groups from the buffer instead, and the cap
+                                         counts groups taken in units of prompts_per_step */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -140,7 +153,7 @@ typedef struct rlp_trainer_options {
 RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
 
 /** Version of rlp_step_record understood by this header. */
-#define RLP_STEP_RECORD_VERSION 4
+#define RLP_STEP_RECORD_VERSION 5
 
 /**
  * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
@@ -193,6 +206,18 @@ typedef struct rlp_step_record {
     uint64_t publish_bytes;        /**< bytes this step's publish moved through the synchronizer (FILE, HTTP,
                                         COLLECTIVE): the adapter files only for a LoRA policy; 0 in SYNC mode
                                         and for in-process engines */
+    /* (version 5) DAPO dynamic sampling, overlong filtering and the rollout correction (rl.rollout_is,
+     * rl.rollout_rs, rl.rollout_token_veto); w = π_old/π_behav at the option's level */
+    uint32_t gen_batches;          /**< batches of prompts_per_step prompts generated (or groups taken, in
+                                        units of prompts_per_step) for this step; 1 without max_gen_batches */
+    uint64_t dynamic_dropped_groups; /**< groups with all-equal rewards set aside by dynamic sampling */
+    uint64_t overlong_filtered;    /**< sequences without loss because the length limit cut them */
+    double rollout_is_mean, rollout_is_min, rollout_is_max; /**< of w before truncation (1 when off) */
+    double rollout_is_truncated;   /**< share of tokens (TOKEN) or sequences (SEQUENCE) whose w > threshold */
+    double rollout_is_ess;         /**< effective sample size 1/mean((w/mean w)²) of the truncated w, in (0, 1] */
+    double rollout_rs_masked;      /**< share of model tokens rejected (rollout_rs and the veto) */
+    double rollout_rs_seq_masked;  /**< share of sequences with a rejected token */
+    double rollout_veto;           /**< share of sequences vetoed */
 } rlp_step_record;
 
 /**

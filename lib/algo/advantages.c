@@ -8,6 +8,7 @@
 #include "rlpost.h"
 
 #include "algo/rl_math.h"
+#include "algo/rl_options.h"
 #include "core/batch.h"
 #include "core/error.h"
 
@@ -22,10 +23,8 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     if (n != batch->n)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: n is %zu but the batch holds %zu trajectories", __func__, n,
                               batch->n);
-    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
-    if (opts)
-        o = *opts;
-    if (rlpi_rl_options_check(&o))
+    rlp_rl_options o;
+    if (rlpi_rl_options_upgrade(&o, opts, "opts") || rlpi_rl_options_check(&o))
         return rlpi_error_wrap("%s", __func__);
     o.kl_in_reward = 0;
     size_t used = 0, n_tok = 0;

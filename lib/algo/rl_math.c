@@ -18,11 +18,11 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
         if (cond)                                                                        \
             return rlpi_error_set(RLP_E_INVALID_ARG, "RL options: %s", what);            \
     } while (0)
-    BAD(o->version != RLP_RL_OPTIONS_VERSION, "unknown version");
+    BAD(o->version != RLP_RL_OPTIONS_VERSION, "unknown version (convert older callers' options first)");
     BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_REINFORCE, "advantage is not an rlp_advantage");
     BAD(!(o->adv_eps >= 0) || !isfinite(o->adv_eps), "adv_eps must be finite and >= 0");
     BAD(!(o->gamma >= 0 && o->gamma <= 1), "gamma must be in [0, 1]");
-    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_GPG, "policy_loss is not an rlp_policy_loss");
+    BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_KL_COV, "policy_loss is not an rlp_policy_loss");
     BAD(!(o->clip_low >= 0 && o->clip_low < 1), "clip_low must be in [0, 1)");
     BAD(!(o->clip_high >= 0) || !isfinite(o->clip_high), "clip_high must be finite and >= 0");
     BAD(!(o->dual_clip == 0 || o->dual_clip > 1) || !isfinite(o->dual_clip), "dual_clip must be 0 or > 1");
@@ -38,6 +38,28 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
         "overlong_cache must be in [1, overlong_max]");
     BAD(o->ppo_epochs < 1 || o->mini_batches < 1, "ppo_epochs and mini_batches must be >= 1");
     BAD(!(o->temperature >= 0) || !isfinite(o->temperature), "temperature must be finite and >= 0");
+    BAD(!(o->sapo_tau_pos > 0) || !isfinite(o->sapo_tau_pos) || !(o->sapo_tau_neg > 0) || !isfinite(o->sapo_tau_neg),
+        "sapo_tau_pos and sapo_tau_neg must be finite and > 0");
+    BAD(o->whiten != RLP_WHITEN_POPULATION && o->whiten != RLP_WHITEN_UNBIASED, "whiten is not an rlp_whiten");
+    BAD(o->rollout_is != RLP_IS_OFF && o->rollout_is != RLP_IS_TOKEN && o->rollout_is != RLP_IS_SEQUENCE,
+        "rollout_is must be off, token or sequence");
+    BAD(!(o->rollout_is_threshold > 0) || !isfinite(o->rollout_is_threshold), "rollout_is_threshold must be finite and > 0");
+    BAD(o->rollout_is && o->tis_cap > 0, "rollout_is and tis_cap both weigh by pi_old/pi_behav: choose one");
+    BAD(o->rollout_is && o->policy_loss == RLP_LOSS_DECOUPLED_PPO,
+        "rollout_is with decoupled_ppo would weigh by pi_prox/pi_behav twice (decoupled PPO's w is that weight)");
+    BAD(o->rollout_rs < RLP_IS_OFF || o->rollout_rs > RLP_IS_GEOMETRIC, "rollout_rs is not an rlp_is_level");
+    BAD(!(o->rollout_rs_threshold > 0) || !isfinite(o->rollout_rs_threshold), "rollout_rs_threshold must be finite and > 0");
+    BAD(!(o->rollout_rs_threshold_lower >= 0) || !(o->rollout_rs_threshold_lower <= o->rollout_rs_threshold),
+        "rollout_rs_threshold_lower must be in [0, rollout_rs_threshold] (0: 1/rollout_rs_threshold)");
+    BAD(o->rollout_rs && o->rollout_rs_threshold_lower == 0 && 1.0 / o->rollout_rs_threshold > o->rollout_rs_threshold,
+        "rollout_rs_threshold below 1 needs an explicit rollout_rs_threshold_lower (1/threshold would exceed it)");
+    BAD(!(o->rollout_token_veto >= 0) || !isfinite(o->rollout_token_veto), "rollout_token_veto must be finite and >= 0");
+    BAD(o->overlong_filter != 0 && o->overlong_filter != 1, "overlong_filter must be 0 or 1");
+    BAD(!(o->clip_cov_ratio > 0 && o->clip_cov_ratio <= 1), "clip_cov_ratio must be in (0, 1]");
+    BAD(!(o->clip_cov_lb < o->clip_cov_ub) || !isfinite(o->clip_cov_lb) || !isfinite(o->clip_cov_ub),
+        "clip_cov_lb must be below clip_cov_ub (both finite)");
+    BAD(!(o->kl_cov_ratio > 0 && o->kl_cov_ratio <= 1), "kl_cov_ratio must be in (0, 1]");
+    BAD(!(o->ppo_kl_coef >= 0) || !isfinite(o->ppo_kl_coef), "ppo_kl_coef must be finite and >= 0");
 #undef BAD
     return RLP_OK;
 }
@@ -119,9 +141,19 @@ static void set_seq(const rlpi_rl_seqs *s, float *adv, size_t i, double value)
         adv[t] = rlpi_rl_on(s, t) ? (float)value : 0.0f;
 }
 
-/* whole-batch normalisation over model tokens: (x − μ)/(σ + ε), σ the
- * population std; masked tokens neither count nor change (they stay 0) */
-static void batch_normalise(const rlpi_rl_seqs *s, float *adv, double eps)
+/* The divisor of the whole-batch normalisation from the sum of squared
+ * deviations over m tokens: σ + ε with the population σ, or (verl's
+ * masked_whiten) √(s² + 1e-8) with the unbiased s² (0 for one token). */
+double rlpi_whiten_divisor(int whiten, double sq_dev, double m, double eps)
+{
+    if (whiten == RLP_WHITEN_UNBIASED)
+        return sqrt((m > 1 ? sq_dev / (m - 1) : 0.0) + 1e-8);
+    return sqrt(m > 0 ? sq_dev / m : 0.0) + eps;
+}
+
+/* whole-batch normalisation over model tokens: (x − μ)/divisor; masked
+ * tokens neither count nor change (they stay 0) */
+static void batch_normalise(const rlpi_rl_seqs *s, float *adv, double eps, int whiten)
 {
     size_t n = s->tok_start[s->n_seqs], m = 0;
     double mean = 0, var = 0;
@@ -136,10 +168,10 @@ static void batch_normalise(const rlpi_rl_seqs *s, float *adv, double eps)
     for (size_t i = 0; i < n; i++)
         if (rlpi_rl_on(s, i))
             var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
-    double sd = sqrt(var / (double)m);
+    double div = rlpi_whiten_divisor(whiten, var, (double)m, eps);
     for (size_t i = 0; i < n; i++)
         if (rlpi_rl_on(s, i))
-            adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+            adv[i] = (float)(((double)adv[i] - mean) / div);
 }
 
 int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info)
@@ -147,7 +179,7 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
     double eps;
     int rc = rlpi_rl_advantages_unnormalised(o, s, adv, info, &eps);
     if (rc == RLP_OK && eps >= 0)
-        batch_normalise(s, adv, eps);
+        batch_normalise(s, adv, eps, o->whiten);
     return rc;
 }
 
@@ -300,7 +332,8 @@ static double gmpo_term(const rlp_rl_options *o, double x, double A, double *gra
 }
 
 /* Truncated importance sampling against the rollout's logprobs (PPO-clip,
- * CISPO, GPG): min(π_old/π_behav, tis_cap) for token g, 1 when off. */
+ * CISPO, GPG, SAPO, the covariance losses): min(π_old/π_behav, tis_cap)
+ * for token g, 1 when off. */
 static double tis_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, size_t g, double old)
 {
     if (!(o->tis_cap > 0))
@@ -309,9 +342,195 @@ static double tis_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, size_t 
     return w < o->tis_cap ? w : (double)o->tis_cap;
 }
 
-static double agg_weight(const rlp_rl_options *o, const rlpi_rl_norm *nm, size_t seq_len)
+/* verl's SAFETY_BOUND of the rollout correction: log-ratios are clamped
+ * here before exp, so a sequence far off the rollout gives e^20, not inf. */
+#define IS_LOG_BOUND 20.0
+
+double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t, double *log_x)
 {
-    switch (o->loss_agg) {
+    double x;
+    if (level == RLP_IS_TOKEN) {
+        x = (double)s->logp_old[t] - (double)s->logp_behav[t];
+    } else {
+        /* over the sequence's model tokens (the loss mask, not the rejection) */
+        double sum = 0;
+        size_t n = 0;
+        for (size_t k = s->tok_start[seq]; k < s->tok_start[seq + 1]; k++)
+            if (rlpi_rl_model(s, k)) {
+                sum += (double)s->logp_old[k] - (double)s->logp_behav[k];
+                n++;
+            }
+        x = level == RLP_IS_GEOMETRIC ? (n ? sum / (double)n : 0.0) : sum;
+    }
+    if (log_x)
+        *log_x = x;
+    return exp(fmin(fmax(x, -IS_LOG_BOUND), IS_LOG_BOUND));
+}
+
+/* The rollout IS weight that multiplies token g's policy loss: truncated,
+ * divided by the batch mean when asked; 1 when off. */
+static double rollout_is_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, const rlpi_rl_norm *nm, size_t seq,
+                                size_t g)
+{
+    if (!o->rollout_is)
+        return 1.0;
+    double w = fmin(rlpi_rl_is_raw(o->rollout_is, s, seq, g, NULL), (double)o->rollout_is_threshold);
+    return nm->is_div > 0 ? w / nm->is_div : w;
+}
+
+void rlpi_rl_is_batch_sum(const rlp_rl_options *o, const rlpi_rl_seqs *s, double *sum_out, double *n_out)
+{
+    double sum = 0, n = 0;
+    *sum_out = *n_out = 0;
+    if (!o->rollout_is)
+        return;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        size_t b = s->tok_start[i], e = s->tok_start[i + 1], first = e;
+        for (size_t t = b; t < e; t++)
+            if (rlpi_rl_model(s, t)) {
+                if (first == e)
+                    first = t;
+                if (o->rollout_is == RLP_IS_TOKEN) {
+                    sum += fmin(rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t, NULL), (double)o->rollout_is_threshold);
+                    n += 1;
+                }
+            }
+        if (o->rollout_is == RLP_IS_SEQUENCE && first < e) {
+            sum += fmin(rlpi_rl_is_raw(RLP_IS_SEQUENCE, s, i, first, NULL), (double)o->rollout_is_threshold);
+            n += 1;
+        }
+    }
+    *sum_out = sum;
+    *n_out = n;
+}
+
+double rlpi_rl_is_divisor(const rlp_rl_options *o, double sum, double n)
+{
+    if (!o->rollout_is || !o->rollout_is_batch_normalize || !(n > 0))
+        return 1.0;
+    double mean = sum / n;
+    return mean > 1e-8 ? mean : 1.0;
+}
+
+void rlpi_rl_reject(const rlp_rl_options *o, const rlpi_rl_seqs *s, uint8_t *keep, rlpi_reject_info *info)
+{
+    rlpi_reject_info inf = {0};
+    double hi = (double)o->rollout_rs_threshold;
+    double lo = o->rollout_rs_threshold_lower > 0 ? (double)o->rollout_rs_threshold_lower : 1.0 / hi;
+    double log_veto = o->rollout_token_veto > 0 ? log((double)o->rollout_token_veto) : -INFINITY;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        size_t b = s->tok_start[i], e = s->tok_start[i + 1];
+        bool seq_out = false, vetoed = false, any_model = false;
+        for (size_t t = b; t < e; t++)
+            if (rlpi_rl_model(s, t)) {
+                any_model = true;
+                /* the veto compares the token's unclamped log-ratio, as verl */
+                if ((double)s->logp_old[t] - (double)s->logp_behav[t] < log_veto)
+                    vetoed = true;
+            }
+        if (o->rollout_rs == RLP_IS_SEQUENCE || o->rollout_rs == RLP_IS_GEOMETRIC) {
+            size_t first = b;
+            while (first < e && !rlpi_rl_model(s, first))
+                first++;
+            double w = rlpi_rl_is_raw(o->rollout_rs, s, i, first, NULL);
+            seq_out = any_model && !(w >= lo && w <= hi);
+        }
+        bool any_rejected = false;
+        for (size_t t = b; t < e; t++) {
+            keep[t] = 1;
+            if (!rlpi_rl_model(s, t))
+                continue;
+            inf.model_tokens++;
+            bool out = seq_out || vetoed;
+            if (o->rollout_rs == RLP_IS_TOKEN) {
+                double w = rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t, NULL);
+                out |= !(w >= lo && w <= hi);
+            }
+            if (out) {
+                keep[t] = 0;
+                inf.rejected_tokens++;
+                any_rejected = true;
+            }
+        }
+        inf.seqs += any_model;
+        inf.rejected_seqs += any_rejected;
+        inf.vetoed_seqs += vetoed && any_model;
+    }
+    if (info)
+        *info = inf;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct cov_item {
+    double cov;
+    size_t t;
+} cov_item;
+
+static int cmp_cov_desc(const void *a, const void *b)
+{
+    const cov_item *x = a, *y = b;
+    if (x->cov != y->cov)
+        return x->cov > y->cov ? -1 : 1;
+    return x->t < y->t ? -1 : x->t > y->t; /* ties: the earlier token first */
+}
+
+void rlpi_rl_cov_select(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, size_t b, size_t e,
+                        uint64_t seed, uint8_t *pick)
+{
+    size_t t0 = s->tok_start[b], t1 = s->tok_start[e], n = 0;
+    double ma = 0, ml = 0;
+    for (size_t t = t0; t < t1; t++) {
+        pick[t] = 0;
+        if (rlpi_rl_on(s, t)) {
+            ma += adv[t];
+            ml += s->logp_old[t];
+            n++;
+        }
+    }
+    if (n == 0)
+        return;
+    ma /= (double)n;
+    ml /= (double)n;
+    cov_item *items = malloc(n * sizeof *items);
+    if (!items)
+        return; /* no token is treated apart: the plain loss (the caller checked memory before) */
+    size_t m = 0;
+    for (size_t t = t0; t < t1; t++)
+        if (rlpi_rl_on(s, t)) {
+            double c = ((double)adv[t] - ma) * ((double)s->logp_old[t] - ml);
+            if (o->policy_loss == RLP_LOSS_KL_COV || (c > (double)o->clip_cov_lb && c < (double)o->clip_cov_ub))
+                items[m++] = (cov_item){c, t};
+        }
+    double ratio = o->policy_loss == RLP_LOSS_KL_COV ? (double)o->kl_cov_ratio : (double)o->clip_cov_ratio;
+    size_t k = (size_t)(ratio * (double)n);
+    k = k < 1 ? 1 : k;
+    if (o->policy_loss == RLP_LOSS_KL_COV) {
+        qsort(items, m, sizeof *items, cmp_cov_desc); /* the k largest covariances */
+    } else if (m > k) {
+        /* a uniformly drawn k of the candidates (verl: torch.randperm) */
+        uint64_t st = seed;
+        for (size_t j = 0; j < k; j++) {
+            size_t r = j + (size_t)(splitmix64(&st) % (uint64_t)(m - j));
+            cov_item tmp = items[j];
+            items[j] = items[r];
+            items[r] = tmp;
+        }
+    }
+    for (size_t j = 0; j < m && j < k; j++)
+        pick[items[j].t] = 1;
+    free(items);
+}
+
+static double agg_weight(int agg, const rlpi_rl_norm *nm, size_t seq_len)
+{
+    switch (agg) {
     case RLP_AGG_TOKEN_MEAN:
         return 1.0 / nm->step_tokens;
     case RLP_AGG_SEQ_MEAN_TOKEN_SUM:
@@ -323,6 +542,14 @@ static double agg_weight(const rlp_rl_options *o, const rlpi_rl_norm *nm, size_t
     }
 }
 
+/* SAPO's soft gate (Gao et al. 2025, eq. 6): f(ρ) = σ(τ(ρ − 1))·4/τ; *df = f′(ρ) = 4σ(1 − σ). */
+static double sapo_gate(double rho, double tau, double *df)
+{
+    double sg = 1.0 / (1.0 + exp(-tau * (rho - 1.0)));
+    *df = 4.0 * sg * (1.0 - sg);
+    return sg * 4.0 / tau;
+}
+
 int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, const size_t *seq_index,
                  size_t n, const size_t *mb_start, const float *logp, const float *entropy,
                  const rlpi_rl_norm *norm, float *dlogp, float *dentropy, rlpi_rl_acc *acc)
@@ -330,33 +557,44 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
     const bool kl_loss = o->kl_estimator && !o->kl_in_reward && o->kl_coef > 0;
     if (kl_loss && !s->logp_ref)
         return rlpi_error_set(RLP_E_INVALID_ARG, "RL loss: a KL term needs reference logprobs");
+    const bool cov = o->policy_loss == RLP_LOSS_CLIP_COV || o->policy_loss == RLP_LOSS_KL_COV;
+    if (cov && !norm->cov_pick)
+        return rlpi_error_set(RLP_E_INTERNAL, "RL loss: %s needs its covariance selection",
+                              o->policy_loss == RLP_LOSS_CLIP_COV ? "clip_cov" : "kl_cov");
+    /* SAPO's policy term is seq-mean-token-mean whatever loss_agg says (its paper's objective, verl's
+     * compute_policy_loss_sapo); the KL and entropy terms keep loss_agg */
+    const int pg_agg = o->policy_loss == RLP_LOSS_SAPO ? RLP_AGG_SEQ_MEAN_TOKEN_MEAN : o->loss_agg;
     for (size_t m = 0; m < n; m++) {
         size_t i = seq_index[m];
         size_t g0 = s->tok_start[i], len = s->tok_start[i + 1] - g0, l0 = mb_start[m];
         if (mb_start[m + 1] - l0 != len)
             return rlpi_error_set(RLP_E_INTERNAL, "RL loss: sequence %zu has %zu tokens here and %zu in the step", i,
                                   mb_start[m + 1] - l0, len);
-        /* the aggregation's length and GSPO's mean are over model tokens */
+        /* the aggregation's length and GSPO's mean are over the tokens that train */
         size_t mlen = 0;
         for (size_t t = 0; t < len; t++)
             mlen += (size_t)rlpi_rl_on(s, g0 + t);
         if (mlen < len)
             for (size_t t = 0; t < len; t++)
                 if (!rlpi_rl_on(s, g0 + t)) {
-                    /* an observation token: context for the forward pass, no gradient */
+                    /* an observation or rejected token: context for the forward pass, no gradient */
                     dlogp[l0 + t] = 0.0f;
                     if (dentropy)
                         dentropy[l0 + t] = 0.0f;
                 }
         if (mlen == 0)
             continue;
-        double a_w = agg_weight(o, norm, mlen);
-        /* GSPO: one ratio for the whole sequence */
-        double seq_ratio = 0, seq_value = 0, seq_drho = 0, seq_abar = 0;
+        double a_w = agg_weight(o->loss_agg, norm, mlen), a_pg = agg_weight(pg_agg, norm, mlen);
+        /* GSPO, GMPO: one value for the whole sequence, counted once per token with that token's IS weight */
+        double seq_ratio = 0, seq_value = 0, seq_drho = 0, seq_abar = 0, seq_wsum = 0;
         int seq_lo = 0, seq_hi = 0;
         size_t first = g0;
         while (!rlpi_rl_on(s, first))
             first++;
+        if (o->policy_loss == RLP_LOSS_GSPO || o->policy_loss == RLP_LOSS_GMPO)
+            for (size_t t = 0; t < len; t++)
+                if (rlpi_rl_on(s, g0 + t))
+                    seq_wsum += rollout_is_weight(o, s, norm, i, g0 + t);
         if (o->policy_loss == RLP_LOSS_GSPO) {
             double mlr = 0;
             for (size_t t = 0; t < len; t++)
@@ -417,10 +655,40 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 value = -c * A * lp;
                 dv_dlp = -c * A;
                 w = tis_weight(o, s, g, old);
+            } else if (o->policy_loss == RLP_LOSS_SAPO) {
+                /* a soft gate in place of the clip; the clamp (verl's) passes no gradient past ±20 */
+                double x = lp - old, xc = x < -20.0 ? -20.0 : x > 20.0 ? 20.0 : x, df;
+                rho = exp(xc);
+                double tau = A > 0 ? (double)o->sapo_tau_pos : (double)o->sapo_tau_neg;
+                value = -sapo_gate(rho, tau, &df) * A;
+                dv_dlp = xc == x ? -A * df * rho : 0.0;
+                w = tis_weight(o, s, g, old);
+            } else if (o->policy_loss == RLP_LOSS_KL_COV) {
+                /* −ρÂ, no clip; the chosen tokens also pay ppo_kl_coef·|log-ratio| */
+                double x = lp - old;
+                rho = exp(x);
+                value = -rho * A;
+                dv_dlp = -A * rho;
+                if (norm->cov_pick[g]) {
+                    value += (double)o->ppo_kl_coef * fabs(x);
+                    dv_dlp += (double)o->ppo_kl_coef * (x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0);
+                    hi = 1; /* counted as "treated apart" in the clip statistics */
+                }
+                w = tis_weight(o, s, g, old);
             } else {
                 rho = exp(lp - old);
                 double drho;
-                value = ppo_clip(o, rho, A, &drho, &lo, &hi);
+                if (o->policy_loss == RLP_LOSS_CLIP_COV) {
+                    rlp_rl_options plain = *o; /* Clip-Cov clips as PPO, without the dual clip */
+                    plain.dual_clip = 0;
+                    value = ppo_clip(&plain, rho, A, &drho, &lo, &hi);
+                    if (norm->cov_pick[g]) { /* detached: no loss, no gradient */
+                        value = 0.0;
+                        drho = 0.0;
+                    }
+                } else {
+                    value = ppo_clip(o, rho, A, &drho, &lo, &hi);
+                }
                 dv_dlp = drho * rho;
                 if (o->policy_loss == RLP_LOSS_DECOUPLED_PPO) {
                     w = exp(old - (double)s->logp_behav[g]);
@@ -430,6 +698,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                     w = tis_weight(o, s, g, old);
                 }
             }
+            w *= rollout_is_weight(o, s, norm, i, g);
             double pg = w * value, dpg = w * dv_dlp;
             double kl = 0, dkl = 0;
             if (kl_loss) {
@@ -438,9 +707,9 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 dkl = kl_grad(o->kl_estimator, x);
             }
             double H = entropy ? entropy[l] : 0.0;
-            double ell = pg + (double)o->kl_coef * (kl_loss ? kl : 0.0) - (double)o->entropy_coef * H;
-            acc->loss += a_w * ell;
-            acc->pg += a_w * pg;
+            double rest = (double)o->kl_coef * (kl_loss ? kl : 0.0) - (double)o->entropy_coef * H;
+            acc->loss += a_pg * pg + a_w * rest;
+            acc->pg += a_pg * pg;
             acc->kl += kl;
             acc->ent += H;
             acc->n_tokens += 1;
@@ -450,12 +719,12 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
             acc->ratio_max = rho > acc->ratio_max ? rho : acc->ratio_max;
             acc->w_sum += w;
             acc->w_max = w > acc->w_max ? w : acc->w_max;
+            double dkl_term = a_w * (double)o->kl_coef * (kl_loss ? dkl : 0.0);
             if (o->policy_loss == RLP_LOSS_GSPO || o->policy_loss == RLP_LOSS_GMPO) {
-                /* the sequence's value appears once per token: Σₜ a_w · ∂value/∂logp_u */
-                dlogp[l] = (float)((double)mlen * a_w * w * dv_dlp +
-                                   a_w * (double)o->kl_coef * (kl_loss ? dkl : 0.0));
+                /* the sequence's value appears once per token u, weighted w_u: Σ_u a_pg·w_u·∂value/∂logp_t */
+                dlogp[l] = (float)(a_pg * seq_wsum * dv_dlp + dkl_term);
             } else {
-                dlogp[l] = (float)(a_w * (dpg + (double)o->kl_coef * (kl_loss ? dkl : 0.0)));
+                dlogp[l] = (float)(a_pg * dpg + dkl_term);
             }
             if (dentropy)
                 dentropy[l] = (float)(-a_w * (double)o->entropy_coef);

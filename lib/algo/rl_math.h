@@ -25,12 +25,21 @@ typedef struct rlpi_rl_seqs {
     const uint8_t *mask;         /* (n_tokens) loss mask: 1 a model token, 0 an observation token of a
                                     multi-turn episode (context only: no advantage, loss, gradient or
                                     count); NULL = every token is the model's */
+    const uint8_t *keep;         /* (n_tokens) 0: a model token rejected by the rollout correction or the
+                                    overlong filter (rlpi_rl_reject), from then on treated as the
+                                    observations are; NULL = none rejected */
 } rlpi_rl_seqs;
 
 /* Whether token t (an index into the per-token arrays) is the model's. */
-static inline int rlpi_rl_on(const rlpi_rl_seqs *s, size_t t)
+static inline int rlpi_rl_model(const rlpi_rl_seqs *s, size_t t)
 {
     return !s->mask || s->mask[t];
+}
+
+/* Whether token t is a model token that trains (not rejected). */
+static inline int rlpi_rl_on(const rlpi_rl_seqs *s, size_t t)
+{
+    return (!s->mask || s->mask[t]) && (!s->keep || s->keep[t]);
 }
 
 /* Model tokens (mask 1) of sequence i. */
@@ -62,16 +71,26 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
 int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv,
                                     rlpi_adv_info *info, double *norm_eps);
 
+/* The divisor of the whole-batch advantage normalisation (rlp_whiten)
+ * from Σ(x − μ)² over m tokens and the estimator's ε. */
+double rlpi_whiten_divisor(int whiten, double sq_dev, double m, double eps);
+
 /* Accumulated loss statistics (sums; the step divides). */
 typedef struct rlpi_rl_acc {
     double loss, pg, kl, ent;
     double n_tokens, clip_lo, clip_hi, ratio_sum, ratio_max, w_sum, w_max;
 } rlpi_rl_acc;
 
-/* Step-level normalisers of the aggregation: sequences, model tokens
- * (mask 1) and the constant of seq-mean-token-sum-norm. */
+/* Step-level normalisers of the aggregation: sequences with a token that
+ * trains, such tokens, and the constant of seq-mean-token-sum-norm; the
+ * divisor of the rollout IS weights (1, or their batch mean with
+ * rollout_is_batch_normalize: rlpi_rl_is_divisor); and, for CLIP_COV and
+ * KL_COV, the tokens chosen by covariance (rlpi_rl_cov_select; indexed like
+ * the per-token arrays, NULL for the other losses). */
 typedef struct rlpi_rl_norm {
     double step_seqs, step_tokens, norm_c;
+    double is_div;
+    const uint8_t *cov_pick;
 } rlpi_rl_norm;
 
 /* Loss over the sequences seq_index[0..n) of s (a micro-batch), whose
@@ -90,6 +109,36 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
  * `len` tokens: 0 up to L_max − L_cache, then (L_max − L_cache − len)/L_cache
  * down to −1 at L_max, −1 beyond. 0 when L_max is 0. */
 float rlpi_overlong_penalty(uint32_t len, uint32_t l_max, uint32_t l_cache);
+
+/* The rollout correction's weight of token t at the options' level,
+ * before truncation: exp(clamp(x, ±20)) with x = log π_old − log π_behav
+ * of the token (TOKEN), or x summed over the sequence's model tokens
+ * (SEQUENCE) or averaged (GEOMETRIC). *log_x (may be NULL) gets x. */
+double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t, double *log_x);
+
+/* The sum and count of the truncated rollout IS weights over the step's
+ * model tokens (TOKEN) or its sequences (SEQUENCE), and the divisor verl's
+ * rollout_is_batch_normalize makes of them (summed over ranks first):
+ * their mean, or 1 when off, empty or below 1e-8. */
+void rlpi_rl_is_batch_sum(const rlp_rl_options *o, const rlpi_rl_seqs *s, double *sum, double *n);
+double rlpi_rl_is_divisor(const rlp_rl_options *o, double sum, double n);
+
+/* Rollout rejection (verl's rollout_rs and rollout_token_veto_threshold):
+ * keep[t] = 0 for the model tokens rejected, 1 otherwise (s->keep is not
+ * read). What it rejected goes into *info. */
+typedef struct rlpi_reject_info {
+    uint64_t model_tokens, rejected_tokens, seqs, rejected_seqs, vetoed_seqs;
+} rlpi_reject_info;
+void rlpi_rl_reject(const rlp_rl_options *o, const rlpi_rl_seqs *s, uint8_t *keep, rlpi_reject_info *info);
+
+/* CLIP_COV / KL_COV: pick[t] = 1 for the tokens of sequences [b, e) of s
+ * that the loss treats apart, by the centred covariance
+ * (Âₜ − mean Â)(log π_old − mean log π_old) over their tokens that train:
+ * KL_COV the ⌊kl_cov_ratio·N⌋ (≥ 1) largest; CLIP_COV ⌊clip_cov_ratio·N⌋
+ * (≥ 1) of those inside (clip_cov_lb, clip_cov_ub), drawn with @p seed when
+ * more qualify. */
+void rlpi_rl_cov_select(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *adv, size_t b, size_t e,
+                        uint64_t seed, uint8_t *pick);
 
 /* Validates an options struct (ranges, enums); RLP_E_INVALID_ARG naming the field. */
 int rlpi_rl_options_check(const rlp_rl_options *o);

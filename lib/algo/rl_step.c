@@ -14,7 +14,7 @@
 #include "algo/rl_step.h"
 
 #include "algo/rl_math.h"
-#include "algo/rl_step.h"
+#include "algo/rl_options.h"
 #include "core/clock.h"
 #include "core/batch.h"
 #include "core/error.h"
@@ -26,15 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version)
-{
-    RLPI_CHECK_ARG(opts, "opts is NULL");
-    RLPI_CHECK_ARG(version == RLP_RL_OPTIONS_VERSION, "unknown version");
-    rlp_rl_options d = RLP_RL_OPTIONS_INIT;
-    *opts = d;
-    return RLP_OK;
-}
 
 static int force_prox_forward;
 static uint64_t prox_forwards;
@@ -57,8 +48,9 @@ uint64_t rlpi_rl_prox_forwards(void)
  * (ratio, decoupled PPO's and truncated IS's π_prox/π_behav weight, GSPO's
  * sequence ratio, the ratio statistics), which then sees ratio exactly 1:
  * the same loss, and the same gradient, since π_prox is a constant there.
- * The one reader before training is REINFORCE++ with the KL in the reward
- * (per-token reward −β·KL(π_prox‖π_ref), advantages.c): it keeps the pass.
+ * Readers before training keep the pass: REINFORCE++ with the KL in the
+ * reward (per-token reward −β·KL(π_prox‖π_ref), advantages.c), and the
+ * options listed below.
  * The condition depends on the options only, so data-parallel ranks agree
  * (and rlp_policy_logprobs runs no collective either way). */
 static bool prox_from_training(const rlp_rl_options *o, bool need_ref)
@@ -66,6 +58,12 @@ static bool prox_from_training(const rlp_rl_options *o, bool need_ref)
     if (__atomic_load_n(&force_prox_forward, __ATOMIC_RELAXED))
         return false;
     if (o->ppo_epochs != 1 || o->mini_batches != 1)
+        return false;
+    /* readers of π_prox before training: rejection sampling and the veto
+     * (which tokens train), the IS weights' batch mean, the covariance
+     * selection of CLIP_COV and KL_COV */
+    if (o->rollout_rs || o->rollout_token_veto > 0 || (o->rollout_is && o->rollout_is_batch_normalize) ||
+        o->policy_loss == RLP_LOSS_CLIP_COV || o->policy_loss == RLP_LOSS_KL_COV)
         return false;
     return !(o->advantage == RLP_ADV_REINFORCE_PP && o->kl_in_reward && o->kl_estimator && need_ref);
 }
@@ -130,10 +128,10 @@ static int dp_advantages(rlp_comm *comm, const rlp_rl_options *o, const rlpi_rl_
             var += ((double)adv[i] - mean) * ((double)adv[i] - mean);
     if ((rc = rlpi_comm_all_reduce_host(comm, &var, 1, RLPI_DT_F64, RLP_REDUCE_SUM)) != RLP_OK)
         return rc;
-    double sd = m[0] > 0 ? sqrt(var / m[0]) : 0;
+    double div = rlpi_whiten_divisor(o->whiten, var, m[0], eps);
     for (size_t i = 0; i < n; i++)
         if (rlpi_rl_on(s, i)) /* an observation token keeps its 0 */
-            adv[i] = (float)(((double)adv[i] - mean) / (sd + eps));
+            adv[i] = (float)(((double)adv[i] - mean) / div);
     return RLP_OK;
 }
 
@@ -159,15 +157,55 @@ static void mismatch(rlpi_rl_mismatch *mm, const float *behav, const float *old,
                              .is_max = cnt ? w_max : 1, .abs_mean = abs_sum / c};
 }
 
+/* The rollout correction's weight statistics (rlpi_rl_mismatch, corr_*) over
+ * the model tokens of s (π_prox complete). */
+static void correction_metrics(rlpi_rl_mismatch *mm, const rlp_rl_options *o, const rlpi_rl_seqs *s)
+{
+    mm->corr_is_mean = mm->corr_is_min = mm->corr_is_max = mm->corr_is_ess = 1.0;
+    mm->corr_is_truncated = 0.0;
+    if (!o->rollout_is)
+        return;
+    double C = (double)o->rollout_is_threshold, sum = 0, n = 0, lo = INFINITY, hi = 0, over = 0, units = 0;
+    double csum = 0, csq = 0;
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        bool counted = false;
+        for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++) {
+            if (!rlpi_rl_model(s, t))
+                continue;
+            double w = rlpi_rl_is_raw(o->rollout_is, s, i, t, NULL);
+            sum += w;
+            n += 1;
+            lo = w < lo ? w : lo;
+            hi = w > hi ? w : hi;
+            double c = fmin(fmax(w, 1.0 / C), C);
+            csum += c;
+            csq += c * c;
+            if (o->rollout_is == RLP_IS_TOKEN || !counted) {
+                over += w > C;
+                units += 1;
+                counted = true;
+            }
+        }
+    }
+    if (n == 0)
+        return;
+    double cm = csum / n;
+    mm->corr_is_mean = sum / n;
+    mm->corr_is_min = lo;
+    mm->corr_is_max = hi;
+    mm->corr_is_truncated = over / units;
+    mm->corr_is_ess = csq > 0 ? 1.0 / (csq / n / ((cm + 1e-8) * (cm + 1e-8))) : 1.0;
+}
+
 static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                     const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(batch, "batch is NULL");
-    rlp_rl_options o = RLP_RL_OPTIONS_INIT;
-    if (opts)
-        o = *opts;
-    int rc = rlpi_rl_options_check(&o);
+    rlp_rl_options o;
+    int rc = rlpi_rl_options_upgrade(&o, opts, "opts");
+    if (!rc)
+        rc = rlpi_rl_options_check(&o);
     if (rc)
         return rlpi_error_wrap("%s", __func__);
     if (!policy->trainable)
@@ -335,6 +373,50 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                           .logp_behav = behav, .logp_ref = need_ref ? refl : NULL, .mask = mask},
                   .fill_old = reuse ? old : NULL,
                   .adv = adv};
+    st.norm.is_div = 1.0;
+    /* 4b. which model tokens train: DAPO's overlong filter, the rollout
+     * correction's rejection sampling and veto (π_prox is complete here:
+     * prox_from_training keeps the pass for them). Rejected tokens count
+     * nowhere from here on, as observations do, advantages included. */
+    uint8_t *keep = NULL, *cov_pick = NULL;
+    rlpi_reject_info rj = {0};
+    uint64_t overlong_filtered = 0;
+    if (!rc && used > 0 && (o.overlong_filter || o.rollout_rs || o.rollout_token_veto > 0)) {
+        if (!(keep = malloc(n_tok))) {
+            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        } else {
+            if (o.rollout_rs || o.rollout_token_veto > 0)
+                rlpi_rl_reject(&o, &st.all, keep, &rj);
+            else
+                memset(keep, 1, n_tok);
+            for (size_t k = 0; o.overlong_filter && k < used; k++)
+                if (batch->items[pick[k]].finish_reason == RLP_FINISH_LENGTH) {
+                    memset(keep + tok_start[k], 0, tok_start[k + 1] - tok_start[k]);
+                    overlong_filtered++;
+                }
+            st.all.keep = keep;
+            /* the aggregation's counts are of the tokens that train */
+            size_t m = 0;
+            for (size_t k = 0; k < used; k++) {
+                model_start[k] = m;
+                for (size_t t = tok_start[k]; t < tok_start[k + 1]; t++)
+                    m += (size_t)rlpi_rl_on(&st.all, t);
+            }
+            model_start[used] = m;
+            n_model = m;
+        }
+    }
+    if (!rc && (o.policy_loss == RLP_LOSS_CLIP_COV || o.policy_loss == RLP_LOSS_KL_COV) &&
+        !(cov_pick = calloc(n_tok ? n_tok : 1, 1)))
+        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    st.norm.cov_pick = cov_pick;
+    if (!rc && o.rollout_is && o.rollout_is_batch_normalize) {
+        double is[2];
+        rlpi_rl_is_batch_sum(&o, &st.all, &is[0], &is[1]);
+        if (comm)
+            rc = rlpi_comm_all_reduce_host(comm, is, 2, RLPI_DT_F64, RLP_REDUCE_SUM);
+        st.norm.is_div = rlpi_rl_is_divisor(&o, is[0], is[1]);
+    }
     rlpi_adv_info ai = {0};
     if (!rc && comm)
         rc = dp_advantages(comm, &o, &st.all, adv, &ai);
@@ -353,7 +435,7 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             m += adv[i];
         m /= (double)n_model;
         for (size_t i = 0; i < n_tok; i++)
-            if (!mask || mask[i])
+            if (rlpi_rl_on(&st.all, i))
                 v += ((double)adv[i] - m) * ((double)adv[i] - m);
         S.adv_mean = m;
         S.adv_std = sqrt(v / (double)n_model);
@@ -379,7 +461,10 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         for (uint32_t mb = 0; !rc && mb < mbs; mb++) {
             size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
             st.mb_first = b;
-            st.norm.step_seqs = (double)(e - b);
+            size_t train_seqs = 0; /* a sequence whose every token was rejected is not in the mean */
+            for (size_t k = b; k < e; k++)
+                train_seqs += model_start[k + 1] > model_start[k];
+            st.norm.step_seqs = (double)train_seqs;
             st.norm.step_tokens = (double)(model_start[e] - model_start[b]);
             st.norm.norm_c = o.agg_norm_constant > 0 ? (double)o.agg_norm_constant : g_longest;
             if (comm) {
@@ -391,6 +476,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
             }
             if (st.norm.step_seqs == 0)
                 continue;
+            if (cov_pick) /* drawn per optimizer step, reproducibly */
+                rlpi_rl_cov_select(&o, &st.all, adv, b, e, v0 * 0x100000001b3ull + (uint64_t)ep * 4099u + mb, cov_pick);
             rlp_train_stats ts;
             rc = rlpi_policy_train_step(policy, seqs + b, e - b, rl_loss, &st, &to, &ts, false);
             if (!rc) {
@@ -404,8 +491,16 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         }
     /* π_prox is complete here: computed above, or filled in by the training
      * forward of the step's one optimizer step (equal numbers either way) */
-    if (!rc && mm && used > 0)
+    if (!rc && mm && used > 0) {
         mismatch(mm, behav, old, mask, n_tok);
+        correction_metrics(mm, &o, &st.all);
+        mm->rs_tokens = rj.model_tokens;
+        mm->rs_rejected_tokens = rj.rejected_tokens;
+        mm->rs_seqs = rj.seqs;
+        mm->rs_rejected_seqs = rj.rejected_seqs;
+        mm->rs_vetoed_seqs = rj.vetoed_seqs;
+        mm->overlong_filtered = overlong_filtered;
+    }
     /* Versions count RL steps, not optimizer steps: one step is one
      * version whether it applied k = ppo_epochs × mini_batches updates or
      * none (every group filtered, every sample invalid, a skipped
@@ -465,6 +560,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     free(tok_start);
     free(model_start);
     free(mask);
+    free(keep);
+    free(cov_pick);
     free(arr);
     free(reward);
     free(group);
@@ -482,7 +579,8 @@ int rlpi_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_p
                          const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
 {
     if (mm)
-        *mm = (rlpi_rl_mismatch){.is_mean = 1, .is_min = 1, .is_max = 1};
+        *mm = (rlpi_rl_mismatch){.is_mean = 1, .is_min = 1, .is_max = 1, .corr_is_mean = 1, .corr_is_min = 1,
+                                 .corr_is_max = 1, .corr_is_ess = 1};
     int rc = train_rl(policy, batch, ref, opts, stats, mm);
     if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
         rlpi_dp_fail(policy->comm, "RL step", rc); /* the peers would wait for this rank forever */

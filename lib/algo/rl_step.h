@@ -23,6 +23,16 @@
 typedef struct rlpi_rl_mismatch {
     uint64_t n_tokens;
     double kl, is_mean, is_min, is_max, abs_mean;
+    /* The rollout correction at rl.rollout_is's level (all 1 / 0 when off):
+     * w before truncation (mean over model tokens, a sequence's w counted
+     * at each of its tokens as verl does; min and max), the share of
+     * tokens (TOKEN) or sequences (SEQUENCE) with w > the threshold, and
+     * the effective sample size 1/mean((w'/mean w')²) of w' = w clamped to
+     * [1/threshold, threshold] (verl's rollout_is_eff_sample_size). */
+    double corr_is_mean, corr_is_min, corr_is_max, corr_is_truncated, corr_is_ess;
+    /* rejection: model tokens and sequences rejected (rollout_rs and the
+     * veto; the overlong filter counted apart), sequences vetoed */
+    uint64_t rs_tokens, rs_rejected_tokens, rs_seqs, rs_rejected_seqs, rs_vetoed_seqs, overlong_filtered;
 } rlpi_rl_mismatch;
 
 /* rlp_policy_train_rl, filling *mm (may be NULL) as well. */

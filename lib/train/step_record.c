@@ -179,6 +179,17 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r)
     json_object_set_new(m, "mismatch_is_min", jnum(r->mismatch_is_min));
     json_object_set_new(m, "mismatch_is_max", jnum(r->mismatch_is_max));
     json_object_set_new(m, "mismatch_abs_mean", jnum(r->mismatch_abs_mean));
+    json_object_set_new(m, "gen_batches", juint(r->gen_batches));
+    json_object_set_new(m, "dynamic_dropped_groups", juint(r->dynamic_dropped_groups));
+    json_object_set_new(m, "overlong_filtered", juint(r->overlong_filtered));
+    json_object_set_new(m, "rollout_is_mean", jnum(r->rollout_is_mean));
+    json_object_set_new(m, "rollout_is_min", jnum(r->rollout_is_min));
+    json_object_set_new(m, "rollout_is_max", jnum(r->rollout_is_max));
+    json_object_set_new(m, "rollout_is_truncated", jnum(r->rollout_is_truncated));
+    json_object_set_new(m, "rollout_is_ess", jnum(r->rollout_is_ess));
+    json_object_set_new(m, "rollout_rs_masked", jnum(r->rollout_rs_masked));
+    json_object_set_new(m, "rollout_rs_seq_masked", jnum(r->rollout_rs_seq_masked));
+    json_object_set_new(m, "rollout_veto", jnum(r->rollout_veto));
     json_object_set_new(m, "grad_norm", jnum(rs->grad_norm));
     json_object_set_new(m, "adv_mean", jnum(rs->adv_mean));
     json_object_set_new(m, "adv_std", jnum(rs->adv_std));

@@ -4,6 +4,7 @@
  * come from (collect_sync / collect_async); scoring the record, training
  * and publishing are one path. */
 #include "trainer_impl.h"
+#include "train/trainer_options.h"
 
 #include "backend/context.h"
 #include "core/clock.h"
@@ -17,28 +18,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-
-int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
-{
-    RLPI_CHECK_ARG(opts, "opts is NULL");
-    RLPI_CHECK_ARG(version >= 1 && version <= RLP_TRAINER_OPTIONS_VERSION, "unknown version");
-    rlp_trainer_options d;
-    memset(&d, 0, sizeof d);
-    d.version = version;
-    d.mode = RLP_TRAIN_SYNC;
-    d.max_staleness = 0;
-    d.prompts_per_step = 8;
-    d.worker_retries = 2;
-    d.stall_polls = 10;
-    rlp_sampling_options_init(&d.sampling, RLP_SAMPLING_OPTIONS_VERSION);
-    rlp_rl_options_init(&d.rl, RLP_RL_OPTIONS_VERSION);
-    rlp_multiturn_options_init(&d.multiturn, RLP_MULTITURN_OPTIONS_VERSION);
-    /* a version-1 caller's struct ends before multiturn, a version-2 one before rollout_weights */
-    memcpy(opts, &d, version >= 3   ? sizeof d
-                     : version == 2 ? offsetof(rlp_trainer_options, rollout_weights)
-                                    : offsetof(rlp_trainer_options, multiturn));
-    return RLP_OK;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Create and free                                                          */
@@ -224,18 +203,10 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(policy && task && reward, "policy, task and reward are required");
     rlp_trainer_options o;
-    rlp_trainer_options_init(&o, RLP_TRAINER_OPTIONS_VERSION);
-    if (opts) {
-        RLPI_CHECK_ARG(opts->version >= 1 && opts->version <= RLP_TRAINER_OPTIONS_VERSION,
-                       "opts->version: unknown version");
-        /* a version-1 caller's struct ends before multiturn (kept at its default: none), a
-         * version-2 one before rollout_weights (F32) */
-        memcpy(&o, opts, opts->version >= 3   ? sizeof o
-                         : opts->version == 2 ? offsetof(rlp_trainer_options, rollout_weights)
-                                              : offsetof(rlp_trainer_options, multiturn));
-        o.version = RLP_TRAINER_OPTIONS_VERSION;
-    }
-    int rc = check_options(&o);
+    /* an older caller's layout converted; the fields it lacks at their defaults */
+    int rc = rlpi_trainer_options_upgrade(&o, opts);
+    if (!rc)
+        rc = check_options(&o);
     if (rc)
         return rc;
     rlp_trainer *t = calloc(1, sizeof *t);
@@ -696,6 +667,8 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
         rc = rlpi_error_set(RLP_E_CALLBACK, "on_batch failed at step %llu", (unsigned long long)rec.step);
     double t2 = rlpi_now_s();
     rec.rl.version = 1;
+    if (rec.gen_batches == 0)
+        rec.gen_batches = 1;
     rlpi_rl_mismatch mm;
     /* SYNC: the engine shares the weights about to change; its quantized
      * copy is re-made before the next decode either way */
@@ -709,6 +682,15 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
         rec.mismatch_is_min = mm.is_min;
         rec.mismatch_is_max = mm.is_max;
         rec.mismatch_abs_mean = mm.abs_mean;
+        rec.overlong_filtered = mm.overlong_filtered;
+        rec.rollout_is_mean = mm.corr_is_mean;
+        rec.rollout_is_min = mm.corr_is_min;
+        rec.rollout_is_max = mm.corr_is_max;
+        rec.rollout_is_truncated = mm.corr_is_truncated;
+        rec.rollout_is_ess = mm.corr_is_ess;
+        rec.rollout_rs_masked = mm.rs_tokens ? (double)mm.rs_rejected_tokens / (double)mm.rs_tokens : 0.0;
+        rec.rollout_rs_seq_masked = mm.rs_seqs ? (double)mm.rs_rejected_seqs / (double)mm.rs_seqs : 0.0;
+        rec.rollout_veto = mm.rs_seqs ? (double)mm.rs_vetoed_seqs / (double)mm.rs_seqs : 0.0;
     }
     double t3 = rlpi_now_s();
     rlp_batch_free(b);
@@ -737,9 +719,10 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     t->last = rec;
     t->have_last = 1;
     if (out) { /* a version-1 caller's record ends before the episode fields, a version-2 one before the
-                * mismatch, a version-3 one before publish_bytes */
+                * mismatch, a version-3 one before publish_bytes, a version-4 one before gen_batches */
         uint32_t v = out->version;
-        memcpy(out, &rec, v >= 4   ? sizeof rec
+        memcpy(out, &rec, v >= 5   ? sizeof rec
+                          : v == 4 ? offsetof(rlp_step_record, gen_batches)
                           : v == 3 ? offsetof(rlp_step_record, publish_bytes)
                           : v == 2 ? offsetof(rlp_step_record, mismatch_kl)
                                    : offsetof(rlp_step_record, episodes));

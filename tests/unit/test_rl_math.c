@@ -60,12 +60,29 @@ typedef struct loaded {
     uint64_t *group;
     float *reward, *logp, *old, *behav, *ref, *ent, *tokr;
     uint8_t *mask; /* NULL when the case has none */
+    uint8_t *keep; /* the rejection (rlpi_rl_reject), checked against the case's; NULL when off */
+    uint8_t *pick; /* CLIP_COV / KL_COV's selection (rlpi_rl_cov_select), checked likewise */
+    double is_div;
 } loaded;
+
+static double opt_num(json_t *op, const char *key, double dflt)
+{
+    json_t *v = json_object_get(op, key);
+    return v ? json_number_value(v) : dflt;
+}
+
+static int opt_level(json_t *op, const char *key)
+{
+    static const char *const levels[] = {"off", "token", "sequence", "geometric"};
+    json_t *v = json_object_get(op, key);
+    return v ? lookup(json_string_value(v), levels, 4) : 0;
+}
 
 static void load_case(json_t *c, loaded *L)
 {
     static const char *const adv[] = {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce"};
-    static const char *const loss[] = {"ppo_clip", "decoupled_ppo", "gspo", "cispo", "gmpo", "gpg"};
+    static const char *const loss[] = {"ppo_clip", "decoupled_ppo", "gspo", "cispo", "gmpo",
+                                       "gpg", "sapo", "clip_cov", "kl_cov"};
     static const char *const agg[] = {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
                                       "seq_mean_token_sum_norm"};
     json_t *op = json_object_get(c, "options");
@@ -74,7 +91,7 @@ static void load_case(json_t *c, loaded *L)
     o.adv_eps = (float)json_number_value(json_object_get(op, "adv_eps"));
     o.adv_batch_norm = (int32_t)json_integer_value(json_object_get(op, "adv_batch_norm"));
     o.gamma = (float)json_number_value(json_object_get(op, "gamma"));
-    o.policy_loss = lookup(json_string_value(json_object_get(op, "policy_loss")), loss, 6);
+    o.policy_loss = lookup(json_string_value(json_object_get(op, "policy_loss")), loss, 9);
     o.clip_low = (float)json_number_value(json_object_get(op, "clip_low"));
     o.clip_high = (float)json_number_value(json_object_get(op, "clip_high"));
     o.dual_clip = (float)json_number_value(json_object_get(op, "dual_clip"));
@@ -87,6 +104,22 @@ static void load_case(json_t *c, loaded *L)
     o.entropy_coef = (float)json_number_value(json_object_get(op, "entropy_coef"));
     o.loss_agg = lookup(json_string_value(json_object_get(op, "loss_agg")), agg, 4);
     o.agg_norm_constant = (float)json_number_value(json_object_get(op, "agg_norm_constant"));
+    /* version 2: absent keys keep the defaults */
+    o.sapo_tau_pos = (float)opt_num(op, "sapo_tau_pos", o.sapo_tau_pos);
+    o.sapo_tau_neg = (float)opt_num(op, "sapo_tau_neg", o.sapo_tau_neg);
+    o.whiten = (int32_t)opt_num(op, "whiten", o.whiten);
+    o.rollout_is = opt_level(op, "rollout_is");
+    o.rollout_is_threshold = (float)opt_num(op, "rollout_is_threshold", o.rollout_is_threshold);
+    o.rollout_is_batch_normalize = (int32_t)opt_num(op, "rollout_is_batch_normalize", 0);
+    o.rollout_rs = opt_level(op, "rollout_rs");
+    o.rollout_rs_threshold = (float)opt_num(op, "rollout_rs_threshold", o.rollout_rs_threshold);
+    o.rollout_rs_threshold_lower = (float)opt_num(op, "rollout_rs_threshold_lower", 0);
+    o.rollout_token_veto = (float)opt_num(op, "rollout_token_veto", 0);
+    o.clip_cov_ratio = (float)opt_num(op, "clip_cov_ratio", o.clip_cov_ratio);
+    o.clip_cov_lb = (float)opt_num(op, "clip_cov_lb", o.clip_cov_lb);
+    o.clip_cov_ub = (float)opt_num(op, "clip_cov_ub", o.clip_cov_ub);
+    o.kl_cov_ratio = (float)opt_num(op, "kl_cov_ratio", o.kl_cov_ratio);
+    o.ppo_kl_coef = (float)opt_num(op, "ppo_kl_coef", o.ppo_kl_coef);
     assert_int_equal(rlpi_rl_options_check(&o), RLP_OK);
     L->o = o;
     json_t *lens = json_object_get(c, "lens"), *groups = json_object_get(c, "groups");
@@ -118,25 +151,47 @@ static void load_case(json_t *c, loaded *L)
     L->s = (rlpi_rl_seqs){.n_seqs = L->n_seq, .tok_start = L->tok_start, .group = L->group, .reward = L->reward,
                           .token_reward = L->tokr, .logp_old = L->old, .logp_behav = L->behav,
                           .logp_ref = L->ref, .mask = L->mask};
+    /* the rejection, exactly as the reference's */
+    L->keep = NULL;
+    json_t *wk = json_object_get(c, "keep");
+    if (o.rollout_rs || o.rollout_token_veto > 0) {
+        assert_non_null(wk);
+        L->keep = malloc(L->n_tok ? L->n_tok : 1);
+        rlpi_reject_info ri;
+        rlpi_rl_reject(&o, &L->s, L->keep, &ri);
+        for (size_t k = 0; k < L->n_tok; k++)
+            if (L->keep[k] != (uint8_t)json_integer_value(json_array_get(wk, k)))
+                fail_msg("token %zu: keep %d, the reference %d", k, L->keep[k],
+                         (int)json_integer_value(json_array_get(wk, k)));
+        assert_true(ri.rejected_tokens <= ri.model_tokens && ri.vetoed_seqs <= ri.rejected_seqs);
+        L->s.keep = L->keep;
+    } else {
+        assert_null(wk);
+    }
+    double sum, cnt;
+    rlpi_rl_is_batch_sum(&o, &L->s, &sum, &cnt);
+    L->is_div = rlpi_rl_is_divisor(&o, sum, cnt);
+    L->pick = NULL;
 }
 
 static void free_case(loaded *L)
 {
     free(L->tok_start), free(L->group), free(L->reward), free(L->logp), free(L->old), free(L->behav);
-    free(L->ref), free(L->ent), free(L->tokr), free(L->mask);
+    free(L->ref), free(L->ent), free(L->tokr), free(L->mask), free(L->keep), free(L->pick);
 }
 
 /* loss and gradients with the sequences cut into `parts` micro-batches */
 static double run_loss(loaded *L, const float *adv, size_t parts, float *dlogp, float *dent)
 {
-    size_t longest = 0, model = 0; /* in model tokens, as the RL step counts them */
+    size_t longest = 0, model = 0, seqs = 0; /* in tokens that train, as the RL step counts them */
     for (size_t i = 0; i < L->n_seq; i++) {
         size_t m = rlpi_rl_model_tokens(&L->s, i);
         longest = m > longest ? m : longest;
         model += m;
+        seqs += m > 0;
     }
-    rlpi_rl_norm nm = {(double)L->n_seq, (double)model,
-                       L->o.agg_norm_constant > 0 ? L->o.agg_norm_constant : (double)longest};
+    rlpi_rl_norm nm = {(double)seqs, (double)model,
+                       L->o.agg_norm_constant > 0 ? L->o.agg_norm_constant : (double)longest, L->is_div, L->pick};
     rlpi_rl_acc acc = {0};
     for (size_t p = 0; p < parts; p++) {
         size_t b = L->n_seq * p / parts, e = L->n_seq * (p + 1) / parts;
@@ -174,6 +229,17 @@ static void against_pytorch(const char *file, size_t min_cases)
         float *adv = malloc(L.n_tok * sizeof *adv);
         rlpi_adv_info info;
         assert_int_equal(rlpi_rl_advantages(&L.o, &L.s, adv, &info), RLP_OK);
+        json_t *wp = json_object_get(c, "pick");
+        if (L.o.policy_loss == RLP_LOSS_CLIP_COV || L.o.policy_loss == RLP_LOSS_KL_COV) {
+            /* the covariance selection over the whole step, as the reference's */
+            assert_non_null(wp);
+            L.pick = malloc(L.n_tok ? L.n_tok : 1);
+            rlpi_rl_cov_select(&L.o, &L.s, adv, 0, L.n_seq, 7, L.pick);
+            for (size_t k = 0; k < L.n_tok; k++)
+                if (L.pick[k] != (uint8_t)json_integer_value(json_array_get(wp, k)))
+                    fail_msg("case %zu token %zu: picked %d, the reference %d", ci, k, L.pick[k],
+                             (int)json_integer_value(json_array_get(wp, k)));
+        }
         json_t *wa = json_object_get(c, "advantages"), *wg = json_object_get(c, "dlogp"),
                *we = json_object_get(c, "dentropy");
         for (size_t k = 0; k < L.n_tok; k++)
@@ -184,7 +250,7 @@ static void against_pytorch(const char *file, size_t min_cases)
         for (size_t k = 0; k < L.n_tok; k++) {
             close_enough(g1[k], json_number_value(json_array_get(wg, k)), "dlogp", ci, k);
             close_enough(e1[k], json_number_value(json_array_get(we, k)), "dentropy", ci, k);
-            if (L.mask && !L.mask[k]) /* an observation token: nothing at all */
+            if ((L.mask && !L.mask[k]) || (L.keep && !L.keep[k])) /* an observation or rejected token: nothing */
                 assert_true(adv[k] == 0.0f && g1[k] == 0.0f && e1[k] == 0.0f);
         }
         /* micro-batching changes nothing */
@@ -233,6 +299,25 @@ static void test_kl_against_pytorch(void **state)
 {
     (void)state;
     against_pytorch("tests/reference/fixtures/rl/kl_cases.json", 60);
+}
+
+/* SAPO (the soft gate, seq-mean-token-mean policy term, log-ratios out to
+ * ±30 past its clamp), Clip-Cov and KL-Cov (the covariance selection and
+ * the loss on it) with every estimator and aggregation */
+static void test_sapo_cov_against_pytorch(void **state)
+{
+    (void)state;
+    against_pytorch("tests/reference/fixtures/rl/loss3_cases.json", 60);
+}
+
+/* verl's rollout correction: token and sequence IS weights (truncated,
+ * batch-normalised), rejection by token, sequence and geometric mean, the
+ * token veto, and verl's unbiased whitening; rollout log-ratios out to ±30,
+ * single-sample groups, multi-turn masks, sequences rejected whole */
+static void test_rollout_correction_against_pytorch(void **state)
+{
+    (void)state;
+    against_pytorch("tests/reference/fixtures/rl/correction_cases.json", 60);
 }
 
 /* case #8: equal non-dyadic rewards give exactly 0 for every estimator with
@@ -289,7 +374,7 @@ static void test_accumulation_normaliser(void **state)
         rlp_rl_options o = RLP_RL_OPTIONS_INIT;
         o.loss_agg = aggs[a];
         o.agg_norm_constant = 4;
-        rlpi_rl_norm nm = {2, 4, 4};
+        rlpi_rl_norm nm = {2, 4, 4, 1, NULL};
         float g_one[4], g_two[4], d[4];
         rlpi_rl_acc acc = {0};
         size_t idx[2] = {0, 1}, mb[3] = {0, 1, 4};
@@ -341,7 +426,7 @@ static void test_decoupled_reduces_to_ppo(void **state)
     rlpi_rl_seqs s = {.n_seqs = 3, .tok_start = ts, .group = grp, .reward = rew, .logp_old = old, .logp_behav = old};
     rlp_rl_options o = RLP_RL_OPTIONS_INIT;
     assert_int_equal(rlpi_rl_advantages(&o, &s, adv, NULL), RLP_OK);
-    rlpi_rl_norm nm = {3, 9, 4};
+    rlpi_rl_norm nm = {3, 9, 4, 1, NULL};
     size_t idx[3] = {0, 1, 2};
     float g1[9], g2[9], d[9];
     rlpi_rl_acc a1 = {0}, a2 = {0};
@@ -366,7 +451,7 @@ static void test_hand_computed_stats(void **state)
     float lp[2] = {(float)(-1.0 + log(1.5)), (float)(-1.0 + log(0.5))}, adv[2] = {1, 1}, ent[2] = {2, 4};
     rlpi_rl_seqs s = {.n_seqs = 1, .tok_start = ts, .group = grp, .reward = rew, .logp_old = old, .logp_behav = old};
     rlp_rl_options o = RLP_RL_OPTIONS_INIT;
-    rlpi_rl_norm nm = {1, 2, 2};
+    rlpi_rl_norm nm = {1, 2, 2, 1, NULL};
     size_t idx[1] = {0};
     float g[2], d[2];
     rlpi_rl_acc acc = {0};
@@ -394,6 +479,8 @@ int main(void)
         cmocka_unit_test(test_against_pytorch), cmocka_unit_test(test_masked_against_pytorch),
         cmocka_unit_test(test_kl_against_pytorch),
         cmocka_unit_test(test_cispo_gmpo_against_pytorch),
+        cmocka_unit_test(test_sapo_cov_against_pytorch),
+        cmocka_unit_test(test_rollout_correction_against_pytorch),
         cmocka_unit_test(test_equal_rewards_zero_advantage),
         cmocka_unit_test(test_accumulation_normaliser),
         cmocka_unit_test(test_overlong_and_options),

@@ -33,7 +33,7 @@ from .env import Env, EnvEpisode, EnvReply, parse_tool_calls
 from .errors import (AgainError, BackendError, CallbackError, ClosedError, Error, FormatError, InternalError,
                      InvalidArgumentError, IOError, NetworkError, NotFoundError, OutOfMemoryError, OverflowError,
                      StateError, TimeoutError, UnsupportedError)
-from .policy import Advantage, DType, GGUFType, gguf_type, KLEstimator, LossAgg, LossContext, LRSchedule, Policy, PolicyLoss, model_inspect
+from .policy import Advantage, DType, GGUFType, gguf_type, ISLevel, KLEstimator, LossAgg, LossContext, LRSchedule, Policy, PolicyLoss, Whiten, model_inspect
 from .reward import InvalidSample, RefineMode, Reward, RewardFn, RewardRequest, builtin_names, refine
 from .rollout import InterruptMode, LogprobsMode, RolloutEngine, RolloutWeights, StreamEvent
 from .sync import Synchronizer, SyncMode, SyncTransport
@@ -59,7 +59,7 @@ __all__ = [
     "BatchView", "StepRecord", "Env", "EnvReply", "EnvEpisode", "parse_tool_calls", "EvalResult", "stats_wilson", "stats_bootstrap_mean", "stats_bootstrap_paired",
     # enums and constants
     "Backend", "LogLevel", "MatmulPrecision", "TokenRole", "EncodeFlags", "DecodeFlags", "DType", "GGUFType", "gguf_type", "LRSchedule", "Advantage",
-    "PolicyLoss", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RolloutWeights", "RefineMode",
+    "PolicyLoss", "ISLevel", "Whiten", "KLEstimator", "LossAgg", "FinishReason", "LogprobsMode", "InterruptMode", "RolloutWeights", "RefineMode",
     "BufferFullPolicy", "SyncMode", "SyncTransport", "CommTransport", "ReduceOp", "WAIT_FOREVER",
     "STALENESS_UNBOUNDED", "TrainMode", "EpisodeEnd",
 ]

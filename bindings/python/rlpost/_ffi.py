@@ -238,7 +238,12 @@ RLOptions = _struct("rlp_rl_options", [
     ("behav_mask", c_int32), ("kl_estimator", c_int32), ("kl_coef", c_float), ("kl_in_reward", c_int32),
     ("entropy_coef", c_float), ("loss_agg", c_int32), ("agg_norm_constant", c_float),
     ("overlong_max", c_uint32), ("overlong_cache", c_uint32), ("ppo_epochs", c_uint32),
-    ("mini_batches", c_uint32), ("micro_batch_tokens", c_uint32), ("temperature", c_float)])
+    ("mini_batches", c_uint32), ("micro_batch_tokens", c_uint32), ("temperature", c_float),
+    ("sapo_tau_pos", c_float), ("sapo_tau_neg", c_float), ("whiten", c_int32), ("rollout_is", c_int32),
+    ("rollout_is_threshold", c_float), ("rollout_is_batch_normalize", c_int32), ("rollout_rs", c_int32),
+    ("rollout_rs_threshold", c_float), ("rollout_rs_threshold_lower", c_float), ("rollout_token_veto", c_float),
+    ("overlong_filter", c_int32), ("clip_cov_ratio", c_float), ("clip_cov_lb", c_float), ("clip_cov_ub", c_float),
+    ("kl_cov_ratio", c_float), ("ppo_kl_coef", c_float)], version=2)
 
 RLStats = _struct("rlp_rl_stats", [
     ("version", c_uint32), ("loss", c_double), ("pg_loss", c_double), ("kl", c_double), ("entropy", c_double),
@@ -377,7 +382,8 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("weights_dir", c_char_p), ("worker_timeout_ms", c_uint32), ("worker_retries", c_uint32),
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
     ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
-    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions), ("rollout_weights", c_int32)], version=3)
+    ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions), ("rollout_weights", c_int32),
+    ("max_gen_batches", c_uint32)], version=4)
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -396,7 +402,10 @@ StepRecord = _struct("rlp_step_record", [
     ("masked_token_share", c_double), ("episodes_truncated", c_uint64), ("episodes_max_turns", c_uint64),
     ("episodes_failed", c_uint64), ("mismatch_kl", c_double), ("mismatch_is_mean", c_double),
     ("mismatch_is_min", c_double), ("mismatch_is_max", c_double), ("mismatch_abs_mean", c_double),
-    ("publish_bytes", c_uint64)], version=4)
+    ("publish_bytes", c_uint64), ("gen_batches", c_uint32), ("dynamic_dropped_groups", c_uint64),
+    ("overlong_filtered", c_uint64), ("rollout_is_mean", c_double), ("rollout_is_min", c_double),
+    ("rollout_is_max", c_double), ("rollout_is_truncated", c_double), ("rollout_is_ess", c_double),
+    ("rollout_rs_masked", c_double), ("rollout_rs_seq_masked", c_double), ("rollout_veto", c_double)], version=5)
 
 EvalResult = _struct("rlp_eval_result", [
     ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),

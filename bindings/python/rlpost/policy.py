@@ -67,6 +67,23 @@ class PolicyLoss(enum.IntEnum):
     CISPO = 3
     GMPO = 4
     GPG = 5
+    SAPO = 6
+    CLIP_COV = 7
+    KL_COV = 8
+
+
+class ISLevel(enum.IntEnum):
+    """rlp_is_level (rollout correction: rollout_is, rollout_rs)"""
+    OFF = 0
+    TOKEN = 1
+    SEQUENCE = 2
+    GEOMETRIC = 3
+
+
+class Whiten(enum.IntEnum):
+    """rlp_whiten (whole-batch advantage normalisation)"""
+    POPULATION = 0
+    UNBIASED = 1
 
 
 class KLEstimator(enum.IntEnum):
@@ -91,7 +108,7 @@ def rl_options(values, what="rl"):
     clip_low, clip_high, kl_estimator, kl_coef, loss_agg, ppo_epochs, ...);
     the enum fields take the enums above or their values."""
     values = dict(values or {})
-    for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg"):
+    for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg", "whiten", "rollout_is", "rollout_rs"):
         if k in values:
             values[k] = int(values[k])
     return options(_ffi.RLOptions, "rlp_rl_options_init", values, [], what=what)

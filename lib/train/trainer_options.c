@@ -1,0 +1,119 @@
+/* rlp_trainer_options_init and the conversion of older callers' options
+ * (trainer_options.h says why a conversion is needed). */
+#include "train/trainer_options.h"
+
+#include "core/error.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static void defaults(rlp_trainer_options *d)
+{
+    memset(d, 0, sizeof *d);
+    d->version = RLP_TRAINER_OPTIONS_VERSION;
+    d->mode = RLP_TRAIN_SYNC;
+    d->max_staleness = 0;
+    d->prompts_per_step = 8;
+    d->worker_retries = 2;
+    d->stall_polls = 10;
+    rlp_sampling_options_init(&d->sampling, RLP_SAMPLING_OPTIONS_VERSION);
+    rlp_rl_options_init(&d->rl, RLP_RL_OPTIONS_VERSION);
+    rlp_multiturn_options_init(&d->multiturn, RLP_MULTITURN_OPTIONS_VERSION);
+}
+
+/* How many bytes of the frozen layout a caller of @p version owns. */
+static size_t v3_size(uint32_t version)
+{
+    return version >= 3   ? sizeof(rlpi_trainer_options_v3)
+           : version == 2 ? offsetof(rlpi_trainer_options_v3, rollout_weights)
+                          : offsetof(rlpi_trainer_options_v3, multiturn);
+}
+
+/* The current options as an older caller's layout (for init). */
+static void to_v3(rlpi_trainer_options_v3 *o, const rlp_trainer_options *d)
+{
+    memset(o, 0, sizeof *o);
+    memcpy(o, d, offsetof(rlpi_trainer_options_v3, rl)); /* version … sampling: the same layout */
+    memcpy(&o->rl, &d->rl, sizeof o->rl);                /* rl's version-1 prefix */
+    o->rl.version = 1;
+    o->ref = d->ref;
+    o->tokenizer = d->tokenizer;
+    o->max_seq_len = d->max_seq_len;
+    o->max_batch = d->max_batch;
+    o->rollout_threads = d->rollout_threads;
+    o->worker_urls = d->worker_urls;
+    o->n_worker_urls = d->n_worker_urls;
+    o->api_key = d->api_key;
+    o->weights_dir = d->weights_dir;
+    o->worker_timeout_ms = d->worker_timeout_ms;
+    o->worker_retries = d->worker_retries;
+    o->metrics = d->metrics;
+    o->n_metrics = d->n_metrics;
+    o->on_batch = d->on_batch;
+    o->on_batch_payload = d->on_batch_payload;
+    o->comm = d->comm;
+    o->stall_polls = d->stall_polls;
+    o->rollout_inbox = d->rollout_inbox;
+    o->multiturn = d->multiturn;
+    o->rollout_weights = d->rollout_weights;
+}
+
+int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    RLPI_CHECK_ARG(version >= 1 && version <= RLP_TRAINER_OPTIONS_VERSION, "unknown version");
+    rlp_trainer_options d;
+    defaults(&d);
+    if (version == RLP_TRAINER_OPTIONS_VERSION) {
+        *opts = d;
+        return RLP_OK;
+    }
+    rlpi_trainer_options_v3 old;
+    to_v3(&old, &d);
+    old.version = version;
+    memcpy(opts, &old, v3_size(version));
+    return RLP_OK;
+}
+
+int rlpi_trainer_options_upgrade(rlp_trainer_options *out, const rlp_trainer_options *in)
+{
+    defaults(out);
+    if (!in)
+        return RLP_OK;
+    RLPI_CHECK_ARG(in->version >= 1 && in->version <= RLP_TRAINER_OPTIONS_VERSION, "opts->version: unknown version");
+    if (in->version == RLP_TRAINER_OPTIONS_VERSION) {
+        *out = *in;
+        return RLP_OK;
+    }
+    rlpi_trainer_options_v3 o = {0};
+    memcpy(&o, in, v3_size(in->version));
+    if (o.rl.version != 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "opts->rl.version: a version-%u rlp_trainer_options holds rl of "
+                              "version 1, not %u", in->version, o.rl.version);
+    memcpy(out, &o, offsetof(rlpi_trainer_options_v3, rl));
+    out->version = RLP_TRAINER_OPTIONS_VERSION;
+    rlpi_rl_options_from_v1(&out->rl, &o.rl);
+    out->ref = o.ref;
+    out->tokenizer = o.tokenizer;
+    out->max_seq_len = o.max_seq_len;
+    out->max_batch = o.max_batch;
+    out->rollout_threads = o.rollout_threads;
+    out->worker_urls = o.worker_urls;
+    out->n_worker_urls = o.n_worker_urls;
+    out->api_key = o.api_key;
+    out->weights_dir = o.weights_dir;
+    out->worker_timeout_ms = o.worker_timeout_ms;
+    out->worker_retries = o.worker_retries;
+    out->metrics = o.metrics;
+    out->n_metrics = o.n_metrics;
+    out->on_batch = o.on_batch;
+    out->on_batch_payload = o.on_batch_payload;
+    out->comm = o.comm;
+    out->stall_polls = o.stall_polls;
+    out->rollout_inbox = o.rollout_inbox;
+    if (in->version >= 2)
+        out->multiturn = o.multiturn;
+    if (in->version >= 3)
+        out->rollout_weights = o.rollout_weights;
+    return RLP_OK;
+}
