@@ -29,7 +29,16 @@ static const named advantages[] = {{"grpo", RLP_ADV_GRPO}, {"dr_grpo", RLP_ADV_D
 static const named losses[] = {{"ppo_clip", RLP_LOSS_PPO_CLIP}, {"decoupled_ppo", RLP_LOSS_DECOUPLED_PPO},
                                {"gspo", RLP_LOSS_GSPO}, {"cispo", RLP_LOSS_CISPO},
                                {"gmpo", RLP_LOSS_GMPO}, {"geo_mean", RLP_LOSS_GMPO}, {"gpg", RLP_LOSS_GPG},
-                               {NULL, 0}};
+                               {"sapo", RLP_LOSS_SAPO}, {"clip_cov", RLP_LOSS_CLIP_COV},
+                               {"kl_cov", RLP_LOSS_KL_COV}, {NULL, 0}};
+/* verl's rollout_is / rollout_rs levels ("off": null in verl) and whitening conventions */
+static const named is_levels[] = {{"off", RLP_IS_OFF}, {"token", RLP_IS_TOKEN}, {"sequence", RLP_IS_SEQUENCE},
+                                  {NULL, 0}};
+static const named rs_levels[] = {{"off", RLP_IS_OFF},           {"token", RLP_IS_TOKEN},
+                                  {"sequence", RLP_IS_SEQUENCE}, {"geometric", RLP_IS_GEOMETRIC},
+                                  {NULL, 0}};
+static const named whitens[] = {{"population", RLP_WHITEN_POPULATION}, {"unbiased", RLP_WHITEN_UNBIASED},
+                                {NULL, 0}};
 /* verl's kl_loss_type spellings too (low_var_kl = k3, mse = k2, kl = k1) */
 static const named kl_estimators[] = {{"k1", RLP_KL_K1},         {"k2", RLP_KL_K2}, {"k3", RLP_KL_K3},
                                       {"abs", RLP_KL_ABS},        {"kl", RLP_KL_K1}, {"mse", RLP_KL_K2},
@@ -141,7 +150,10 @@ int train_check_config(run *r)
     rlp_rl_options_init(rl, RLP_RL_OPTIONS_VERSION);
     if (lookup(advantages, cfg_str(c, "algorithm.advantage"), "algorithm.advantage", &rl->advantage, r->err) ||
         lookup(losses, cfg_str(c, "algorithm.policy_loss"), "algorithm.policy_loss", &rl->policy_loss, r->err) ||
-        lookup(aggs, cfg_str(c, "algorithm.loss_agg"), "algorithm.loss_agg", &rl->loss_agg, r->err))
+        lookup(aggs, cfg_str(c, "algorithm.loss_agg"), "algorithm.loss_agg", &rl->loss_agg, r->err) ||
+        lookup(whitens, cfg_str(c, "algorithm.whiten"), "algorithm.whiten", &rl->whiten, r->err) ||
+        lookup(is_levels, cfg_str(c, "algorithm.rollout_is"), "algorithm.rollout_is", &rl->rollout_is, r->err) ||
+        lookup(rs_levels, cfg_str(c, "algorithm.rollout_rs"), "algorithm.rollout_rs", &rl->rollout_rs, r->err))
         return -1;
     int kl_est;
     if (lookup(kl_estimators, cfg_str(c, "algorithm.kl_estimator"), "algorithm.kl_estimator", &kl_est, r->err))
@@ -167,6 +179,21 @@ int train_check_config(run *r)
     rl->kl_in_reward = cfg_bool(c, "algorithm.kl_in_reward");
     rl->entropy_coef = (float)cfg_num(c, "algorithm.entropy_coef");
     rl->agg_norm_constant = (float)cfg_num(c, "algorithm.agg_norm_constant");
+    rl->sapo_tau_pos = (float)cfg_num(c, "algorithm.sapo_tau_pos");
+    rl->sapo_tau_neg = (float)cfg_num(c, "algorithm.sapo_tau_neg");
+    rl->rollout_is_threshold = (float)cfg_num(c, "algorithm.rollout_is_threshold");
+    rl->rollout_is_batch_normalize = cfg_bool(c, "algorithm.rollout_is_batch_normalize");
+    rl->rollout_rs_threshold = (float)cfg_num(c, "algorithm.rollout_rs_threshold");
+    rl->rollout_rs_threshold_lower = (float)cfg_num(c, "algorithm.rollout_rs_threshold_lower");
+    rl->rollout_token_veto = (float)cfg_num(c, "algorithm.rollout_token_veto");
+    rl->overlong_filter = cfg_bool(c, "algorithm.overlong_filter");
+    rl->clip_cov_ratio = (float)cfg_num(c, "algorithm.clip_cov_ratio");
+    rl->clip_cov_lb = (float)cfg_num(c, "algorithm.clip_cov_lb");
+    rl->clip_cov_ub = (float)cfg_num(c, "algorithm.clip_cov_ub");
+    rl->kl_cov_ratio = (float)cfg_num(c, "algorithm.kl_cov_ratio");
+    rl->ppo_kl_coef = (float)cfg_num(c, "algorithm.ppo_kl_coef");
+    RANGE("algorithm.max_gen_batches", cfg_int(c, "algorithm.max_gen_batches") >= 0 &&
+          cfg_int(c, "algorithm.max_gen_batches") <= 1000, "in [0, 1000] (0: filter only, no over-sampling)");
     RANGE("algorithm.clip_low", rl->clip_low >= 0 && rl->clip_low < 1, "in [0, 1)");
     RANGE("algorithm.clip_high", rl->clip_high >= 0 && rl->clip_high <= 100, "in [0, 100]");
     RANGE("algorithm.kl_coef", rl->kl_coef >= 0, "≥ 0");
@@ -643,11 +670,20 @@ static int make_metric_scorers(run *r)
  * keys existed lack them. */
 static int same_setting(const char *key, json_t *saved, json_t *now)
 {
-    if (strcmp(key, "reward") || !json_is_object(saved) || !json_is_object(now))
+    if (!json_is_object(saved) || !json_is_object(now))
         return json_equal(saved, now);
-    static const char *const how[] = {"isolation", "workers", "timeout_ms", "batch_size", "max_restarts"};
     json_t *a = json_deep_copy(saved), *b = json_deep_copy(now);
-    for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
+    /* a key added since the checkpoint was written takes its default there
+     * (algorithm.rollout_is and the other version-2 RL options, say) */
+    json_t *defaults = train_config_defaults(), *dsec = json_object_get(defaults, key);
+    const char *k;
+    json_t *v;
+    json_object_foreach(b, k, v)
+        if (a && !json_object_get(a, k) && json_object_get(dsec, k))
+            json_object_set(a, k, json_object_get(dsec, k));
+    json_decref(defaults);
+    static const char *const how[] = {"isolation", "workers", "timeout_ms", "batch_size", "max_restarts"};
+    for (size_t i = 0; !strcmp(key, "reward") && i < sizeof how / sizeof how[0]; i++) {
         json_object_del(a, how[i]);
         json_object_del(b, how[i]);
     }
@@ -717,6 +753,8 @@ static int make_trainer(run *r, int need_train)
     o.seed = (uint64_t)cfg_int(r->cfg, "seed");
     o.sampling = r->sampling;
     o.rl = r->rl;
+    /* DAPO over-sampling goes with the filter it refills */
+    o.max_gen_batches = r->rl.filter_equal_groups ? (uint32_t)cfg_int(r->cfg, "algorithm.max_gen_batches") : 0;
     /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
     o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
     o.tokenizer = r->ext_tok;

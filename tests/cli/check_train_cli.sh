@@ -106,6 +106,42 @@ assert len(m) == 1 and math.isfinite(m[0]['loss']) and m[0]['grad_norm'] > 0, m"
     fail "policy_loss $loss metrics"
 done
 
+# --- SAPO, Clip-Cov and KL-Cov: one step each, a finite loss and a gradient (ratio 0.25 so that the
+# covariance selection picks tokens of this small batch)
+for loss in sapo clip_cov kl_cov; do
+  T --set "output=\"$out/loss_$loss\"" --set steps=1 --set "algorithm.policy_loss=\"$loss\"" \
+    --set algorithm.clip_cov_ratio=0.25 --set algorithm.clip_cov_lb=-5.0 --set algorithm.kl_cov_ratio=0.25 \
+    >/dev/null 2>"$out/err" || { cat "$out/err"; fail "policy_loss $loss"; }
+  python3 -c "import json, math, sys; m = [json.loads(l) for l in open(sys.argv[1])]; \
+assert len(m) == 1 and math.isfinite(m[0]['loss']) and m[0]['grad_norm'] > 0, m" "$out/loss_$loss/metrics.jsonl" ||
+    fail "policy_loss $loss metrics"
+done
+
+# --- verl's rollout correction (IS weights, rejection, veto), verl's whitening, DAPO's overlong filter
+# and over-sampling: one step each; the step record carries what each did
+corr() {  # name, python check of the step record r, --set arguments...
+  name=$1; check=$2; shift 2
+  T --set "output=\"$out/c_$name\"" --set steps=1 "$@" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "$name"; }
+  python3 -c "import json, math, sys; m = [json.loads(l) for l in open(sys.argv[1])]; r = m[0]; \
+assert len(m) == 1 and math.isfinite(r['loss']), m; assert $check, r" "$out/c_$name/metrics.jsonl" || fail "$name record"
+}
+corr is_token "r['rollout_is_mean'] > 0 and r['rollout_is_ess'] <= 1 + 1e-6 and r['grad_norm'] > 0" \
+  --set 'algorithm.rollout_is="token"' --set algorithm.rollout_is_threshold=1.5
+corr is_seq_norm "r['rollout_is_min'] <= r['rollout_is_max'] and r['grad_norm'] > 0" \
+  --set 'algorithm.rollout_is="sequence"' --set algorithm.rollout_is_batch_normalize=true
+# thresholds at 1 ± 1e-9: every token's π_old/π_behav differs from 1 by rounding at least somewhere
+corr rs_token "0 < r['rollout_rs_masked'] <= 1 and r['rollout_rs_seq_masked'] > 0" \
+  --set 'algorithm.rollout_rs="token"' --set algorithm.rollout_rs_threshold=1.0000001 \
+  --set algorithm.rollout_rs_threshold_lower=0.9999999
+corr rs_geometric "0 <= r['rollout_rs_masked'] <= 1" --set 'algorithm.rollout_rs="geometric"'
+corr veto "r['rollout_veto'] == 1 and r['rollout_rs_masked'] == 1 and r['n_tokens'] == 0" \
+  --set algorithm.rollout_token_veto=10.0
+corr whiten "r['grad_norm'] > 0" --set 'algorithm.advantage="reinforce_pp"' --set 'algorithm.whiten="unbiased"'
+corr overlong "r['overlong_filtered'] == r['truncated'] > 0" --set algorithm.overlong_filter=true \
+  --set sampling.max_new_tokens=8
+corr dynamic "r['gen_batches'] >= 1 and r['filtered_groups'] == 0" --set algorithm.filter_equal_groups=true \
+  --set algorithm.max_gen_batches=4
+
 # --- the KL estimators by verl's names (k3 = low_var_kl, clamped; abs): one step each against the
 # frozen initial model, a finite KL in the metrics
 for est in low_var_kl abs; do
@@ -128,6 +164,8 @@ bad() {  # expected-substring, --set arguments...
   [ ! -e "$out/bad" ] || fail "$*: wrote $out/bad"
 }
 bad "algorithm.clip_hihg" --set algorithm.clip_hihg=0.3
+bad "algorithm.rollout_is" --set 'algorithm.rollout_is="geometric"'
+bad "algorithm.max_gen_batches" --set algorithm.max_gen_batches=-1
 bad "steps: must be an integer" --set 'steps="ten"'
 bad "sampling.top_p" --set sampling.top_p=true
 bad "model: cannot read" --set 'model="/nonexistent/m.bin"'

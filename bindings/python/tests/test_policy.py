@@ -180,3 +180,26 @@ def test_train_rl_grpo_and_kl(policy):
         policy.train_rl(batch, kl_estimator=rlpost.KLEstimator.K1, kl_coef=0.1)  # KL without a reference
     with pytest.raises(TypeError):
         policy.train_rl(batch, clip=0.3)
+
+
+def test_train_rl_second_wave_options(policy):
+    """rlp_rl_options version 2 through the bindings: SAPO, KL-Cov, verl's rollout correction and whitening
+    each take a step; options that contradict each other are refused by name."""
+    policy.set_optimizer(lr=1e-3)
+    batch = make_batch(groups=2, group_size=4, rewards=[1, 0, 0, 1, 0.2, 0.9, 0.5, 0.1])
+    st = policy.train_rl(batch, policy_loss=rlpost.PolicyLoss.SAPO, sapo_tau_pos=1.0, sapo_tau_neg=1.05)
+    assert st.optimizer_steps == 1 and st.n_seqs == 8
+    st = policy.train_rl(batch, policy_loss=rlpost.PolicyLoss.KL_COV, kl_cov_ratio=0.1, ppo_kl_coef=1.0)
+    assert st.optimizer_steps == 1
+    st = policy.train_rl(batch, rollout_is=rlpost.ISLevel.SEQUENCE, rollout_is_threshold=2.0,
+                         rollout_is_batch_normalize=True, whiten=rlpost.Whiten.UNBIASED,
+                         advantage=rlpost.Advantage.REINFORCE_PP)
+    assert st.optimizer_steps == 1
+    # a veto above every weight rejects every sequence: nothing trains, the version still advances
+    v = policy.version
+    st = policy.train_rl(batch, rollout_token_veto=10.0)
+    assert st.n_tokens == 0 and policy.version == v + 1
+    with pytest.raises(rlpost.InvalidArgumentError, match="rollout_is and tis_cap"):
+        policy.train_rl(batch, rollout_is=rlpost.ISLevel.TOKEN, tis_cap=2.0)
+    with pytest.raises(rlpost.InvalidArgumentError, match="rollout_is must be"):
+        policy.train_rl(batch, rollout_is=rlpost.ISLevel.GEOMETRIC)
