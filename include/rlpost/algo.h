@@ -236,8 +236,10 @@ RLP_API int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, cons
  * RLOO, REINFORCE, REINFORCE++ with its batch normalisation; see
  * rlp_advantage), for logs and completion tables. The value is the
  * advantage at the trajectory's first completion token (the whole
- * sequence's for outcome estimators). The KL shaping of kl_in_reward,
- * which needs π_ref's logprobs, is not included. Pure: reads the batch
+ * sequence's for outcome estimators); 0 for a completion the overlong
+ * filter takes out of the loss. What needs the trainer's logprobs is not
+ * included: the KL shaping of kl_in_reward (π_ref) and the rollout
+ * correction's rejection (π_prox). Pure: reads the batch
  * only; any number of threads may call it on one batch.
  *
  * @param[out] out  (n) advantages, float; NaN for a trajectory the step

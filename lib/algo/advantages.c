@@ -44,8 +44,8 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     size_t *pick = malloc(used * sizeof *pick), *tok_start = malloc((used + 1) * sizeof *tok_start);
     uint64_t *group = malloc(used * sizeof *group);
     float *reward = malloc(used * sizeof *reward), *arr = calloc(n_tok * 3, sizeof *arr);
-    uint8_t *mask = malloc(n_tok);
-    int rc = pick && tok_start && group && reward && arr && mask
+    uint8_t *mask = malloc(n_tok), *keep = malloc(n_tok);
+    int rc = pick && tok_start && group && reward && arr && mask && keep
                  ? RLP_OK
                  : rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     int have_mask = 0;
@@ -67,6 +67,8 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
         } else {
             memset(mask + at, 1, t->n_tokens);
         }
+        /* DAPO's overlong filter: a cut completion trains nothing (and counts in no normalisation) */
+        memset(keep + at, !(o.overlong_filter && t->finish_reason == RLP_FINISH_LENGTH), t->n_tokens);
         memcpy(logp + at, t->logprobs, t->n_tokens * sizeof *logp);
         if (t->token_rewards) {
             memcpy(tokr + at, t->token_rewards, t->n_tokens * sizeof *tokr);
@@ -79,7 +81,8 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
         tok_start[used] = n_tok;
         rlpi_rl_seqs s = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
                           .token_reward = have_token_rewards ? tokr : NULL, .logp_old = logp,
-                          .logp_behav = logp, .logp_ref = NULL, .mask = have_mask ? mask : NULL};
+                          .logp_behav = logp, .logp_ref = NULL, .mask = have_mask ? mask : NULL,
+                          .keep = o.overlong_filter ? keep : NULL};
         rlpi_adv_info info = {0};
         rc = rlpi_rl_advantages(&o, &s, adv, &info);
         /* the advantage at a trajectory's first model token: the whole
@@ -100,5 +103,6 @@ RLP_API int rlp_rl_advantages(float *out, size_t n, const rlp_batch *batch, cons
     free(reward);
     free(arr);
     free(mask);
+    free(keep);
     return rc;
 }

@@ -46,8 +46,15 @@ static float *floats(json_t *a, size_t *n)
     return v;
 }
 
+/* the largest error seen in the current file, for the record */
+static double worst_abs, worst_rel;
+
 static void close_enough(double got, double want, const char *what, size_t ci, size_t k)
 {
+    double d = fabs(got - want);
+    worst_abs = d > worst_abs ? d : worst_abs;
+    if (fabs(want) > 1e-3 && d / fabs(want) > worst_rel)
+        worst_rel = d / fabs(want);
     if (!(fabs(got - want) <= TOL_ABS + TOL_REL * fabs(want)))
         fail_msg("case %zu %s[%zu]: got %.9g want %.9g", ci, what, k, got, want);
 }
@@ -222,6 +229,7 @@ static void against_pytorch(const char *file, size_t min_cases)
     json_t *cases = json_object_get(root, "cases");
     size_t nc = json_array_size(cases);
     assert_true(nc >= min_cases);
+    worst_abs = worst_rel = 0;
     for (size_t ci = 0; ci < nc; ci++) {
         json_t *c = json_array_get(cases, ci);
         loaded L;
@@ -266,7 +274,8 @@ static void against_pytorch(const char *file, size_t min_cases)
         free(g1), free(e1), free(adv);
         free_case(&L);
     }
-    print_message("%zu PyTorch reference cases (%s)\n", nc, file);
+    print_message("%zu PyTorch reference cases (%s): largest |diff| %.3g, largest relative (|want| > 1e-3) %.3g\n",
+                  nc, file, worst_abs, worst_rel);
     json_decref(root);
 }
 
