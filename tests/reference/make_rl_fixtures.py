@@ -502,6 +502,8 @@ def main():
         {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": "geometric",
          "rollout_rs_threshold": 1.2, "rollout_token_veto": 1e-4},
         {"whiten": 1, "adv_batch_norm": 1},
+        # the sequence weight is over the loss mask, before rejection (verl computes IS before RS)
+        {"rollout_is": "sequence", "rollout_is_threshold": 5.0, "rollout_rs": "token", "rollout_rs_threshold": 1.3},
     ]
     losses = ["ppo_clip", "gspo", "cispo", "gmpo", "gpg", "sapo"]
     for si, st in enumerate(settings):
