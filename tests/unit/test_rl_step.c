@@ -511,18 +511,29 @@ static void test_prox_reuse_matches_two_forwards(void **state)
         int loss, adv, kl, kl_in_reward, mbs, epochs;
         float tis, behav_cap, ent, clip_high;
         int reuse; /* the expected choice */
+        int v2;    /* version-2 options: see below */
     } cfg[] = {
-        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1},
-        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 1.5f, 0, 0, 0.28f, 1}, /* truncated IS, clip-higher */
-        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_RLOO, 0, 0, 1, 1, 0, 1.3f, 0, 0.2f, 1},
-        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_GRPO, RLP_KL_K3, 0, 1, 1, 0, 0, 0.01f, 0.2f, 1},
-        {RLP_LOSS_GSPO, RLP_ADV_DR_GRPO, RLP_KL_K2, 0, 1, 1, 0, 0, 0, 0.2f, 1},
-        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 0, 1, 1, 0, 0, 0, 0.2f, 1},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 1.5f, 0, 0, 0.28f, 1, 0}, /* truncated IS, clip-higher */
+        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_RLOO, 0, 0, 1, 1, 0, 1.3f, 0, 0.2f, 1, 0},
+        {RLP_LOSS_DECOUPLED_PPO, RLP_ADV_GRPO, RLP_KL_K3, 0, 1, 1, 0, 0, 0.01f, 0.2f, 1, 0},
+        {RLP_LOSS_GSPO, RLP_ADV_DR_GRPO, RLP_KL_K2, 0, 1, 1, 0, 0, 0, 0.2f, 1, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 0, 1, 1, 0, 0, 0, 0.2f, 1, 0},
         /* π_prox is read before training (KL in REINFORCE++'s reward), or
          * the step takes several optimizer steps: the pass stays */
-        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 1, 1, 1, 0, 0, 0, 0.2f, 0},
-        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 2, 1, 0, 0, 0, 0.2f, 0},
-        {RLP_LOSS_GSPO, RLP_ADV_GRPO, 0, 0, 1, 2, 0, 0, 0, 0.2f, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_REINFORCE_PP, RLP_KL_K1, 1, 1, 1, 0, 0, 0, 0.2f, 0, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 2, 1, 0, 0, 0, 0.2f, 0, 0},
+        {RLP_LOSS_GSPO, RLP_ADV_GRPO, 0, 0, 1, 2, 0, 0, 0, 0.2f, 0, 0},
+        /* version 2: SAPO and token / sequence IS weights read π_prox in the
+         * loss only (reused); rejection, batch-normalised weights and the
+         * covariance selection read it before training (the pass stays) */
+        {RLP_LOSS_SAPO, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1, 0},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1, 1},
+        {RLP_LOSS_GSPO, RLP_ADV_RLOO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 1, 2},
+        {RLP_LOSS_PPO_CLIP, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 0, 3},
+        {RLP_LOSS_CISPO, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 0, 4},
+        {RLP_LOSS_KL_COV, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 0, 5},
+        {RLP_LOSS_CLIP_COV, RLP_ADV_GRPO, 0, 0, 1, 1, 0, 0, 0, 0.2f, 0, 6},
     };
     rlp_policy *ref = tiny(78);
     for (int c = 0; c < (int)(sizeof cfg / sizeof *cfg); c++) {
@@ -539,6 +550,15 @@ static void test_prox_reuse_matches_two_forwards(void **state)
         o.entropy_coef = cfg[c].ent;
         o.clip_high = cfg[c].clip_high;
         o.micro_batch_tokens = c % 2 ? 40 : 0; /* micro-batches: each fills its own sequences' π_prox */
+        switch (cfg[c].v2) {
+        case 1: o.rollout_is = RLP_IS_TOKEN, o.rollout_is_threshold = 1.2f; break;
+        case 2: o.rollout_is = RLP_IS_SEQUENCE, o.rollout_is_threshold = 3.0f; break;
+        case 3: o.rollout_is = RLP_IS_TOKEN, o.rollout_is_batch_normalize = 1; break;
+        case 4: o.rollout_rs = RLP_IS_GEOMETRIC, o.rollout_rs_threshold = 1.3f; break;
+        case 5: o.kl_cov_ratio = 0.1f; break;
+        case 6: o.clip_cov_ratio = 0.2f, o.clip_cov_lb = -1.0f, o.clip_cov_ub = 1.0f; break;
+        default: break;
+        }
         rlp_policy *pa = tiny(11), *pb = tiny(11);
         rlp_batch *b = rollout(pa, 11 + (uint64_t)c, NULL);
         /* behaviour logprobs off π_prox, so that the IS weights π_prox/π_behav
