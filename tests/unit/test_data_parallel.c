@@ -260,6 +260,7 @@ typedef struct rl_case {
     int advantage;
     int split;   /* groups on rank 0 (the rest on rank 1) */
     int masked;  /* multi-turn trajectories with a loss mask */
+    int v2;      /* verl's whitening and batch-normalised sequence IS weights (summed over the ranks) */
 } rl_case;
 
 static int rl_rank(int rank, int world, const char *dir, void *arg)
@@ -273,6 +274,13 @@ static int rl_rank(int rank, int world, const char *dir, void *arg)
     RANK_CHECK(b, "batch");
     rlp_rl_options o = RLP_RL_OPTIONS_INIT;
     o.advantage = c->advantage;
+    if (c->v2) {
+        o.whiten = RLP_WHITEN_UNBIASED;
+        o.rollout_is = RLP_IS_SEQUENCE;
+        o.rollout_is_threshold = 1e6f; /* the behaviour logprobs here are not the model's: weights far from 1 */
+        o.rollout_is_batch_normalize = 1;
+        o.policy_loss = RLP_LOSS_SAPO;
+    }
     rlp_rl_stats st;
     int rc = rlp_policy_train_rl(e.p, b, NULL, &o, &st);
     RANK_CHECK(rc == RLP_OK, "train_rl: %s", rlp_error_last());
@@ -287,11 +295,11 @@ static int rl_rank(int rank, int world, const char *dir, void *arg)
     return rc;
 }
 
-static void check_rl(int advantage, int split, double tol, int masked)
+static void check_rl_v(int advantage, int split, double tol, int masked, int v2)
 {
     char dir[256];
     rank_tmpdir(dir, sizeof dir);
-    rl_case c = {advantage, split, masked};
+    rl_case c = {advantage, split, masked, v2};
     assert_int_equal(run_ranks(2, rl_rank, dir, &c), 0);
     assert_int_equal(run_ranks_ex(0, 0, 1, rl_rank, dir, &c, NULL), 0);
     saved r0, r1, one;
@@ -314,6 +322,11 @@ static void check_rl(int advantage, int split, double tol, int masked)
     free(r1.p);
     free(one.p);
     rmdir(dir);
+}
+
+static void check_rl(int advantage, int split, double tol, int masked)
+{
+    check_rl_v(advantage, split, tol, masked, 0);
 }
 
 static void test_rl_grpo(void **state)
@@ -344,6 +357,15 @@ static void test_rl_reinforce_pp_masked(void **state)
 {
     (void)state;
     check_rl(RLP_ADV_REINFORCE_PP, 1, 1e-4, 1); /* tolerance: as the unmasked case above */
+}
+
+/* version-2 options whose statistics span the ranks: verl's whitening
+ * (unbiased variance over all ranks' tokens) and batch-normalised sequence
+ * IS weights (their mean over all ranks' sequences), with SAPO */
+static void test_rl_whiten_and_is_normalisation(void **state)
+{
+    (void)state;
+    check_rl_v(RLP_ADV_REINFORCE_PP, 1, 1e-4, 1, 1); /* tolerance: as REINFORCE++ above */
 }
 
 static void test_rl_rank_without_trajectories(void **state)
@@ -691,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_rl_grpo),
         cmocka_unit_test(test_rl_reinforce_pp_global_normalisation),
         cmocka_unit_test(test_rl_reinforce_pp_masked),
+        cmocka_unit_test(test_rl_whiten_and_is_normalisation),
         cmocka_unit_test(test_rl_rank_without_trajectories),
         cmocka_unit_test(test_broadcast_policy),
         cmocka_unit_test(test_collective_sync_transport),
