@@ -413,6 +413,256 @@ static void test_misuse(void **state)
     rlp_policy_free(p);
 }
 
+/* ---- DAPO dynamic sampling (max_gen_batches) ------------------------------------- */
+
+/* the task's record index of a sample ("index" of the arith metadata) */
+static uint64_t meta_index(const char *meta)
+{
+    const char *p = meta ? strstr(meta, "\"index\":") : NULL;
+    assert_non_null(p);
+    return strtoull(p + 8, NULL, 10);
+}
+
+/* A reward that depends on the prompt only, not on the model: prompts of an
+ * even record index score 1 for every sample (an all-equal group), odd
+ * ones sample_index / N (unequal); *payload set: 1 for every sample. */
+static int parity_reward(rlp_reward_result *res, const rlp_reward_request *req, void *payload)
+{
+    const int *constant = payload;
+    uint64_t index = meta_index(req->metadata_json);
+    res->score = (constant && *constant) || index % 2 == 0 ? 1.0 : (double)req->sample_index / N;
+    return 0;
+}
+
+static rlp_reward_fn *parity(int *constant)
+{
+    rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
+    ro.n_threads = 1;
+    ro.timeout_ms = 0;
+    rlp_reward_fn *r;
+    assert_int_equal(rlp_reward_fn_create_callback(&r, parity_reward, &ro, constant), RLP_OK);
+    return r;
+}
+
+/* What a step of dynamic sampling must do, from a second copy of the task
+ * (the same prompts in the same order): batches of G prompts until G odd
+ * (unequal) ones, at most cap batches; the kept prompts' indices, the
+ * batches drawn, the even (all-equal) groups seen, the odd ones seen. */
+typedef struct dyn_expect {
+    uint64_t ids[G];
+    size_t kept;
+    uint32_t batches;
+    uint64_t even, odd;
+} dyn_expect;
+
+static dyn_expect expect_step(rlp_task *ref, uint32_t cap)
+{
+    dyn_expect x = {0};
+    while (x.kept < G && x.batches < cap) {
+        rlp_prompt_set *set;
+        assert_int_equal(rlp_task_next_batch(&set, ref, G, NULL), RLP_OK);
+        x.batches++;
+        for (size_t i = 0; i < G; i++) {
+            rlp_task_item it = {.version = RLP_TASK_ITEM_VERSION};
+            assert_int_equal(rlp_prompt_set_item(&it, set, i), RLP_OK);
+            if (it.index % 2 == 0) {
+                x.even++;
+                continue;
+            }
+            x.odd++;
+            if (x.kept < G)
+                x.ids[x.kept++] = it.index;
+        }
+        rlp_prompt_set_free(set);
+    }
+    return x;
+}
+
+/* on_batch: every trained sample is of an odd (unequal) prompt, G groups of N */
+static int check_kept(const rlp_batch *b, uint64_t k, void *payload)
+{
+    (void)k;
+    size_t n = 0, groups = 0;
+    rlp_batch_size(&n, b);
+    uint64_t prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory tr = {.version = RLP_TRAJECTORY_VERSION};
+        if (rlp_batch_get(&tr, b, i) || meta_index(tr.metadata_json) % 2 == 0)
+            return 1;
+        groups += i == 0 || tr.group_id != prev;
+        prev = tr.group_id;
+    }
+    ++*(int *)payload;
+    return n == G * N && groups == G ? 0 : 1;
+}
+
+/* dynamic steps of a SYNC or PULL run against the oracle: the record's
+ * prompts are the kept groups', its reward figures cover every sample
+ * generated, and the RL step trains on G groups, none filtered */
+static void dynamic_steps(int mode, int steps)
+{
+    rlp_reward_fn *metric = parity(NULL);
+    rlp_trainer_metric m = {metric, "parity_mean", "parity_rate", 0.5};
+    rlp_trainer_options o = options(mode, 0);
+    o.rl.filter_equal_groups = 1;
+    o.max_gen_batches = 8;
+    o.metrics = &m;
+    o.n_metrics = 1;
+    int batches_seen = 0;
+    o.on_batch = check_kept;
+    o.on_batch_payload = &batches_seen;
+    run r;
+    r.policy = tiny(7);
+    r.task = arith();
+    r.reward = parity(NULL);
+    assert_int_equal(rlp_trainer_create(&r.trainer, r.policy, r.task, r.reward, &o), RLP_OK);
+    rlp_task *ref = arith();
+    uint64_t dropped = 0;
+    for (int k = 1; k <= steps; k++) {
+        dyn_expect x = expect_step(ref, o.max_gen_batches);
+        assert_int_equal(x.kept, G);
+        rlp_step_record rec = step(r.trainer);
+        assert_int_equal(rec.step, k);
+        assert_int_equal(rec.policy_version, k);
+        assert_int_equal(rec.gen_batches, x.batches);
+        assert_int_equal(rec.dynamic_dropped_groups, x.even);
+        dropped += rec.dynamic_dropped_groups;
+        /* the prompts trained on */
+        assert_int_equal(rec.n_prompts, G);
+        assert_memory_equal(rec.prompt_index, x.ids, G * sizeof(uint64_t));
+        /* every sample generated: even groups score 1, odd ones 0, 1/4, 2/4, 3/4 */
+        uint64_t groups = (uint64_t)x.batches * G;
+        assert_int_equal(x.even + x.odd, groups);
+        assert_int_equal(rec.completions, groups * N);
+        assert_int_equal(rec.reward_valid, groups * N);
+        assert_int_equal(rec.completion_tokens, groups * N * MAX_NEW);
+        assert_int_equal(rec.rollout_tokens, rec.completion_tokens);
+        double mean = ((double)x.even * 1.0 + (double)x.odd * 0.375) / (double)groups;
+        assert_true(fabs(rec.reward_mean - mean) < 1e-9);
+        assert_true(rec.reward_min == (x.odd ? 0.0 : 1.0) && rec.reward_max == (x.even ? 1.0 : 0.75));
+        assert_true(fabs(rec.metric_mean[0] - mean) < 1e-9);
+        double rate = ((double)x.even * N + (double)x.odd * 2) / (double)(groups * N);
+        assert_true(fabs(rec.metric_rate[0] - rate) < 1e-9);
+        assert_true(rec.rollout_seconds > 0 && rec.reward_seconds >= 0);
+        /* the RL step: G groups of N, none with all-equal rewards */
+        assert_int_equal(rec.rl.n_groups, G);
+        assert_int_equal(rec.rl.filtered_groups, 0);
+        assert_int_equal(rec.rl.n_seqs, G * N);
+        assert_true(isfinite(rec.rl.loss) && isfinite(rec.rl.grad_norm));
+    }
+    assert_int_equal(batches_seen, steps);
+    assert_true(dropped > 0);
+    /* the JSON carries the two figures */
+    char buf[8192];
+    size_t len = 0;
+    assert_int_equal(rlp_trainer_step_json(r.trainer, buf, sizeof buf, &len), RLP_OK);
+    json_t *j = json_loads(buf, 0, NULL);
+    assert_non_null(j);
+    assert_true(json_integer_value(json_object_get(j, "gen_batches")) >= 1);
+    assert_true(json_is_integer(json_object_get(j, "dynamic_dropped_groups")));
+    json_decref(j);
+    rlp_task_free(ref);
+    run_close(&r);
+    rlp_reward_fn_free(metric);
+}
+
+static void test_dynamic_sampling(void **state)
+{
+    (void)state;
+    dynamic_steps(RLP_TRAIN_SYNC, 3);
+    dynamic_steps(RLP_TRAIN_PULL, 1);
+    /* max_gen_batches 0: one batch, the all-equal groups filtered by the RL step */
+    rlp_trainer_options o = options(RLP_TRAIN_SYNC, 0);
+    o.rl.filter_equal_groups = 1;
+    run r;
+    r.policy = tiny(7);
+    r.task = arith();
+    r.reward = parity(NULL);
+    assert_int_equal(rlp_trainer_create(&r.trainer, r.policy, r.task, r.reward, &o), RLP_OK);
+    rlp_task *ref = arith();
+    dyn_expect x = expect_step(ref, 1);
+    rlp_step_record rec = step(r.trainer);
+    assert_int_equal(rec.gen_batches, 1);
+    assert_int_equal(rec.dynamic_dropped_groups, 0);
+    assert_int_equal(rec.n_prompts, G);
+    assert_int_equal(rec.completions, G * N);
+    assert_int_equal(rec.rl.filtered_groups, x.even);
+    assert_int_equal(rec.rl.n_groups, G);
+    rlp_task_free(ref);
+    run_close(&r);
+}
+
+/* a reward that is the same for every sample: no group ever qualifies, so
+ * the step fails after max_gen_batches batches, saying so; the trainer is
+ * failed (nothing trained) */
+static void test_dynamic_sampling_cap(void **state)
+{
+    (void)state;
+    static int constant = 1;
+    rlp_trainer_options o = options(RLP_TRAIN_SYNC, 0);
+    o.rl.filter_equal_groups = 1;
+    o.max_gen_batches = 3;
+    run r;
+    r.policy = tiny(7);
+    r.task = arith();
+    r.reward = parity(&constant);
+    assert_int_equal(rlp_trainer_create(&r.trainer, r.policy, r.task, r.reward, &o), RLP_OK);
+    rlp_step_record rec = {.version = RLP_STEP_RECORD_VERSION};
+    assert_int_equal(rlp_trainer_step(r.trainer, &rec), RLP_E_STATE);
+    const char *msg = rlp_error_last();
+    assert_non_null(strstr(msg, "max_gen_batches"));
+    assert_non_null(strstr(msg, "3 batches"));
+    assert_non_null(strstr(msg, "6 groups had all-equal rewards"));
+    uint64_t v = 9, done = 9;
+    rlp_policy_version(&v, r.policy);
+    assert_int_equal(v, 0);
+    assert_int_equal(rlp_trainer_steps_done(&done, r.trainer), RLP_OK);
+    assert_int_equal(done, 0);
+    /* the task served the 3 batches: the next prompts are the 4th batch's */
+    rlp_task *ref = arith();
+    rlp_prompt_set *a, *b;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rlp_task_next_batch(&a, ref, G, NULL), RLP_OK);
+        rlp_prompt_set_free(a);
+    }
+    assert_int_equal(rlp_task_next_batch(&a, ref, 1, NULL), RLP_OK);
+    assert_int_equal(rlp_task_next_batch(&b, r.task, 1, NULL), RLP_OK);
+    rlp_task_item ia = {.version = RLP_TASK_ITEM_VERSION}, ib = {.version = RLP_TASK_ITEM_VERSION};
+    rlp_prompt_set_item(&ia, a, 0);
+    rlp_prompt_set_item(&ib, b, 0);
+    assert_int_equal(ia.index, ib.index);
+    rlp_prompt_set_free(a);
+    rlp_prompt_set_free(b);
+    rlp_task_free(ref);
+    assert_int_equal(rlp_trainer_step(r.trainer, &rec), RLP_E_STATE);
+    assert_non_null(strstr(rlp_error_last(), "earlier step failed"));
+    run_close(&r);
+}
+
+/* over-sampling is for SYNC and PULL: ASYNC refuses it at create */
+static void test_dynamic_sampling_async(void **state)
+{
+    (void)state;
+    rlp_policy *p = tiny(7);
+    rlp_task *task = arith();
+    rlp_reward_fn *rw = parity(NULL);
+    rlp_trainer *t = NULL;
+    rlp_trainer_options o = options(RLP_TRAIN_ASYNC, 0);
+    o.rl.filter_equal_groups = 1;
+    o.max_gen_batches = 4;
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "max_gen_batches"));
+    assert_non_null(strstr(rlp_error_last(), "ASYNC"));
+    assert_null(t);
+    /* without filter_equal_groups it does nothing, in any mode */
+    o.rl.filter_equal_groups = 0;
+    assert_int_equal(rlp_trainer_create(&t, p, task, rw, &o), RLP_OK);
+    rlp_trainer_free(t);
+    rlp_reward_fn_free(rw);
+    rlp_task_free(task);
+    rlp_policy_free(p);
+}
+
 typedef struct interrupter {
     rlp_trainer *t;
     atomic_int done;
@@ -811,6 +1061,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pull),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_dynamic_sampling),
+        cmocka_unit_test(test_dynamic_sampling_cap),
+        cmocka_unit_test(test_dynamic_sampling_async),
         cmocka_unit_test(test_interrupt),
         cmocka_unit_test(test_worker_run_once),
         cmocka_unit_test(test_worker_thread),
