@@ -753,8 +753,11 @@ static int make_trainer(run *r, int need_train)
     o.seed = (uint64_t)cfg_int(r->cfg, "seed");
     o.sampling = r->sampling;
     o.rl = r->rl;
-    /* DAPO over-sampling goes with the filter it refills */
-    o.max_gen_batches = r->rl.filter_equal_groups ? (uint32_t)cfg_int(r->cfg, "algorithm.max_gen_batches") : 0;
+    /* DAPO over-sampling goes with the filter it refills, in the on-policy modes on one rank (async
+     * and data-parallel runs filter at train time; docs/configuration.md) */
+    o.max_gen_batches = r->rl.filter_equal_groups && !r->async && r->world == 1
+                            ? (uint32_t)cfg_int(r->cfg, "algorithm.max_gen_batches")
+                            : 0;
     /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
     o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
     o.tokenizer = r->ext_tok;

@@ -142,9 +142,12 @@ typedef struct rlp_trainer_options {
                                          has that many, at most this many batches in all, and trains on the
                                          first prompts_per_step such groups; past the cap the step fails with
                                          RLP_E_STATE saying so (verl's max_num_gen_batches). 0 (the default):
-                                         one batch, groups filtered, the step trains on fewer. ASYNC: the
-                                         trainer takes further groups from the buffer instead, and the cap
-                                         counts groups taken in units of prompts_per_step */
+                                         one batch, groups filtered, the step trains on fewer. SYNC and PULL
+                                         on one rank only: with filter_equal_groups, rlp_trainer_create
+                                         refuses it in ASYNC mode (where filter_equal_groups drops all-equal
+                                         groups at train time) and with more than one rank. The record's
+                                         prompts are the kept groups'; its reward figures cover every sample
+                                         generated; batch j > 0 samples with a seed derived from the step's */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -167,7 +170,8 @@ typedef struct rlp_step_record {
     uint64_t step;                 /**< 1-based RL step */
     uint64_t policy_version;       /**< after the step */
     uint64_t epoch;                /**< the task epoch of the step's first prompt */
-    uint64_t sampling_seed;        /**< the seed its groups were drawn with (as a signed 63-bit value) */
+    uint64_t sampling_seed;        /**< the seed its groups were drawn with (as a signed 63-bit value; the
+                                        first batch's under dynamic sampling) */
     const uint64_t *prompt_index;  /**< (n_prompts) record indices of its prompts; borrowed until the next
                                         step or rlp_trainer_free() */
     size_t n_prompts;
@@ -208,8 +212,8 @@ typedef struct rlp_step_record {
                                         and for in-process engines */
     /* (version 5) DAPO dynamic sampling, overlong filtering and the rollout correction (rl.rollout_is,
      * rl.rollout_rs, rl.rollout_token_veto); w = π_old/π_behav at the option's level */
-    uint32_t gen_batches;          /**< batches of prompts_per_step prompts generated (or groups taken, in
-                                        units of prompts_per_step) for this step; 1 without max_gen_batches */
+    uint32_t gen_batches;          /**< batches of prompts_per_step prompts generated for this step; 1
+                                        without max_gen_batches */
     uint64_t dynamic_dropped_groups; /**< groups with all-equal rewards set aside by dynamic sampling */
     uint64_t overlong_filtered;    /**< sequences without loss because the length limit cut them */
     double rollout_is_mean, rollout_is_min, rollout_is_max; /**< of w before truncation (1 when off) */
@@ -234,7 +238,8 @@ typedef struct rlp_step_record {
  * @return RLP_OK; RLP_E_INVALID_ARG (NULL, a bad mode, η ≠ 0 outside
  *         ASYNC, prompts_per_step = 0, group size < 1, worker_urls with
  *         SYNC or without weights_dir, a metric without fn, too many
- *         metrics); RLP_E_STATE (a frozen policy); RLP_E_NETWORK (a
+ *         metrics, max_gen_batches with rl.filter_equal_groups in ASYNC
+ *         mode or on several ranks, bad rl options); RLP_E_STATE (a frozen policy); RLP_E_NETWORK (a
  *         worker URL is malformed); RLP_E_NOMEM; or the engine's,
  *         synchronizer's or buffer's creation error.
  */
@@ -251,7 +256,9 @@ RLP_API int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *
  * @return RLP_OK; RLP_E_CLOSED (rlp_trainer_interrupt() was called while
  *         the step waited: nothing was trained, the trainer stays usable);
  *         RLP_E_STATE (an earlier step failed: the trainer must be freed
- *         and the run resumed from a checkpoint); RLP_E_TIMEOUT (ASYNC: the
+ *         and the run resumed from a checkpoint; or dynamic sampling reached
+ *         max_gen_batches without prompts_per_step groups of unequal
+ *         rewards); RLP_E_TIMEOUT (ASYNC: the
  *         staleness gate admits nothing while the buffer cannot fill a
  *         step — a safety net; resume from the last checkpoint); RLP_E_CALLBACK (on_batch
  *         failed); otherwise the failing part's code with its message

@@ -75,6 +75,22 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r);
  * moved to (epoch, position), as new malloc'd text in *out. */
 int rlpi_train_cursor_at(const char *tmpl, size_t cap, uint64_t epoch, uint64_t position, char **out);
 
+/* trainer.c: room for n prompt record indices in t->prompt_ids. */
+int rlpi_train_keep_prompt_ids(rlp_trainer *t, size_t n);
+
+/* trainer.c: one batch of a SYNC or PULL step: the task's next
+ * prompts_per_step prompts (this rank's share) generated on @p e with
+ * sampling seed @p seed, scored into @p br (reduced over the ranks);
+ * *gen_end: when the generation ended; the prompt set in *set_out. */
+int rlpi_train_gen_batch(rlp_trainer *t, rlp_rollout_engine *e, uint64_t seed, rlp_step_record *br, rlp_batch **out,
+                         rlp_prompt_set **set_out, double *gen_end);
+
+/* dynamic_sampling.c: a SYNC/PULL step's batch under DAPO dynamic sampling
+ * (filter_equal_groups with max_gen_batches, one rank), generated on @p e
+ * from step seed @p seed; RLP_E_STATE past the cap. */
+int rlpi_train_collect_dynamic(rlp_trainer *t, rlp_rollout_engine *e, uint64_t seed, double t0, rlp_step_record *rec,
+                               rlp_batch **out);
+
 /* rollout_worker.c: the warning of a failed remote pull (every 20th). */
 void rlpi_train_pull_warning(unsigned *count, rlp_log_fn fn, void *payload, int rc);
 

@@ -139,8 +139,14 @@ corr veto "r['rollout_veto'] == 1 and r['rollout_rs_masked'] == 1 and r['n_token
 corr whiten "r['grad_norm'] > 0" --set 'algorithm.advantage="reinforce_pp"' --set 'algorithm.whiten="unbiased"'
 corr overlong "r['overlong_filtered'] == r['truncated'] > 0" --set algorithm.overlong_filter=true \
   --set sampling.max_new_tokens=8
-corr dynamic "r['gen_batches'] >= 1 and r['filtered_groups'] == 0" --set algorithm.filter_equal_groups=true \
-  --set algorithm.max_gen_batches=4
+# (stories260K with the regex reward gives mostly all-equal groups: step 1 takes several batches)
+corr dynamic "r['gen_batches'] > 1 and r['dynamic_dropped_groups'] > 0 and r['filtered_groups'] == 0 and \
+r['n_groups'] == 4 and len(r['prompt_index']) == 4" --set algorithm.filter_equal_groups=true \
+  --set algorithm.max_gen_batches=20
+# the cap: a reward that no sample earns gives only all-equal groups; the step fails saying so
+T --set "output=\"$out/c_cap\"" --set steps=1 --set algorithm.filter_equal_groups=true --set algorithm.max_gen_batches=2 \
+  --set 'reward.options={"pattern": "^NEVER-MATCHES$"}' >/dev/null 2>"$out/err" && fail "dynamic sampling cap: exit 0"
+grep -q "max_gen_batches: 2 batches" "$out/err" || { cat "$out/err"; fail "dynamic sampling cap message"; }
 
 # --- the KL estimators by verl's names (k3 = low_var_kl, clamped; abs): one step each against the
 # frozen initial model, a finite KL in the metrics
