@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -164,34 +165,30 @@ int train_check_config(run *r)
                  "(a group needs ≥ 2 samples)", cfg_str(c, "algorithm.advantage"));
         return -1;
     }
-    rl->adv_eps = (float)cfg_num(c, "algorithm.adv_eps");
-    rl->adv_batch_norm = cfg_bool(c, "algorithm.adv_batch_norm");
-    rl->gamma = (float)cfg_num(c, "algorithm.gamma");
-    rl->filter_equal_groups = cfg_bool(c, "algorithm.filter_equal_groups");
-    rl->clip_low = (float)cfg_num(c, "algorithm.clip_low");
-    rl->clip_high = (float)cfg_num(c, "algorithm.clip_high");
-    rl->dual_clip = (float)cfg_num(c, "algorithm.dual_clip");
-    rl->tis_cap = (float)cfg_num(c, "algorithm.tis_cap");
-    rl->behav_cap = (float)cfg_num(c, "algorithm.behav_cap");
-    rl->behav_mask = cfg_bool(c, "algorithm.behav_mask");
-    rl->kl_coef = (float)cfg_num(c, "algorithm.kl_coef");
+    /* the algorithm keys that are rlp_rl_options fields of the same name */
+    static const struct {
+        const char *key;
+        size_t offset;
+        int is_bool; /* an int32_t 0/1, else a float */
+    } fields[] = {
+#define F(name) {"algorithm." #name, offsetof(rlp_rl_options, name), 0}
+#define B(name) {"algorithm." #name, offsetof(rlp_rl_options, name), 1}
+        F(adv_eps), F(gamma), F(clip_low), F(clip_high), F(dual_clip), F(tis_cap), F(behav_cap), F(kl_coef),
+        F(entropy_coef), F(agg_norm_constant), F(sapo_tau_pos), F(sapo_tau_neg), F(rollout_is_threshold),
+        F(rollout_rs_threshold), F(rollout_rs_threshold_lower), F(rollout_token_veto), F(clip_cov_ratio),
+        F(clip_cov_lb), F(clip_cov_ub), F(kl_cov_ratio), F(ppo_kl_coef), B(adv_batch_norm), B(filter_equal_groups),
+        B(behav_mask), B(kl_in_reward), B(rollout_is_batch_normalize), B(overlong_filter),
+#undef F
+#undef B
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char *at = (char *)rl + fields[i].offset;
+        if (fields[i].is_bool)
+            *(int32_t *)(void *)at = cfg_bool(c, fields[i].key);
+        else
+            *(float *)(void *)at = (float)cfg_num(c, fields[i].key);
+    }
     rl->kl_estimator = rl->kl_coef > 0 ? kl_est : 0;
-    rl->kl_in_reward = cfg_bool(c, "algorithm.kl_in_reward");
-    rl->entropy_coef = (float)cfg_num(c, "algorithm.entropy_coef");
-    rl->agg_norm_constant = (float)cfg_num(c, "algorithm.agg_norm_constant");
-    rl->sapo_tau_pos = (float)cfg_num(c, "algorithm.sapo_tau_pos");
-    rl->sapo_tau_neg = (float)cfg_num(c, "algorithm.sapo_tau_neg");
-    rl->rollout_is_threshold = (float)cfg_num(c, "algorithm.rollout_is_threshold");
-    rl->rollout_is_batch_normalize = cfg_bool(c, "algorithm.rollout_is_batch_normalize");
-    rl->rollout_rs_threshold = (float)cfg_num(c, "algorithm.rollout_rs_threshold");
-    rl->rollout_rs_threshold_lower = (float)cfg_num(c, "algorithm.rollout_rs_threshold_lower");
-    rl->rollout_token_veto = (float)cfg_num(c, "algorithm.rollout_token_veto");
-    rl->overlong_filter = cfg_bool(c, "algorithm.overlong_filter");
-    rl->clip_cov_ratio = (float)cfg_num(c, "algorithm.clip_cov_ratio");
-    rl->clip_cov_lb = (float)cfg_num(c, "algorithm.clip_cov_lb");
-    rl->clip_cov_ub = (float)cfg_num(c, "algorithm.clip_cov_ub");
-    rl->kl_cov_ratio = (float)cfg_num(c, "algorithm.kl_cov_ratio");
-    rl->ppo_kl_coef = (float)cfg_num(c, "algorithm.ppo_kl_coef");
     RANGE("algorithm.max_gen_batches", cfg_int(c, "algorithm.max_gen_batches") >= 0 &&
           cfg_int(c, "algorithm.max_gen_batches") <= 1000, "in [0, 1000] (0: filter only, no over-sampling)");
     RANGE("algorithm.clip_low", rl->clip_low >= 0 && rl->clip_low < 1, "in [0, 1)");

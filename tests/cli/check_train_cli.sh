@@ -220,6 +220,14 @@ T --set "output=\"$out/full\"" --set steps=4 >/dev/null 2>"$out/err" || { cat "$
 mkdir -p "$out/killed/checkpoints"
 cp -r "$out/full/checkpoints/step_2" "$out/killed/checkpoints/"
 echo step_2 >"$out/killed/checkpoints/latest"
+# as a checkpoint written before the second-wave algorithm keys existed: they take their defaults there
+python3 - "$out/killed/checkpoints/step_2/state.json" <<'PY' || fail "editing the checkpoint"
+import json, sys
+st = json.load(open(sys.argv[1]))
+for k in ("rollout_is", "rollout_rs", "sapo_tau_pos", "whiten", "max_gen_batches", "overlong_filter", "kl_cov_ratio"):
+    del st["config"]["algorithm"][k]
+json.dump(st, open(sys.argv[1], "w"))
+PY
 head -n 3 "$out/full/metrics.jsonl" >"$out/killed/metrics.jsonl"
 head -n 1 "$out/full/eval.jsonl" >"$out/killed/eval.jsonl"
 T --set "output=\"$out/killed\"" --set steps=4 --resume "$out/killed" >"$out/sum2.json" 2>"$out/err" ||

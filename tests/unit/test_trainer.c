@@ -105,14 +105,20 @@ static int even_share(rlp_reward_result *res, const rlp_reward_request *req, voi
     return 0;
 }
 
-static rlp_reward_fn *reward(atomic_int *hold)
+/* a callback reward on one thread, without a timeout */
+static rlp_reward_fn *callback_reward(rlp_reward_callback fn, void *payload)
 {
     rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
     ro.n_threads = 1;
     ro.timeout_ms = 0;
     rlp_reward_fn *r;
-    assert_int_equal(rlp_reward_fn_create_callback(&r, even_share, &ro, hold), RLP_OK);
+    assert_int_equal(rlp_reward_fn_create_callback(&r, fn, &ro, payload), RLP_OK);
     return r;
+}
+
+static rlp_reward_fn *reward(atomic_int *hold)
+{
+    return callback_reward(even_share, hold);
 }
 
 static rlp_trainer_options options(int mode, uint32_t eta)
@@ -436,12 +442,7 @@ static int parity_reward(rlp_reward_result *res, const rlp_reward_request *req, 
 
 static rlp_reward_fn *parity(int *constant)
 {
-    rlp_reward_options ro = RLP_REWARD_OPTIONS_INIT;
-    ro.n_threads = 1;
-    ro.timeout_ms = 0;
-    rlp_reward_fn *r;
-    assert_int_equal(rlp_reward_fn_create_callback(&r, parity_reward, &ro, constant), RLP_OK);
-    return r;
+    return callback_reward(parity_reward, constant);
 }
 
 /* What a step of dynamic sampling must do, from a second copy of the task

@@ -242,6 +242,7 @@ ENUM_MAP = {
     "rlp_rollout_weights": (rlpost.RolloutWeights, "RLP_ROLLOUT_WEIGHTS_"),
     "rlp_advantage": (rlpost.Advantage, "RLP_ADV_"), "rlp_policy_loss": (rlpost.PolicyLoss, "RLP_LOSS_"),
     "rlp_kl_estimator": (rlpost.KLEstimator, "RLP_KL_"), "rlp_loss_agg": (rlpost.LossAgg, "RLP_AGG_"),
+    "rlp_is_level": (rlpost.ISLevel, "RLP_IS_"), "rlp_whiten": (rlpost.Whiten, "RLP_WHITEN_"),
     "rlp_reward_refine_mode": (rlpost.RefineMode, "RLP_REFINE_"),
     "rlp_buffer_full_policy": (rlpost.BufferFullPolicy, "RLP_BUFFER_FULL_"),
     "rlp_sync_mode": (rlpost.SyncMode, "RLP_SYNC_"), "rlp_sync_transport": (rlpost.SyncTransport, "RLP_TRANSPORT_"),
