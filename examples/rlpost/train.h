@@ -43,6 +43,7 @@ typedef struct run {
     const char *stops[16];       /* sampling.stop, borrowed from cfg */
     rlp_env *env;                /* a multi-turn run's environment (env.name / env.url), or NULL */
     rlp_rl_options rl;
+    uint32_t max_gen_batches;    /* DAPO over-sampling for the trainer: 0 off (async, several ranks, no filter) */
     rlp_optimizer_options opt;
     int pull, async, remote, dtype;
     int gguf_type;               /* checkpoint.gguf: rlp_gguf_type of the final model.gguf, or -1 = none */

@@ -35,7 +35,7 @@ static const char defaults_json[] =
     "  \"dual_clip\": 0.0, \"tis_cap\": 0.0, \"behav_cap\": 0.0, \"behav_mask\": false, \"kl_coef\": 0.0,"
     "  \"kl_estimator\": \"k3\", \"kl_in_reward\": false, \"entropy_coef\": 0.0, \"loss_agg\": \"token-mean\","
     "  \"agg_norm_constant\": 0.0, \"overlong_max\": 0, \"overlong_cache\": 0, \"ppo_epochs\": 1,"
-    "  \"mini_batches\": 1, \"micro_batch_tokens\": 256, \"max_gen_batches\": 10, \"overlong_filter\": false,"
+    "  \"mini_batches\": 1, \"micro_batch_tokens\": 256, \"max_gen_batches\": null, \"overlong_filter\": false,"
     "  \"sapo_tau_pos\": 1.0, \"sapo_tau_neg\": 1.05, \"whiten\": \"population\", \"rollout_is\": \"off\","
     "  \"rollout_is_threshold\": 2.0, \"rollout_is_batch_normalize\": false, \"rollout_rs\": \"off\","
     "  \"rollout_rs_threshold\": 2.0, \"rollout_rs_threshold_lower\": 0.0, \"rollout_token_veto\": 0.0,"
@@ -63,6 +63,7 @@ static const struct {
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
     {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"checkpoint.gguf", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
+    {"algorithm.max_gen_batches", JSON_INTEGER},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

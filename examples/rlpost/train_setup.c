@@ -189,8 +189,9 @@ int train_check_config(run *r)
             *(float *)(void *)at = (float)cfg_num(c, fields[i].key);
     }
     rl->kl_estimator = rl->kl_coef > 0 ? kl_est : 0;
-    RANGE("algorithm.max_gen_batches", cfg_int(c, "algorithm.max_gen_batches") >= 0 &&
-          cfg_int(c, "algorithm.max_gen_batches") <= 1000, "in [0, 1000] (0: filter only, no over-sampling)");
+    const json_t *mgb = cfg_get(c, "algorithm.max_gen_batches");
+    RANGE("algorithm.max_gen_batches", json_is_null(mgb) || (json_integer_value(mgb) >= 0 &&
+          json_integer_value(mgb) <= 1000), "null or in [0, 1000] (0: filter only, no over-sampling)");
     RANGE("algorithm.clip_low", rl->clip_low >= 0 && rl->clip_low < 1, "in [0, 1)");
     RANGE("algorithm.clip_high", rl->clip_high >= 0 && rl->clip_high <= 100, "in [0, 100]");
     RANGE("algorithm.kl_coef", rl->kl_coef >= 0, "≥ 0");
@@ -209,6 +210,13 @@ int train_check_config(run *r)
     rl->ppo_epochs = (uint32_t)cfg_int(c, "algorithm.ppo_epochs");
     rl->mini_batches = (uint32_t)cfg_int(c, "algorithm.mini_batches");
     rl->micro_batch_tokens = (uint32_t)cfg_int(c, "algorithm.micro_batch_tokens");
+    /* ranges and contradictions (rollout_is with tis_cap, …) as the library will see them, before anything
+     * is written: the message names the field, which is the algorithm key of the same name */
+    if (rlp_rl_options_check(rl) != RLP_OK) {
+        const char *m = rlp_error_last(), *p = strstr(m, "RL options: ");
+        fmt(r->err, ERR_CAP, "algorithm: %s", p ? p + strlen("RL options: ") : m);
+        return -1;
+    }
 
     rlp_optimizer_options *o = &r->opt;
     rlp_optimizer_options_init(o, RLP_OPTIMIZER_OPTIONS_VERSION);
@@ -252,6 +260,16 @@ int train_check_config(run *r)
     if (r->remote && !r->pull && !r->async) {
         fmt(r->err, ERR_CAP, "rollout.urls: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
             "the trainer's own weights)");
+        return -1;
+    }
+    /* DAPO over-sampling refills sync and pull steps on one rank; null = 10 there, off elsewhere */
+    r->max_gen_batches = 0;
+    if (rl->filter_equal_groups && !r->async && r->world == 1)
+        r->max_gen_batches = json_is_null(mgb) ? 10 : (uint32_t)json_integer_value(mgb);
+    else if (rl->filter_equal_groups && !json_is_null(mgb) && json_integer_value(mgb) > 0) {
+        fmt(r->err, ERR_CAP, "algorithm.max_gen_batches: over-sampling runs in sync.mode \"sync\" or \"pull\" on one "
+            "rank; %s filters all-equal groups at train time (set it to null or 0)",
+            r->async ? "an async run" : "a data-parallel run");
         return -1;
     }
     const char *backend = cfg_str(c, "backend"), *transport = cfg_str(c, "distributed.transport");
@@ -752,9 +770,7 @@ static int make_trainer(run *r, int need_train)
     o.rl = r->rl;
     /* DAPO over-sampling goes with the filter it refills, in the on-policy modes on one rank (async
      * and data-parallel runs filter at train time; docs/configuration.md) */
-    o.max_gen_batches = r->rl.filter_equal_groups && !r->async && r->world == 1
-                            ? (uint32_t)cfg_int(r->cfg, "algorithm.max_gen_batches")
-                            : 0;
+    o.max_gen_batches = r->max_gen_batches;
     /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
     o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
     o.tokenizer = r->ext_tok;

@@ -177,6 +177,16 @@ typedef struct rlp_rl_options {
  *  takes an rlp_rl_options reads version 1 and 2. */
 RLP_API int rlp_rl_options_init(rlp_rl_options *opts, uint32_t version);
 
+/**
+ * Checks RL options as rlp_policy_train_rl() and rlp_trainer_create() will
+ * (ranges, enum values, options that contradict each other), without a
+ * policy or a batch, so that a host can refuse a configuration before it
+ * starts anything. Reads versions 1 and 2. Pure; any thread.
+ * @return RLP_OK; RLP_E_INVALID_ARG with a message naming the field
+ *         ("RL options: rollout_is and tis_cap both weigh …"; rlp_error_last())
+ */
+RLP_API int rlp_rl_options_check(const rlp_rl_options *opts);
+
 /** Statistics of one RL step (over all its optimizer steps; means over scored tokens unless said). */
 typedef struct rlp_rl_stats {
     uint32_t version;               /**< set by the library (1) */

@@ -218,9 +218,11 @@ typedef struct rlp_step_record {
     uint64_t overlong_filtered;    /**< sequences without loss because the length limit cut them */
     double rollout_is_mean, rollout_is_min, rollout_is_max; /**< of w before truncation (1 when off) */
     double rollout_is_truncated;   /**< share of tokens (TOKEN) or sequences (SEQUENCE) whose w > threshold */
-    double rollout_is_ess;         /**< effective sample size 1/mean((w/mean w)²) of the truncated w, in (0, 1] */
+    double rollout_is_ess;         /**< effective sample size 1/mean((w′/mean w′)²) with w′ = w clamped to
+                                        [1/threshold, threshold] (verl's formula, whose 1e-8 in the mean can
+                                        put it a rounding above 1) */
     double rollout_rs_masked;      /**< share of model tokens rejected (rollout_rs and the veto) */
-    double rollout_rs_seq_masked;  /**< share of sequences with a rejected token */
+    double rollout_rs_seq_masked;  /**< share of sequences with at least one rejected token */
     double rollout_veto;           /**< share of sequences vetoed */
 } rlp_step_record;
 

@@ -672,7 +672,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                 if (norm->cov_pick[g]) {
                     value += (double)o->ppo_kl_coef * fabs(x);
                     dv_dlp += (double)o->ppo_kl_coef * (x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0);
-                    hi = 1; /* counted as "treated apart" in the clip statistics */
+                    hi = 1; /* the clip statistics count the penalised tokens (KL-Cov has no clip) */
                 }
                 w = tis_weight(o, s, g, old);
             } else {
@@ -682,6 +682,8 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                     rlp_rl_options plain = *o; /* Clip-Cov clips as PPO, without the dual clip */
                     plain.dual_clip = 0;
                     value = ppo_clip(&plain, rho, A, &drho, &lo, &hi);
+                    lo = 0; /* the clip statistics count the detached tokens, as verl's pg_clipfrac does */
+                    hi = norm->cov_pick[g] != 0;
                     if (norm->cov_pick[g]) { /* detached: no loss, no gradient */
                         value = 0.0;
                         drho = 0.0;

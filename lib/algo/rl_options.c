@@ -1,6 +1,8 @@
 /* rlp_rl_options_init and the conversion of older callers' options. */
 #include "algo/rl_options.h"
 
+#include "algo/rl_math.h"
+
 #include "core/error.h"
 
 #include <string.h>
@@ -39,4 +41,12 @@ int rlpi_rl_options_upgrade(rlp_rl_options *out, const rlp_rl_options *in, const
                               what, in->version, RLP_RL_OPTIONS_VERSION);
     *out = *in;
     return RLP_OK;
+}
+
+int rlp_rl_options_check(const rlp_rl_options *opts)
+{
+    RLPI_CHECK_ARG(opts, "opts is NULL");
+    rlp_rl_options o;
+    int rc = rlpi_rl_options_upgrade(&o, opts, "opts");
+    return rc ? rc : rlpi_rl_options_check(&o);
 }

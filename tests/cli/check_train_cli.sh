@@ -172,6 +172,12 @@ bad() {  # expected-substring, --set arguments...
 bad "algorithm.clip_hihg" --set algorithm.clip_hihg=0.3
 bad "algorithm.rollout_is" --set 'algorithm.rollout_is="geometric"'
 bad "algorithm.max_gen_batches" --set algorithm.max_gen_batches=-1
+bad "algorithm.max_gen_batches: over-sampling runs in sync.mode" --set 'sync.mode="async"' --set sync.staleness=1 \
+  --set algorithm.filter_equal_groups=true --set algorithm.max_gen_batches=5
+# the RL options' ranges and contradictions, refused before anything is written
+bad "algorithm: rollout_is and tis_cap" --set 'algorithm.rollout_is="token"' --set algorithm.tis_cap=2.0
+bad "algorithm: clip_cov_ratio" --set algorithm.clip_cov_ratio=0.0
+bad "algorithm: rollout_rs_threshold_lower" --set algorithm.rollout_rs_threshold_lower=3.0
 bad "steps: must be an integer" --set 'steps="ten"'
 bad "sampling.top_p" --set sampling.top_p=true
 bad "model: cannot read" --set 'model="/nonexistent/m.bin"'

@@ -40,7 +40,19 @@ static void test_rl_options_v1(void **state)
     assert_int_equal(rlpi_rl_options_upgrade(&o, (const rlp_rl_options *)(const void *)v1, "opts"), RLP_E_INVALID_ARG);
     assert_int_equal(rlp_rl_options_init(&o, 3), RLP_E_INVALID_ARG);
     assert_int_equal(rlp_rl_options_init(&o, 0), RLP_E_INVALID_ARG);
+    /* the public check reads a version-1 struct too, and names the field it refuses */
+    v1->version = 1;
+    assert_int_equal(rlp_rl_options_check((const rlp_rl_options *)(const void *)v1), RLP_OK);
+    v1->clip_low = 1.5f;
+    assert_int_equal(rlp_rl_options_check((const rlp_rl_options *)(const void *)v1), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "clip_low"));
     free(v1);
+    rlp_rl_options bad = RLP_RL_OPTIONS_INIT;
+    bad.rollout_is = RLP_IS_TOKEN;
+    bad.tis_cap = 2.0f;
+    assert_int_equal(rlp_rl_options_check(&bad), RLP_E_INVALID_ARG);
+    assert_non_null(strstr(rlp_error_last(), "rollout_is and tis_cap"));
+    assert_int_equal(rlp_rl_options_check(NULL), RLP_E_INVALID_ARG);
     /* NULL: the defaults; the current version as it is */
     assert_int_equal(rlpi_rl_options_upgrade(&o, NULL, "opts"), RLP_OK);
     rlp_rl_options d = RLP_RL_OPTIONS_INIT, c = d;

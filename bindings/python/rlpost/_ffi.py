@@ -537,6 +537,7 @@ FUNCTIONS = [
     ("rlp_batch_logprob_mismatch", c_int, [P(MismatchStats), _h, _h]),
     # RL step
     ("rlp_rl_options_init", c_int, [P(RLOptions), c_uint32]),
+    ("rlp_rl_options_check", c_int, [P(RLOptions)]),
     ("rlp_policy_train_rl", c_int, [_h, _h, _h, P(RLOptions), P(RLStats)]),
     ("rlp_rl_advantages", c_int, [P(c_float), c_size_t, _h, P(RLOptions)]),
     # tasks

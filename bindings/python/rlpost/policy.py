@@ -106,12 +106,25 @@ class LossAgg(enum.IntEnum):
 def rl_options(values, what="rl"):
     """An rlp_rl_options from keywords (its fields: advantage, policy_loss,
     clip_low, clip_high, kl_estimator, kl_coef, loss_agg, ppo_epochs, ...);
-    the enum fields take the enums above or their values."""
+    the enum fields take the enums above, their values or their names
+    ("sapo", "token"; any case)."""
     values = dict(values or {})
-    for k in ("advantage", "policy_loss", "kl_estimator", "loss_agg", "whiten", "rollout_is", "rollout_rs"):
+    enums = {"advantage": Advantage, "policy_loss": PolicyLoss, "kl_estimator": KLEstimator, "loss_agg": LossAgg,
+             "whiten": Whiten, "rollout_is": ISLevel, "rollout_rs": ISLevel}
+    for k, cls in enums.items():
         if k in values:
-            values[k] = int(values[k])
-    return options(_ffi.RLOptions, "rlp_rl_options_init", values, [], what=what)
+            v = values[k]
+            if isinstance(v, str):  # the enum's member name, any case ("token", "SAPO")
+                try:
+                    v = cls[v.upper()]
+                except KeyError:
+                    raise ValueError("%s: %s must be one of %s, not %r"
+                                     % (what, k, ", ".join(m.name.lower() for m in cls), v)) from None
+            values[k] = int(v)
+    opts = options(_ffi.RLOptions, "rlp_rl_options_init", values, [], what=what)
+    # ranges and contradictions (rollout_is with tis_cap, ...) refused here, naming the field
+    check(F.rlp_rl_options_check(byref(opts)), what)
+    return opts
 
 
 def model_inspect(path):

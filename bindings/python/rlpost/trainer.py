@@ -140,7 +140,8 @@ class Trainer(Handle):
             tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
             worker_urls=None, api_key=None, weights_dir=None,
             worker_timeout_ms=0, worker_retries=2, metrics=None,
-            on_batch=None, comm=None, stall_polls=10, rollout_inbox=None)
+            on_batch=None, comm=None, stall_polls=10, rollout_inbox=None,
+            multiturn=None, rollout_weights=None, max_gen_batches=0)
 
     The keywords are the fields of rlp_trainer_options (trainer.h):
     - mode: a TrainMode. max_staleness: η of ASYNC (None: 1 in ASYNC, 0
@@ -174,6 +175,13 @@ class Trainer(Handle):
     - rollout_inbox: ASYNC fed by rollout workers of other processes
       (RolloutWorker(..., buffer=None, outbox_dir=that folder)): each step
       takes in their batch files; versions go to weights_dir as files.
+    - rollout_weights: a RolloutWeights for the local engines (None: the
+      library's default, F32).
+    - max_gen_batches: DAPO dynamic sampling with rl={"filter_equal_groups":
+      True}, SYNC and PULL on one rank: a step generates up to this many
+      batches of prompts_per_step prompts until that many groups have
+      unequal rewards (record: gen_batches, dynamic_dropped_groups); past it
+      the step fails with StateError. 0: the filter alone.
 
     The trainer keeps policy, task, reward, the metrics' functions, ref,
     tokenizer and comm alive while it exists (the
@@ -187,7 +195,8 @@ class Trainer(Handle):
     def __init__(self, policy, task, reward, mode=TrainMode.SYNC, max_staleness=None, prompts_per_step=8, seed=0,
                  sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
-                 metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None, multiturn=None):
+                 metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None, multiturn=None,
+                 rollout_weights=None, max_gen_batches=0):
         keep = []
         if max_staleness is None:
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
@@ -196,6 +205,7 @@ class Trainer(Handle):
                         "seed": seed, "max_seq_len": max_seq_len, "max_batch": max_batch, "rollout_threads": rollout_threads,
                         "worker_timeout_ms": worker_timeout_ms, "worker_retries": worker_retries,
                         "stall_polls": stall_polls, "worker_urls": worker_urls or [], "api_key": api_key,
+                        "max_gen_batches": max_gen_batches,
                         "weights_dir": None if weights_dir is None else str(weights_dir),
                         "rollout_inbox": None if rollout_inbox is None else str(rollout_inbox)}, keep,
                        {"worker_urls": string_list("worker_urls", "n_worker_urls"),
@@ -204,6 +214,8 @@ class Trainer(Handle):
                        what="Trainer")
         opts.sampling = sampling_options(sampling or {}, keep)
         opts.rl = rl_options(rl, what="Trainer rl")
+        if rollout_weights is not None:
+            opts.rollout_weights = int(rollout_weights)
         mt_env = _multiturn(opts, multiturn)
         metrics = [_metric(i, m) for i, m in enumerate(metrics or ())]
         if metrics:

@@ -469,3 +469,26 @@ def test_stats_intervals():
     assert d[0] == pytest.approx(0.25) and d[1] == pytest.approx(0.25)  # a constant difference
     with pytest.raises(ValueError):
         rlpost.stats_bootstrap_paired([1.0], [1.0, 2.0])
+
+
+def test_dynamic_sampling_and_the_second_wave_options(ctx, stories_path, tok512):
+    """DAPO over-sampling through Trainer(max_gen_batches=...), the rollout correction and SAPO named by
+    strings, the record's fields; a reward that no group varies in hits the cap with StateError."""
+    with rlpost.RewardFn(lambda r: float(r.sample_index % 2) if r.reference and len(r.reference) % 2 else 1.0,
+                         name="half") as half:
+        recs, js = run(ctx, stories_path, tok512, half, 2, max_gen_batches=20,
+                       rl={"filter_equal_groups": True, "policy_loss": "sapo", "rollout_is": "token",
+                           "overlong_filter": True})
+    for r in recs:
+        assert r.gen_batches >= 1 and r.rl.filtered_groups == 0 and r.rl.n_groups == 2, r
+        assert r.rollout_is_mean > 0 and r.overlong_filtered <= r.truncated
+    assert sum(r.dynamic_dropped_groups for r in recs) > 0  # about half the prompts give all-equal groups
+    assert js["gen_batches"] == recs[-1].gen_batches
+    with rlpost.RewardFn(lambda r: 1.0, name="constant") as const, rlpost.Policy(ctx, stories_path) as pol, \
+            rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(pol, task, const, tokenizer=tok512, max_gen_batches=2, rl={"filter_equal_groups": True},
+                           **OPTS) as tr:
+        with pytest.raises(rlpost.StateError, match="max_gen_batches: 2 batches"):
+            tr.step()
+    with pytest.raises(ValueError, match="rollout_is must be one of off, token, sequence, geometric"):
+        rlpost.policy.rl_options({"rollout_is": "tokens"})
