@@ -265,6 +265,31 @@ assert json.load(open(d + "/sum2.json"))["steps_completed"] == 4
 PY
 [ $? -eq 0 ] || fail "resumed metrics differ from the uninterrupted run"
 
+# --- DAPO over-sampling across a resume (public-bugs case #10's kind): a step's extra batches cross the
+# 8-prompt epoch boundary mid-step; resumed from the step-1 checkpoint, steps 2-3 equal the uninterrupted run's
+D() { T --set steps=3 --set checkpoint.interval=1 --set checkpoint.keep=3 --set eval.n=0 \
+  --set algorithm.filter_equal_groups=true --set algorithm.max_gen_batches=20 "$@"; }
+D --set "output=\"$out/dyn\"" >/dev/null 2>"$out/err" || { cat "$out/err"; fail "dynamic sampling, 3 steps"; }
+mkdir -p "$out/dyn2/checkpoints" && cp -r "$out/dyn/checkpoints/step_1" "$out/dyn2/checkpoints/" &&
+  echo step_1 >"$out/dyn2/checkpoints/latest"
+D --set "output=\"$out/dyn2\"" --resume "$out/dyn2" >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "dynamic sampling resume"; }
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+d = sys.argv[1]
+a = [json.loads(l) for l in open(d + "/dyn/metrics.jsonl")]
+b = [json.loads(l) for l in open(d + "/dyn2/metrics.jsonl")]
+assert [r["step"] for r in a] == [1, 2, 3] and [r["step"] for r in b][-2:] == [2, 3], (a, b)
+assert sum(r["gen_batches"] for r in a) > 3, [r["gen_batches"] for r in a]  # over-sampling happened
+timing = {"rollout_seconds", "reward_seconds", "train_seconds", "step_seconds", "tokens_per_second", "elapsed_seconds",
+          "publish_seconds", "trainer_idle_seconds", "rollout_idle_seconds"}
+for x, y in zip(a[1:], b[-2:]):
+    for k in x:
+        if k not in timing:
+            assert x[k] == y[k], (x["step"], k, x[k], y[k])  # bit-exact: 1 thread, same seeds and cursor
+PY
+[ $? -eq 0 ] || fail "dynamic sampling: resumed steps differ from the uninterrupted run"
+
 # --- a real kill -9 after a checkpoint, then resume to the end
 "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/k9\"" --set steps=400 --set checkpoint.interval=2 \
   --set eval.n=0 >/dev/null 2>&1 &
