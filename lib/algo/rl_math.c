@@ -346,7 +346,7 @@ static double tis_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, size_t 
  * here before exp, so a sequence far off the rollout gives e^20, not inf. */
 #define IS_LOG_BOUND 20.0
 
-double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t, double *log_x)
+double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t)
 {
     double x;
     if (level == RLP_IS_TOKEN) {
@@ -362,20 +362,29 @@ double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t, do
             }
         x = level == RLP_IS_GEOMETRIC ? (n ? sum / (double)n : 0.0) : sum;
     }
-    if (log_x)
-        *log_x = x;
     return exp(fmin(fmax(x, -IS_LOG_BOUND), IS_LOG_BOUND));
 }
 
-/* The rollout IS weight that multiplies token g's policy loss: truncated,
- * divided by the batch mean when asked; 1 when off. */
-static double rollout_is_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, const rlpi_rl_norm *nm, size_t seq,
-                                size_t g)
+/* A rollout IS weight as it multiplies the policy loss: truncated, divided
+ * by the batch mean when asked. */
+static double truncate_is(const rlp_rl_options *o, const rlpi_rl_norm *nm, double raw)
 {
-    if (!o->rollout_is)
-        return 1.0;
-    double w = fmin(rlpi_rl_is_raw(o->rollout_is, s, seq, g, NULL), (double)o->rollout_is_threshold);
+    double w = fmin(raw, (double)o->rollout_is_threshold);
     return nm->is_div > 0 ? w / nm->is_div : w;
+}
+
+/* Sequence seq's rollout IS weight (SEQUENCE; computed once per sequence),
+ * or 1 (TOKEN, off). */
+static double seq_is_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, const rlpi_rl_norm *nm, size_t seq)
+{
+    return o->rollout_is == RLP_IS_SEQUENCE ? truncate_is(o, nm, rlpi_rl_is_raw(RLP_IS_SEQUENCE, s, seq, 0)) : 1.0;
+}
+
+/* Token g's rollout IS weight given its sequence's (seq_is_weight). */
+static double token_is_weight(const rlp_rl_options *o, const rlpi_rl_seqs *s, const rlpi_rl_norm *nm, size_t seq,
+                              size_t g, double seq_w)
+{
+    return o->rollout_is == RLP_IS_TOKEN ? truncate_is(o, nm, rlpi_rl_is_raw(RLP_IS_TOKEN, s, seq, g)) : seq_w;
 }
 
 void rlpi_rl_is_batch_sum(const rlp_rl_options *o, const rlpi_rl_seqs *s, double *sum_out, double *n_out)
@@ -391,12 +400,12 @@ void rlpi_rl_is_batch_sum(const rlp_rl_options *o, const rlpi_rl_seqs *s, double
                 if (first == e)
                     first = t;
                 if (o->rollout_is == RLP_IS_TOKEN) {
-                    sum += fmin(rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t, NULL), (double)o->rollout_is_threshold);
+                    sum += fmin(rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t), (double)o->rollout_is_threshold);
                     n += 1;
                 }
             }
         if (o->rollout_is == RLP_IS_SEQUENCE && first < e) {
-            sum += fmin(rlpi_rl_is_raw(RLP_IS_SEQUENCE, s, i, first, NULL), (double)o->rollout_is_threshold);
+            sum += fmin(rlpi_rl_is_raw(RLP_IS_SEQUENCE, s, i, first), (double)o->rollout_is_threshold);
             n += 1;
         }
     }
@@ -432,7 +441,7 @@ void rlpi_rl_reject(const rlp_rl_options *o, const rlpi_rl_seqs *s, uint8_t *kee
             size_t first = b;
             while (first < e && !rlpi_rl_model(s, first))
                 first++;
-            double w = rlpi_rl_is_raw(o->rollout_rs, s, i, first, NULL);
+            double w = rlpi_rl_is_raw(o->rollout_rs, s, i, first);
             seq_out = any_model && !(w >= lo && w <= hi);
         }
         bool any_rejected = false;
@@ -443,7 +452,7 @@ void rlpi_rl_reject(const rlp_rl_options *o, const rlpi_rl_seqs *s, uint8_t *kee
             inf.model_tokens++;
             bool out = seq_out || vetoed;
             if (o->rollout_rs == RLP_IS_TOKEN) {
-                double w = rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t, NULL);
+                double w = rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t);
                 out |= !(w >= lo && w <= hi);
             }
             if (out) {
@@ -591,10 +600,11 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
         size_t first = g0;
         while (!rlpi_rl_on(s, first))
             first++;
+        const double seq_is = seq_is_weight(o, s, norm, i); /* the rollout IS weight of a SEQUENCE level, or 1 */
         if (o->policy_loss == RLP_LOSS_GSPO || o->policy_loss == RLP_LOSS_GMPO)
             for (size_t t = 0; t < len; t++)
                 if (rlpi_rl_on(s, g0 + t))
-                    seq_wsum += rollout_is_weight(o, s, norm, i, g0 + t);
+                    seq_wsum += token_is_weight(o, s, norm, i, g0 + t, seq_is);
         if (o->policy_loss == RLP_LOSS_GSPO) {
             double mlr = 0;
             for (size_t t = 0; t < len; t++)
@@ -700,7 +710,7 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
                     w = tis_weight(o, s, g, old);
                 }
             }
-            w *= rollout_is_weight(o, s, norm, i, g);
+            w *= token_is_weight(o, s, norm, i, g, seq_is);
             double pg = w * value, dpg = w * dv_dlp;
             double kl = 0, dkl = 0;
             if (kl_loss) {

@@ -110,11 +110,12 @@ int rlpi_rl_loss(const rlp_rl_options *o, const rlpi_rl_seqs *s, const float *ad
  * down to −1 at L_max, −1 beyond. 0 when L_max is 0. */
 float rlpi_overlong_penalty(uint32_t len, uint32_t l_max, uint32_t l_cache);
 
-/* The rollout correction's weight of token t at the options' level,
- * before truncation: exp(clamp(x, ±20)) with x = log π_old − log π_behav
- * of the token (TOKEN), or x summed over the sequence's model tokens
- * (SEQUENCE) or averaged (GEOMETRIC). *log_x (may be NULL) gets x. */
-double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t, double *log_x);
+/* The rollout correction's weight at @p level, before truncation:
+ * exp(clamp(x, ±20)) with x = log π_old − log π_behav of token t (TOKEN),
+ * or x summed over sequence seq's model tokens (SEQUENCE) or averaged
+ * (GEOMETRIC; t is not read for those two: O(sequence length), call it
+ * once per sequence). */
+double rlpi_rl_is_raw(int level, const rlpi_rl_seqs *s, size_t seq, size_t t);
 
 /* The sum and count of the truncated rollout IS weights over the step's
  * model tokens (TOKEN) or its sequences (SEQUENCE), and the divisor verl's

@@ -169,10 +169,12 @@ static void correction_metrics(rlpi_rl_mismatch *mm, const rlp_rl_options *o, co
     double csum = 0, csq = 0;
     for (size_t i = 0; i < s->n_seqs; i++) {
         bool counted = false;
+        /* a sequence's weight once per sequence: rlpi_rl_is_raw sums over it */
+        double seq_w = o->rollout_is == RLP_IS_SEQUENCE ? rlpi_rl_is_raw(RLP_IS_SEQUENCE, s, i, 0) : 1.0;
         for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++) {
             if (!rlpi_rl_model(s, t))
                 continue;
-            double w = rlpi_rl_is_raw(o->rollout_is, s, i, t, NULL);
+            double w = o->rollout_is == RLP_IS_TOKEN ? rlpi_rl_is_raw(RLP_IS_TOKEN, s, i, t) : seq_w;
             sum += w;
             n += 1;
             lo = w < lo ? w : lo;
