@@ -29,6 +29,13 @@ static size_t v3_size(uint32_t version)
                           : offsetof(rlpi_trainer_options_v3, multiturn);
 }
 
+/* The fields between rl and multiturn: the same names and types in both
+ * layouts, at other offsets. Both conversions below copy exactly these. */
+#define V3_MIDDLE_FIELDS(X)                                                                                        \
+    X(ref) X(tokenizer) X(max_seq_len) X(max_batch) X(rollout_threads) X(worker_urls) X(n_worker_urls)             \
+    X(api_key) X(weights_dir) X(worker_timeout_ms) X(worker_retries) X(metrics) X(n_metrics) X(on_batch)           \
+    X(on_batch_payload) X(comm) X(stall_polls) X(rollout_inbox)
+
 /* The current options as an older caller's layout (for init). */
 static void to_v3(rlpi_trainer_options_v3 *o, const rlp_trainer_options *d)
 {
@@ -36,24 +43,9 @@ static void to_v3(rlpi_trainer_options_v3 *o, const rlp_trainer_options *d)
     memcpy(o, d, offsetof(rlpi_trainer_options_v3, rl)); /* version … sampling: the same layout */
     memcpy(&o->rl, &d->rl, sizeof o->rl);                /* rl's version-1 prefix */
     o->rl.version = 1;
-    o->ref = d->ref;
-    o->tokenizer = d->tokenizer;
-    o->max_seq_len = d->max_seq_len;
-    o->max_batch = d->max_batch;
-    o->rollout_threads = d->rollout_threads;
-    o->worker_urls = d->worker_urls;
-    o->n_worker_urls = d->n_worker_urls;
-    o->api_key = d->api_key;
-    o->weights_dir = d->weights_dir;
-    o->worker_timeout_ms = d->worker_timeout_ms;
-    o->worker_retries = d->worker_retries;
-    o->metrics = d->metrics;
-    o->n_metrics = d->n_metrics;
-    o->on_batch = d->on_batch;
-    o->on_batch_payload = d->on_batch_payload;
-    o->comm = d->comm;
-    o->stall_polls = d->stall_polls;
-    o->rollout_inbox = d->rollout_inbox;
+#define COPY(f) o->f = d->f;
+    V3_MIDDLE_FIELDS(COPY)
+#undef COPY
     o->multiturn = d->multiturn;
     o->rollout_weights = d->rollout_weights;
 }
@@ -93,24 +85,9 @@ int rlpi_trainer_options_upgrade(rlp_trainer_options *out, const rlp_trainer_opt
     memcpy(out, &o, offsetof(rlpi_trainer_options_v3, rl));
     out->version = RLP_TRAINER_OPTIONS_VERSION;
     rlpi_rl_options_from_v1(&out->rl, &o.rl);
-    out->ref = o.ref;
-    out->tokenizer = o.tokenizer;
-    out->max_seq_len = o.max_seq_len;
-    out->max_batch = o.max_batch;
-    out->rollout_threads = o.rollout_threads;
-    out->worker_urls = o.worker_urls;
-    out->n_worker_urls = o.n_worker_urls;
-    out->api_key = o.api_key;
-    out->weights_dir = o.weights_dir;
-    out->worker_timeout_ms = o.worker_timeout_ms;
-    out->worker_retries = o.worker_retries;
-    out->metrics = o.metrics;
-    out->n_metrics = o.n_metrics;
-    out->on_batch = o.on_batch;
-    out->on_batch_payload = o.on_batch_payload;
-    out->comm = o.comm;
-    out->stall_polls = o.stall_polls;
-    out->rollout_inbox = o.rollout_inbox;
+#define COPY(f) out->f = o.f;
+    V3_MIDDLE_FIELDS(COPY)
+#undef COPY
     if (in->version >= 2)
         out->multiturn = o.multiturn;
     if (in->version >= 3)
