@@ -46,6 +46,10 @@ int rlpi_model_config_validate(const rlpi_model_config *c, const char *source)
         BAD("%s: sliding window %d out of range [0, %d]", source, c->sliding_window, 1 << 24);
     if (!(c->rope_theta_local >= 0) || !isfinite(c->rope_theta_local))
         BAD("%s: local rope theta %g must be >= 0", source, (double)c->rope_theta_local);
+    if (c->score_labels < 0 || c->score_labels > 1 << 16)
+        BAD("%s: score head labels %d out of range [0, %d]", source, c->score_labels, 1 << 16);
+    if (c->score_labels == 0 && (c->score_bias || c->score_per_token))
+        BAD("%s: a score-head bias or per-token scoring without a score head", source);
     for (int32_t i = 0; i < RLPI_MAX_LAYERS; i++) {
         if (c->local_layers[i] > 1)
             BAD("%s: layer %d has local flag %u (0 or 1)", source, i, (unsigned)c->local_layers[i]);

@@ -71,6 +71,16 @@ typedef struct rlpi_model_config {
     float rope_theta_local;  /* RoPE base on local (sliding-window) layers; 0 = rope_theta.
                               * RoPE scaling (rope_scaling) applies to global layers only
                               * when local layers exist (Gemma 3) */
+    /* ---- the head: a language model's lm_head, or a score head ---- */
+    int32_t score_labels;    /* 0: a causal LM (lm_head, vocab_size outputs). > 0: a value/reward
+                              * model whose head is HF's `score` Linear with this many outputs per
+                              * position (*ForSequenceClassification / *ForTokenClassification,
+                              * num_labels) and no lm_head; the logprob paths refuse it */
+    bool score_bias;         /* score.bias exists (*ForTokenClassification; the sequence classifier's
+                              * Linear has none) */
+    bool score_per_token;    /* the HF class scores every token (*ForTokenClassification: PRMs,
+                              * critics) rather than pooling the last one (*ForSequenceClassification:
+                              * ORMs); the transformer computes any rows either way */
     uint8_t local_layers[RLPI_MAX_LAYERS]; /* 1 = layer i uses sliding_window and
                                             * rope_theta_local; all 0 without a window */
 } rlpi_model_config;

@@ -61,6 +61,20 @@ static int get_num(json_t *obj, const char *key, int required, double def, const
     return RLP_OK;
 }
 
+/* A RoPE base given in the file: a positive float. 0 means "the global
+ * base" inside rlpi_model_config, and a value that rounds to 0 in float
+ * (21e-50) would silently take that meaning and not survive a re-dump. */
+static int get_theta(json_t *obj, const char *key, double def, const char *src, float *out)
+{
+    int rc = get_num(obj, key, 0, def, src, out);
+    if (rc)
+        return rc;
+    json_t *v = json_object_get(obj, key);
+    if (v && !json_is_null(v) && !(*out > 0.0f))
+        BAD("%s: '%s' = %g must be a positive float", src, key, json_number_value(v));
+    return RLP_OK;
+}
+
 static int get_bool(json_t *root, const char *key, int def, const char *src, int *out)
 {
     json_t *v = json_object_get(root, key);
@@ -74,10 +88,30 @@ static int get_bool(json_t *root, const char *key, int def, const char *src, int
     return RLP_OK;
 }
 
-static int find_arch(json_t *root, const char *src, const rlpi_arch_desc **out)
+/* The HF classes of a family's model with a score head instead of the
+ * LM head: the family's *ForCausalLM with this suffix instead. */
+static const char *const SCORE_CLASS_SUFFIX[2] = {"ForSequenceClassification", "ForTokenClassification"};
+
+/* *ForCausalLM → *ForSequenceClassification / *ForTokenClassification
+ * (per_token); false when the result does not fit. */
+static bool score_class_name(const char *lm_class, bool per_token, char *out, size_t cap)
+{
+    const char *lm = "ForCausalLM";
+    size_t n = strlen(lm_class), k = strlen(lm);
+    if (n < k || strcmp(lm_class + n - k, lm))
+        return false;
+    int w = snprintf(out, cap, "%.*s%s", (int)(n - k), lm_class, SCORE_CLASS_SUFFIX[per_token]);
+    return w > 0 && (size_t)w < cap;
+}
+
+/* The family of architectures[0] (or model_type), and whether the class
+ * is a score-head model (*score: 0 none, 1 sequence, 2 token
+ * classification). */
+static int find_arch(json_t *root, const char *src, const rlpi_arch_desc **out, int *score)
 {
     json_t *archs = json_object_get(root, "architectures");
     json_t *mt = json_object_get(root, "model_type");
+    *score = 0;
     if (archs && !json_is_null(archs)) {
         if (!json_is_array(archs) || json_array_size(archs) == 0 ||
             !json_is_string(json_array_get(archs, 0)))
@@ -85,8 +119,21 @@ static int find_arch(json_t *root, const char *src, const rlpi_arch_desc **out)
         const char *a = json_string_value(json_array_get(archs, 0));
         if ((*out = rlpi_arch_find_hf_class(a)))
             return RLP_OK;
+        size_t n = strlen(a);
+        for (int kind = 0; kind < 2; kind++) {
+            size_t k = strlen(SCORE_CLASS_SUFFIX[kind]);
+            char lm[96];
+            if (n > k && n - k + 12 < sizeof lm && !strcmp(a + n - k, SCORE_CLASS_SUFFIX[kind])) {
+                snprintf(lm, sizeof lm, "%.*sForCausalLM", (int)(n - k), a);
+                if ((*out = rlpi_arch_find_hf_class(lm))) {
+                    *score = 1 + kind;
+                    return RLP_OK;
+                }
+            }
+        }
         return rlpi_error_set(RLP_E_UNSUPPORTED,
-                              "%s: architecture '%.64s' is not supported (the *ForCausalLM of %s are)",
+                              "%s: architecture '%.64s' is not supported (the *ForCausalLM, "
+                              "*ForSequenceClassification and *ForTokenClassification of %s are)",
                               src, a, rlpi_arch_names());
     }
     if (mt && !json_is_null(mt)) {
@@ -99,6 +146,23 @@ static int find_arch(json_t *root, const char *src, const rlpi_arch_desc **out)
                               src, m, rlpi_arch_names());
     }
     BAD("%s: neither 'architectures' nor 'model_type' says what model this is", src);
+}
+
+/* The number of outputs of a score head as transformers counts it:
+ * len(id2label) when given, else "num_labels", else PretrainedConfig's
+ * default of 2. */
+static int parse_num_labels(json_t *root, const char *src, int32_t *out)
+{
+    json_t *id2 = json_object_get(root, "id2label");
+    if (id2 && !json_is_null(id2)) {
+        if (!json_is_object(id2) || json_object_size(id2) == 0)
+            BAD("%s: 'id2label' must be a non-empty object", src);
+        if (json_object_size(id2) > (1u << 16))
+            BAD("%s: 'id2label' has %zu labels (at most %d)", src, json_object_size(id2), 1 << 16);
+        *out = (int32_t)json_object_size(id2);
+        return RLP_OK;
+    }
+    return get_int(root, "num_labels", 0, 2, 1, 1 << 16, src, out);
 }
 
 /* rope_type and its parameters from one rope_scaling / rope_parameters
@@ -149,7 +213,7 @@ static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
 {
     c->rope_scaling = RLPI_ROPE_SCALING_NONE;
     c->rope_factor = 1.0f;
-    int rc = get_num(root, "rope_theta", 0, 10000.0, src, &c->rope_theta);
+    int rc = get_theta(root, "rope_theta", 10000.0, src, &c->rope_theta);
     if (rc)
         return rc;
     json_t *rs = json_object_get(root, "rope_parameters");
@@ -166,7 +230,7 @@ static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
                 if (!json_is_object(loc))
                     BAD("%s: 'rope_parameters.sliding_attention' must be an object", src);
                 rlpi_model_config lc = *c;
-                if ((rc = get_num(loc, "rope_theta", 0,
+                if ((rc = get_theta(loc, "rope_theta",
                                   (double)(c->rope_theta_local > 0 ? c->rope_theta_local : c->rope_theta), src,
                                   &c->rope_theta_local)) ||
                     (rc = parse_rope_type(loc, 1, "rope_parameters.sliding_attention", src, &lc)))
@@ -180,7 +244,7 @@ static int parse_rope(json_t *root, const char *src, rlpi_model_config *c)
             rs = full;
             what = "rope_parameters.full_attention";
         }
-        if ((rc = get_num(rs, "rope_theta", 0, (double)c->rope_theta, src, &c->rope_theta)))
+        if ((rc = get_theta(rs, "rope_theta", (double)c->rope_theta, src, &c->rope_theta)))
             return rc;
         return parse_rope_type(rs, 1, what, src, c);
     }
@@ -325,7 +389,8 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         BAD("%s: config is not a JSON object", src);
     memset(c, 0, sizeof *c);
     const rlpi_arch_desc *a = NULL;
-    int rc = find_arch(root, src, &a);
+    int score = 0;
+    int rc = find_arch(root, src, &a, &score);
     if (rc || (rc = parse_activation(root, a, src)))
         return rc;
     if ((rc = get_int(root, "hidden_size", 1, 0, 1, INT32_MAX, src, &c->dim)) ||
@@ -353,7 +418,7 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         c->head_dim = c->dim / c->n_heads;
     }
     if (a->sliding_window &&
-        (rc = get_num(root, "rope_local_base_freq", 0, (double)c->rope_theta_local, src, &c->rope_theta_local)))
+        (rc = get_theta(root, "rope_local_base_freq", (double)c->rope_theta_local, src, &c->rope_theta_local)))
         return rc;
     if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, src, &c->rms_eps)) ||
         (rc = parse_rope(root, src, c)))
@@ -365,6 +430,15 @@ static int parse_root(json_t *root, const char *src, rlpi_model_config *c)
         (rc = get_bool(root, "use_bidirectional_attention", 0, src, &bidir)))
         return rc;
     c->tie_embeddings = tie;
+    if (score) {
+        /* a score head replaces the LM head: nothing to tie (transformers
+         * builds no lm_head for these classes whatever the flag says) */
+        if ((rc = parse_num_labels(root, src, &c->score_labels)))
+            return rc;
+        c->tie_embeddings = false;
+        c->score_per_token = score == 2;
+        c->score_bias = score == 2; /* *ForTokenClassification's Linear has a bias */
+    }
     if (bias && !a->qkv_bias) {
         /* LlamaAttention's attention_bias (as Qwen3's and Gemma 3's) also
          * biases o_proj, which our transformer has no place for; Qwen2
@@ -531,8 +605,26 @@ int rlpi_hf_config_dump(const rlpi_model_config *c, char **out)
         json_decref(archs);
         return rlpi_error_set(RLP_E_NOMEM, "config.json: out of memory");
     }
-    json_array_append_new(archs, json_string(a->hf_class));
+    char cls[96];
+    if (c->score_labels > 0 && !score_class_name(a->hf_class, c->score_per_token, cls, sizeof cls)) {
+        json_decref(r);
+        json_decref(archs);
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "config.json: %s has no score-head class", a->hf_class);
+    }
+    json_array_append_new(archs, json_string(c->score_labels > 0 ? cls : a->hf_class));
     json_object_set_new(r, "architectures", archs);
+    if (c->score_labels > 0) { /* transformers' num_labels is len(id2label) */
+        json_t *id2 = json_object(), *l2i = json_object();
+        for (int32_t i = 0; i < c->score_labels; i++) {
+            char k[16], v[24];
+            snprintf(k, sizeof k, "%d", i);
+            snprintf(v, sizeof v, "LABEL_%d", i);
+            json_object_set_new(id2, k, json_string(v));
+            json_object_set_new(l2i, v, json_integer(i));
+        }
+        json_object_set_new(r, "id2label", id2);
+        json_object_set_new(r, "label2id", l2i);
+    }
     /* Gemma 3's text model is "gemma3_text" ("gemma3" is the multimodal one) */
     json_object_set_new(r, "model_type", json_string(a->hf_alt_type ? a->hf_alt_type : a->name));
     json_object_set_new(r, "hidden_size", json_integer(c->dim));

@@ -43,9 +43,15 @@ int rlpi_hf_check_weights(const rlpi_model_config *c, const rlpi_weights *w, con
     int64_t q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
     int rc;
     if ((rc = expect(w, src, "model.embed_tokens.weight", 2, c->vocab_size, c->dim)) ||
-        (rc = expect(w, src, "model.norm.weight", 1, c->dim, 0)) ||
-        (rc = expect(w, src, "lm_head.weight", 2, c->vocab_size, c->dim)))
+        (rc = expect(w, src, "model.norm.weight", 1, c->dim, 0)))
         return rc;
+    if (c->score_labels > 0) { /* value/reward model: HF's `score` Linear instead of lm_head */
+        if ((rc = expect(w, src, "score.weight", 2, c->score_labels, c->dim)) ||
+            (c->score_bias && (rc = expect(w, src, "score.bias", 1, c->score_labels, 0))))
+            return rc;
+    } else if ((rc = expect(w, src, "lm_head.weight", 2, c->vocab_size, c->dim))) {
+        return rc;
+    }
     char name[96];
 #define L(fmt, ...) (snprintf(name, sizeof name, "model.layers.%d." fmt, i), \
                      expect(w, src, name, __VA_ARGS__))

@@ -107,7 +107,11 @@ int rlpi_tf_build_layout(rlpi_transformer *tf)
         tf->can_fuse_gu &= L->wu == L->wg + (size_t)c->ffn_dim * (size_t)c->dim;
     }
     ADD("model.norm.weight", 1, c->dim, 0, true, &tf->final_norm);
-    if (c->tie_embeddings)
+    if (c->score_labels > 0) { /* value/reward model: HF's `score` Linear, no lm_head */
+        ADD("score.weight", 2, c->score_labels, c->dim, false, &tf->score_w);
+        if (c->score_bias)
+            ADD("score.bias", 1, c->score_labels, 0, true, &tf->score_b);
+    } else if (c->tie_embeddings)
         tf->lm_head = tf->embed;
     else
         ADD("lm_head.weight", 2, c->vocab_size, c->dim, false, &tf->lm_head);
@@ -243,7 +247,9 @@ int rlpi_transformer_create(rlpi_transformer **out, rlpi_backend *be, const rlpi
     if (!tf)
         return rlpi_error_set(RLP_E_NOMEM, "transformer: out of memory");
     tf->cfg = *cfg;
-    if (!rlpi_weights_find(w, "lm_head.weight"))
+    if (cfg->score_labels > 0)
+        tf->cfg.tie_embeddings = false; /* no lm_head to tie */
+    else if (!rlpi_weights_find(w, "lm_head.weight"))
         tf->cfg.tie_embeddings = true; /* no head tensor: tied (public-bugs case #3) */
     if (opts)
         tf->opts = *opts;
@@ -632,7 +638,7 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
 
 static int check_batch(const rlpi_transformer *tf, const rlpi_packed_batch *b)
 {
-    if (!b || b->n_seq < 1 || !b->seq_start || b->n_tokens < 1 || !b->tokens || !b->positions || !b->targets)
+    if (!b || b->n_seq < 1 || !b->seq_start || b->n_tokens < 1 || !b->tokens || !b->positions)
         return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: empty or incomplete batch");
     if (b->seq_start[0] != 0 || b->seq_start[b->n_seq] != b->n_tokens)
         return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: sequences must cover the %lld tokens",
@@ -644,7 +650,7 @@ static int check_batch(const rlpi_transformer *tf, const rlpi_packed_batch *b)
         if (b->tokens[i] < 0 || b->tokens[i] >= tf->cfg.vocab_size)
             return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: token %lld has id %d outside the vocabulary of %d",
                                   (long long)i, b->tokens[i], tf->cfg.vocab_size);
-        if (b->targets[i] < -1 || b->targets[i] >= tf->cfg.vocab_size)
+        if (b->targets && (b->targets[i] < -1 || b->targets[i] >= tf->cfg.vocab_size))
             return rlpi_error_set(RLP_E_INVALID_ARG, "transformer: target %lld has id %d outside the vocabulary",
                                   (long long)i, b->targets[i]);
         if (b->positions[i] < 0 || b->positions[i] >= tf->cfg.max_seq_len)
@@ -654,12 +660,15 @@ static int check_batch(const rlpi_transformer *tf, const rlpi_packed_batch *b)
     return RLP_OK;
 }
 
-int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, float inv_temp,
-                             float *logp, float *entropy, bool keep_for_backward)
+/* Everything below the head: embeddings, the layers and the final norm of
+ * the whole batch into tf->h, then the m rows `sel` (token indices)
+ * gathered into tf->hsel for the head. `tsel` (m target ids) goes to the
+ * device for the logprob head, or NULL (score head). Records the state a
+ * backward needs; tf->kept is left false (the caller sets it once its head
+ * has run). */
+static int trunk_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, const int32_t *sel,
+                         const int32_t *tsel, int64_t m, bool keep_for_backward)
 {
-    if (!tf || !logp || !(inv_temp > 0))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer forward: bad arguments");
-    TRY(check_batch(tf, batch));
     /* before anything is allocated: nothing to free on this refusal */
     if (keep_for_backward && !tf->grads && !rlpi_lora_trainable(tf->lora))
         return rlpi_error_set(RLP_E_STATE, "transformer forward: a frozen model keeps no activations");
@@ -669,26 +678,18 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     tf->kept = false;
     tf->n = n;
     tf->n_seq = batch->n_seq;
-    tf->inv_temp = inv_temp;
 
     int64_t *ss = realloc(tf->seq_start, (size_t)(batch->n_seq + 1) * sizeof *ss);
-    int32_t *sel = realloc(tf->sel_host, (size_t)n * sizeof *sel);
-    int32_t *tsel = malloc((size_t)n * sizeof *tsel);
     if (ss)
         tf->seq_start = ss;
-    if (sel)
-        tf->sel_host = sel;
-    if (!ss || !sel || !tsel) {
-        free(tsel);
+    int32_t *sh = realloc(tf->sel_host, (size_t)(m ? m : 1) * sizeof *sh);
+    if (sh)
+        tf->sel_host = sh;
+    if (!ss || !sh)
         return rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
-    }
     memcpy(tf->seq_start, batch->seq_start, (size_t)(batch->n_seq + 1) * sizeof *ss);
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (batch->targets[i] >= 0) {
-            sel[m] = (int32_t)i;
-            tsel[m++] = batch->targets[i];
-        }
+    if (m)
+        memcpy(tf->sel_host, sel, (size_t)m * sizeof *sel);
     tf->m = m;
 
     tf->lay = layout_for(tf, n);
@@ -696,24 +697,20 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     /* the residual stream of every layer is kept for backward (it is the
      * checkpoint); a forward-only pass ping-pongs between two slots */
     int64_t n_xs = keep_for_backward ? c->n_layers + 1 : 2;
-    int rc;
-    if ((rc = rlpi_tf_realloc(be, &tf->tokens, (size_t)n * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->positions, (size_t)n * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->sel, (size_t)(m ? m : 1) * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->acts, (size_t)n_act * tf->lay.total * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->h, (size_t)(n * d) * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->rstd_f, (size_t)n * 4)) ||
-        (rc = rlpi_tf_realloc(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4)) ||
-        (rc = rlpi_buffer_upload(tf->tokens, 0, batch->tokens, (size_t)n * 4)) ||
-        (rc = rlpi_buffer_upload(tf->positions, 0, batch->positions, (size_t)n * 4)) ||
-        (rc = rlpi_buffer_upload(tf->sel, 0, sel, (size_t)m * 4)) ||
-        (rc = rlpi_buffer_upload(tf->targets_sel, 0, tsel, (size_t)m * 4))) {
-        free(tsel);
-        return rc;
-    }
-    free(tsel);
+    TRY(rlpi_tf_realloc(be, &tf->tokens, (size_t)n * 4));
+    TRY(rlpi_tf_realloc(be, &tf->positions, (size_t)n * 4));
+    TRY(rlpi_tf_realloc(be, &tf->sel, (size_t)(m ? m : 1) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->acts, (size_t)n_act * tf->lay.total * 4));
+    TRY(rlpi_tf_realloc(be, &tf->h, (size_t)(n * d) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->rstd_f, (size_t)n * 4));
+    TRY(rlpi_tf_realloc(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4));
+    TRY(rlpi_buffer_upload(tf->tokens, 0, batch->tokens, (size_t)n * 4));
+    TRY(rlpi_buffer_upload(tf->positions, 0, batch->positions, (size_t)n * 4));
+    TRY(rlpi_buffer_upload(tf->sel, 0, sel, (size_t)m * 4));
+    if (tsel)
+        TRY(rlpi_buffer_upload(tf->targets_sel, 0, tsel, (size_t)m * 4));
     TRY(rlpi_lora_begin_forward(tf, n, keep_for_backward));
 
     TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->xs, 0), RLPI_REF(tf->params, tf->embed), RLPI_REF(tf->tokens, 0),
@@ -728,6 +725,51 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
     size_t x_last = keep_for_backward ? (size_t)c->n_layers * nd : (size_t)(c->n_layers % 2) * nd;
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->h, 0), RLPI_REF(tf->rstd_f, 0), RLPI_REF(tf->xs, x_last),
                             RLPI_REF(tf->params, tf->final_norm), n, d, c->rms_eps));
+    if (m > 0)
+        TRY(rlpi_op_embedding_fwd(be, RLPI_REF(tf->hsel, 0), RLPI_REF(tf->h, 0), RLPI_REF(tf->sel, 0), m, d, n));
+    return RLP_OK;
+}
+
+static int refuse_score_head(const rlpi_transformer *tf, const char *what)
+{
+    return rlpi_error_set(RLP_E_STATE,
+                          "transformer %s: this model has a score head (%d outputs, a value or reward model), "
+                          "not a language-model head",
+                          what, tf->cfg.score_labels);
+}
+
+int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, float inv_temp,
+                             float *logp, float *entropy, bool keep_for_backward)
+{
+    if (!tf || !logp || !(inv_temp > 0))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer forward: bad arguments");
+    if (tf->cfg.score_labels > 0)
+        return refuse_score_head(tf, "forward");
+    if (batch && !batch->targets)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer forward: the batch has no targets");
+    TRY(check_batch(tf, batch));
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t n = batch->n_tokens, d = c->dim;
+    tf->inv_temp = inv_temp;
+    int32_t *sel = malloc((size_t)n * sizeof *sel), *tsel = malloc((size_t)n * sizeof *tsel);
+    if (!sel || !tsel) {
+        free(sel);
+        free(tsel);
+        return rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (batch->targets[i] >= 0) {
+            sel[m] = (int32_t)i;
+            tsel[m++] = batch->targets[i];
+        }
+    int rc = trunk_forward(tf, batch, sel, tsel, m, keep_for_backward);
+    free(tsel);
+    free(sel);
+    if (rc)
+        return rc;
+    sel = tf->sel_host;
 
     /* fused head over the m target rows, `chunk` rows of logits at a time:
      * peak memory chunk × vocab, independent of m */
@@ -739,8 +781,6 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
         rlpi_buffer *logits, *lp, *ent;
         float *lp_host = malloc((size_t)m * 2 * sizeof(float));
         rc = lp_host ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer forward: out of memory");
-        if (!rc)
-            rc = rlpi_op_embedding_fwd(be, RLPI_REF(tf->hsel, 0), RLPI_REF(tf->h, 0), RLPI_REF(tf->sel, 0), m, d, n);
         if (!rc)
             rc = rlpi_tf_realloc(be, &tf->head_logits, (size_t)(chunk * c->vocab_size) * 4);
         if (!rc)
@@ -768,6 +808,41 @@ int rlpi_transformer_forward(rlpi_transformer *tf, const rlpi_packed_batch *batc
                     entropy[sel[r]] = lp_host[m + r];
             }
         free(lp_host);
+        if (rc)
+            return rc;
+    }
+    tf->kept = keep_for_backward;
+    return RLP_OK;
+}
+
+int rlpi_transformer_score(rlpi_transformer *tf, const rlpi_packed_batch *batch, const int32_t *rows,
+                           int64_t n_rows, float *out, bool keep_for_backward)
+{
+    if (!tf || !rows || !out || n_rows < 1)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer score: bad arguments");
+    if (tf->cfg.score_labels < 1)
+        return rlpi_error_set(RLP_E_STATE, "transformer score: this model has no score head (a language model)");
+    TRY(check_batch(tf, batch));
+    for (int64_t r = 0; r < n_rows; r++)
+        if (rows[r] < 0 || rows[r] >= batch->n_tokens)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "transformer score: row %d outside the %lld tokens", rows[r],
+                                  (long long)batch->n_tokens);
+    const rlpi_model_config *c = &tf->cfg;
+    int64_t L = c->score_labels, d = c->dim;
+    TRY(trunk_forward(tf, batch, rows, NULL, n_rows, keep_for_backward));
+    /* (m, L) = hsel (m, d) · W_scoreᵀ; the bias (L floats) is added on the host */
+    TRY(rlpi_tf_realloc(tf->be, &tf->head_logits, (size_t)(n_rows * L) * 4));
+    TRY(rlpi_tf_mm(tf, tf->head_logits, 0, tf->hsel, 0, 0, tf->params, tf->score_w, 1, n_rows, L, d, 0.0f));
+    TRY(rlpi_buffer_download(tf->head_logits, 0, out, (size_t)(n_rows * L) * 4));
+    if (c->score_bias) {
+        float *b = malloc((size_t)L * sizeof *b);
+        if (!b)
+            return rlpi_error_set(RLP_E_NOMEM, "transformer score: out of memory");
+        int rc = rlpi_buffer_download(tf->params, tf->score_b * sizeof(float), b, (size_t)L * sizeof *b);
+        for (int64_t r = 0; !rc && r < n_rows; r++)
+            for (int64_t j = 0; j < L; j++)
+                out[r * L + j] += b[j];
+        free(b);
         if (rc)
             return rc;
     }
@@ -1020,18 +1095,14 @@ static int head_backward(rlpi_transformer *tf, const float *dlogp, const float *
     return rc;
 }
 
-int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy)
+/* The per-layer gradient scratch of a backward over the last forward's n tokens. */
+static int place_grad_scratch(rlpi_transformer *tf, grad_scratch *g)
 {
-    if (!tf || !dlogp)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer backward: NULL argument");
-    if (!tf->kept)
-        return rlpi_error_set(RLP_E_STATE, "transformer backward: the last forward did not keep its activations");
     const rlpi_model_config *c = &tf->cfg;
-    rlpi_backend *be = tf->be;
     int64_t n = tf->n, d = c->dim, F = c->ffn_dim;
-    grad_scratch g = {0};
+    *g = (grad_scratch){0};
     size_t off = 0;
-#define PLACE(field, count) (g.field = off, off += (size_t)(count))
+#define PLACE(field, count) (g->field = off, off += (size_t)(count))
     PLACE(dx, n * d);
     PLACE(dxn, n * d);
     PLACE(dact, n * F);
@@ -1046,17 +1117,24 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
     PLACE(dpost, c->post_norms ? n * d : 0);
 #undef PLACE
     if (!c->qk_norm) {
-        g.dq_raw = g.dq;
-        g.dk_raw = g.dk;
+        g->dq_raw = g->dq;
+        g->dk_raw = g->dk;
     }
-    int rc = rlpi_tf_realloc(be, &tf->grad_scratch, off * 4);
-    if (rc)
-        return rc;
-    g.buf = tf->grad_scratch;
-    rc = head_backward(tf, dlogp, dentropy, &g);
+    TRY(rlpi_tf_realloc(tf->be, &tf->grad_scratch, off * 4));
+    g->buf = tf->grad_scratch;
+    return RLP_OK;
+}
+
+/* From ∂L/∂h (the final norm's output, in g->dxn, written by a head's
+ * backward) down through the final norm, the layers and the embedding. */
+static int trunk_backward(rlpi_transformer *tf, grad_scratch *gs)
+{
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t n = tf->n, d = c->dim;
+    grad_scratch g = *gs;
     /* final norm: dx = ∂L/∂xs[L] */
-    if (!rc)
-        rc = rlpi_buffer_fill_f32(g.buf, g.dx, (size_t)(n * d), 0.0f);
+    int rc = rlpi_buffer_fill_f32(g.buf, g.dx, (size_t)(n * d), 0.0f);
     if (!rc)
         rc = rlpi_op_rmsnorm_bwd(be, RLPI_REF(g.buf, g.dx),
                                  tf->grads ? RLPI_REF(tf->grads, tf->final_norm) : RLPI_REF(tf->norm_sink, 0),
@@ -1078,4 +1156,49 @@ int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const fl
         rc = rlpi_op_embedding_bwd(be, RLPI_REF(tf->grads, tf->embed), RLPI_REF(g.buf, g.dx), RLPI_REF(tf->tokens, 0),
                                    n, d, c->vocab_size);
     return rc;
+}
+
+int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy)
+{
+    if (!tf || !dlogp)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer backward: NULL argument");
+    if (tf->cfg.score_labels > 0)
+        return refuse_score_head(tf, "backward");
+    if (!tf->kept)
+        return rlpi_error_set(RLP_E_STATE, "transformer backward: the last forward did not keep its activations");
+    grad_scratch g;
+    TRY(place_grad_scratch(tf, &g));
+    TRY(head_backward(tf, dlogp, dentropy, &g));
+    return trunk_backward(tf, &g);
+}
+
+int rlpi_transformer_score_backward(rlpi_transformer *tf, const float *dscore)
+{
+    if (!tf || !dscore)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "transformer score backward: NULL argument");
+    if (tf->cfg.score_labels < 1)
+        return rlpi_error_set(RLP_E_STATE, "transformer score backward: this model has no score head");
+    if (!tf->kept)
+        return rlpi_error_set(RLP_E_STATE,
+                              "transformer score backward: the last score pass did not keep its activations");
+    const rlpi_model_config *c = &tf->cfg;
+    rlpi_backend *be = tf->be;
+    int64_t m = tf->m, n = tf->n, d = c->dim, L = c->score_labels;
+    grad_scratch g;
+    TRY(place_grad_scratch(tf, &g));
+    TRY(rlpi_tf_realloc(be, &tf->head_logits, (size_t)(m * L) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->head_dhsel, (size_t)(m * d) * 4));
+    TRY(rlpi_buffer_upload(tf->head_logits, 0, dscore, (size_t)(m * L) * 4));
+    /* dhsel (m, d) = dscore (m, L) · W (L, d) */
+    TRY(rlpi_tf_mm(tf, tf->head_dhsel, 0, tf->head_logits, 0, 0, tf->params, tf->score_w, 0, m, d, L, 0.0f));
+    if (tf->grads) { /* dW += dscoreᵀ · hsel; db += Σ_rows dscore */
+        TRY(rlpi_tf_mm(tf, tf->grads, tf->score_w, tf->head_logits, 0, 1, tf->hsel, 0, 0, L, d, m, 1.0f));
+        if (c->score_bias)
+            TRY(rlpi_op_bias_bwd(be, RLPI_REF(tf->grads, tf->score_b), RLPI_REF(tf->head_logits, 0), m, L));
+    }
+    /* scatter the rows back to token positions of dh (in dxn); a row named
+     * twice accumulates */
+    TRY(rlpi_buffer_fill_f32(g.buf, g.dxn, (size_t)(n * d), 0.0f));
+    TRY(rlpi_op_embedding_bwd(be, RLPI_REF(g.buf, g.dxn), RLPI_REF(tf->head_dhsel, 0), RLPI_REF(tf->sel, 0), m, d, n));
+    return trunk_backward(tf, &g);
 }

@@ -88,6 +88,19 @@ int rlpi_transformer_logits_rows(rlpi_transformer *tf, const rlpi_packed_batch *
  * (so micro-batches accumulate). */
 int rlpi_transformer_backward(rlpi_transformer *tf, const float *dlogp, const float *dentropy);
 
+/* Score head (cfg.score_labels = L > 0: a value or reward model, HF's
+ * `score` Linear). Forward over the whole batch, then the head at the
+ * n_rows token indices `rows` (any order, repeats allowed): out is a host
+ * (n_rows, L) array of W·h + b, h the final norm's output at that token.
+ * batch->targets is ignored (may be NULL). keep_for_backward as in
+ * rlpi_transformer_forward. RLP_E_STATE for a model without a score head
+ * (and rlpi_transformer_forward/backward/logits refuse one with it). */
+int rlpi_transformer_score(rlpi_transformer *tf, const rlpi_packed_batch *batch, const int32_t *rows,
+                           int64_t n_rows, float *out, bool keep_for_backward);
+/* Backward of the last rlpi_transformer_score given ∂L/∂out (host,
+ * n_rows × L); gradients ADDED as rlpi_transformer_backward does. */
+int rlpi_transformer_score_backward(rlpi_transformer *tf, const float *dscore);
+
 int rlpi_transformer_zero_grad(rlpi_transformer *tf);
 /* After an optimizer step: the gradients are dead until the next
  * zero_grad rewrites them, so their host pages go back to the system

@@ -47,7 +47,8 @@ struct rlpi_transformer {
     char **names;                  /* owned strings behind infos[].name */
     size_t n_infos;
     size_t n_params;
-    size_t embed, final_norm, lm_head;
+    size_t embed, final_norm, lm_head; /* lm_head: unused with a score head */
+    size_t score_w, score_b;       /* score head (cfg.score_labels > 0): (labels, dim), (labels) with score_bias */
     layer_params *layers;          /* (n_layers) */
     rlpi_buffer *params;           /* (n_params) */
     rlpi_buffer *grads;            /* (n_params) */
