@@ -504,6 +504,32 @@ static int reward_weight(run *r, char *term, double *w)
     return 0;
 }
 
+/* The options of one term of reward.name: reward.options[name] when that
+ * is an object (per-term options, e.g. {"reward_model": {"model": ...}}
+ * for "logic_rl_format+0.5*reward_model"), else the shared object without
+ * the keys that name a term of reward.name. A malloc'd JSON string. */
+static char *term_options(json_t *c, const char *name, const char *shared)
+{
+    json_t *all = cfg_get(c, "reward.options");
+    json_t *own = json_is_object(all) ? json_object_get(all, name) : NULL;
+    if (json_is_object(own))
+        return json_dumps(own, JSON_COMPACT);
+    if (!json_is_object(all))
+        return shared ? strdup(shared) : NULL;
+    json_t *rest = json_deep_copy(all);
+    char names[256];
+    fmt(names, sizeof names, "%s", cfg_str(c, "reward.name"));
+    for (char *save = NULL, *t = strtok_r(names, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
+        char *star = strchr(t, '*');
+        const char *key = star ? star + 1 : t;
+        if (json_is_object(json_object_get(rest, key)))
+            json_object_del(rest, key);
+    }
+    char *out = json_dumps(rest, JSON_COMPACT);
+    json_decref(rest);
+    return out;
+}
+
 /* reward.library (dlopen) or reward.name: a built-in, the driver's
  * "format_progress", or several joined by '+' (summed), each optionally
  * weighted as W*name. */
@@ -555,7 +581,9 @@ static int make_reward(run *r)
     for (char *save = NULL, *t = strtok_r(names, "+", &save); t; t = strtok_r(NULL, "+", &save)) {
         if (n < 8 && reward_weight(r, t, &weights[n]))
             rc = RLP_E_INVALID_ARG;
-        if (n == 8 || rc || (rc = make_one_reward(r, t, opts, &fns[n])) != RLP_OK) {
+        char *topts = n < 8 && !rc ? term_options(c, t, opts) : NULL;
+        if (n == 8 || rc || (rc = make_one_reward(r, t, topts, &fns[n])) != RLP_OK) {
+            free(topts);
             if (n == 8)
                 fmt(r->err, ERR_CAP, "reward.name: at most 8 rewards joined with '+'");
             for (size_t i = 0; i < n; i++)
@@ -565,7 +593,9 @@ static int make_reward(run *r)
         }
         /* the term once more, alone: samples.jsonl shows every term's score
          * (kept in r, freed by teardown) */
-        if ((rc = make_one_reward(r, t, opts, &r->terms[r->n_terms])) != RLP_OK) {
+        rc = make_one_reward(r, t, topts, &r->terms[r->n_terms]);
+        free(topts);
+        if (rc != RLP_OK) {
             for (size_t i = 0; i <= n; i++)
                 rlp_reward_fn_free(fns[i]);
             free(opts);
@@ -647,8 +677,7 @@ static int make_metric_scorers(run *r)
             const char *star = strchr(t, '*');
             is_term = !strcmp(star ? star + 1 : t, acc);
         }
-        char *opts = is_term && !cfg_str(c, "reward.library") ? json_dumps(cfg_get(c, "reward.options"), JSON_COMPACT)
-                                                            : NULL;
+        char *opts = is_term && !cfg_str(c, "reward.library") ? term_options(c, acc, NULL) : NULL;
         int rc = rlp_reward_fn_create_builtin(&r->acc_fn, acc, opts);
         free(opts);
         if (rc) {

@@ -283,7 +283,7 @@ RLP_API int rlp_policy_save_optimizer(const rlp_policy *policy, const char *path
 RLP_API int rlp_policy_load_optimizer(rlp_policy *policy, const char *path);
 
 /** Version of rlp_model_info filled by this library. */
-#define RLP_MODEL_INFO_VERSION 2
+#define RLP_MODEL_INFO_VERSION 3
 
 /** What a model file holds (rlp_model_inspect()). */
 typedef struct rlp_model_info {
@@ -312,14 +312,19 @@ typedef struct rlp_model_info {
     int32_t sliding_window;      /**< positions a local layer's query sees (itself included); 0 = none */
     int32_t n_local_layers;      /**< layers that use the sliding window (and rope_theta_local) */
     float rope_theta_local;      /**< RoPE base of the local layers; 0 = rope_theta */
+    /* version 3: the head */
+    int32_t score_labels;        /**< 0: a language model (lm_head); ≥ 1: a value or reward model whose head is
+                                      HF's `score` Linear with this many outputs (rlp_policy_score()) */
+    int32_t score_per_token;     /**< 1: *ForTokenClassification (a PRM or critic: scores every token);
+                                      0: *ForSequenceClassification (an ORM: the last token's) or an LM */
 } rlp_model_info;
 
 /**
  * Reads a model file or folder (as rlp_policy_load() would) and describes
  * it. Set out->version first (RLP_MODEL_INFO_VERSION): a version-1 caller
- * gets only the fields up to dtypes written (its struct is that long), any
- * higher version the whole struct; out->version is set to what was
- * filled. Thread-safe (no shared state).
+ * gets only the fields up to dtypes written (its struct is that long), a
+ * version-2 caller those up to rope_theta_local, any higher version the
+ * whole struct; out->version is set to what was filled. Thread-safe (no shared state).
  * @return RLP_OK or the loader's error (RLP_E_IO, RLP_E_FORMAT, RLP_E_UNSUPPORTED).
  */
 RLP_API int rlp_model_inspect(rlp_model_info *out, const char *path);
@@ -491,6 +496,39 @@ RLP_API int rlp_policy_set_optimizer(rlp_policy *policy, const rlp_optimizer_opt
 RLP_API int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs,
                                 float temperature, float *logprobs, float *entropy, size_t cap,
                                 size_t *n_out);
+
+/**
+ * Outputs of a score head per position of a value or reward model.
+ * @param[out] out_labels  L: 0 for a language model; ≥ 1 for a model loaded
+ *        from an HF *ForSequenceClassification (an outcome reward model: its
+ *        score is the output at the last token) or *ForTokenClassification
+ *        folder (process reward models, critics: an output at every token),
+ *        num_labels as transformers counts it (len(id2label), default 2).
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL). Thread-safe.
+ */
+RLP_API int rlp_policy_score_labels(uint32_t *out_labels, const rlp_policy *policy);
+
+/**
+ * The score head of a value or reward model (rlp_policy_score_labels() ≥ 1)
+ * at every token of @p seqs: out[(t_0 + t)·L + j] is output j of HF's
+ * `score` Linear on the final hidden state at token t of a sequence whose
+ * first token is the t_0-th of the call (sequences in order; n_prompt is
+ * ignored). The same numbers as transformers' forward of the class
+ * (tests/unit/test_score_head.c: within 1e-4 relative). A sequence
+ * classifier's (ORM's) score is its last token's row. Sequences are
+ * packed up to 4096 tokens a forward pass; memory is that of a
+ * forward-only pass.
+ *
+ * @param[out] out  (cap) floats, fp32
+ * @param cap       capacity of @p out in floats; RLP_E_OVERFLOW if below Σ n_tokens · L
+ * @param[out] n_out  floats written, or needed on RLP_E_OVERFLOW (may be NULL)
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULLs, ids outside the vocabulary, a
+ *         sequence longer than the context); RLP_E_STATE (a language model:
+ *         no score head); RLP_E_OVERFLOW; RLP_E_NOMEM.
+ * Not thread-safe on one policy.
+ */
+RLP_API int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, float *out,
+                             size_t cap, size_t *n_out);
 
 /**
  * One optimizer step: forward over @p seqs in micro-batches, the loss,

@@ -336,6 +336,22 @@ RLP_API int rlp_reward_fn_create_batch_callback(rlp_reward_fn **out, rlp_reward_
  *   x; "match_limit" (default 1000000: a pattern that backtracks
  *   catastrophically makes the sample invalid instead of hanging).
  *   Scores "correct" 1, "wrong" 0.
+ * - "reward_model" — a learned reward model run in process (docs/rewards.md):
+ *   "model" (required) an HF *ForSequenceClassification (outcome reward
+ *   model: the score head at the last token of prompt + completion) or
+ *   *ForTokenClassification folder (process reward model) with its
+ *   tokenizer.json; "kind" "orm" | "prm" (default from the class); "label"
+ *   (with several outputs the score is softmax(outputs)[label], default 1);
+ *   "step_separator" (default "\n\n"), "step_token" (text scored after
+ *   each step instead of the separator, e.g. "<extra_0>"), "aggregate"
+ *   "min" | "last" | "mean" over steps (default min: Lightman et al. 2023),
+ *   "input" "prompt_completion" | "completion", "model_threads" (0 = one
+ *   per core). A PRM's step scores are also per-token rewards at each
+ *   step's last completion token when the model's tokenizer decodes the
+ *   policy's ids to the completion, for the "refine" option. Runs one
+ *   forward at a time per handle, with no deadline ("timeout_ms" is not
+ *   applied). Creation fails for a language model, a missing folder or a
+ *   label outside the outputs.
  *
  * @param[out] out       the handle; free with rlp_reward_fn_free()
  * @param name           a built-in's name (see rlp_reward_builtin_name())

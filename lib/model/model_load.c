@@ -460,7 +460,7 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
     uint32_t want = out->version;
     rlp_model_info info;
     memset(&info, 0, sizeof info);
-    info.version = want >= 2 ? RLP_MODEL_INFO_VERSION : 1;
+    info.version = want >= 3 ? RLP_MODEL_INFO_VERSION : want == 2 ? 2 : 1;
     snprintf(info.architecture, sizeof info.architecture, "%s", c.arch);
     snprintf(info.format, sizeof info.format, "%s",
              fmt == FORMAT_GGUF ? "gguf" : fmt == FORMAT_HF_DIR ? "hf" : "llama2c");
@@ -487,6 +487,8 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
     info.sliding_window = c.sliding_window;
     info.n_local_layers = rlpi_model_config_n_local_layers(&c);
     info.rope_theta_local = c.rope_theta_local;
+    info.score_labels = c.score_labels;
+    info.score_per_token = c.score_per_token;
     /* dtype histogram over stored tensors (aliases are not stored) */
     char names[8][8];
     uint64_t counts[8];
@@ -512,6 +514,9 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
         used += (size_t)snprintf(info.dtypes + used, sizeof info.dtypes - used, "%s%s:%llu", k ? " " : "", names[k],
                                  (unsigned long long)counts[k]);
     rlpi_weights_free(&w);
-    memcpy(out, &info, want >= 2 ? sizeof info : offsetof(rlp_model_info, activation));
+    memcpy(out, &info,
+           want >= 3   ? sizeof info
+           : want == 2 ? offsetof(rlp_model_info, score_labels)
+                       : offsetof(rlp_model_info, activation));
     return RLP_OK;
 }

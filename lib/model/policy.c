@@ -392,6 +392,59 @@ int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size
     return RLP_OK;
 }
 
+int rlp_policy_score_labels(uint32_t *out_labels, const rlp_policy *policy)
+{
+    RLPI_CHECK_ARG(out_labels, "out_labels is NULL");
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    *out_labels = (uint32_t)rlpi_transformer_config(policy->tf)->score_labels;
+    return RLP_OK;
+}
+
+int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, float *out, size_t cap,
+                     size_t *n_out)
+{
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    RLPI_CHECK_ARG(out, "out is NULL");
+    const rlpi_model_config *c = rlpi_transformer_config(policy->tf);
+    if (c->score_labels < 1)
+        return rlpi_error_set(RLP_E_STATE,
+                              "%s: the policy is a language model; a value or reward model (an HF "
+                              "*ForSequenceClassification or *ForTokenClassification folder) has a score head",
+                              __func__);
+    int rc = check_seqs(policy, seqs, n_seqs, __func__);
+    if (rc)
+        return rc;
+    size_t L = (size_t)c->score_labels, total = 0;
+    for (size_t i = 0; i < n_seqs; i++)
+        total += seqs[i].n_tokens;
+    if (n_out)
+        *n_out = total * L;
+    if (total * L > cap)
+        return rlpi_error_set(RLP_E_OVERFLOW, "%s: %zu outputs do not fit in %zu", __func__, total * L, cap);
+    size_t written = 0;
+    for (size_t b = 0; b < n_seqs;) {
+        size_t e = next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
+        pack k;
+        if ((rc = pack_build(&k, seqs, b, e)) != RLP_OK)
+            return rc;
+        int32_t *rows = malloc((size_t)k.b.n_tokens * sizeof *rows);
+        if (!rows) {
+            pack_free(&k);
+            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        }
+        for (int64_t r = 0; r < k.b.n_tokens; r++)
+            rows[r] = (int32_t)r;
+        rc = rlpi_transformer_score(policy->tf, &k.b, rows, k.b.n_tokens, out + written, false);
+        written += (size_t)k.b.n_tokens * L;
+        free(rows);
+        pack_free(&k);
+        if (rc)
+            return rlpi_error_wrap("%s", __func__);
+        b = e;
+    }
+    return RLP_OK;
+}
+
 int rlp_loss_nll(rlp_loss_context *ctx, void *payload)
 {
     (void)payload;

@@ -363,6 +363,8 @@ static int setup_pre(rlpi_tokenizer *tok, const rlpi_tokenizer_spec *spec)
     if (!name || strcmp(name, "default") == 0 || strcmp(name, "gpt2") == 0 ||
         strcmp(name, "gpt-2") == 0)
         return compile_re(tok, PRE_GPT2);
+    if (strcmp(name, "none") == 0) /* the text is one word (a tokenizer.json that splits nothing) */
+        return RLP_OK;
     if (strcmp(name, "llama-bpe") == 0 || strcmp(name, "llama3") == 0 ||
         strcmp(name, "llama-v3") == 0) {
         tok->ignore_merges = true; /* Llama-3's tokenizer.json: "ignore_merges": true */

@@ -298,6 +298,12 @@ int rlpi_tokenizer_from_json(rlpi_tokenizer **out, const char *text, size_t len,
         rc = rlpi_error_set(RLP_E_UNSUPPORTED, "tokenizer.json: Llama-style BPE with a pre_tokenizer");
         goto done;
     }
+    /* A byte-level file whose pre-tokenizers split nothing (ByteLevel with
+     * use_regex false and nothing else, or none at all) has the whole text
+     * as one word, as HF tokenizers does; not the GPT-2 default split that
+     * a GGUF without tokenizer.ggml.pre gets. */
+    if (L.spec.model == RLPI_TOK_BYTE_BPE && L.spec.n_pre == 0)
+        L.spec.pre_name = "none";
 
     json_t *vocab = json_object_get(model, "vocab");
     json_t *added = json_object_get(root, "added_tokens");

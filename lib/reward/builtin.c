@@ -102,6 +102,7 @@ static const entry builtins[] = {
     {"lookup_em", rlpi_builtin_lookup_em},
     {"search_format", rlpi_builtin_search_format},
     {"tool_call_format", rlpi_builtin_tool_call_format},
+    {"reward_model", rlpi_builtin_reward_model},
 };
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])

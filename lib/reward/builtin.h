@@ -60,6 +60,7 @@ int rlpi_builtin_regex_match(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_lookup_em(rlpi_scorer **out, rlpi_opts *o);      /* tool_rewards.c */
 int rlpi_builtin_search_format(rlpi_scorer **out, rlpi_opts *o);
 int rlpi_builtin_tool_call_format(rlpi_scorer **out, rlpi_opts *o);
+int rlpi_builtin_reward_model(rlpi_scorer **out, rlpi_opts *o);  /* reward_model.c: ORM/PRM in process */
 
 /* What the content of the <answer> block must parse as for the format to
  * pass ("answer" option; see logic_rl_format in rlpost.h). */

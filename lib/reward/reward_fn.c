@@ -145,6 +145,7 @@ int rlp_reward_fn_create_builtin(rlp_reward_fn **out, const char *name, const ch
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(name, "name is NULL");
+    *out = NULL; /* a failed call leaves no stale handle behind */
     rlpi_scorer *sc;
     rlpi_builtin_common common;
     json_t *root;

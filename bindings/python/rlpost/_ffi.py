@@ -164,7 +164,8 @@ ModelInfo = _struct("rlp_model_info", [
     ("attention_bias", c_int32), ("n_params", c_uint64), ("n_tensors", c_uint64), ("dtypes", c_char * 128),
     ("activation", c_char * 16), ("qk_norm", c_int32), ("post_norms", c_int32), ("norm_offset", c_float),
     ("embed_scale", c_float), ("attn_scale", c_float), ("final_softcap", c_float), ("sliding_window", c_int32),
-    ("n_local_layers", c_int32), ("rope_theta_local", c_float)], version=2)
+    ("n_local_layers", c_int32), ("rope_theta_local", c_float),
+    ("score_labels", c_int32), ("score_per_token", c_int32)], version=3)
 
 LoraOptions = _struct("rlp_lora_options", [
     ("version", c_uint32), ("rank", c_int32), ("alpha", c_float), ("rslora", c_int32), ("targets", c_char_p),
@@ -504,6 +505,8 @@ FUNCTIONS = [
     ("rlp_policy_set_optimizer", c_int, [_h, P(OptimizerOptions)]),
     ("rlp_policy_logprobs", c_int,
      [_h, P(Sequence), c_size_t, c_float, P(c_float), P(c_float), c_size_t, P(c_size_t)]),
+    ("rlp_policy_score_labels", c_int, [P(c_uint32), _h]),
+    ("rlp_policy_score", c_int, [_h, P(Sequence), c_size_t, P(c_float), c_size_t, P(c_size_t)]),
     ("rlp_policy_train_step", c_int,
      [_h, P(Sequence), c_size_t, LossFn, c_void_p, P(TrainOptions), P(TrainStats)]),
     # trajectories and batches

@@ -410,6 +410,40 @@ class Policy(Handle):
             return finish(lp, got.value), finish(ent, got.value)
         return finish(lp, got.value)
 
+    @property
+    def score_labels(self):
+        """Outputs of the score head: 0 for a language model, >= 1 for a
+        value or reward model (an HF *ForSequenceClassification or
+        *ForTokenClassification folder; rlp_policy_score_labels())."""
+        n = ctypes.c_uint32()
+        with self._use() as p:
+            check(F.rlp_policy_score_labels(byref(n), p), "rlp_policy_score_labels")
+        return n.value
+
+    def score(self, sequences):
+        """The score head of a value or reward model at every token of each
+        sequence (rlp_policy_score()): a list with one entry per sequence,
+        each a list of n_tokens rows of score_labels floats (a numpy array
+        (n_tokens, labels) when numpy is installed). An ORM's score is the
+        last row; n_prompt is ignored."""
+        arr, n, _, keep = _sequences(sequences)
+        labels = self.score_labels
+        total = sum(a.n for a, _ in keep) * max(labels, 1)
+        out, out_ptr = empty(total, c_float)
+        got = c_size_t()
+        with self._use() as p:
+            check(F.rlp_policy_score(p, arr, n, out_ptr, max(total, 1), byref(got)), "rlp_policy_score")
+        flat = finish(out, got.value)
+        res, at = [], 0
+        for a, _ in keep:
+            part = flat[at: at + a.n * labels]
+            if HAVE_NUMPY:
+                res.append(_np.asarray(part, dtype=_np.float32).reshape(a.n, labels))
+            else:
+                res.append([list(part[t * labels: (t + 1) * labels]) for t in range(a.n)])
+            at += a.n * labels
+        return res
+
     def train_step(self, sequences, loss=None, temperature=1.0, micro_batch_tokens=0):
         """One optimizer step on the sequences with a loss over their
         logprobs: None for the built-in token-mean NLL, or a Python callable
