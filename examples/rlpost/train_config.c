@@ -40,7 +40,8 @@ static const char defaults_json[] =
     "  \"rollout_is_threshold\": 2.0, \"rollout_is_batch_normalize\": false, \"rollout_rs\": \"off\","
     "  \"rollout_rs_threshold\": 2.0, \"rollout_rs_threshold_lower\": 0.0, \"rollout_token_veto\": 0.0,"
     "  \"clip_cov_ratio\": 0.0002, \"clip_cov_lb\": 1.0, \"clip_cov_ub\": 5.0, \"kl_cov_ratio\": 0.0002,"
-    "  \"ppo_kl_coef\": 1.0},"
+    "  \"ppo_kl_coef\": 1.0, \"lam\": 1.0},"
+    "\"critic\": {\"path\": null, \"lr\": 0.0, \"warmup_steps\": 0, \"value_clip\": 0.5},"
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
     "\"sync\": {\"mode\": \"sync\", \"staleness\": 0, \"weights_dir\": null},"
@@ -63,7 +64,7 @@ static const struct {
     {"reward.library", JSON_STRING},    {"eval.seed", JSON_INTEGER},    {"eval.path", JSON_STRING},
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
     {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"checkpoint.gguf", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
-    {"algorithm.max_gen_batches", JSON_INTEGER},
+    {"algorithm.max_gen_batches", JSON_INTEGER}, {"critic.path", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

@@ -26,7 +26,7 @@ typedef struct named {
 
 static const named advantages[] = {{"grpo", RLP_ADV_GRPO}, {"dr_grpo", RLP_ADV_DR_GRPO}, {"rloo", RLP_ADV_RLOO},
                                    {"reinforce_pp", RLP_ADV_REINFORCE_PP}, {"reinforce", RLP_ADV_REINFORCE},
-                                   {NULL, 0}};
+                                   {"gae", RLP_ADV_GAE}, {NULL, 0}};
 static const named losses[] = {{"ppo_clip", RLP_LOSS_PPO_CLIP}, {"decoupled_ppo", RLP_LOSS_DECOUPLED_PPO},
                                {"gspo", RLP_LOSS_GSPO}, {"cispo", RLP_LOSS_CISPO},
                                {"gmpo", RLP_LOSS_GMPO}, {"geo_mean", RLP_LOSS_GMPO}, {"gpg", RLP_LOSS_GPG},
@@ -198,6 +198,15 @@ int train_check_config(run *r)
     RANGE("algorithm.agg_norm_constant", rl->agg_norm_constant >= 0 && isfinite(rl->agg_norm_constant),
           "≥ 0 (0: the step's longest sequence)");
     RANGE("algorithm.gamma", rl->gamma >= 0 && rl->gamma <= 1, "in [0, 1]");
+    RANGE("algorithm.lam", cfg_num(c, "algorithm.lam") >= 0 && cfg_num(c, "algorithm.lam") <= 1, "in [0, 1]");
+    RANGE("critic.lr", cfg_num(c, "critic.lr") >= 0 && isfinite(cfg_num(c, "critic.lr")),
+          "≥ 0 (0: the policy's optimizer.lr)");
+    RANGE("critic.value_clip", cfg_num(c, "critic.value_clip") >= 0 && isfinite(cfg_num(c, "critic.value_clip")),
+          "≥ 0 (0: no clipping)");
+    RANGE("critic.warmup_steps", cfg_int(c, "critic.warmup_steps") >= 0 && cfg_int(c, "critic.warmup_steps") <= 1000000,
+          "in [0, 1000000]");
+    RANGE("critic.path", rl->advantage == RLP_ADV_GAE || !cfg_str(c, "critic.path"),
+          "null unless algorithm.advantage is \"gae\" (a critic's values feed GAE only)");
     RANGE("algorithm.overlong_max", cfg_int(c, "algorithm.overlong_max") >= 0, "≥ 0");
     RANGE("algorithm.overlong_cache", cfg_int(c, "algorithm.overlong_cache") >= 0, "≥ 0");
     RANGE("algorithm.ppo_epochs", cfg_int(c, "algorithm.ppo_epochs") >= 1 && cfg_int(c, "algorithm.ppo_epochs") <= 1000,
@@ -800,6 +809,15 @@ static int make_trainer(run *r, int need_train)
     /* DAPO over-sampling goes with the filter it refills, in the on-policy modes on one rank (async
      * and data-parallel runs filter at train time; docs/configuration.md) */
     o.max_gen_batches = r->max_gen_batches;
+    /* PPO with a critic: algorithm.advantage "gae"; the critic a copy of the policy with a value head
+     * unless critic.path names a saved one */
+    if (r->rl.advantage == RLP_ADV_GAE) {
+        o.critic_path = cfg_str(r->cfg, "critic.path") ? cfg_str(r->cfg, "critic.path") : "policy";
+        o.critic_lr = (float)cfg_num(r->cfg, "critic.lr");
+        o.critic_warmup = (uint32_t)cfg_int(r->cfg, "critic.warmup_steps");
+        o.value_clip = (float)cfg_num(r->cfg, "critic.value_clip");
+        o.gae_lambda = (float)cfg_num(r->cfg, "algorithm.lam");
+    }
     /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
     o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
     o.tokenizer = r->ext_tok;

@@ -28,7 +28,14 @@ typedef enum rlp_advantage {
     RLP_ADV_REINFORCE_PP = 3,   /**< REINFORCE++ (Hu 2025): per-token reward −β·KLₜ (k1 against π_ref, if a
                                      reference is given and kl_in_reward) plus r at the last token,
                                      return-to-go with discount γ, normalised over the whole batch */
-    RLP_ADV_REINFORCE = 4       /**< rᵢ for every token: no baseline, no normalisation */
+    RLP_ADV_REINFORCE = 4,      /**< rᵢ for every token: no baseline, no normalisation */
+    RLP_ADV_GAE = 5             /**< PPO with a critic: GAE(γ, λ) (Schulman et al. 2016, arXiv:1506.02438) over
+                                     the model tokens with per-token reward r_t = −β·KLₜ (as REINFORCE++, with
+                                     kl_in_reward) plus r at the last token, V(s_t) from the critic, then the
+                                     whole-batch normalisation (whiten); returns = A + V train the critic.
+                                     Needs a critic's values: the trainer runs one
+                                     (rlp_trainer_options::critic_path); rlp_policy_train_rl() and
+                                     rlp_rl_advantages() refuse it */
 } rlp_advantage;
 
 /** Policy losses (values fixed). ρ = exp(log π_θ − log π_old); Â the advantage. */

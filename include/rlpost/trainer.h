@@ -75,8 +75,9 @@ typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void 
  *  multiturn (a version-1 caller's struct ends before it), 3
  *  rollout_weights, 4 max_gen_batches and rl of rlp_rl_options version 2
  *  (which moved every field after rl: callers of versions 1–3 pass the
- *  older layout, and the library converts it field by field). */
-#define RLP_TRAINER_OPTIONS_VERSION 4
+ *  older layout, and the library converts it field by field), 5 the
+ *  critic (appended: a version-4 struct ends before critic_path). */
+#define RLP_TRAINER_OPTIONS_VERSION 5
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -148,6 +149,26 @@ typedef struct rlp_trainer_options {
                                          groups at train time) and with more than one rank. The record's
                                          prompts are the kept groups'; its reward figures cover every sample
                                          generated; batch j > 0 samples with a seed derived from the step's */
+    /* (version 5) PPO with a critic (rl.advantage = RLP_ADV_GAE, which needs one; verl's and
+     * OpenRLHF's critic worker): every step computes V(s_t) of the step's tokens with the critic,
+     * GAE(rl.gamma, gae_lambda) advantages and returns, trains the policy on the advantages and
+     * then the critic on the returns, rl.ppo_epochs × rl.mini_batches optimizer steps each
+     * (rl.micro_batch_tokens too), with the clipped value loss
+     * ½·max((V − R)², (clip(V, V_old ± value_clip) − R)²), token-mean (verl compute_value_loss).
+     * Checkpoints (rlp_trainer_save) hold the critic and its optimizer. One rank only. */
+    const char *critic_path;        /**< (version 5) "policy": a copy of the policy's weights with a value
+                                         head (HF *ForTokenClassification, one output, zero-initialised:
+                                         V = 0 at the start); or an HF *ForTokenClassification folder with
+                                         one output (a saved critic); NULL (the default): no critic. Copied */
+    float critic_lr;                /**< (version 5) the critic's AdamW learning rate; 0 (the default) = the
+                                         policy's (its other optimizer options are the policy's) */
+    uint32_t critic_warmup;         /**< (version 5) the first N steps train the critic only (verl's
+                                         critic_warmup): the policy's weights stay, its version still
+                                         advances by one a step; default 0 */
+    float value_clip;               /**< (version 5) ε of the value loss's clip around the step's values
+                                         (verl's cliprange_value); default 0.5; 0 = no clipping */
+    float gae_lambda;               /**< (version 5) λ of GAE in [0, 1]; default 1 (verl's lam: then
+                                         A_t = Σ γ^k r_{t+k} − V(s_t)) */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -156,7 +177,7 @@ typedef struct rlp_trainer_options {
 RLP_API int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version);
 
 /** Version of rlp_step_record understood by this header. */
-#define RLP_STEP_RECORD_VERSION 5
+#define RLP_STEP_RECORD_VERSION 6
 
 /**
  * What one rlp_trainer_step() did. Seconds are wall-clock. In SYNC and
@@ -224,6 +245,16 @@ typedef struct rlp_step_record {
     double rollout_rs_masked;      /**< share of model tokens rejected (rollout_rs and the veto) */
     double rollout_rs_seq_masked;  /**< share of sequences with at least one rejected token */
     double rollout_veto;           /**< share of sequences vetoed */
+    /* (version 6) PPO with a critic (rlp_trainer_options::critic_path); all zero without one */
+    double value_loss;             /**< the critic's clipped value loss, mean over its optimizer steps (before
+                                        each update) */
+    double value_clipfrac;         /**< share of trained tokens where the clipped term won (mean over steps) */
+    double values_mean;            /**< V(s_t) at the step's start, mean over trained tokens */
+    double returns_mean;           /**< GAE returns, mean over trained tokens */
+    double value_explained_var;    /**< 1 − Var(R − V)/Var(R) over trained tokens at the step's start (NaN when
+                                        Var(R) = 0) */
+    double critic_grad_norm;       /**< of the critic's last optimizer step, before clipping */
+    double critic_seconds;         /**< values + critic updates */
 } rlp_step_record;
 
 /**

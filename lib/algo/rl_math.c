@@ -4,6 +4,8 @@
  * rounding in a mean never turns "no signal" into a push (verl PR #4597). */
 #include "algo/rl_math.h"
 
+#include "algo/gae.h"
+
 #include "core/error.h"
 
 #include <math.h>
@@ -19,7 +21,7 @@ int rlpi_rl_options_check(const rlp_rl_options *o)
             return rlpi_error_set(RLP_E_INVALID_ARG, "RL options: %s", what);            \
     } while (0)
     BAD(o->version != RLP_RL_OPTIONS_VERSION, "unknown version (convert older callers' options first)");
-    BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_REINFORCE, "advantage is not an rlp_advantage");
+    BAD(o->advantage < RLP_ADV_GRPO || o->advantage > RLP_ADV_GAE, "advantage is not an rlp_advantage");
     BAD(!(o->adv_eps >= 0) || !isfinite(o->adv_eps), "adv_eps must be finite and >= 0");
     BAD(!(o->gamma >= 0 && o->gamma <= 1), "gamma must be in [0, 1]");
     BAD(o->policy_loss < RLP_LOSS_PPO_CLIP || o->policy_loss > RLP_LOSS_KL_COV, "policy_loss is not an rlp_policy_loss");
@@ -183,11 +185,64 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
     return rc;
 }
 
+/* GAE with the critic's values (RLP_ADV_GAE): the per-token rewards of
+ * REINFORCE++ (outcome at the last training token, process rewards, KL
+ * shaping with kl_in_reward), then rlpi_gae over the training tokens
+ * (observations and rejected tokens are skipped by the recursion), the
+ * returns A + V to s->returns; the whole-batch normalisation is the
+ * caller's (*norm_eps), as verl whitens GAE advantages. Episodes are
+ * terminal after their last token (verl, OpenRLHF): a completion cut by
+ * the length limit is not bootstrapped. */
+static int gae_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv, rlpi_adv_info *info,
+                          double *norm_eps)
+{
+    if (!s->values || !s->returns)
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "advantages: GAE needs a critic's values (the trainer runs one: "
+                              "rlp_trainer_options.critic_path)");
+    size_t n = s->n_seqs ? s->tok_start[s->n_seqs] : 0;
+    float *r = malloc((n ? n : 1) * sizeof *r);
+    uint8_t *on = malloc(n ? n : 1);
+    if (!r || !on) {
+        free(r);
+        free(on);
+        return rlpi_error_set(RLP_E_NOMEM, "advantages: out of memory");
+    }
+    for (size_t i = 0; i < s->n_seqs; i++) {
+        size_t b = s->tok_start[i], e = s->tok_start[i + 1], last = e;
+        for (size_t t = e; last == e && t-- > b;)
+            if (rlpi_rl_on(s, t))
+                last = t;
+        for (size_t t = b; t < e; t++) {
+            on[t] = (uint8_t)rlpi_rl_on(s, t);
+            double x = t == last ? (double)s->reward[i] : 0.0;
+            if (on[t] && s->token_reward)
+                x += s->token_reward[t];
+            if (on[t] && o->kl_in_reward && o->kl_estimator && s->logp_ref)
+                x -= (double)o->kl_coef * kl_value(o->kl_estimator, (double)s->logp_old[t] - (double)s->logp_ref[t]);
+            r[t] = (float)x;
+        }
+    }
+    rlpi_gae_seqs g = {.n_seqs = s->n_seqs, .tok_start = s->tok_start, .token_reward = r, .values = s->values,
+                       .mask = on, .bootstrap = NULL};
+    int rc = rlpi_gae(&g, o->gamma, s->gae_lambda, adv, s->returns);
+    free(r);
+    free(on);
+    if (rc)
+        return rc;
+    *norm_eps = 1e-8;
+    if (info)
+        *info = (rlpi_adv_info){.n_groups = s->n_seqs};
+    return RLP_OK;
+}
+
 int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *adv,
                                     rlpi_adv_info *info, double *norm_eps)
 {
     *norm_eps = -1;
     rlpi_adv_info inf = {0};
+    if (o->advantage == RLP_ADV_GAE)
+        return gae_advantages(o, s, adv, info, norm_eps);
     if (o->advantage == RLP_ADV_REINFORCE_PP) {
         /* per-token reward, return-to-go, whole-batch normalisation. The
          * steps are the model's tokens: an observation (mask 0) is the

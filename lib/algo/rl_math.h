@@ -28,6 +28,11 @@ typedef struct rlpi_rl_seqs {
     const uint8_t *keep;         /* (n_tokens) 0: a model token rejected by the rollout correction or the
                                     overlong filter (rlpi_rl_reject), from then on treated as the
                                     observations are; NULL = none rejected */
+    /* GAE (RLP_ADV_GAE) only: the critic's V(s_t) per token and λ in; the
+     * returns A + V out (0 where a token does not train) */
+    const float *values;         /* (n_tokens) */
+    float gae_lambda;
+    float *returns;              /* (n_tokens) */
 } rlpi_rl_seqs;
 
 /* Whether token t (an index into the per-token arrays) is the model's. */

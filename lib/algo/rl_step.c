@@ -65,7 +65,9 @@ static bool prox_from_training(const rlp_rl_options *o, bool need_ref)
     if (o->rollout_rs || o->rollout_token_veto > 0 || (o->rollout_is && o->rollout_is_batch_normalize) ||
         o->policy_loss == RLP_LOSS_CLIP_COV || o->policy_loss == RLP_LOSS_KL_COV)
         return false;
-    return !(o->advantage == RLP_ADV_REINFORCE_PP && o->kl_in_reward && o->kl_estimator && need_ref);
+    /* per-token KL shaping reads π_prox before training */
+    return !((o->advantage == RLP_ADV_REINFORCE_PP || o->advantage == RLP_ADV_GAE) && o->kl_in_reward &&
+             o->kl_estimator && need_ref);
 }
 
 typedef struct rl_step {
@@ -200,7 +202,8 @@ static void correction_metrics(rlpi_rl_mismatch *mm, const rlp_rl_options *o, co
 }
 
 static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
-                    const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
+                    const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm,
+                    const rlpi_rl_critic_io *cio)
 {
     RLPI_CHECK_ARG(policy, "policy is NULL");
     RLPI_CHECK_ARG(batch, "batch is NULL");
@@ -212,6 +215,16 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         return rlpi_error_wrap("%s", __func__);
     if (!policy->trainable)
         return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
+    bool gae = o.advantage == RLP_ADV_GAE;
+    if (gae && !cio)
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              "%s: advantage GAE needs a critic's values; the trainer runs a critic "
+                              "(rlp_trainer_options.critic_path)",
+                              __func__);
+    if (gae && policy->comm)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: PPO with a critic is not data-parallel here", __func__);
+    if (cio && (!cio->item_start || !cio->values || !cio->returns || !cio->item_used))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: incomplete critic values", __func__);
     bool need_ref = o.kl_estimator != 0 && o.kl_coef > 0;
     if (need_ref && !ref)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: a KL coefficient needs a reference policy", __func__);
@@ -354,6 +367,23 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
                 memset(mask + tok_start[k], 1, t->n_tokens);
         }
     }
+    /* PPO with a critic: its values at the step's tokens; the returns come back */
+    float *vals = NULL, *rets = NULL;
+    if (!rc && gae) {
+        vals = malloc((n_tok ? n_tok : 1) * sizeof *vals);
+        rets = calloc(n_tok ? n_tok : 1, sizeof *rets);
+        if (!vals || !rets)
+            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        for (size_t k = 0; !rc && k < used; k++) {
+            const rlpi_traj *t = &batch->items[pick[k]];
+            if (cio->item_start[pick[k] + 1] - cio->item_start[pick[k]] != t->n_tokens) {
+                rc = rlpi_error_set(RLP_E_INVALID_ARG, "%s: item %zu has %zu values for %zu tokens", __func__,
+                                    pick[k], cio->item_start[pick[k] + 1] - cio->item_start[pick[k]], t->n_tokens);
+                break;
+            }
+            memcpy(vals + tok_start[k], cio->values + cio->item_start[pick[k]], t->n_tokens * sizeof *vals);
+        }
+    }
     bool reuse = prox_from_training(&o, need_ref);
     if (!rc && used > 0) {
         /* 4. π_prox with the current weights, unless the training forward
@@ -372,7 +402,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     rl_step st = {.o = &o,
                   .all = {.n_seqs = used, .tok_start = tok_start, .group = group, .reward = reward,
                           .token_reward = have_token_rewards ? tokr : NULL, .logp_old = old,
-                          .logp_behav = behav, .logp_ref = need_ref ? refl : NULL, .mask = mask},
+                          .logp_behav = behav, .logp_ref = need_ref ? refl : NULL, .mask = mask,
+                          .values = vals, .gae_lambda = cio ? cio->lambda : 1.0f, .returns = rets},
                   .fill_old = reuse ? old : NULL,
                   .adv = adv};
     st.norm.is_div = 1.0;
@@ -424,6 +455,15 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         rc = dp_advantages(comm, &o, &st.all, adv, &ai);
     else if (!rc && used > 0)
         rc = rlpi_rl_advantages(&o, &st.all, adv, &ai);
+    if (!rc && gae) { /* the returns, back to the caller's per-item layout */
+        memset(cio->returns, 0, cio->item_start[batch->n] * sizeof *cio->returns);
+        memset(cio->item_used, 0, batch->n);
+        for (size_t k = 0; k < used; k++) {
+            memcpy(cio->returns + cio->item_start[pick[k]], rets + tok_start[k],
+                   (tok_start[k + 1] - tok_start[k]) * sizeof *rets);
+            cio->item_used[pick[k]] = 1;
+        }
+    }
     S.n_groups = ai.n_groups + S.filtered_groups;
     S.zero_std_groups = ai.zero_std_groups + S.filtered_groups;
     double adv_sum = 0, adv_sq = 0; /* for the statistics of a data-parallel step */
@@ -459,7 +499,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         rc = rlpi_comm_all_reduce_host(comm, g, 2, RLPI_DT_F64, RLP_REDUCE_MAX);
     }
     double g_longest = g[0];
-    for (uint32_t ep = 0; !rc && g[1] > 0 && ep < o.ppo_epochs; ep++)
+    uint32_t epochs = cio && cio->advantages_only ? 0 : o.ppo_epochs;
+    for (uint32_t ep = 0; !rc && g[1] > 0 && ep < epochs; ep++)
         for (uint32_t mb = 0; !rc && mb < mbs; mb++) {
             size_t b = used * mb / mbs, e = used * (mb + 1) / mbs;
             st.mb_first = b;
@@ -564,6 +605,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
     free(mask);
     free(keep);
     free(cov_pick);
+    free(vals);
+    free(rets);
     free(arr);
     free(reward);
     free(group);
@@ -580,10 +623,17 @@ int rlp_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_po
 int rlpi_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                          const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm)
 {
+    return rlpi_policy_train_rl_critic(policy, batch, ref, opts, stats, mm, NULL);
+}
+
+int rlpi_policy_train_rl_critic(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                                const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm,
+                                const rlpi_rl_critic_io *critic)
+{
     if (mm)
         *mm = (rlpi_rl_mismatch){.is_mean = 1, .is_min = 1, .is_max = 1, .corr_is_mean = 1, .corr_is_min = 1,
                                  .corr_is_max = 1, .corr_is_ess = 1};
-    int rc = train_rl(policy, batch, ref, opts, stats, mm);
+    int rc = train_rl(policy, batch, ref, opts, stats, mm, critic);
     if (rc != RLP_OK && policy && policy->comm && rc != RLP_E_CLOSED && rc != RLP_E_TIMEOUT)
         rlpi_dp_fail(policy->comm, "RL step", rc); /* the peers would wait for this rank forever */
     return rc;

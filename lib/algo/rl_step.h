@@ -39,6 +39,26 @@ typedef struct rlpi_rl_mismatch {
 int rlpi_policy_train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
                          const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm);
 
+/* What PPO with a critic (RLP_ADV_GAE) adds to a step: the critic's values
+ * of every batch item's completion tokens in, the GAE returns out (what
+ * the critic then trains on). Flat arrays over the batch's items in
+ * order, item i's completion tokens at [item_start[i], item_start[i+1]). */
+typedef struct rlpi_rl_critic_io {
+    const size_t *item_start; /* (batch size + 1) */
+    const float *values;      /* V(s_t), in */
+    float lambda;             /* GAE's λ */
+    float *returns;           /* out: A + V of each token that trained; 0 elsewhere (observations, rejected
+                                 tokens, items the step did not use) */
+    uint8_t *item_used;       /* out, (batch size): 1 for the items the step trained on */
+    int advantages_only;      /* 1: advantages and returns only, no optimizer step (the critic's warm-up);
+                                 the version still advances, as for a step without updates */
+} rlpi_rl_critic_io;
+
+/* rlpi_policy_train_rl with a critic's values (NULL: as without). */
+int rlpi_policy_train_rl_critic(rlp_policy *policy, const rlp_batch *batch, const rlp_policy *ref,
+                                const rlp_rl_options *opts, rlp_rl_stats *stats, rlpi_rl_mismatch *mm,
+                                const rlpi_rl_critic_io *critic);
+
 /* 1: every RL step runs the separate π_prox forward (the behaviour before
  * the reuse); 0 (the default): it is skipped where the training forward
  * gives the same logprobs (one epoch, one mini-batch, no consumer of π_prox

@@ -22,9 +22,8 @@ static const rlp_policy_options default_policy_options = RLP_POLICY_OPTIONS_INIT
 static const rlp_optimizer_options default_optimizer_options = RLP_OPTIMIZER_OPTIONS_INIT;
 static const rlp_train_options default_train_options = RLP_TRAIN_OPTIONS_INIT;
 
-/* Forward-only passes (logprobs) are cut into packs of this many tokens so
- * that activation memory stays bounded whatever the caller passes. */
-#define LOGPROB_PACK_TOKENS 4096
+/* forward-only packs: RLPI_LOGPROB_PACK_TOKENS (policy.h) */
+#define LOGPROB_PACK_TOKENS RLPI_LOGPROB_PACK_TOKENS
 
 int rlp_policy_options_init(rlp_policy_options *opts, uint32_t version)
 {
@@ -213,7 +212,7 @@ static size_t scored_tokens(const rlp_sequence *s)
     return s->n_tokens > first ? s->n_tokens - first : 0;
 }
 
-static int check_seqs(const rlp_policy *p, const rlp_sequence *seqs, size_t n, const char *fn)
+int rlpi_policy_check_seqs(const rlp_policy *p, const rlp_sequence *seqs, size_t n, const char *fn)
 {
     if (!seqs || n == 0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: no sequences", fn);
@@ -236,15 +235,9 @@ static int check_seqs(const rlp_policy *p, const rlp_sequence *seqs, size_t n, c
     return RLP_OK;
 }
 
-/* A packed batch of seqs[begin, end) with its host arrays. */
-typedef struct pack {
-    rlpi_packed_batch b;
-    int64_t *seq_start;
-    int32_t *tokens, *positions, *targets;
-    size_t n_scored;
-} pack;
+typedef rlpi_pack pack; /* policy.h */
 
-static void pack_free(pack *k)
+void rlpi_pack_free(pack *k)
 {
     free(k->seq_start);
     free(k->tokens);
@@ -253,7 +246,7 @@ static void pack_free(pack *k)
     memset(k, 0, sizeof *k);
 }
 
-static int pack_build(pack *k, const rlp_sequence *seqs, size_t begin, size_t end)
+int rlpi_pack_build(pack *k, const rlp_sequence *seqs, size_t begin, size_t end)
 {
     memset(k, 0, sizeof *k);
     size_t n = 0;
@@ -264,7 +257,7 @@ static int pack_build(pack *k, const rlp_sequence *seqs, size_t begin, size_t en
     k->positions = malloc(n * sizeof(int32_t));
     k->targets = malloc(n * sizeof(int32_t));
     if (!k->seq_start || !k->tokens || !k->positions || !k->targets) {
-        pack_free(k);
+        rlpi_pack_free(k);
         return rlpi_error_set(RLP_E_NOMEM, "policy: out of memory packing %zu tokens", n);
     }
     size_t o = 0;
@@ -305,7 +298,7 @@ static size_t greedy_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_
  * 200): less work per pass over the weights, and the transformer's
  * buffers shrink for it and grow again (page faults) at the next step's
  * first micro-batch. */
-static size_t next_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_t budget)
+size_t rlpi_pack_next_cut(const rlp_sequence *seqs, size_t n, size_t begin, size_t budget)
 {
     size_t k = 0, left = 0;
     for (size_t b = begin; b < n; k++) {
@@ -352,7 +345,7 @@ int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size
     RLPI_CHECK_ARG(logprobs, "logprobs is NULL");
     if (!(temperature > 0) || !isfinite(temperature))
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: temperature %g must be > 0", __func__, (double)temperature);
-    int rc = check_seqs(policy, seqs, n_seqs, __func__);
+    int rc = rlpi_policy_check_seqs(policy, seqs, n_seqs, __func__);
     if (rc)
         return rc;
     size_t total = 0;
@@ -365,13 +358,13 @@ int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size
     }
     size_t written = 0;
     for (size_t b = 0; b < n_seqs;) {
-        size_t e = next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
+        size_t e = rlpi_pack_next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
         pack k;
-        if ((rc = pack_build(&k, seqs, b, e)) != RLP_OK)
+        if ((rc = rlpi_pack_build(&k, seqs, b, e)) != RLP_OK)
             return rc;
         float *lp = malloc((size_t)k.b.n_tokens * 2 * sizeof(float));
         if (!lp) {
-            pack_free(&k);
+            rlpi_pack_free(&k);
             return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         }
         rc = rlpi_transformer_forward(policy->tf, &k.b, 1.0f / temperature, lp, lp + k.b.n_tokens, false);
@@ -382,7 +375,7 @@ int rlp_policy_logprobs(const rlp_policy *policy, const rlp_sequence *seqs, size
             written += k.n_scored;
         }
         free(lp);
-        pack_free(&k);
+        rlpi_pack_free(&k);
         if (rc)
             return rlpi_error_wrap("%s", __func__);
         b = e;
@@ -411,7 +404,7 @@ int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t 
                               "%s: the policy is a language model; a value or reward model (an HF "
                               "*ForSequenceClassification or *ForTokenClassification folder) has a score head",
                               __func__);
-    int rc = check_seqs(policy, seqs, n_seqs, __func__);
+    int rc = rlpi_policy_check_seqs(policy, seqs, n_seqs, __func__);
     if (rc)
         return rc;
     size_t L = (size_t)c->score_labels, total = 0;
@@ -423,13 +416,13 @@ int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t 
         return rlpi_error_set(RLP_E_OVERFLOW, "%s: %zu outputs do not fit in %zu", __func__, total * L, cap);
     size_t written = 0;
     for (size_t b = 0; b < n_seqs;) {
-        size_t e = next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
+        size_t e = rlpi_pack_next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
         pack k;
-        if ((rc = pack_build(&k, seqs, b, e)) != RLP_OK)
+        if ((rc = rlpi_pack_build(&k, seqs, b, e)) != RLP_OK)
             return rc;
         int32_t *rows = malloc((size_t)k.b.n_tokens * sizeof *rows);
         if (!rows) {
-            pack_free(&k);
+            rlpi_pack_free(&k);
             return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         }
         for (int64_t r = 0; r < k.b.n_tokens; r++)
@@ -437,7 +430,7 @@ int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t 
         rc = rlpi_transformer_score(policy->tf, &k.b, rows, k.b.n_tokens, out + written, false);
         written += (size_t)k.b.n_tokens * L;
         free(rows);
-        pack_free(&k);
+        rlpi_pack_free(&k);
         if (rc)
             return rlpi_error_wrap("%s", __func__);
         b = e;
@@ -465,7 +458,7 @@ int rlp_loss_nll(rlp_loss_context *ctx, void *payload)
  * failure handling around it. */
 /* One optimizer step over the transformer's parameter/gradient buffers,
  * handed to the optimizer as a view (lib/optim knows nothing of models). */
-static int optimizer_step(rlp_policy *policy, double *grad_norm, float *lr, bool *skipped)
+int rlpi_policy_optimizer_step(rlp_policy *policy, double *grad_norm, float *lr, bool *skipped)
 {
     size_t n = rlpi_transformer_n_trainable_tensors(policy->tf);
     rlpi_param_span *spans = malloc((n ? n : 1) * sizeof *spans);
@@ -497,7 +490,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         return rlpi_error_set(RLP_E_STATE, "%s: the policy is frozen", __func__);
     rlp_comm *comm = policy->comm;
     /* a data-parallel rank may have no share of this step */
-    int rc = comm && n_seqs == 0 ? RLP_OK : check_seqs(policy, seqs, n_seqs, __func__);
+    int rc = comm && n_seqs == 0 ? RLP_OK : rlpi_policy_check_seqs(policy, seqs, n_seqs, __func__);
     if (rc)
         return rc;
     size_t step_tokens = 0, step_seqs = n_seqs;
@@ -520,9 +513,9 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
     if ((rc = rlpi_transformer_zero_grad(policy->tf)) != RLP_OK)
         return rc;
     for (size_t b = 0; b < n_seqs && rc == RLP_OK;) {
-        size_t e = next_cut(seqs, n_seqs, b, opts->micro_batch_tokens);
+        size_t e = rlpi_pack_next_cut(seqs, n_seqs, b, opts->micro_batch_tokens);
         pack k;
-        if ((rc = pack_build(&k, seqs, b, e)) != RLP_OK)
+        if ((rc = rlpi_pack_build(&k, seqs, b, e)) != RLP_OK)
             break;
         size_t nt = (size_t)k.b.n_tokens, ns = e - b;
         /* packed logp, entropy, dlogp, dentropy; scored versions of the four */
@@ -531,7 +524,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         if (!buf || !idx) {
             free(buf);
             free(idx);
-            pack_free(&k);
+            rlpi_pack_free(&k);
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
             break;
         }
@@ -568,7 +561,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         }
         free(buf);
         free(idx);
-        pack_free(&k);
+        rlpi_pack_free(&k);
         st.n_micro_batches++;
         b = e;
     }
@@ -590,7 +583,7 @@ static int train_step(rlp_policy *policy, const rlp_sequence *seqs, size_t n_seq
         entropy_sum = sums[1];
     }
     bool skipped = false;
-    rc = optimizer_step(policy, &st.grad_norm, &st.lr, &skipped);
+    rc = rlpi_policy_optimizer_step(policy, &st.grad_norm, &st.lr, &skipped);
     /* applied or not, the gradients are dead now (the next step zeroes
      * them first): out of the resident set until then */
     rlpi_transformer_release_grads(policy->tf);

@@ -219,7 +219,16 @@ char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r)
     json_object_set_new(m, "rollout_idle_seconds", json_real(r->rollout_idle_seconds));
     json_object_set_new(m, "step_seconds", json_real(r->step_seconds));
     json_object_set_new(m, "tokens_per_second", jnum(r->tokens_per_second));
-    if (r->episodes) { /* multi-turn runs only: single-turn records keep their keys */
+    if (t->critic) { /* PPO with a critic only */
+        json_object_set_new(m, "value_loss", jnum(r->value_loss));
+        json_object_set_new(m, "value_clipfrac", jnum(r->value_clipfrac));
+        json_object_set_new(m, "values_mean", jnum(r->values_mean));
+        json_object_set_new(m, "returns_mean", jnum(r->returns_mean));
+        json_object_set_new(m, "value_explained_var", jnum(r->value_explained_var));
+        json_object_set_new(m, "critic_grad_norm", jnum(r->critic_grad_norm));
+        json_object_set_new(m, "critic_seconds", jnum(r->critic_seconds));
+    }
+        if (r->episodes) { /* multi-turn runs only: single-turn records keep their keys */
         json_object_set_new(m, "episodes", juint(r->episodes));
         json_object_set_new(m, "turns_mean", jnum(r->turns_mean));
         json_object_set_new(m, "turns_max", juint(r->turns_max));

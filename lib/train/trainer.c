@@ -32,6 +32,9 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
     t->o.api_key = t->o.weights_dir = t->o.rollout_inbox = NULL;
     if (o->rollout_inbox && !(t->inbox = strdup(o->rollout_inbox)))
         return RLP_E_NOMEM;
+    if (o->critic_path && !(t->critic_path = strdup(o->critic_path)))
+        return RLP_E_NOMEM;
+    t->o.critic_path = t->critic_path;
     t->n_metrics = o->n_metrics;
     for (size_t i = 0; i < o->n_metrics; i++) {
         t->metrics[i] = o->metrics[i];
@@ -94,6 +97,20 @@ static int check_options(const rlp_trainer_options *o)
                              !*o->rollout_inbox))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: rollout_inbox needs RLP_TRAIN_ASYNC and "
                               "weights_dir (where the workers load each version from), and not worker_urls");
+    bool gae = o->rl.advantage == RLP_ADV_GAE;
+    if (gae != (o->critic_path != NULL))
+        return rlpi_error_set(RLP_E_INVALID_ARG,
+                              gae ? "rlp_trainer_create: rl.advantage GAE needs a critic: set opts->critic_path "
+                                    "(\"policy\" for a copy of the policy with a value head)"
+                                  : "rlp_trainer_create: opts->critic_path is set but rl.advantage is not GAE (the "
+                                    "critic's values would go unused)");
+    if (o->critic_path && !*o->critic_path)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->critic_path is empty");
+    if (!(o->value_clip >= 0) || !isfinite(o->value_clip) || !(o->critic_lr >= 0) || !isfinite(o->critic_lr) ||
+        !(o->gae_lambda >= 0 && o->gae_lambda <= 1))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: value_clip (%g) and critic_lr (%g) must be "
+                              "finite and >= 0, gae_lambda (%g) in [0, 1]",
+                              (double)o->value_clip, (double)o->critic_lr, (double)o->gae_lambda);
     if (o->n_worker_urls && (!o->weights_dir || !*o->weights_dir))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
                               "the workers load each published version from)");
@@ -264,6 +281,10 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     }
     t->ext_tok = own ? NULL : o.tokenizer;
     t->tok = own;
+    if ((rc = rlpi_train_critic_create(t))) {
+        rlp_trainer_free(t);
+        return rc;
+    }
     const int separate = o.mode == RLP_TRAIN_ASYNC || t->remote;
     if (!separate)
         rc = local_engine(t, &t->engine, policy, o.mode == RLP_TRAIN_SYNC, engine_batch(t));
@@ -309,6 +330,8 @@ void rlp_trainer_free(rlp_trainer *t)
     free(t->api_key);
     free(t->weights_dir);
     free(t->inbox);
+    free(t->critic_path);
+    rlp_policy_free(t->critic);
     rlpi_sampling_copy_free(&t->sampling_copy);
     free(t->prompt_ids);
     free(t);
@@ -710,7 +733,9 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
      * copy is re-made before the next decode either way */
     if (!rc && t->o.mode == RLP_TRAIN_SYNC && t->engine)
         rlpi_engine_release_qweights(t->engine);
-    if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
+    if (!rc && t->critic)
+        rc = rlpi_train_critic_step(t, b, &rec, &mm);
+    else if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
         rlpi_error_wrap("RL step");
     if (!rc) {
         rec.mismatch_kl = mm.kl;
@@ -755,9 +780,11 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
     t->last = rec;
     t->have_last = 1;
     if (out) { /* a version-1 caller's record ends before the episode fields, a version-2 one before the
-                * mismatch, a version-3 one before publish_bytes, a version-4 one before gen_batches */
+                * mismatch, a version-3 one before publish_bytes, a version-4 one before gen_batches,
+                * a version-5 one before value_loss */
         uint32_t v = out->version;
-        memcpy(out, &rec, v >= 5   ? sizeof rec
+        memcpy(out, &rec, v >= 6   ? sizeof rec
+                          : v == 5 ? offsetof(rlp_step_record, value_loss)
                           : v == 4 ? offsetof(rlp_step_record, gen_batches)
                           : v == 3 ? offsetof(rlp_step_record, publish_bytes)
                           : v == 2 ? offsetof(rlp_step_record, mismatch_kl)

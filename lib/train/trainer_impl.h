@@ -66,7 +66,19 @@ struct rlp_trainer {
     rlp_rollout_worker_stats seen; /* ASYNC: the worker's counters at the previous step */
     uint64_t seen_dropped;
     unsigned pull_warnings;
+    char *critic_path;             /* o.critic_path's copy, or NULL */
+    rlp_policy *critic;            /* PPO's value model (critic.c), or NULL */
 };
+
+/* critic.c: PPO with a critic. create: from o.critic_path (nothing
+ * without one); step: values, the RL step on GAE advantages and the
+ * critic's updates, filling rec's value figures and rec->rl; save/load:
+ * <dir>/critic of a checkpoint (nothing without a critic). */
+int rlpi_train_critic_create(rlp_trainer *t);
+struct rlpi_rl_mismatch;
+int rlpi_train_critic_step(rlp_trainer *t, const rlp_batch *b, rlp_step_record *rec, struct rlpi_rl_mismatch *mm);
+int rlpi_train_critic_save(rlp_trainer *t, const char *dir, int dtype);
+int rlpi_train_critic_load(rlp_trainer *t, const char *dir);
 
 /* step_record.c: the record as JSON (malloc'd text, NULL when out of memory). */
 char *rlpi_train_record_json(const rlp_trainer *t, const rlp_step_record *r);

@@ -19,6 +19,8 @@ static void defaults(rlp_trainer_options *d)
     rlp_sampling_options_init(&d->sampling, RLP_SAMPLING_OPTIONS_VERSION);
     rlp_rl_options_init(&d->rl, RLP_RL_OPTIONS_VERSION);
     rlp_multiturn_options_init(&d->multiturn, RLP_MULTITURN_OPTIONS_VERSION);
+    d->value_clip = 0.5f;
+    d->gae_lambda = 1.0f;
 }
 
 /* How many bytes of the frozen layout a caller of @p version owns. */
@@ -60,6 +62,11 @@ int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
         *opts = d;
         return RLP_OK;
     }
+    if (version == 4) { /* the current layout cut before the critic */
+        d.version = 4;
+        memcpy(opts, &d, offsetof(rlp_trainer_options, critic_path));
+        return RLP_OK;
+    }
     rlpi_trainer_options_v3 old;
     to_v3(&old, &d);
     old.version = version;
@@ -75,6 +82,11 @@ int rlpi_trainer_options_upgrade(rlp_trainer_options *out, const rlp_trainer_opt
     RLPI_CHECK_ARG(in->version >= 1 && in->version <= RLP_TRAINER_OPTIONS_VERSION, "opts->version: unknown version");
     if (in->version == RLP_TRAINER_OPTIONS_VERSION) {
         *out = *in;
+        return RLP_OK;
+    }
+    if (in->version == 4) { /* the current layout cut before the critic */
+        memcpy(out, in, offsetof(rlp_trainer_options, critic_path));
+        out->version = RLP_TRAINER_OPTIONS_VERSION;
         return RLP_OK;
     }
     rlpi_trainer_options_v3 o = {0};

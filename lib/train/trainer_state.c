@@ -80,6 +80,8 @@ int rlp_trainer_checkpoint(rlp_trainer *t, const char *dir, int dtype, const cha
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!rc)
         rc = rlp_policy_save_optimizer(t->policy, path);
+    if (!rc)
+        rc = rlpi_train_critic_save(t, dir, dtype);
     if (rc) {
         json_decref(host);
         return rlpi_error_wrap("%s: %s", __func__, dir);
@@ -164,6 +166,8 @@ int rlp_trainer_resume(rlp_trainer *t, const char *dir)
         t->policy->weights_gen++;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (!rc && (rc = rlp_policy_load_optimizer(t->policy, path)))
+        rlpi_error_wrap("%s", __func__);
+    if (!rc && (rc = rlpi_train_critic_load(t, dir)))
         rlpi_error_wrap("%s", __func__);
     rlp_policy_version(&pv, t->policy);
     if (!rc && json_is_integer(version) && (uint64_t)json_integer_value(version) != pv)

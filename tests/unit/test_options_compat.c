@@ -115,11 +115,33 @@ static void test_trainer_options_v1_to_v3(void **state)
     assert_int_equal(rlpi_trainer_options_upgrade(&o, &cur), RLP_E_INVALID_ARG);
 }
 
+/* version 4: the current layout cut before the critic (version 5 appended it) */
+static void test_trainer_options_v4(void **state)
+{
+    (void)state;
+    volatile size_t n4 = offsetof(rlp_trainer_options, critic_path); /* volatile: the compiler must not know the
+                                                                      * allocation is shorter than the type */
+    rlp_trainer_options *old = malloc(n4); /* exactly a version-4 caller's struct: ASan sees any access past it */
+    assert_int_equal(rlp_trainer_options_init(old, 4), RLP_OK);
+    assert_int_equal(old->version, 4);
+    assert_int_equal(old->rl.version, RLP_RL_OPTIONS_VERSION);
+    old->max_gen_batches = 3;
+    old->rl.advantage = RLP_ADV_RLOO;
+    rlp_trainer_options o;
+    assert_int_equal(rlpi_trainer_options_upgrade(&o, old), RLP_OK);
+    assert_int_equal(o.version, RLP_TRAINER_OPTIONS_VERSION);
+    assert_true(o.max_gen_batches == 3 && o.rl.advantage == RLP_ADV_RLOO);
+    assert_true(o.critic_path == NULL && o.critic_lr == 0.0f && o.critic_warmup == 0);
+    assert_true(o.value_clip == 0.5f && o.gae_lambda == 1.0f);
+    free(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rl_options_v1),
         cmocka_unit_test(test_trainer_options_v1_to_v3),
+        cmocka_unit_test(test_trainer_options_v4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

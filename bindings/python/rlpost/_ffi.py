@@ -384,7 +384,9 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("metrics", POINTER(TrainerMetric)), ("n_metrics", c_size_t), ("on_batch", TrainerBatchFn),
     ("on_batch_payload", c_void_p), ("comm", c_void_p), ("stall_polls", c_uint32),
     ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions), ("rollout_weights", c_int32),
-    ("max_gen_batches", c_uint32)], version=4)
+    ("max_gen_batches", c_uint32),
+    ("critic_path", c_char_p), ("critic_lr", c_float), ("critic_warmup", c_uint32), ("value_clip", c_float),
+    ("gae_lambda", c_float)], version=5)
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -406,7 +408,9 @@ StepRecord = _struct("rlp_step_record", [
     ("publish_bytes", c_uint64), ("gen_batches", c_uint32), ("dynamic_dropped_groups", c_uint64),
     ("overlong_filtered", c_uint64), ("rollout_is_mean", c_double), ("rollout_is_min", c_double),
     ("rollout_is_max", c_double), ("rollout_is_truncated", c_double), ("rollout_is_ess", c_double),
-    ("rollout_rs_masked", c_double), ("rollout_rs_seq_masked", c_double), ("rollout_veto", c_double)], version=5)
+    ("rollout_rs_masked", c_double), ("rollout_rs_seq_masked", c_double), ("rollout_veto", c_double),
+    ("value_loss", c_double), ("value_clipfrac", c_double), ("values_mean", c_double), ("returns_mean", c_double),
+    ("value_explained_var", c_double), ("critic_grad_norm", c_double), ("critic_seconds", c_double)], version=6)
 
 EvalResult = _struct("rlp_eval_result", [
     ("version", c_uint32), ("prompts", c_uint64), ("completions", c_uint64), ("correct", c_uint64),

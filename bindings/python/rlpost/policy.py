@@ -57,6 +57,7 @@ class Advantage(enum.IntEnum):
     RLOO = 2
     REINFORCE_PP = 3
     REINFORCE = 4
+    GAE = 5  # PPO with a critic: the Trainer runs one (critic_path)
 
 
 class PolicyLoss(enum.IntEnum):

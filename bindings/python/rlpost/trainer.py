@@ -141,7 +141,8 @@ class Trainer(Handle):
             worker_urls=None, api_key=None, weights_dir=None,
             worker_timeout_ms=0, worker_retries=2, metrics=None,
             on_batch=None, comm=None, stall_polls=10, rollout_inbox=None,
-            multiturn=None, rollout_weights=None, max_gen_batches=0)
+            multiturn=None, rollout_weights=None, max_gen_batches=0, critic_path=None,
+            critic_lr=0.0, critic_warmup=0, value_clip=0.5, gae_lambda=1.0)
 
     The keywords are the fields of rlp_trainer_options (trainer.h):
     - mode: a TrainMode. max_staleness: η of ASYNC (None: 1 in ASYNC, 0
@@ -182,6 +183,14 @@ class Trainer(Handle):
       batches of prompts_per_step prompts until that many groups have
       unequal rewards (record: gen_batches, dynamic_dropped_groups); past it
       the step fails with StateError. 0: the filter alone.
+    - critic_path: PPO with a critic, with rl={"advantage": "gae"} (which
+      needs one): "policy" (a copy of the policy with a zero-initialised
+      value head) or a saved critic's folder (an HF *ForTokenClassification
+      with one output, e.g. a checkpoint's critic/); critic_lr (0: the
+      policy's), critic_warmup (first steps train the critic only),
+      value_clip (the value loss's clip, 0: none) and gae_lambda (GAE's λ).
+      The record's value_loss, values_mean, returns_mean,
+      value_explained_var, ... say how the critic does.
 
     The trainer keeps policy, task, reward, the metrics' functions, ref,
     tokenizer and comm alive while it exists (the
@@ -196,7 +205,8 @@ class Trainer(Handle):
                  sampling=None, rl=None, ref=None, tokenizer=None, max_seq_len=0, max_batch=0, rollout_threads=0,
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
                  metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None, multiturn=None,
-                 rollout_weights=None, max_gen_batches=0):
+                 rollout_weights=None, max_gen_batches=0, critic_path=None, critic_lr=0.0, critic_warmup=0,
+                 value_clip=0.5, gae_lambda=1.0):
         keep = []
         if max_staleness is None:
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
@@ -205,12 +215,14 @@ class Trainer(Handle):
                         "seed": seed, "max_seq_len": max_seq_len, "max_batch": max_batch, "rollout_threads": rollout_threads,
                         "worker_timeout_ms": worker_timeout_ms, "worker_retries": worker_retries,
                         "stall_polls": stall_polls, "worker_urls": worker_urls or [], "api_key": api_key,
-                        "max_gen_batches": max_gen_batches,
+                        "max_gen_batches": max_gen_batches, "critic_lr": critic_lr,
+                        "critic_warmup": critic_warmup, "value_clip": value_clip, "gae_lambda": gae_lambda,
+                        "critic_path": None if critic_path is None else str(critic_path),
                         "weights_dir": None if weights_dir is None else str(weights_dir),
                         "rollout_inbox": None if rollout_inbox is None else str(rollout_inbox)}, keep,
                        {"worker_urls": string_list("worker_urls", "n_worker_urls"),
                         "api_key": optional_str("api_key"), "weights_dir": optional_str("weights_dir"),
-                        "rollout_inbox": optional_str("rollout_inbox")},
+                        "rollout_inbox": optional_str("rollout_inbox"), "critic_path": optional_str("critic_path")},
                        what="Trainer")
         opts.sampling = sampling_options(sampling or {}, keep)
         opts.rl = rl_options(rl, what="Trainer rl")

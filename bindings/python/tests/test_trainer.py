@@ -492,3 +492,29 @@ def test_dynamic_sampling_and_the_second_wave_options(ctx, stories_path, tok512)
             tr.step()
     with pytest.raises(ValueError, match="rollout_is must be one of off, token, sequence, geometric"):
         rlpost.policy.rl_options({"rollout_is": "tokens"})
+
+
+def test_ppo_with_a_critic(ctx, stories_path, tok512, reward, tmp_path):
+    """rl advantage GAE with critic_path "policy": the record's critic figures,
+    sync = async at η = 0 bit for bit, the checkpoint's critic/ folder, and the
+    refusals (GAE without a critic, a critic without GAE)."""
+    kw = dict(rl={"advantage": "gae"}, critic_path="policy", critic_lr=1e-3, value_clip=0.2, gae_lambda=0.95)
+    sync, _ = run(ctx, stories_path, tok512, reward, 3, **kw)
+    assert sync[0].values_mean == 0.0 and sync[0].value_loss > 0  # a zero-initialised head
+    assert all(math.isfinite(r.critic_grad_norm) and r.critic_seconds > 0 for r in sync)
+    asy, _ = run(ctx, stories_path, tok512, reward, 3, mode=rlpost.TrainMode.ASYNC, max_staleness=0, **kw)
+    for a, b in zip(sync, asy):
+        assert (a.value_loss, a.values_mean, a.returns_mean, a.rl.loss) == \
+            (b.value_loss, b.values_mean, b.returns_mean, b.rl.loss)
+    with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, **dict(OPTS, **kw)) as tr:
+        tr.step()
+        tr.checkpoint(tmp_path / "ck")
+    assert (tmp_path / "ck" / "critic" / "optimizer.safetensors").is_file()
+    info = rlpost.model_inspect(tmp_path / "ck" / "critic")
+    assert info.score_labels == 1 and info.score_per_token == 1
+    with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task:
+        with pytest.raises(rlpost.InvalidArgumentError, match="critic"):
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, rl={"advantage": "gae"}, **OPTS)
+        with pytest.raises(rlpost.InvalidArgumentError, match="GAE"):
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, critic_path="policy", **OPTS)
