@@ -132,15 +132,11 @@ static int64_t value_rows(const rlpi_pack *k, const rlp_sequence *seqs, size_t b
     return m;
 }
 
-int rlpi_policy_values(rlp_policy *critic, const rlp_sequence *seqs, size_t n_seqs, float *values)
+int rlpi_policy_score_packed(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, bool value_rows_only,
+                             float *out)
 {
-    RLPI_CHECK_ARG(critic, "critic is NULL");
-    RLPI_CHECK_ARG(values, "values is NULL");
-    size_t total;
-    int rc = check_value_seqs(critic, seqs, n_seqs, &total, __func__);
-    if (rc)
-        return rc;
-    size_t written = 0;
+    size_t L = (size_t)rlpi_transformer_config(policy->tf)->score_labels, written = 0;
+    int rc = RLP_OK;
     for (size_t b = 0; b < n_seqs;) {
         size_t e = rlpi_pack_next_cut(seqs, n_seqs, b, RLPI_LOGPROB_PACK_TOKENS);
         rlpi_pack k;
@@ -149,19 +145,35 @@ int rlpi_policy_values(rlp_policy *critic, const rlp_sequence *seqs, size_t n_se
         int32_t *rows = malloc((size_t)k.b.n_tokens * sizeof *rows);
         if (!rows) {
             rlpi_pack_free(&k);
-            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+            return rlpi_error_set(RLP_E_NOMEM, "policy score: out of memory");
         }
-        int64_t m = value_rows(&k, seqs, b, e, rows);
+        int64_t m = k.b.n_tokens;
+        if (value_rows_only)
+            m = value_rows(&k, seqs, b, e, rows);
+        else
+            for (int64_t r = 0; r < m; r++)
+                rows[r] = (int32_t)r;
         /* a pack of prompts alone has no value to compute */
-        if (m > 0 && (rc = rlpi_transformer_score(critic->tf, &k.b, rows, m, values + written, false)) == RLP_OK)
-            written += (size_t)m;
+        if (m > 0 && (rc = rlpi_transformer_score(policy->tf, &k.b, rows, m, out + written, false)) == RLP_OK)
+            written += (size_t)m * L;
         free(rows);
         rlpi_pack_free(&k);
         if (rc)
-            return rlpi_error_wrap("%s", __func__);
+            return rc;
         b = e;
     }
     return RLP_OK;
+}
+
+int rlpi_policy_values(rlp_policy *critic, const rlp_sequence *seqs, size_t n_seqs, float *values)
+{
+    RLPI_CHECK_ARG(critic, "critic is NULL");
+    RLPI_CHECK_ARG(values, "values is NULL");
+    size_t total;
+    int rc = check_value_seqs(critic, seqs, n_seqs, &total, __func__);
+    if (!rc)
+        rc = rlpi_policy_score_packed(critic, seqs, n_seqs, true, values);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }
 
 /* One token's term of the loss and ∂(½·max(...))/∂V: the branch whose term

@@ -414,28 +414,8 @@ int rlp_policy_score(const rlp_policy *policy, const rlp_sequence *seqs, size_t 
         *n_out = total * L;
     if (total * L > cap)
         return rlpi_error_set(RLP_E_OVERFLOW, "%s: %zu outputs do not fit in %zu", __func__, total * L, cap);
-    size_t written = 0;
-    for (size_t b = 0; b < n_seqs;) {
-        size_t e = rlpi_pack_next_cut(seqs, n_seqs, b, LOGPROB_PACK_TOKENS);
-        pack k;
-        if ((rc = rlpi_pack_build(&k, seqs, b, e)) != RLP_OK)
-            return rc;
-        int32_t *rows = malloc((size_t)k.b.n_tokens * sizeof *rows);
-        if (!rows) {
-            rlpi_pack_free(&k);
-            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-        }
-        for (int64_t r = 0; r < k.b.n_tokens; r++)
-            rows[r] = (int32_t)r;
-        rc = rlpi_transformer_score(policy->tf, &k.b, rows, k.b.n_tokens, out + written, false);
-        written += (size_t)k.b.n_tokens * L;
-        free(rows);
-        rlpi_pack_free(&k);
-        if (rc)
-            return rlpi_error_wrap("%s", __func__);
-        b = e;
-    }
-    return RLP_OK;
+    rc = rlpi_policy_score_packed(policy, seqs, n_seqs, false, out);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }
 
 int rlp_loss_nll(rlp_loss_context *ctx, void *payload)

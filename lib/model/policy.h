@@ -108,6 +108,14 @@ int rlpi_policy_create_critic(rlp_policy **out, const rlp_policy *policy, const 
  * packs of RLPI_LOGPROB_PACK_TOKENS tokens. */
 int rlpi_policy_values(rlp_policy *critic, const rlp_sequence *seqs, size_t n_seqs, float *values);
 
+/* The score head over seqs packed RLPI_LOGPROB_PACK_TOKENS tokens a pass:
+ * at every token (rlp_policy_score: out is Σ n_tokens × labels) or, with
+ * value_rows_only, at each completion token's value position n_prompt − 1 + t
+ * (rlpi_policy_values: Σ completion tokens × labels). The sequences must
+ * already be checked (critic.c). */
+int rlpi_policy_score_packed(const rlp_policy *policy, const rlp_sequence *seqs, size_t n_seqs, bool value_rows_only,
+                             float *out);
+
 typedef struct rlpi_value_batch {
     const rlp_sequence *seqs;
     size_t n_seqs;            /* prompt + completion, n_prompt >= 1 */

@@ -54,6 +54,20 @@ typedef struct ids {
     size_t n, cap;
 } ids;
 
+/* Room for `more` ids after the n held. */
+static int ids_reserve(ids *a, size_t more)
+{
+    if (a->n + more <= a->cap)
+        return RLP_OK;
+    size_t cap = (a->n + more) * 2 + 16;
+    int32_t *v = realloc(a->v, cap * sizeof *v);
+    if (!v)
+        return rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");
+    a->v = v;
+    a->cap = cap;
+    return RLP_OK;
+}
+
 static int ids_encode(ids *a, const rlp_tokenizer *tok, const char *text, size_t len, uint32_t flags)
 {
     for (;;) {
@@ -63,27 +77,16 @@ static int ids_encode(ids *a, const rlp_tokenizer *tok, const char *text, size_t
             a->n += got;
             return RLP_OK;
         }
-        if (rc != RLP_E_OVERFLOW)
+        if (rc != RLP_E_OVERFLOW || (rc = ids_reserve(a, got)))
             return rc;
-        size_t cap = (a->n + got) * 2 + 16;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v)
-            return rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");
-        a->v = v;
-        a->cap = cap;
     }
 }
 
 static int ids_append(ids *a, const int32_t *src, size_t n)
 {
-    if (a->n + n > a->cap) {
-        size_t cap = (a->n + n) * 2 + 16;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v)
-            return rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");
-        a->v = v;
-        a->cap = cap;
-    }
+    int rc = ids_reserve(a, n);
+    if (rc)
+        return rc;
     memcpy(a->v + a->n, src, n * sizeof *src);
     a->n += n;
     return RLP_OK;
