@@ -477,7 +477,12 @@ static void step_samples(run *r, const rlp_batch *batch, long long step)
     float *adv = malloc(n * sizeof *adv);
     rlp_batch *copy = NULL;
     size_t *pick = malloc(want * sizeof *pick);
-    int rc = adv && pick ? rlp_rl_advantages(adv, n, batch, &r->rl) : RLP_E_NOMEM;
+    int rc = adv && pick ? RLP_OK : RLP_E_NOMEM;
+    /* GAE's advantage is per token, from the critic's values: no one number a sample (null) */
+    for (size_t i = 0; !rc && r->rl.advantage == RLP_ADV_GAE && i < n; i++)
+        adv[i] = NAN;
+    if (!rc && r->rl.advantage != RLP_ADV_GAE)
+        rc = rlp_rl_advantages(adv, n, batch, &r->rl);
     if (!rc)
         rc = rlp_batch_create(&copy);
     for (size_t j = 0; !rc && j < want; j++) {

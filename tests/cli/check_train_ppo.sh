@@ -53,8 +53,12 @@ PY
 T --set "output=\"$out/learn\"" --set steps=8 --set "$PPO" --set critic.lr=3e-3 --set critic.warmup_steps=2 \
   --set 'reward.options={"pattern": "."}' --set eval.n=0 --set checkpoint.interval=0 >/dev/null 2>"$out/err" ||
   { cat "$out/err"; fail "PPO, 8 steps"; }
+! grep -q "GAE needs" "$out/err" || { cat "$out/err"; fail "PPO: a step's samples were not written"; }
 python3 - "$out" <<'PY' || fail "PPO: the critic does not learn"
 import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/learn/samples.jsonl")]
+train = [r for r in rows if r["kind"] == "train"]
+assert len(train) == 8 * 4 and all(r["advantage"] is None for r in train), len(train)  # per token under GAE
 m = [json.loads(l) for l in open(sys.argv[1] + "/learn/metrics.jsonl")]
 assert [r["policy_version"] for r in m] == list(range(1, 9)), m
 for r in m[:2]:
