@@ -265,6 +265,41 @@ static void test_async_eta0_equals_sync(void **state)
     run_close(&a);
 }
 
+/* PPO with a critic (GAE): async at η = 0 equals sync with the critic's
+ * figures too (the critic trains on the trainer's thread while the rollout
+ * thread generates: under TSan in the tsan suite); a version-5 record
+ * stops before the critic's fields */
+static void test_ppo_critic_async_equals_sync(void **state)
+{
+    (void)state;
+    rlp_trainer_options os = options(RLP_TRAIN_SYNC, 0), oa = options(RLP_TRAIN_ASYNC, 0);
+    os.rl.advantage = oa.rl.advantage = RLP_ADV_GAE;
+    os.critic_path = oa.critic_path = "policy";
+    os.critic_lr = oa.critic_lr = 1e-3f;
+    run s, a;
+    run_open(&s, &os, NULL);
+    run_open(&a, &oa, NULL);
+    for (uint64_t k = 1; k <= 3; k++) {
+        rlp_step_record rs = step(s.trainer), ra = step(a.trainer);
+        check_record(&rs, k);
+        check_record(&ra, k);
+        assert_true(rs.value_loss > 0 && isfinite(rs.critic_grad_norm) && rs.critic_seconds > 0);
+        assert_true(k > 1 || rs.values_mean == 0.0); /* the zero-initialised head */
+        assert_memory_equal(&rs.value_loss, &ra.value_loss, sizeof(double));
+        assert_memory_equal(&rs.values_mean, &ra.values_mean, sizeof(double));
+        assert_memory_equal(&rs.returns_mean, &ra.returns_mean, sizeof(double));
+        assert_memory_equal(&rs.rl.loss, &ra.rl.loss, sizeof rs.rl.loss);
+    }
+    rlp_step_record old = {.version = 5};
+    memset(&old.value_loss, 0x5a, sizeof old - offsetof(rlp_step_record, value_loss));
+    assert_int_equal(rlp_trainer_step(s.trainer, &old), RLP_OK);
+    unsigned char *tail = (unsigned char *)&old.value_loss;
+    for (size_t i = 0; i < sizeof old - offsetof(rlp_step_record, value_loss); i++)
+        assert_int_equal(tail[i], 0x5a);
+    run_close(&s);
+    run_close(&a);
+}
+
 static void test_pull(void **state)
 {
     (void)state;
@@ -1059,6 +1094,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_steps),
         cmocka_unit_test(test_async_eta0_equals_sync),
+        cmocka_unit_test(test_ppo_critic_async_equals_sync),
         cmocka_unit_test(test_pull),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_misuse),
