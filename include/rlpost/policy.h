@@ -329,6 +329,19 @@ typedef struct rlp_model_info {
  */
 RLP_API int rlp_model_inspect(rlp_model_info *out, const char *path);
 
+/**
+ * Describes a loaded policy as rlp_model_inspect() describes a file,
+ * without reading anything again: the architecture, sizes, context length
+ * and score head of what it runs. format is "" (a loaded policy keeps no
+ * file format), dtypes "F32:N" (it holds fp32 tensors), n_params and
+ * n_tensors those of the transformer (LoRA adapters not counted). The
+ * caller's out->version says how much is written, as for
+ * rlp_model_inspect().
+ * @return RLP_OK; RLP_E_INVALID_ARG (NULL, out->version 0). Thread-safe
+ *         with other readers of the policy.
+ */
+RLP_API int rlp_policy_info(rlp_model_info *out, const rlp_policy *policy);
+
 /** Frees a policy (and its tokenizer). NULL is a no-op. */
 RLP_API void rlp_policy_free(rlp_policy *policy);
 

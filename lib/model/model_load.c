@@ -444,6 +444,48 @@ int rlp_policy_load_optimizer(rlp_policy *policy, const char *path)
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }
 
+/* The fields of rlp_model_info a model config says (all but format,
+ * n_params, n_tensors and dtypes), for a caller of version `want`. */
+static void info_from_config(rlp_model_info *info, const rlpi_model_config *c, uint32_t want)
+{
+    memset(info, 0, sizeof *info);
+    info->version = want >= 3 ? RLP_MODEL_INFO_VERSION : want == 2 ? 2 : 1;
+    snprintf(info->architecture, sizeof info->architecture, "%s", c->arch);
+    info->n_layers = c->n_layers;
+    info->dim = c->dim;
+    info->n_heads = c->n_heads;
+    info->n_kv_heads = c->n_kv_heads;
+    info->head_dim = c->head_dim;
+    info->ffn_dim = c->ffn_dim;
+    info->vocab_size = c->vocab_size;
+    info->context_length = c->max_seq_len;
+    info->rope_theta = c->rope_theta;
+    info->rms_eps = c->rms_eps;
+    info->rope_scaling = c->rope_scaling;
+    info->tie_embeddings = c->tie_embeddings;
+    info->attention_bias = c->attention_bias;
+    snprintf(info->activation, sizeof info->activation, "%s", c->activation == RLPI_ACT_GELU_TANH ? "gelu_tanh" : "silu");
+    info->qk_norm = c->qk_norm;
+    info->post_norms = c->post_norms;
+    info->norm_offset = c->norm_offset;
+    info->embed_scale = c->embed_scale;
+    info->attn_scale = rlpi_model_config_attn_scale(c);
+    info->final_softcap = c->final_softcap;
+    info->sliding_window = c->sliding_window;
+    info->n_local_layers = rlpi_model_config_n_local_layers(c);
+    info->rope_theta_local = c->rope_theta_local;
+    info->score_labels = c->score_labels;
+    info->score_per_token = c->score_per_token;
+}
+
+/* How many bytes of rlp_model_info a caller of version `want` owns. */
+static size_t info_size(uint32_t want)
+{
+    return want >= 3   ? sizeof(rlp_model_info)
+           : want == 2 ? offsetof(rlp_model_info, score_labels)
+                       : offsetof(rlp_model_info, activation);
+}
+
 int rlp_model_inspect(rlp_model_info *out, const char *path)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
@@ -459,36 +501,9 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
     /* read before anything is written: it says how long the caller's struct is */
     uint32_t want = out->version;
     rlp_model_info info;
-    memset(&info, 0, sizeof info);
-    info.version = want >= 3 ? RLP_MODEL_INFO_VERSION : want == 2 ? 2 : 1;
-    snprintf(info.architecture, sizeof info.architecture, "%s", c.arch);
+    info_from_config(&info, &c, want);
     snprintf(info.format, sizeof info.format, "%s",
              fmt == FORMAT_GGUF ? "gguf" : fmt == FORMAT_HF_DIR ? "hf" : "llama2c");
-    info.n_layers = c.n_layers;
-    info.dim = c.dim;
-    info.n_heads = c.n_heads;
-    info.n_kv_heads = c.n_kv_heads;
-    info.head_dim = c.head_dim;
-    info.ffn_dim = c.ffn_dim;
-    info.vocab_size = c.vocab_size;
-    info.context_length = c.max_seq_len;
-    info.rope_theta = c.rope_theta;
-    info.rms_eps = c.rms_eps;
-    info.rope_scaling = c.rope_scaling;
-    info.tie_embeddings = c.tie_embeddings;
-    info.attention_bias = c.attention_bias;
-    snprintf(info.activation, sizeof info.activation, "%s", c.activation == RLPI_ACT_GELU_TANH ? "gelu_tanh" : "silu");
-    info.qk_norm = c.qk_norm;
-    info.post_norms = c.post_norms;
-    info.norm_offset = c.norm_offset;
-    info.embed_scale = c.embed_scale;
-    info.attn_scale = rlpi_model_config_attn_scale(&c);
-    info.final_softcap = c.final_softcap;
-    info.sliding_window = c.sliding_window;
-    info.n_local_layers = rlpi_model_config_n_local_layers(&c);
-    info.rope_theta_local = c.rope_theta_local;
-    info.score_labels = c.score_labels;
-    info.score_per_token = c.score_per_token;
     /* dtype histogram over stored tensors (aliases are not stored) */
     char names[8][8];
     uint64_t counts[8];
@@ -514,9 +529,21 @@ int rlp_model_inspect(rlp_model_info *out, const char *path)
         used += (size_t)snprintf(info.dtypes + used, sizeof info.dtypes - used, "%s%s:%llu", k ? " " : "", names[k],
                                  (unsigned long long)counts[k]);
     rlpi_weights_free(&w);
-    memcpy(out, &info,
-           want >= 3   ? sizeof info
-           : want == 2 ? offsetof(rlp_model_info, score_labels)
-                       : offsetof(rlp_model_info, activation));
+    memcpy(out, &info, info_size(want));
+    return RLP_OK;
+}
+
+int rlp_policy_info(rlp_model_info *out, const rlp_policy *policy)
+{
+    RLPI_CHECK_ARG(out, "out is NULL");
+    RLPI_CHECK_ARG(policy, "policy is NULL");
+    uint32_t want = out->version;
+    RLPI_CHECK_ARG(want >= 1, "out->version must be set (RLP_MODEL_INFO_VERSION)");
+    rlp_model_info info;
+    info_from_config(&info, rlpi_transformer_config(policy->tf), want);
+    info.n_params = rlpi_transformer_n_params(policy->tf);
+    info.n_tensors = rlpi_transformer_n_tensors(policy->tf);
+    snprintf(info.dtypes, sizeof info.dtypes, "F32:%llu", (unsigned long long)info.n_tensors);
+    memcpy(out, &info, info_size(want));
     return RLP_OK;
 }

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -22,9 +23,93 @@
 enum { RM_ORM = 0, RM_PRM = 1 };
 enum { AGG_MIN = 0, AGG_LAST = 1, AGG_MEAN = 2 };
 
-typedef struct rm_cfg {
+/* One loaded reward model, shared by the handles created on the same
+ * folder with the same threads in this process: `rlpost train` makes a
+ * combined reward and a copy of each term (for samples.jsonl) from the
+ * same options, and a second copy of the weights would be memory for
+ * nothing. Guarded by cache_mu; each model's forward passes by its mu. */
+typedef struct rm_shared {
+    char *path;
+    uint32_t threads;
     rlp_context *ctx;
     rlp_policy *model;
+    pthread_mutex_t mu;        /* one forward at a time on the model */
+    int refs;
+    struct rm_shared *next;
+} rm_shared;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static rm_shared *cache;
+
+static void shared_free(rm_shared *sh)
+{
+    rlp_policy_free(sh->model);
+    rlp_context_free(sh->ctx);
+    pthread_mutex_destroy(&sh->mu);
+    free(sh->path);
+    free(sh);
+}
+
+/* The model of `path` (loaded now, or the one already loaded), one more reference. */
+static int shared_get(const char *path, uint32_t threads, rm_shared **out)
+{
+    char *real = realpath(path, NULL);
+    const char *key = real ? real : path;
+    pthread_mutex_lock(&cache_mu);
+    rm_shared *sh = cache;
+    while (sh && (sh->threads != threads || strcmp(sh->path, key)))
+        sh = sh->next;
+    int rc = RLP_OK;
+    if (sh) {
+        sh->refs++;
+    } else if (!(sh = calloc(1, sizeof *sh)) || !(sh->path = strdup(key))) {
+        free(sh);
+        sh = NULL;
+        rc = rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");
+    } else {
+        pthread_mutex_init(&sh->mu, NULL);
+        sh->threads = threads;
+        sh->refs = 1;
+        rlp_context_options co;
+        rlp_context_options_init(&co, RLP_CONTEXT_OPTIONS_VERSION);
+        co.n_threads = (int32_t)(threads > 1024 ? 1024 : threads);
+        rlp_policy_options po;
+        rlp_policy_options_init(&po, RLP_POLICY_OPTIONS_VERSION);
+        po.trainable = 0;
+        if ((rc = rlp_context_create(&sh->ctx, &co)) || (rc = rlp_policy_load(&sh->model, sh->ctx, path, &po))) {
+            shared_free(sh);
+            sh = NULL;
+        } else {
+            sh->next = cache;
+            cache = sh;
+        }
+    }
+    pthread_mutex_unlock(&cache_mu);
+    free(real);
+    *out = sh;
+    return rc;
+}
+
+static void shared_put(rm_shared *sh)
+{
+    if (!sh)
+        return;
+    pthread_mutex_lock(&cache_mu);
+    bool last = --sh->refs == 0;
+    if (last)
+        for (rm_shared **p = &cache; *p; p = &(*p)->next)
+            if (*p == sh) {
+                *p = sh->next;
+                break;
+            }
+    pthread_mutex_unlock(&cache_mu);
+    if (last)
+        shared_free(sh);
+}
+
+typedef struct rm_cfg {
+    rm_shared *sh;             /* the loaded model */
+    rlp_policy *model;         /* sh->model */
     const rlp_tokenizer *tok;  /* the model's (its folder's tokenizer.json) */
     uint32_t labels, label;    /* outputs of the head; which one is the score */
     int32_t context;           /* the model's context length */
@@ -32,7 +117,6 @@ typedef struct rm_cfg {
     char *sep;                 /* PRM step separator (bytes), never empty */
     int32_t *step_ids;         /* PRM: ids appended after each step instead of the separator, or NULL */
     size_t n_step_ids;
-    pthread_mutex_t mu;        /* one forward at a time on the model */
 } rm_cfg;
 
 static void destroy(void *impl)
@@ -40,11 +124,9 @@ static void destroy(void *impl)
     rm_cfg *c = impl;
     if (!c)
         return;
-    rlp_policy_free(c->model);
-    rlp_context_free(c->ctx);
+    shared_put(c->sh);
     free(c->sep);
     free(c->step_ids);
-    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
@@ -262,9 +344,9 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
         steps = malloc(max_steps * sizeof *steps);
         rc = out && steps ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");
         if (!rc) {
-            pthread_mutex_lock(&c->mu);
+            pthread_mutex_lock(&c->sh->mu);
             rc = rlp_policy_score(c->model, seqs, n_seqs, out, total * c->labels, NULL);
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&c->sh->mu);
         }
     }
     for (size_t i = 0; !rc && i < n; i++) {
@@ -325,7 +407,6 @@ int rlpi_builtin_reward_model(rlpi_scorer **out, rlpi_opts *o)
     rm_cfg *c = calloc(1, sizeof *c);
     if (!c)
         return rlpi_error_set(RLP_E_NOMEM, "reward built-in %s: out of memory", o->builtin);
-    pthread_mutex_init(&c->mu, NULL);
     const char *path = NULL, *sep = "\n\n", *step_token = NULL;
     uint32_t threads = 0, label = UINT32_MAX;
     int kind = -1, input = 0;
@@ -353,16 +434,9 @@ int rlpi_builtin_reward_model(rlpi_scorer **out, rlpi_opts *o)
         rc = rlpi_error_set(RLP_E_NOMEM, "reward built-in %s: out of memory", o->builtin);
         goto fail;
     }
-    rlp_context_options co;
-    rlp_context_options_init(&co, RLP_CONTEXT_OPTIONS_VERSION);
-    co.n_threads = (int32_t)(threads > 1024 ? 1024 : threads);
-    rlp_policy_options po;
-    rlp_policy_options_init(&po, RLP_POLICY_OPTIONS_VERSION);
-    po.trainable = 0;
     rlp_model_info info = {.version = RLP_MODEL_INFO_VERSION};
-    if ((rc = rlp_model_inspect(&info, path)) || (rc = rlp_context_create(&c->ctx, &co)) ||
-        (rc = rlp_policy_load(&c->model, c->ctx, path, &po)) ||
-        (rc = rlp_policy_score_labels(&c->labels, c->model))) {
+    if ((rc = shared_get(path, threads, &c->sh)) || !(c->model = c->sh->model) ||
+        (rc = rlp_policy_info(&info, c->model)) || (rc = rlp_policy_score_labels(&c->labels, c->model))) {
         rc = rlpi_error_wrap("reward built-in %s: model \"%s\"", o->builtin, path);
         goto fail;
     }

@@ -254,6 +254,26 @@ static void foreign_policy_tokens(void **state)
     rlp_reward_fn_free(fn);
 }
 
+/* two handles on one folder share the loaded model (rlpost train makes a
+ * combined reward and a copy of each term): the same scores, and either
+ * may go first (ASan: no double free, nothing leaked) */
+static void handles_share_the_model(void **state)
+{
+    (void)state;
+    for (int order = 0; order < 2; order++) {
+        rlp_reward_fn *a = make("rm_orm", NULL), *b = make("rm_orm", "\"name\": \"again\"");
+        rlp_batch *ba = batch_of("rm_orm"), *bb = batch_of("rm_orm");
+        score_batch(a, ba);
+        rlp_reward_fn_free(order ? b : a);
+        score_batch(order ? a : b, bb);
+        for (size_t i = 0; i < 4; i++)
+            assert_true(get(ba, i).reward == get(bb, i).reward);
+        rlp_reward_fn_free(order ? a : b);
+        rlp_batch_free(ba);
+        rlp_batch_free(bb);
+    }
+}
+
 static void refusals(void **state)
 {
     (void)state;
@@ -296,7 +316,7 @@ int main(void)
         cmocka_unit_test(outcome_reward_model),     cmocka_unit_test(prm_with_step_token),
         cmocka_unit_test(prm_one_label),            cmocka_unit_test(clip_delta_defeats_repetition),
         cmocka_unit_test(options),                  cmocka_unit_test(foreign_policy_tokens),
-        cmocka_unit_test(refusals),
+        cmocka_unit_test(handles_share_the_model), cmocka_unit_test(refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(expected);

@@ -510,6 +510,7 @@ FUNCTIONS = [
     ("rlp_policy_logprobs", c_int,
      [_h, P(Sequence), c_size_t, c_float, P(c_float), P(c_float), c_size_t, P(c_size_t)]),
     ("rlp_policy_score_labels", c_int, [P(c_uint32), _h]),
+    ("rlp_policy_info", c_int, [P(ModelInfo), _h]),
     ("rlp_policy_score", c_int, [_h, P(Sequence), c_size_t, P(c_float), c_size_t, P(c_size_t)]),
     ("rlp_policy_train_step", c_int,
      [_h, P(Sequence), c_size_t, LossFn, c_void_p, P(TrainOptions), P(TrainStats)]),

@@ -412,6 +412,17 @@ class Policy(Handle):
         return finish(lp, got.value)
 
     @property
+    def info(self):
+        """What this policy runs (rlp_policy_info()): the record
+        model_inspect() gives for a file, with format "" and dtypes
+        "F32:N" (a loaded policy holds fp32 tensors)."""
+        info = _ffi.ModelInfo()
+        info.version = info._version_
+        with self._use() as p:
+            check(F.rlp_policy_info(byref(info), p), "rlp_policy_info")
+        return struct_record(info)
+
+    @property
     def score_labels(self):
         """Outputs of the score head: 0 for a language model, >= 1 for a
         value or reward model (an HF *ForSequenceClassification or

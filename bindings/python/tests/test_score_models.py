@@ -21,6 +21,9 @@ def test_score_head_matches_transformers(ctx):
     assert info.score_labels == 1 and info.score_per_token == 0
     with rlpost.Policy(ctx, HF / "score_qwen2_prm2", trainable=False) as p:
         assert p.score_labels == 2
+        pi = p.info  # the loaded policy described without reading the folder again
+        assert pi.score_labels == 2 and pi.score_per_token == 1 and pi.architecture == "qwen2" and pi.format == ""
+        assert pi.n_params == rlpost.model_inspect(HF / "score_qwen2_prm2").n_params
         out = p.score(exp["sequences"])
         for got, want in zip(out, exp["score_qwen2_prm2"]["per_token"]):
             assert len(got) == len(want)
