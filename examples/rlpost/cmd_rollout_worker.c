@@ -38,7 +38,7 @@ int cmd_rollout_worker(int argc, char **argv)
     const char *batches_arg;
     int rc = train_parse_args(argc, argv, "rollout-worker", "--batches", r, &batches_arg);
     if (rc)
-        return rc;
+        return rc == TRAIN_ARGS_HELP ? EXIT_SUCCESS : rc;
     char *end = NULL;
     long long batches = batches_arg ? strtoll(batches_arg, &end, 10) : 0;
     if (batches_arg && (*end || batches < 1)) {

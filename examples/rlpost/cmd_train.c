@@ -85,7 +85,7 @@ int cmd_train(int argc, char **argv)
     const char *resume;
     int rc = train_parse_args(argc, argv, "train", "--resume", r, &resume);
     if (rc)
-        return rc;
+        return rc == TRAIN_ARGS_HELP ? EXIT_SUCCESS : rc;
     fmt(r->out, sizeof r->out, "%s", cfg_str(r->cfg, "output"));
     /* several ranks: the launcher checks the configuration once, then forks
      * them here, before any thread exists */
@@ -172,6 +172,19 @@ int cmd_train(int argc, char **argv)
         if (!resume && !restart && !access(path, F_OK)) {
             fprintf(stderr, "rlpost train: output: '%s' already holds a run; resume it with --resume %s or choose "
                     "another folder\n", r->out, r->out);
+            json_decref(state);
+            json_decref(r->cfg);
+            return EXIT_USAGE;
+        }
+        /* a resume continues in the configuration's output folder: one that holds another run (the
+         * checkpoint is not its own) would have its records cut at the checkpoint's step and overwritten */
+        char co[PATH_MAX], ro[PATH_MAX];
+        size_t rl = realpath(r->out, ro) ? strlen(ro) : 0;
+        if (resume && !access(path, F_OK) &&
+            !(rl && realpath(ckpt, co) && !strncmp(co, ro, rl) && (co[rl] == '/' || co[rl] == 0))) {
+            fprintf(stderr, "rlpost train: --resume %s: the run continues in output '%s', which holds another run; "
+                    "set output to the resumed run's folder (--set output='\"%s\"'), or to a new folder to "
+                    "branch from the checkpoint\n", resume, r->out, resume);
             json_decref(state);
             json_decref(r->cfg);
             return EXIT_USAGE;
@@ -529,7 +542,7 @@ int cmd_eval(int argc, char **argv)
     const char *ckpt_arg;
     int rc = train_parse_args(argc, argv, "eval", "--checkpoint", r, &ckpt_arg);
     if (rc)
-        return rc;
+        return rc == TRAIN_ARGS_HELP ? EXIT_SUCCESS : rc;
     char ckpt[PATH_MAX];
     if (ckpt_arg && train_find_checkpoint(ckpt_arg, ckpt, sizeof ckpt)) {
         /* a plain model folder or file is fine too */

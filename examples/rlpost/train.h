@@ -97,6 +97,8 @@ static inline uint64_t mix_seed(uint64_t seed, uint64_t step)
 /* Parses CONFIG.json [--set k=v]... [--resume DIR | --checkpoint DIR] into
  * r->cfg (defaults filled in); *dir: the flag's folder or NULL. 0, or the
  * exit status (usage printed). */
+/* What train_parse_args returns after printing --help: the caller exits 0. */
+#define TRAIN_ARGS_HELP (-1)
 int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_flag, run *r, const char **dir);
 
 /* Checks the configuration: ranges, names, modes, files (the launcher of

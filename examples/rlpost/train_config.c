@@ -40,7 +40,7 @@ static const char defaults_json[] =
     "  \"rollout_is_threshold\": 2.0, \"rollout_is_batch_normalize\": false, \"rollout_rs\": \"off\","
     "  \"rollout_rs_threshold\": 2.0, \"rollout_rs_threshold_lower\": 0.0, \"rollout_token_veto\": 0.0,"
     "  \"clip_cov_ratio\": 0.0002, \"clip_cov_lb\": 1.0, \"clip_cov_ub\": 5.0, \"kl_cov_ratio\": 0.0002,"
-    "  \"ppo_kl_coef\": 1.0, \"lam\": 1.0},"
+    "  \"ppo_kl_coef\": 1.0, \"gae_lambda\": 1.0},"
     "\"critic\": {\"path\": null, \"lr\": 0.0, \"warmup_steps\": 0, \"value_clip\": 0.5},"
     "\"optimizer\": {\"lr\": 1e-5, \"schedule\": \"constant\", \"warmup_steps\": 0, \"min_lr_ratio\": 0.0,"
     "  \"weight_decay\": 0.0, \"max_grad_norm\": 1.0, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8},"
@@ -160,6 +160,38 @@ static int merge(json_t *dst, json_t *src, const char *prefix, char *err, size_t
     return 0;
 }
 
+/* --set of a dotted key below a free object ("reward.options.X.Y"): the
+ * value set at that key inside the configuration's object, objects made
+ * on the way. 1 done (value consumed), 0 not such a key, -1 a non-object
+ * on the way (value left to the caller). */
+static int set_inside_free(json_t *cfg, const char *key, json_t *value)
+{
+    for (size_t i = 0; i < sizeof free_objects / sizeof free_objects[0]; i++) {
+        size_t n = strlen(free_objects[i]);
+        if (strncmp(key, free_objects[i], n) || key[n] != '.' || !key[n + 1])
+            continue;
+        json_t *o = cfg_get(cfg, free_objects[i]);
+        char rest[256];
+        snprintf(rest, sizeof rest, "%s", key + n + 1);
+        char *part = rest, *dot;
+        while ((dot = strchr(part, '.'))) {
+            *dot = 0;
+            json_t *next = json_object_get(o, part);
+            if (!next) {
+                next = json_object();
+                json_object_set_new(o, part, next);
+            } else if (!json_is_object(next)) {
+                return -1;
+            }
+            o = next;
+            part = dot + 1;
+        }
+        json_object_set_new(o, part, value);
+        return 1;
+    }
+    return 0;
+}
+
 json_t *train_config_load(const char *path, char *const *sets, size_t n_sets, char *err, size_t cap)
 {
     json_t *cfg = train_config_defaults();
@@ -198,9 +230,20 @@ json_t *train_config_load(const char *path, char *const *sets, size_t n_sets, ch
         json_t *value = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
         if (!value)
             value = json_string(eq + 1);
-        /* build {"a": {"b": value}} from "a.b" and merge it */
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        /* a key inside one of the free objects (reward.options.reward_model.model=...): set just that key,
+         * keeping the object's others; the object itself (reward.options={...}) is replaced whole below */
+        int inside = set_inside_free(cfg, key, value);
+        if (inside < 0) {
+            snprintf(err, cap, "--set %s: a key inside an option object needs objects on the way to it", key);
+            json_decref(value);
+            json_decref(cfg);
+            return NULL;
+        }
+        if (inside)
+            continue;
+        /* build {"a": {"b": value}} from "a.b" and merge it */
         json_t *patch = value;
         char *dot;
         while ((dot = strrchr(key, '.'))) {

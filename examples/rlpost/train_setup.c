@@ -198,7 +198,7 @@ int train_check_config(run *r)
     RANGE("algorithm.agg_norm_constant", rl->agg_norm_constant >= 0 && isfinite(rl->agg_norm_constant),
           "≥ 0 (0: the step's longest sequence)");
     RANGE("algorithm.gamma", rl->gamma >= 0 && rl->gamma <= 1, "in [0, 1]");
-    RANGE("algorithm.lam", cfg_num(c, "algorithm.lam") >= 0 && cfg_num(c, "algorithm.lam") <= 1, "in [0, 1]");
+    RANGE("algorithm.gae_lambda", cfg_num(c, "algorithm.gae_lambda") >= 0 && cfg_num(c, "algorithm.gae_lambda") <= 1, "in [0, 1]");
     RANGE("critic.lr", cfg_num(c, "critic.lr") >= 0 && isfinite(cfg_num(c, "critic.lr")),
           "≥ 0 (0: the policy's optimizer.lr)");
     RANGE("critic.value_clip", cfg_num(c, "critic.value_clip") >= 0 && isfinite(cfg_num(c, "critic.value_clip")),
@@ -207,6 +207,10 @@ int train_check_config(run *r)
           "in [0, 1000000]");
     RANGE("critic.path", rl->advantage == RLP_ADV_GAE || !cfg_str(c, "critic.path"),
           "null unless algorithm.advantage is \"gae\" (a critic's values feed GAE only)");
+    RANGE("distributed.world_size", rl->advantage != RLP_ADV_GAE || cfg_int(c, "distributed.world_size") == 1,
+          "1 with algorithm.advantage \"gae\" (PPO with a critic runs on one rank)");
+    RANGE("critic.path", !cfg_str(c, "critic.path") || !access(cfg_str(c, "critic.path"), R_OK),
+          "a readable folder (an HF *ForTokenClassification with one output, e.g. a checkpoint's critic/)");
     RANGE("algorithm.overlong_max", cfg_int(c, "algorithm.overlong_max") >= 0, "≥ 0");
     RANGE("algorithm.overlong_cache", cfg_int(c, "algorithm.overlong_cache") >= 0, "≥ 0");
     RANGE("algorithm.ppo_epochs", cfg_int(c, "algorithm.ppo_epochs") >= 1 && cfg_int(c, "algorithm.ppo_epochs") <= 1000,
@@ -816,7 +820,7 @@ static int make_trainer(run *r, int need_train)
         o.critic_lr = (float)cfg_num(r->cfg, "critic.lr");
         o.critic_warmup = (uint32_t)cfg_int(r->cfg, "critic.warmup_steps");
         o.value_clip = (float)cfg_num(r->cfg, "critic.value_clip");
-        o.gae_lambda = (float)cfg_num(r->cfg, "algorithm.lam");
+        o.gae_lambda = (float)cfg_num(r->cfg, "algorithm.gae_lambda");
     }
     /* LoRA: the reference of the KL is the policy's own frozen base (adapters off) */
     o.ref = r->ref ? r->ref : r->rl.kl_coef > 0 && cfg_int(r->cfg, "lora.rank") != 0 ? r->policy : NULL;
@@ -1039,6 +1043,20 @@ int train_parse_args(int argc, char **argv, const char *cmd, const char *dir_fla
     size_t n_sets = 0;
     *dir = NULL;
     for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: rlpost %s CONFIG.json [--set key=value]... [%s %s]\n\n"
+                   "CONFIG.json is a JSON object of settings over the defaults; --set key=value overrides one\n"
+                   "(dotted keys: --set algorithm.advantage='\"gae\"', --set reward.options.reward_model.model=DIR;\n"
+                   "the value is JSON, or a plain string). %s\n"
+                   "Every key, its default and its range: docs/configuration.md.\n",
+                   cmd, dir_flag, what,
+                   !strcmp(dir_flag, "--resume")     ? "--resume DIR continues the run of output folder (or checkpoint) "
+                                                        "DIR in the configuration's output."
+                   : !strcmp(dir_flag, "--checkpoint") ? "--checkpoint DIR evaluates a run's checkpoint."
+                                                        : "--batches N stops after N batches.");
+            free(sets);
+            return TRAIN_ARGS_HELP;
+        }
         if (!strcmp(argv[i], "--set") && i + 1 < argc)
             sets[n_sets++] = argv[++i];
         else if (!strncmp(argv[i], "--set=", 6))

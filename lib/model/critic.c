@@ -170,10 +170,11 @@ int rlpi_policy_values(rlp_policy *critic, const rlp_sequence *seqs, size_t n_se
     RLPI_CHECK_ARG(critic, "critic is NULL");
     RLPI_CHECK_ARG(values, "values is NULL");
     size_t total;
-    int rc = check_value_seqs(critic, seqs, n_seqs, &total, __func__);
-    if (!rc)
-        rc = rlpi_policy_score_packed(critic, seqs, n_seqs, true, values);
-    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+    int rc = check_value_seqs(critic, seqs, n_seqs, &total, "critic values");
+    if (rc)
+        return rc; /* the message names the call already */
+    rc = rlpi_policy_score_packed(critic, seqs, n_seqs, true, values);
+    return rc ? rlpi_error_wrap("critic values") : RLP_OK;
 }
 
 /* One token's term of the loss and ∂(½·max(...))/∂V: the branch whose term

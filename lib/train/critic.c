@@ -50,6 +50,13 @@ int rlpi_train_critic_create(rlp_trainer *t)
                                 "with one output (or \"policy\")",
                                 path);
     }
+    int32_t cv = rc ? 0 : rlpi_transformer_config(t->critic->tf)->vocab_size;
+    int32_t pv = rlpi_transformer_config(t->policy->tf)->vocab_size;
+    if (!rc && cv != pv) /* it reads the policy's token ids */
+        rc = rlpi_error_set(RLP_E_INVALID_ARG,
+                            "critic_path '%s' has a vocabulary of %d tokens, the policy %d: a critic reads the "
+                            "policy's token ids, so it must share its vocabulary",
+                            path, cv, pv);
     if (!rc) { /* the policy's optimizer settings, at the critic's own learning rate */
         t->critic->opt.cfg = t->policy->opt.cfg;
         if (t->o.critic_lr > 0)

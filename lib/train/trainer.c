@@ -106,11 +106,15 @@ static int check_options(const rlp_trainer_options *o)
                                     "critic's values would go unused)");
     if (o->critic_path && !*o->critic_path)
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->critic_path is empty");
-    if (!(o->value_clip >= 0) || !isfinite(o->value_clip) || !(o->critic_lr >= 0) || !isfinite(o->critic_lr) ||
-        !(o->gae_lambda >= 0 && o->gae_lambda <= 1))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: value_clip (%g) and critic_lr (%g) must be "
-                              "finite and >= 0, gae_lambda (%g) in [0, 1]",
-                              (double)o->value_clip, (double)o->critic_lr, (double)o->gae_lambda);
+    if (!(o->value_clip >= 0) || !isfinite(o->value_clip))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->value_clip (%g) must be finite and >= 0",
+                              (double)o->value_clip);
+    if (!(o->critic_lr >= 0) || !isfinite(o->critic_lr))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->critic_lr (%g) must be finite and >= 0",
+                              (double)o->critic_lr);
+    if (!(o->gae_lambda >= 0 && o->gae_lambda <= 1))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->gae_lambda (%g) must be in [0, 1]",
+                              (double)o->gae_lambda);
     if (o->n_worker_urls && (!o->weights_dir || !*o->weights_dir))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
                               "the workers load each published version from)");

@@ -111,8 +111,18 @@ bad() {
   [ $? -eq 2 ] || { cat "$out/err"; fail "exit 2 expected: $*"; }
 }
 bad --set 'critic.path="policy"'                   # a critic without GAE
-bad --set "$PPO" --set algorithm.lam=1.5
+bad --set "$PPO" --set algorithm.gae_lambda=1.5
 bad --set "$PPO" --set critic.value_clip=-1
 bad --set "$PPO" --set "critic.path=\"$model\""   # a language model is no critic
 grep -q "critic" "$out/err" || { cat "$out/err"; fail "the message names the critic"; }
+bad --set "$PPO" --set "critic.path=\"$out/nowhere\""
+bad --set "$PPO" --set distributed.world_size=2        # one rank only, refused before anything forks
+if [ -n "${RLPOST_SOURCE_ROOT:-}" ]; then                # a critic of another vocabulary (259 tokens, the policy 512)
+  bad --set "$PPO" --set "critic.path=\"$RLPOST_SOURCE_ROOT/tests/reference/fixtures/hf/rm_prm1\""
+  grep -q "vocabulary" "$out/err" || { cat "$out/err"; fail "the message names the vocabulary"; }
+fi
+# a resume continues in the configuration's output: one holding another run is refused
+T --set "output=\"$out/sync\"" --set "$PPO" --set critic.lr=1e-3 --set steps=6 --set eval.n=0 --resume "$out/k9" \
+  >/dev/null 2>"$out/err"
+[ $? -eq 2 ] && grep -q "holds another run" "$out/err" || { cat "$out/err"; fail "a resume into another run's folder"; }
 echo "PPO with a critic: ok"

@@ -36,6 +36,18 @@ assert len(distinct) > 8, distinct  # a model's score, not a constant
 print("reward_model terms:", min(distinct), max(distinct))
 PY
 
+# --set of a key inside reward.options keeps the object's other keys
+T --set "output=\"$out/runC\"" --set 'reward.name="regex_match+0.5*reward_model"' \
+  --set 'reward.options={"regex_match": {"pattern": "[aeiou] [a-z]"}}' \
+  --set "reward.options.reward_model.model=$rm_dir" --set reward.options.reward_model.model_threads=1 \
+  --set steps=1 --set eval.n=0 --set checkpoint.interval=0 >/dev/null 2>"$out/err" ||
+  { cat "$out/err"; fail "reward.options.reward_model.model by --set"; }
+python3 - "$out" <<'PY' || fail "the options object after --set of keys inside it"
+import json, sys
+o = json.load(open(sys.argv[1] + "/runC/config.json"))["reward"]["options"]
+assert o["regex_match"] == {"pattern": "[aeiou] [a-z]"} and o["reward_model"]["model_threads"] == 1, o
+PY
+
 # a term's options that do not fit it: exit 2, the term named
 T --set "output=\"$out/runB\"" --set 'reward.name="regex_match+reward_model"' --set "reward.options={\"reward_model\": {\"model\": \"$out\"}}" \
   >/dev/null 2>"$out/err"

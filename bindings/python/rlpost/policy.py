@@ -438,6 +438,8 @@ class Policy(Handle):
         each a list of n_tokens rows of score_labels floats (a numpy array
         (n_tokens, labels) when numpy is installed). An ORM's score is the
         last row; n_prompt is ignored."""
+        if len(sequences) == 0:
+            return []
         arr, n, _, keep = _sequences(sequences)
         labels = self.score_labels
         total = sum(a.n for a, _ in keep) * max(labels, 1)

@@ -277,9 +277,11 @@ class RewardFn(Handle):
 
     @classmethod
     def builtin(cls, name, options=None):
-        """A built-in verifier: "logic_rl_format", "kk_answer", "logic_rl",
-        "gsm8k", "boxed_math", "countdown", "exact_match", "regex_match"
-        (builtin_names()); options as a dict or JSON text."""
+        """A built-in reward: "logic_rl_format", "kk_answer", "logic_rl",
+        "gsm8k", "boxed_math", "countdown", "exact_match", "regex_match",
+        "lookup_em", "search_format", "tool_call_format", or "reward_model"
+        (a learned ORM/PRM folder: {"model": DIR, ...}, docs/rewards.md);
+        builtin_names() lists them. Options as a dict or JSON text."""
         out = c_void_p()
         check(F.rlp_reward_fn_create_builtin(byref(out), to_bytes(name, "name"), json_text(options)),
               "rlp_reward_fn_create_builtin")
