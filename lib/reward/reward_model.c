@@ -209,7 +209,9 @@ static int build_steps(const rm_cfg *c, const char *t, size_t len, sample *s)
             /* with step tokens the separator is replaced by them (Qwen2.5-Math-PRM's
              * "<extra_0>".join(steps), Math-Shepherd's tag) */
             size_t body = c->step_ids && at_sep ? i : e;
-            int rc = body > b ? ids_encode(&s->in, c->tok, t + b, body - b, RLP_ENCODE_PARSE_SPECIAL) : RLP_OK;
+            /* the completion is content: text spelling a control token stays text (public-bugs case #1:
+             * a policy writing "<extra_0>" or "<|im_end|>" must not forge steps or turns for the scorer) */
+            int rc = body > b ? ids_encode(&s->in, c->tok, t + b, body - b, 0) : RLP_OK;
             if (!rc && c->step_ids)
                 rc = ids_append(&s->in, c->step_ids, c->n_step_ids);
             if (rc)
@@ -312,7 +314,7 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
         if (c->kind == RM_PRM) {
             rc = build_steps(c, q->completion_text, q->completion_len, s);
         } else {
-            rc = ids_encode(&s->in, c->tok, q->completion_text, q->completion_len, RLP_ENCODE_PARSE_SPECIAL);
+            rc = ids_encode(&s->in, c->tok, q->completion_text, q->completion_len, 0); /* content: case #1 */
             if (!rc && s->in.n) {
                 s->rows = malloc(sizeof *s->rows);
                 rc = s->rows ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "reward_model: out of memory");

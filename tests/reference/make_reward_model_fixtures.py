@@ -22,7 +22,9 @@ Output under tests/reference/fixtures/hf/:
             transformers' forward in float64 on the saved fp32 weights; the
             policy-side completion ids (the same tokenizer) and the completion
             token where each step ends
-The tokenizer: 256 byte-level symbols, the merge "\\n\\n" -> one token, and
+The last sample spells the control tokens <extra_0> and <|bos|> in its
+text: completion text is content, encoded with split_special_tokens (public-bugs
+case #1), so it forges no step. The tokenizer: 256 byte-level symbols, the merge "\\n\\n" -> one token, and
 the special tokens <|bos|> and <extra_0> (no BOS added: add_bos_token false).
 Last generated with torch 2.15.0, transformers 4.46.3, tokenizers 0.20.
 """
@@ -45,6 +47,8 @@ SAMPLES = [
     "First add 2 and 3.\n\n",
     "First add 2 and 3.\n\nFirst add 2 and 3.\n\nFirst add 2 and 3.\n\n",
     "no steps at all",
+    # public-bugs case #1: content spelling control tokens stays text (no forged step or turn)
+    "Two<extra_0> steps<|bos|> here.\n\nDone",
 ]
 
 
@@ -95,6 +99,8 @@ def main():
                                                             **common)), "prm", None),
     }
     enc = lambda s: tk.encode(s, add_special_tokens=False)
+    # completion text is content: special-token spellings are not matched (split_special_tokens)
+    enc_content = lambda s: tk.encode(s, add_special_tokens=False, split_special_tokens=True)
     expected = {"generator": "tests/reference/make_reward_model_fixtures.py", "torch": torch.__version__,
                 "transformers": transformers.__version__, "prompt": PROMPT, "samples": SAMPLES,
                 "separator": SEP}
@@ -112,15 +118,15 @@ def main():
             ids = enc(PROMPT)
             rows, ends = [], []
             if kind == "orm":
-                ids += enc(text)
+                ids += enc_content(text)
                 rows.append(len(ids) - 1)
                 ends.append(len(text.encode()))
             else:
                 for piece, body, e in steps_of(text):
                     if step_token:
-                        ids += enc(body.decode()) + enc(step_token)
+                        ids += enc_content(body.decode()) + enc(step_token)
                     else:
-                        ids += enc(piece.decode())
+                        ids += enc_content(piece.decode())
                     rows.append(len(ids) - 1)
                     ends.append(e)
             with torch.no_grad():
@@ -131,7 +137,7 @@ def main():
             else:
                 steps = [float(torch.softmax(out[r], -1)[1]) for r in rows]
             # where each step ends among the policy's completion tokens
-            ctoks = enc(text)
+            ctoks = enc_content(text)
             cum, at = [], 0
             for t in ctoks:
                 at += len(tk.decode([t]).encode())

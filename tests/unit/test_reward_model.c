@@ -254,6 +254,30 @@ static void foreign_policy_tokens(void **state)
     rlp_reward_fn_free(fn);
 }
 
+/* public-bugs case #1 for the scorer: the last fixture sample spells the
+ * control tokens <extra_0> and <|bos|> in its text. As content they stay
+ * text: the PRM in <extra_0> format sees 2 steps (the separator's), not a
+ * third forged by the literal tag, and every score is transformers' with
+ * split_special_tokens (checked in check_model too) */
+static void special_text_in_the_completion(void **state)
+{
+    (void)state;
+    rlp_reward_fn *fn = make("rm_prm", "\"step_token\": \"<extra_0>\"");
+    rlp_batch *b = batch_of("rm_prm");
+    score_batch(fn, b);
+    json_t *r = json_array_get(json_object_get(json_object_get(expected, "rm_prm"), "samples"), 4);
+    assert_int_equal(json_array_size(json_object_get(r, "steps")), 2);
+    rlp_trajectory t = get(b, 4);
+    assert_true(t.valid);
+    close_to("case #1", 4, t.reward, json_number_value(json_object_get(r, "score")));
+    size_t marked = 0;
+    for (size_t k = 0; k < t.n_completion_tokens; k++)
+        marked += t.token_rewards[k] != 0.0f;
+    assert_int_equal(marked, 2);
+    rlp_batch_free(b);
+    rlp_reward_fn_free(fn);
+}
+
 /* two handles on one folder share the loaded model (rlpost train makes a
  * combined reward and a copy of each term): the same scores, and either
  * may go first (ASan: no double free, nothing leaked) */
@@ -316,7 +340,8 @@ int main(void)
         cmocka_unit_test(outcome_reward_model),     cmocka_unit_test(prm_with_step_token),
         cmocka_unit_test(prm_one_label),            cmocka_unit_test(clip_delta_defeats_repetition),
         cmocka_unit_test(options),                  cmocka_unit_test(foreign_policy_tokens),
-        cmocka_unit_test(handles_share_the_model), cmocka_unit_test(refusals),
+        cmocka_unit_test(special_text_in_the_completion), cmocka_unit_test(handles_share_the_model),
+        cmocka_unit_test(refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(expected);
