@@ -80,6 +80,9 @@ int cmd_info(int argc, char **argv)
            mi.activation, mi.qk_norm ? "true" : "false", mi.post_norms ? "true" : "false", (double)mi.norm_offset,
            (double)mi.embed_scale, (double)mi.attn_scale, (double)mi.final_softcap, mi.sliding_window,
            mi.n_local_layers, (double)mi.rope_theta_local);
+    /* the head: 0 = a language model; else a value/reward model's score head */
+    printf(", \"score_labels\": %d, \"head\": \"%s\"", mi.score_labels,
+           mi.score_labels == 0 ? "lm" : mi.score_per_token ? "token_classification" : "sequence_classification");
     print_tokenizer_info(argv[2]);
     printf("}\n");
     return 0;
