@@ -185,6 +185,29 @@ int rlpi_rl_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float *ad
     return rc;
 }
 
+/* The last training token of sequence i (tok_start[i + 1] when none). */
+static size_t last_on(const rlpi_rl_seqs *s, size_t i)
+{
+    size_t b = s->tok_start[i], e = s->tok_start[i + 1];
+    for (size_t t = e; t-- > b;)
+        if (rlpi_rl_on(s, t))
+            return t;
+    return e;
+}
+
+/* The per-token reward of training token t of sequence i, whose last
+ * training token is `last` (REINFORCE++ and GAE): the outcome reward at the
+ * last one, the process reward, and −β·KLₜ with kl_in_reward. */
+static double step_reward(const rlp_rl_options *o, const rlpi_rl_seqs *s, size_t i, size_t t, size_t last)
+{
+    double r = t == last ? (double)s->reward[i] : 0.0;
+    if (s->token_reward)
+        r += s->token_reward[t];
+    if (o->kl_in_reward && o->kl_estimator && s->logp_ref)
+        r -= (double)o->kl_coef * kl_value(o->kl_estimator, (double)s->logp_old[t] - (double)s->logp_ref[t]);
+    return r;
+}
+
 /* GAE with the critic's values (RLP_ADV_GAE): the per-token rewards of
  * REINFORCE++ (outcome at the last training token, process rewards, KL
  * shaping with kl_in_reward), then rlpi_gae over the training tokens
@@ -209,18 +232,10 @@ static int gae_advantages(const rlp_rl_options *o, const rlpi_rl_seqs *s, float 
         return rlpi_error_set(RLP_E_NOMEM, "advantages: out of memory");
     }
     for (size_t i = 0; i < s->n_seqs; i++) {
-        size_t b = s->tok_start[i], e = s->tok_start[i + 1], last = e;
-        for (size_t t = e; last == e && t-- > b;)
-            if (rlpi_rl_on(s, t))
-                last = t;
-        for (size_t t = b; t < e; t++) {
+        size_t last = last_on(s, i);
+        for (size_t t = s->tok_start[i]; t < s->tok_start[i + 1]; t++) {
             on[t] = (uint8_t)rlpi_rl_on(s, t);
-            double x = t == last ? (double)s->reward[i] : 0.0;
-            if (on[t] && s->token_reward)
-                x += s->token_reward[t];
-            if (on[t] && o->kl_in_reward && o->kl_estimator && s->logp_ref)
-                x -= (double)o->kl_coef * kl_value(o->kl_estimator, (double)s->logp_old[t] - (double)s->logp_ref[t]);
-            r[t] = (float)x;
+            r[t] = on[t] ? (float)step_reward(o, s, i, t, last) : 0.0f;
         }
     }
     rlpi_gae_seqs g = {.n_seqs = s->n_seqs, .tok_start = s->tok_start, .token_reward = r, .values = s->values,
@@ -250,23 +265,14 @@ int rlpi_rl_advantages_unnormalised(const rlp_rl_options *o, const rlpi_rl_seqs 
          * token reward and KL are ignored and the discount skips it; the
          * outcome reward sits at the last model token. */
         for (size_t i = 0; i < s->n_seqs; i++) {
-            size_t b = s->tok_start[i], e = s->tok_start[i + 1], last = e;
-            for (size_t t = e; last == e && t-- > b;)
-                if (rlpi_rl_on(s, t))
-                    last = t;
+            size_t b = s->tok_start[i], last = last_on(s, i);
             double g = 0;
-            for (size_t t = e; t-- > b;) {
+            for (size_t t = s->tok_start[i + 1]; t-- > b;) {
                 if (!rlpi_rl_on(s, t)) {
                     adv[t] = 0.0f;
                     continue;
                 }
-                double r = t == last ? (double)s->reward[i] : 0.0;
-                if (s->token_reward)
-                    r += s->token_reward[t];
-                if (o->kl_in_reward && o->kl_estimator && s->logp_ref)
-                    r -= (double)o->kl_coef *
-                         kl_value(o->kl_estimator, (double)s->logp_old[t] - (double)s->logp_ref[t]);
-                g = r + (double)o->gamma * g;
+                g = step_reward(o, s, i, t, last) + (double)o->gamma * g;
                 adv[t] = (float)g;
             }
         }
