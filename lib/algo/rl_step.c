@@ -326,15 +326,8 @@ static int train_rl(rlp_policy *policy, const rlp_batch *batch, const rlp_policy
         model_start[k] = n_model;
         n_tok += t->n_tokens;
         n_model += rlpi_traj_model_tokens(t);
-        int32_t *ids = malloc((t->n_prompt + t->n_tokens) * sizeof *ids);
-        if (!ids) {
-            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        if ((rc = rlpi_traj_sequence(t, &seqs[k], &owned[k])))
             break;
-        }
-        memcpy(ids, t->prompt, t->n_prompt * sizeof *ids);
-        memcpy(ids + t->n_prompt, t->tokens, t->n_tokens * sizeof *ids);
-        owned[k] = ids;
-        seqs[k] = (rlp_sequence){ids, (uint32_t)(t->n_prompt + t->n_tokens), (uint32_t)t->n_prompt};
         uint64_t tv = t->policy_version;
         for (size_t j = 0; j < t->n_tokens; j++)
             if (!t->loss_mask || t->loss_mask[j])

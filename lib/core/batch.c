@@ -439,3 +439,18 @@ int rlp_batch_set_group_provenance(rlp_batch *batch, uint64_t group_id, const rl
                               batch->n, (unsigned long long)group_id);
     return RLP_OK;
 }
+
+int rlpi_traj_sequence(const rlpi_traj *t, rlp_sequence *seq, int32_t **ids)
+{
+    size_t n = t->n_prompt + t->n_tokens;
+    int32_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return rlpi_error_set(RLP_E_NOMEM, "trajectory: out of memory");
+    if (t->n_prompt)
+        memcpy(v, t->prompt, t->n_prompt * sizeof *v);
+    if (t->n_tokens)
+        memcpy(v + t->n_prompt, t->tokens, t->n_tokens * sizeof *v);
+    *ids = v;
+    *seq = (rlp_sequence){v, (uint32_t)n, (uint32_t)t->n_prompt};
+    return RLP_OK;
+}

@@ -47,6 +47,10 @@ struct rlp_batch {
 void rlpi_traj_clear(rlpi_traj *t);
 /* Appends one completion token (grows the arrays). */
 int rlpi_traj_push_token(rlpi_traj *t, int32_t token, float logprob, uint64_t version);
+/* Prompt + completion of a trajectory as one sequence for the policy API
+ * (n_prompt = its prompt's length): the ids are a malloc'd copy in *ids,
+ * which the caller frees. RLP_OK or RLP_E_NOMEM. */
+int rlpi_traj_sequence(const rlpi_traj *t, rlp_sequence *seq, int32_t **ids);
 /* Completion tokens with loss mask 1 (the model's; all of them without a mask). */
 static inline size_t rlpi_traj_model_tokens(const rlpi_traj *t)
 {

@@ -22,19 +22,13 @@ int rlp_batch_logprob_mismatch(rlp_mismatch_stats *out, const rlp_batch *batch, 
         const rlpi_traj *t = &batch->items[i];
         if (t->n_tokens == 0 || t->n_prompt == 0)
             continue;
-        size_t n = t->n_prompt + t->n_tokens;
-        int32_t *ids = malloc(n * sizeof *ids);
+        int32_t *ids = NULL;
+        rlp_sequence seq;
         float *lp = malloc(t->n_tokens * sizeof *lp);
-        if (!ids || !lp) {
-            free(ids);
+        if (!lp || rlpi_traj_sequence(t, &seq, &ids)) {
             free(lp);
             return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         }
-        for (size_t k = 0; k < t->n_prompt; k++)
-            ids[k] = t->prompt[k];
-        for (size_t k = 0; k < t->n_tokens; k++)
-            ids[t->n_prompt + k] = t->tokens[k];
-        rlp_sequence seq = {ids, (uint32_t)n, (uint32_t)t->n_prompt};
         float temp = t->temperature > 0 ? t->temperature : 1.0f;
         size_t got = 0;
         rc = rlp_policy_logprobs(policy, &seq, 1, temp, lp, NULL, t->n_tokens, &got);

@@ -80,19 +80,6 @@ static int item_layout(const rlp_batch *b, size_t **start)
     return RLP_OK;
 }
 
-/* prompt + completion of item i as a sequence (ids in *owned) */
-static int item_seq(const rlpi_traj *it, rlp_sequence *seq, int32_t **owned)
-{
-    int32_t *ids = malloc((it->n_prompt + it->n_tokens) * sizeof *ids);
-    if (!ids)
-        return rlpi_error_set(RLP_E_NOMEM, "critic: out of memory");
-    memcpy(ids, it->prompt, it->n_prompt * sizeof *ids);
-    memcpy(ids + it->n_prompt, it->tokens, it->n_tokens * sizeof *ids);
-    *owned = ids;
-    *seq = (rlp_sequence){ids, (uint32_t)(it->n_prompt + it->n_tokens), (uint32_t)it->n_prompt};
-    return RLP_OK;
-}
-
 int rlpi_train_critic_step(rlp_trainer *t, const rlp_batch *b, rlp_step_record *rec, rlpi_rl_mismatch *mm)
 {
     double c0 = rlpi_now_s();
@@ -112,7 +99,7 @@ int rlpi_train_critic_step(rlp_trainer *t, const rlp_batch *b, rlp_step_record *
     /* 1. V(s_t) of every completion token of the items a step can use */
     size_t vt = 0;
     for (size_t i = 0; !rc && i < n; i++)
-        if (trainable_item(&b->items[i]) && !(rc = item_seq(&b->items[i], &seqs[m], &owned[m]))) {
+        if (trainable_item(&b->items[i]) && !(rc = rlpi_traj_sequence(&b->items[i], &seqs[m], &owned[m]))) {
             which[m++] = i;
             vt += b->items[i].n_tokens;
         }
