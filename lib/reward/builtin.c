@@ -67,22 +67,29 @@ int rlpi_opt_string(rlpi_opts *o, const char *key, const char **v)
     return RLP_OK;
 }
 
-int rlpi_opt_extract(rlpi_opts *o, int *mode)
+int rlpi_opt_choice(rlpi_opts *o, const char *key, const char *const *names, int n, int *v)
 {
     const char *s = NULL;
-    int rc = rlpi_opt_string(o, "extract", &s);
+    int rc = rlpi_opt_string(o, key, &s);
     if (rc || !s)
         return rc;
-    static const char *const names[] = {"none", "answer_tag", "boxed", "last_line"};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         if (strcmp(s, names[i]) == 0) {
-            *mode = i;
+            *v = i;
             return RLP_OK;
         }
-    return rlpi_error_set(RLP_E_INVALID_ARG,
-                          "reward built-in %s: option \"extract\" is \"%s\"; use none, answer_tag, boxed or "
-                          "last_line",
-                          o->builtin, s);
+    char list[256] = ""; /* "a, b or c" */
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                 names[i]);
+    return rlpi_error_set(RLP_E_INVALID_ARG, "reward built-in %s: option \"%s\" is \"%s\"; use %s", o->builtin, key,
+                          s, list);
+}
+
+int rlpi_opt_extract(rlpi_opts *o, int *mode)
+{
+    static const char *const names[] = {"none", "answer_tag", "boxed", "last_line"};
+    return rlpi_opt_choice(o, "extract", names, 4, mode);
 }
 
 typedef struct entry {
@@ -114,31 +121,17 @@ const char *rlpi_builtin_name(size_t index)
 
 static int read_common(rlpi_opts *o, rlpi_builtin_common *c)
 {
-    const char *refine = NULL;
+    static const char *const refine_names[] = {"none", "clip", "delta", "clip_delta"};
     double eta = 0.0;
     int rc;
     if ((rc = rlpi_opt_uint(o, "threads", &c->threads)) || (rc = rlpi_opt_uint(o, "timeout_ms", &c->timeout_ms)) ||
-        (rc = rlpi_opt_string(o, "refine", &refine)) || (rc = rlpi_opt_double(o, "refine_eta", &eta)) ||
-        (rc = rlpi_opt_string(o, "name", &c->name)))
+        (rc = rlpi_opt_double(o, "refine_eta", &eta)) || (rc = rlpi_opt_string(o, "name", &c->name)))
         return rc;
     if (c->threads > 64)
         return rlpi_error_set(RLP_E_INVALID_ARG, "reward built-in %s: option \"threads\" is %u (at most 64)",
                               o->builtin, c->threads);
     c->refine_eta = (float)eta;
-    if (refine) {
-        static const char *const names[] = {"none", "clip", "delta", "clip_delta"};
-        int found = -1;
-        for (int i = 0; i < 4; i++)
-            if (strcmp(refine, names[i]) == 0)
-                found = i;
-        if (found < 0)
-            return rlpi_error_set(RLP_E_INVALID_ARG,
-                                  "reward built-in %s: option \"refine\" is \"%s\"; use none, clip, delta or "
-                                  "clip_delta",
-                                  o->builtin, refine);
-        c->refine = found;
-    }
-    return RLP_OK;
+    return rlpi_opt_choice(o, "refine", refine_names, 4, &c->refine);
 }
 
 /* The first key of the options that nobody read, or NULL. */

@@ -29,6 +29,9 @@ int rlpi_opt_bool(rlpi_opts *o, const char *key, int *v);
 int rlpi_opt_uint(rlpi_opts *o, const char *key, uint32_t *v);
 /* *v borrowed from the options JSON: copy it. */
 int rlpi_opt_string(rlpi_opts *o, const char *key, const char **v);
+/* A string option naming one of n choices: *v = its index. An unknown
+ * name is refused listing them ("use a, b or c"). */
+int rlpi_opt_choice(rlpi_opts *o, const char *key, const char *const *names, int n, int *v);
 /* "extract": "none" | "answer_tag" | "boxed" | "last_line" */
 int rlpi_opt_extract(rlpi_opts *o, int *mode);
 

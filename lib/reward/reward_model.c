@@ -388,22 +388,6 @@ static int score(void *impl, rlp_reward_result *res, const rlp_reward_request *r
 
 static const rlpi_scorer_ops ops = {score, destroy};
 
-static int pick(rlpi_opts *o, const char *key, const char *const *names, int n, int *v)
-{
-    const char *s = NULL;
-    int rc = rlpi_opt_string(o, key, &s);
-    if (rc || !s)
-        return rc;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i])) {
-            *v = i;
-            return RLP_OK;
-        }
-    return rlpi_error_set(RLP_E_INVALID_ARG, "reward built-in %s: option \"%s\" is \"%s\"; use %s%s%s%s%s",
-                          o->builtin, key, s, names[0], n > 1 ? " or " : "", n > 1 ? names[1] : "",
-                          n > 2 ? " or " : "", n > 2 ? names[2] : "");
-}
-
 int rlpi_builtin_reward_model(rlpi_scorer **out, rlpi_opts *o)
 {
     rm_cfg *c = calloc(1, sizeof *c);
@@ -415,9 +399,10 @@ int rlpi_builtin_reward_model(rlpi_scorer **out, rlpi_opts *o)
     static const char *const kinds[] = {"orm", "prm"}, *const aggs[] = {"min", "last", "mean"},
                              *const inputs[] = {"prompt_completion", "completion"};
     int rc;
-    if ((rc = rlpi_opt_string(o, "model", &path)) || (rc = pick(o, "kind", kinds, 2, &kind)) ||
+    if ((rc = rlpi_opt_string(o, "model", &path)) || (rc = rlpi_opt_choice(o, "kind", kinds, 2, &kind)) ||
         (rc = rlpi_opt_string(o, "step_separator", &sep)) || (rc = rlpi_opt_string(o, "step_token", &step_token)) ||
-        (rc = pick(o, "aggregate", aggs, 3, &c->aggregate)) || (rc = pick(o, "input", inputs, 2, &input)) ||
+        (rc = rlpi_opt_choice(o, "aggregate", aggs, 3, &c->aggregate)) ||
+        (rc = rlpi_opt_choice(o, "input", inputs, 2, &input)) ||
         (rc = rlpi_opt_uint(o, "label", &label)) || (rc = rlpi_opt_uint(o, "model_threads", &threads)))
         goto fail;
     c->with_prompt = input == 0;
