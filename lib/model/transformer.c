@@ -855,44 +855,26 @@ int rlpi_transformer_logits_rows(rlpi_transformer *tf, const rlpi_packed_batch *
 {
     if (!tf || !batch || !rows || !logits || n_rows < 1 || batch->n_seq < 1 || batch->n_tokens < 1)
         return rlpi_error_set(RLP_E_INVALID_ARG, "transformer logits: bad arguments");
+    if (tf->cfg.score_labels > 0)
+        return refuse_score_head(tf, "logits");
     for (int64_t r = 0; r < n_rows; r++)
         if (rows[r] < 0 || rows[r] >= batch->n_tokens)
             return rlpi_error_set(RLP_E_INVALID_ARG, "transformer logits: row %d outside the %lld tokens", rows[r],
                                   (long long)batch->n_tokens);
-    int32_t *none = malloc((size_t)batch->n_tokens * sizeof *none);
-    float *lp = malloc((size_t)batch->n_tokens * sizeof *lp);
-    int rc = none && lp ? RLP_OK : rlpi_error_set(RLP_E_NOMEM, "transformer logits: out of memory");
-    rlpi_buffer *idx = NULL, *sel = NULL, *out = NULL;
-    if (!rc) {
-        for (int64_t i = 0; i < batch->n_tokens; i++)
-            none[i] = -1; /* no head during the forward: it runs once below */
-        rlpi_packed_batch b = *batch;
-        b.targets = none;
-        rc = rlpi_transformer_forward(tf, &b, 1.0f, lp, NULL, false);
-    }
+    TRY(check_batch(tf, batch));
+    /* the trunk gathers the rows' final hidden states into hsel; the head runs on them alone */
+    TRY(trunk_forward(tf, batch, rows, NULL, n_rows, false));
     const rlpi_model_config *c = &tf->cfg;
     int64_t R = n_rows, d = c->dim;
+    rlpi_buffer *out = NULL;
+    int rc = rlpi_buffer_alloc(tf->be, (size_t)(R * c->vocab_size) * 4, &out);
     if (!rc)
-        rc = rlpi_buffer_alloc(tf->be, (size_t)R * 4, &idx);
-    if (!rc)
-        rc = rlpi_buffer_alloc(tf->be, (size_t)(R * d) * 4, &sel);
-    if (!rc)
-        rc = rlpi_buffer_alloc(tf->be, (size_t)(R * c->vocab_size) * 4, &out);
-    if (!rc)
-        rc = rlpi_buffer_upload(idx, 0, rows, (size_t)R * 4);
-    if (!rc)
-        rc = rlpi_op_embedding_fwd(tf->be, RLPI_REF(sel, 0), RLPI_REF(tf->h, 0), RLPI_REF(idx, 0), R, d, tf->n);
-    if (!rc)
-        rc = rlpi_tf_mm(tf, out, 0, sel, 0, 0, tf->params, tf->lm_head, 1, R, c->vocab_size, d, 0.0f);
+        rc = rlpi_tf_mm(tf, out, 0, tf->hsel, 0, 0, tf->params, tf->lm_head, 1, R, c->vocab_size, d, 0.0f);
     if (!rc)
         rc = rlpi_tf_softcap(tf, out, 0, R);
     if (!rc)
         rc = rlpi_buffer_download(out, 0, logits, (size_t)(R * c->vocab_size) * 4);
-    rlpi_buffer_free(idx);
-    rlpi_buffer_free(sel);
     rlpi_buffer_free(out);
-    free(none);
-    free(lp);
     return rc;
 }
 
