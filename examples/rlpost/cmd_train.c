@@ -474,6 +474,16 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "interrupted", json_boolean(interrupted));
     json_object_set_new(sum, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
     json_object_set_new(sum, "staleness_max", json_real(stale_max));
+    {
+        /* the ranks and the transport their process group took (AUTO resolved) */
+        static const char *const names[] = {"auto", "shm", "nccl", "mpi", "gloo"};
+        int32_t transport = -1;
+        if (r->comm)
+            rlp_comm_info(r->comm, NULL, NULL, &transport);
+        json_object_set_new(sum, "world_size", json_integer(r->world));
+        json_object_set_new(sum, "transport", transport >= 0 && transport <= 4 ? json_string(names[transport])
+                                                                                 : json_null());
+    }
     json_object_set_new(sum, "output", json_string(r->out));
     if (gguf_path[0])
         json_object_set_new(sum, "gguf", json_string(gguf_path));

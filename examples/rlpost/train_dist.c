@@ -37,15 +37,25 @@ static void forward(int sig)
             kill(children[i], sig);
 }
 
+/* the first of the variables that is set and not empty, or NULL */
+static const char *first_env(const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+/* Ranks started by another launcher: torchrun's variables, or an MPI
+ * launcher's (mpirun: OMPI_COMM_WORLD_*; srun/Hydra: PMI_*). */
 static int env_rank(long *rank, long *world)
 {
-    const char *rs = getenv("RLPOST_RANK");
-    if (!rs || !*rs)
-        rs = getenv("RANK");
-    const char *ws = getenv("RLPOST_WORLD_SIZE");
-    if (!ws || !*ws)
-        ws = getenv("WORLD_SIZE");
-    if (!rs || !*rs)
+    static const char *const rank_vars[] = {"RLPOST_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    static const char *const world_vars[] = {"RLPOST_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    const char *rs = first_env(rank_vars, 4), *ws = first_env(world_vars, 4);
+    if (!rs)
         return 0;
     char *end;
     *rank = strtol(rs, &end, 10);
@@ -62,7 +72,9 @@ int train_dist_resolve(run *r)
     r->world = 1;
     int in_env = env_rank(&rank, &ew);
     if (in_env < 0) {
-        fmt(r->err, ERR_CAP, "distributed: RLPOST_RANK/RANK is set but RLPOST_WORLD_SIZE/WORLD_SIZE is not an integer");
+        fmt(r->err, ERR_CAP, "distributed: a rank is set in the environment (RLPOST_RANK, RANK, OMPI_COMM_WORLD_RANK or "
+            "PMI_RANK) but the world size (RLPOST_WORLD_SIZE, WORLD_SIZE, OMPI_COMM_WORLD_SIZE or PMI_SIZE) is not an "
+            "integer");
         return -1;
     }
     if (in_env) {
@@ -184,7 +196,8 @@ int train_dist_launch(run *r, int *exit_code)
                     kill(children[i], SIGTERM);
         }
     }
-    unlink(rdv);
+    if (strcmp(rdv, "env://") && strncmp(rdv, "tcp://", 6))
+        unlink(rdv);
     if (!*exit_code)
         *exit_code = first_failure;
     return 1;
@@ -196,7 +209,8 @@ int train_dist_join(run *r)
         return 0;
     const char *t = cfg_str(r->cfg, "distributed.transport");
     rlp_comm_options o = RLP_COMM_OPTIONS_INIT;
-    o.transport = !strcmp(t, "shm") ? RLP_COMM_SHM : !strcmp(t, "nccl") ? RLP_COMM_NCCL : RLP_COMM_AUTO;
+    o.transport = !strcmp(t, "shm") ? RLP_COMM_SHM : !strcmp(t, "nccl") ? RLP_COMM_NCCL : !strcmp(t, "mpi") ? RLP_COMM_MPI
+                : !strcmp(t, "gloo") ? RLP_COMM_GLOO : RLP_COMM_AUTO;
     if (o.transport == RLP_COMM_AUTO && r->shared_gpu)
         o.transport = RLP_COMM_SHM;
     o.rank = r->rank;

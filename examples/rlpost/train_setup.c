@@ -296,12 +296,13 @@ int train_check_config(run *r)
         return -1;
     }
     RANGE("device", !cfg_get(c, "device") || json_is_null(cfg_get(c, "device")) || cfg_int(c, "device") >= 0, "≥ 0");
-    if (strcmp(transport, "auto") && strcmp(transport, "shm") && strcmp(transport, "nccl")) {
-        fmt(r->err, ERR_CAP, "distributed.transport: unknown value \"%s\" (one of: auto shm nccl)", transport);
+    if (strcmp(transport, "auto") && strcmp(transport, "shm") && strcmp(transport, "nccl") && strcmp(transport, "mpi") &&
+        strcmp(transport, "gloo")) {
+        fmt(r->err, ERR_CAP, "distributed.transport: unknown value \"%s\" (one of: auto shm nccl mpi gloo)", transport);
         return -1;
     }
     RANGE("distributed.rendezvous", !cfg_str(c, "distributed.rendezvous") || *cfg_str(c, "distributed.rendezvous"),
-          "a path, or null");
+          "a path, \"env://\", \"tcp://HOST:PORT\", or null");
     RANGE("distributed.timeout_s", cfg_num(c, "distributed.timeout_s") >= 1 &&
           cfg_num(c, "distributed.timeout_s") <= 86400, "in [1, 86400]");
     if (r->world > 1) {

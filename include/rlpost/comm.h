@@ -34,12 +34,21 @@ extern "C" {
  */
 /** How the ranks exchange data (values fixed). */
 typedef enum rlp_comm_transport {
-    RLP_COMM_AUTO = 0,  /**< NCCL on a CUDA context where NCCL loads, otherwise SHM */
+    RLP_COMM_AUTO = 0,  /**< launched by mpirun/srun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set)
+                             with no rendezvous given: MPI; otherwise NCCL on a CUDA context where NCCL
+                             loads; otherwise Gloo for a TCP rendezvous (env://, tcp://) and SHM for a
+                             rendezvous file */
     RLP_COMM_SHM = 1,   /**< POSIX shared memory between processes (or threads) of one machine; any
                              backend (device buffers are staged through host memory) */
-    RLP_COMM_NCCL = 2   /**< NCCL on CUDA contexts (one GPU per rank, one or several machines); the
-                             unique id travels through the rendezvous file, so it must be on a
-                             filesystem every rank sees */
+    RLP_COMM_NCCL = 2,  /**< NCCL on CUDA contexts (one GPU per rank, one or several machines); the
+                             unique id travels through the rendezvous (a file every rank sees, or the
+                             TCP store of env:// / tcp://) */
+    RLP_COMM_MPI = 3,   /**< MPI (the librlpost-mpi.so module, OpenMPI): ranks, world size and peers
+                             come from the launcher (`mpirun -n 4 …`, srun); no rendezvous; host
+                             memory (device buffers staged) */
+    RLP_COMM_GLOO = 4   /**< Gloo's TCP transport (the librlpost-gloo.so module; torch's CPU process
+                             groups): ranks on any hosts meet through the TCP rendezvous (env:// or
+                             tcp://HOST:PORT); host memory (device buffers staged) */
 } rlp_comm_transport;
 
 /** Reductions of rlp_comm_all_reduce() (values fixed). */
@@ -54,18 +63,33 @@ typedef enum rlp_reduce_op {
 
 /**
  * Options of rlp_comm_create(). Unset fields come from the environment,
- * torchrun-style: rank from RLPOST_RANK, else RANK; world size from
- * RLPOST_WORLD_SIZE, else WORLD_SIZE; rendezvous from RLPOST_RENDEZVOUS.
+ * torchrun-style: rank from RLPOST_RANK, else RANK, else the MPI
+ * launcher's (OMPI_COMM_WORLD_RANK, PMI_RANK); world size from
+ * RLPOST_WORLD_SIZE, else WORLD_SIZE, else OMPI_COMM_WORLD_SIZE, PMI_SIZE;
+ * rendezvous from RLPOST_RENDEZVOUS.
+ *
+ * Rendezvous, as torch's init_method:
+ * - a file path: one machine (or a file system every rank sees); rank 0
+ *   writes it, the others poll it;
+ * - "env://": the TCP store at MASTER_ADDR:MASTER_PORT, which rank 0
+ *   serves (listening on every address of its host) and every rank
+ *   connects to; no shared file system;
+ * - "tcp://HOST:PORT" ("tcp://[v6addr]:PORT"): the same store, named here.
+ * Over the store the ranks check that they agree on the world size and
+ * transport (ranks that disagree all fail, with a message naming the
+ * rank; a second process claiming a rank already taken is refused), and
+ * rank 0 hands out the NCCL unique id or Gloo's addresses. The MPI transport takes no rendezvous.
  */
 typedef struct rlp_comm_options {
     uint32_t version;        /**< RLP_COMM_OPTIONS_VERSION */
     int32_t transport;       /**< rlp_comm_transport; default RLP_COMM_AUTO */
     int32_t rank;            /**< 0 … world_size − 1; −1 (default) = from the environment */
     int32_t world_size;      /**< ≥ 1; 0 (default) = from the environment */
-    const char *rendezvous;  /**< path of the rendezvous file: rank 0 replaces it with a fresh one (JSON:
-                                  world size, transport, the shared-memory name or NCCL id, its pid) and
-                                  removes it when all ranks joined; the others wait for it. Use one path
-                                  per run. NULL = RLPOST_RENDEZVOUS. Copied. */
+    const char *rendezvous;  /**< "env://", "tcp://HOST:PORT", or the path of a rendezvous file: rank 0
+                                  replaces it with a fresh one (JSON: world size, transport, the
+                                  shared-memory name or NCCL id, its pid) and removes it when all ranks
+                                  joined; the others wait for it. Use one path (or port) per run.
+                                  NULL = RLPOST_RENDEZVOUS. Copied. */
     uint32_t timeout_ms;     /**< the rendezvous and every collective fail with RLP_E_TIMEOUT after this
                                   long without progress (a dead or stuck peer); 0 = 300000 */
 } rlp_comm_options;
@@ -77,15 +101,18 @@ RLP_API int rlp_comm_options_init(rlp_comm_options *opts, uint32_t version);
 
 /**
  * Joins a process group: blocks until all world_size ranks have joined
- * through the rendezvous file (or the timeout).
+ * through the rendezvous (or the timeout).
  *
  * @param[out] out  the communicator; free with rlp_comm_free()
  * @param ctx       context whose backend holds the buffers the group reduces (gradients); must outlive it
  * @param opts      options or NULL (all from the environment)
  * @return RLP_OK; RLP_E_INVALID_ARG (rank outside [0, world_size), world_size < 1, no rendezvous
- *         path, unknown transport, a rank that joined twice); RLP_E_UNSUPPORTED (NCCL on a CPU
- *         context, or NCCL not loadable); RLP_E_TIMEOUT (a rank did not come); RLP_E_IO;
- *         RLP_E_BACKEND (NCCL failed); RLP_E_NOMEM.
+ *         path, unknown transport, a rank that joined twice, ranks that disagree on the world size or
+ *         transport, a rank or size that differs from the MPI launcher's, MASTER_ADDR/MASTER_PORT
+ *         unset for env://); RLP_E_UNSUPPORTED (NCCL on a CPU context, Gloo without a TCP
+ *         rendezvous, or a transport whose module is not loadable: the message says why);
+ *         RLP_E_TIMEOUT (a rank did not come); RLP_E_IO (the store's port is busy);
+ *         RLP_E_BACKEND (NCCL, MPI or Gloo failed); RLP_E_NOMEM.
  */
 RLP_API int rlp_comm_create(rlp_comm **out, rlp_context *ctx, const rlp_comm_options *opts);
 

@@ -47,6 +47,17 @@ static int env_int(const char *const *names, size_t n, long *out, const char **w
     return RLP_OK;
 }
 
+/* AUTO: the launcher's MPI when started by one with no rendezvous named;
+ * NCCL on a GPU; Gloo for a TCP rendezvous; SHM for a file. */
+static int32_t auto_transport(rlp_context *ctx, const char *rdv)
+{
+    if ((!rdv || !*rdv) && rlpi_comm_mpi_launched())
+        return RLP_COMM_MPI;
+    if (ctx->kind == RLP_BACKEND_CUDA && rlpi_comm_nccl_usable(ctx))
+        return RLP_COMM_NCCL;
+    return rlpi_rendezvous_is_tcp(rdv) ? RLP_COMM_GLOO : RLP_COMM_SHM;
+}
+
 int rlp_comm_create(rlp_comm **out, rlp_context *ctx, const rlp_comm_options *opts)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
@@ -57,41 +68,62 @@ int rlp_comm_create(rlp_comm **out, rlp_context *ctx, const rlp_comm_options *op
         RLPI_CHECK_ARG(opts->version == RLP_COMM_OPTIONS_VERSION, "unknown rlp_comm_options version");
         o = *opts;
     }
-    RLPI_CHECK_ARG(o.transport >= RLP_COMM_AUTO && o.transport <= RLP_COMM_NCCL, "opts->transport is not an rlp_comm_transport");
+    RLPI_CHECK_ARG(o.transport >= RLP_COMM_AUTO && o.transport <= RLP_COMM_GLOO,
+                   "opts->transport is not an rlp_comm_transport");
+    const char *rdv = o.rendezvous ? o.rendezvous : getenv("RLPOST_RENDEZVOUS");
+    if (rdv && !*rdv)
+        rdv = NULL;
+    int32_t transport = o.transport == RLP_COMM_AUTO ? auto_transport(ctx, rdv) : o.transport;
+    bool mpi = transport == RLP_COMM_MPI;
     const char *from;
     long v;
     if (o.rank < 0) {
-        static const char *const names[] = {"RLPOST_RANK", "RANK"};
-        int rc = env_int(names, 2, &v, &from);
+        static const char *const names[] = {"RLPOST_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+        int rc = env_int(names, 4, &v, &from);
         if (rc)
             return rc;
-        if (!from)
+        if (!from && !mpi)
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: no rank: set opts->rank or RLPOST_RANK (or RANK)");
-        o.rank = (int32_t)v;
+        if (from)
+            o.rank = (int32_t)v;
     }
     if (o.world_size == 0) {
-        static const char *const names[] = {"RLPOST_WORLD_SIZE", "WORLD_SIZE"};
-        int rc = env_int(names, 2, &v, &from);
+        static const char *const names[] = {"RLPOST_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+        int rc = env_int(names, 4, &v, &from);
         if (rc)
             return rc;
-        if (!from)
+        if (!from && !mpi)
             return rlpi_error_set(RLP_E_INVALID_ARG,
                                   "rlp_comm_create: no world size: set opts->world_size or RLPOST_WORLD_SIZE (or WORLD_SIZE)");
-        o.world_size = (int32_t)v;
+        if (from)
+            o.world_size = (int32_t)v;
+        else
+            o.world_size = 0; /* MPI: the launcher's */
     }
-    if (o.world_size < 1)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: world size %d must be >= 1", o.world_size);
-    if (o.rank < 0 || o.rank >= o.world_size)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: rank %d outside [0, %d)", o.rank, o.world_size);
-    const char *rdv = o.rendezvous ? o.rendezvous : getenv("RLPOST_RENDEZVOUS");
-    if (o.world_size > 1 && (!rdv || !*rdv))
-        return rlpi_error_set(RLP_E_INVALID_ARG,
-                              "rlp_comm_create: no rendezvous file: set opts->rendezvous or RLPOST_RENDEZVOUS");
-    int32_t transport = o.transport;
-    if (transport == RLP_COMM_AUTO)
-        transport = ctx->kind == RLP_BACKEND_CUDA && rlpi_comm_nccl_usable(ctx) ? RLP_COMM_NCCL : RLP_COMM_SHM;
+    if (!mpi || o.world_size) {
+        if (o.world_size < 1)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: world size %d must be >= 1", o.world_size);
+        if (o.rank >= o.world_size || (!mpi && o.rank < 0))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: rank %d outside [0, %d)", o.rank, o.world_size);
+    }
+    if (!mpi && o.world_size > 1 && !rdv)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_comm_create: no rendezvous: set opts->rendezvous or "
+                              "RLPOST_RENDEZVOUS (a file path, \"env://\" or \"tcp://HOST:PORT\")");
     if (transport == RLP_COMM_NCCL && ctx->kind != RLP_BACKEND_CUDA)
         return rlpi_error_set(RLP_E_UNSUPPORTED, "rlp_comm_create: the NCCL transport needs a CUDA context");
+    bool tcp = rlpi_rendezvous_is_tcp(rdv);
+    if (o.world_size > 1 && transport == RLP_COMM_SHM && tcp)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "rlp_comm_create: the SHM transport meets through a rendezvous file "
+                              "on one machine, not \"%s\" (use the Gloo transport across hosts)", rdv);
+    if (o.world_size > 1 && transport == RLP_COMM_GLOO && !tcp)
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "rlp_comm_create: the Gloo transport meets through a TCP "
+                              "rendezvous (\"env://\" or \"tcp://HOST:PORT\"), not the file \"%s\"", rdv);
+    const rlpi_comm_module_api *module = NULL;
+    if (mpi || (transport == RLP_COMM_GLOO && o.world_size > 1)) {
+        module = rlpi_comm_module(mpi ? "mpi" : "gloo");
+        if (!module)
+            return rlpi_error_wrap("rlp_comm_create");
+    }
 
     rlp_comm *c = calloc(1, sizeof *c);
     if (!c)
@@ -103,18 +135,29 @@ int rlp_comm_create(rlp_comm **out, rlp_context *ctx, const rlp_comm_options *op
     c->timeout_ms = o.timeout_ms ? o.timeout_ms : 300000;
     pthread_mutex_init(&c->lock, NULL);
     int rc = RLP_OK;
-    if (c->world == 1)
+    if (mpi)
+        rc = rlpi_comm_module_create(c, module);
+    else if (c->world == 1)
         rc = rlpi_comm_shm_create(c, NULL); /* a group of one: collectives are copies */
     else if (transport == RLP_COMM_NCCL)
         rc = rlpi_comm_nccl_create(c, rdv);
+    else if (transport == RLP_COMM_GLOO) {
+        rc = rlpi_rendezvous_tcp_join(c, rdv, NULL, NULL);
+        if (rc == RLP_OK)
+            rc = rlpi_comm_module_create(c, module);
+    }
     else
         rc = rlpi_comm_shm_create(c, rdv);
     if (rc != RLP_OK) {
+        rlpi_store_close(c->store);
         pthread_mutex_destroy(&c->lock);
         free(c);
-        return rlpi_error_wrap("rlp_comm_create: rank %d of %d", o.rank, o.world_size);
+        if (o.world_size)
+            return rlpi_error_wrap("rlp_comm_create: rank %d of %d", o.rank, o.world_size);
+        return rlpi_error_wrap("rlp_comm_create");
     }
-    rlpi_log(&ctx->log, RLP_LOG_INFO, "process group: rank %d of %d joined (%s)", c->rank, c->world, c->ops->name);
+    rlpi_log(&ctx->log, RLP_LOG_INFO, "process group: rank %d of %d joined (%s)", c->rank, c->world,
+             c->ops->name);
     *out = c;
     return RLP_OK;
 }
@@ -125,6 +168,7 @@ void rlp_comm_free(rlp_comm *comm)
         return;
     if (comm->ops)
         comm->ops->destroy(comm->impl);
+    rlpi_store_close(comm->store);
     pthread_mutex_destroy(&comm->lock);
     free(comm);
 }

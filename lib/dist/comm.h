@@ -9,6 +9,8 @@
 
 #include "backend/backend.h"
 #include "core/clock.h"
+#include "dist/comm_module.h"
+#include "dist/store.h"
 #include "rlpost.h"
 
 #include <pthread.h>
@@ -46,6 +48,7 @@ struct rlp_comm {
     rlp_context *ctx;           /* borrowed */
     int32_t rank, world, transport;
     uint32_t timeout_ms;
+    rlpi_store *store;          /* env:// / tcp:// rendezvous: kept for the group's life (rank 0 serves it) */
     pthread_mutex_t lock;       /* one collective at a time */
     bool broken;                /* a collective failed: the group is out of step */
 };
@@ -103,6 +106,32 @@ int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32
  * with kill(pid, 0)), or the deadline (monotonic seconds) passes. */
 int rlpi_rendezvous_wait(const char *path, int32_t world, int32_t transport, double deadline,
                          rlpi_rendezvous_info *info);
+
+/* ---- the TCP rendezvous (env://, tcp://HOST:PORT; rendezvous_tcp.c) ---- */
+
+/* Whether `rendezvous` names the TCP store rather than a file. */
+bool rlpi_rendezvous_is_tcp(const char *rendezvous);
+/* Opens the store (rank 0 serves it) into c->store and meets every rank
+ * there: each announces its world size and transport, rank 0 checks them
+ * (a rank that joined twice, or disagrees, fails everyone with a message
+ * naming it) and answers with `nccl_id` (rank 0's, may be NULL), which the
+ * others receive into `nccl_id_out` (may be NULL). */
+int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned char *nccl_id,
+                             unsigned char nccl_id_out[128]);
+
+/* ---- process-group modules (comm_module_loader.c, comm_module.c) ---- */
+
+/* The module's table (loaded on first use), or NULL with RLP_E_UNSUPPORTED
+ * saying why. name: "mpi", "gloo". */
+const rlpi_comm_module_api *rlpi_comm_module(const char *name);
+const rlpi_host_api *rlpi_comm_host_api(void);
+/* Joins the group through `api` (Gloo meets through c->store, which must
+ * be open); sets c->ops, c->impl, and c->rank/c->world from the module
+ * (MPI: the launcher's). */
+int rlpi_comm_module_create(rlp_comm *c, const rlpi_comm_module_api *api);
+/* The rank and size an MPI launcher gave this process (OMPI_COMM_WORLD_*,
+ * PMI_*; PMIX_RANK alone gives only the rank): true when launched so. */
+bool rlpi_comm_mpi_launched(void);
 
 int rlpi_comm_shm_create(rlp_comm *c, const char *rendezvous);
 /* Unlinks the shared-memory objects of this user whose creating process

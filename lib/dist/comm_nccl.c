@@ -1,5 +1,6 @@
 /* The NCCL transport of rlp_comm: rank 0 asks NCCL for a unique id and
- * writes it into the rendezvous file; every rank then joins with
+ * writes it into the rendezvous file (or hands it out through the TCP
+ * store of env:// and tcp://); every rank then joins with
  * ncclCommInitRank on its context's GPU. The NCCL calls themselves live in
  * the CUDA module (cuda/nccl.c), which loads libnccl; this file is the
  * glue to the process-group interface. NCCL only moves device memory, so
@@ -83,13 +84,17 @@ int rlpi_comm_nccl_create(rlp_comm *c, const char *rendezvous)
         return rlpi_error_wrap("process group: the NCCL transport is not available");
     double deadline = rlpi_now_s() + c->timeout_ms / 1e3;
     rlpi_rendezvous_info info = {.world = c->world, .transport = RLP_COMM_NCCL, .pid = (long)getpid()};
-    int rc;
-    if (c->rank == 0) {
+    int rc = RLP_OK;
+    bool tcp = rlpi_rendezvous_is_tcp(rendezvous);
+    if (c->rank == 0 && !tcp)
         unlink(rendezvous);
-        if ((rc = api->get_unique_id(info.nccl_id)) == RLP_OK)
-            rc = rlpi_rendezvous_publish(rendezvous, &info);
-    }
-    else
+    if (c->rank == 0)
+        rc = api->get_unique_id(info.nccl_id);
+    if (rc == RLP_OK && tcp) /* the TCP store hands the id out (as torch's store does) */
+        rc = rlpi_rendezvous_tcp_join(c, rendezvous, c->rank == 0 ? info.nccl_id : NULL, info.nccl_id);
+    else if (rc == RLP_OK && c->rank == 0)
+        rc = rlpi_rendezvous_publish(rendezvous, &info);
+    else if (rc == RLP_OK)
         rc = rlpi_rendezvous_wait(rendezvous, c->world, RLP_COMM_NCCL, deadline, &info);
     if (rc)
         return rc;
@@ -99,7 +104,7 @@ int rlpi_comm_nccl_create(rlp_comm *c, const char *rendezvous)
     s->api = api;
     s->c = c;
     rc = api->init(c->ctx->backend, info.nccl_id, c->rank, c->world, c->timeout_ms / 1e3, &s->comm);
-    if (c->rank == 0)
+    if (c->rank == 0 && !tcp)
         unlink(rendezvous); /* every rank has joined (init returns only then) or it failed */
     if (rc) {
         free(s);

@@ -137,7 +137,7 @@ for who in group rank; do
 done
 
 # refused before anything starts
-for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"mpi\"" "backend=\"tpu\"" \
+for bad in "sync.mode=\"async\"" "prompts_per_step=1" "distributed.transport=\"infiniband\"" "backend=\"tpu\"" \
   "distributed.rendezvous=\"\"" "distributed.timeout_s=0.5"; do
   T --set "output=\"$out/bad\"" --set "$DP" --set "$bad" >/dev/null 2>"$out/err"
   rc=$?

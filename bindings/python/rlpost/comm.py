@@ -16,6 +16,8 @@ class CommTransport(enum.IntEnum):
     AUTO = 0
     SHM = 1
     NCCL = 2
+    MPI = 3
+    GLOO = 4
 
 
 class ReduceOp(enum.IntEnum):
@@ -32,7 +34,10 @@ class Comm(Handle):
          transport=CommTransport.AUTO, timeout_ms=0)
 
     rank -1 / world_size 0 / rendezvous None come from the environment
-    (RLPOST_RANK or RANK, RLPOST_WORLD_SIZE or WORLD_SIZE, RLPOST_RENDEZVOUS).
+    (RLPOST_RANK or RANK, RLPOST_WORLD_SIZE or WORLD_SIZE, RLPOST_RENDEZVOUS;
+    under mpirun the launcher's). rendezvous: a file path (one machine),
+    "env://" (MASTER_ADDR, MASTER_PORT) or "tcp://HOST:PORT" (any hosts;
+    CommTransport.GLOO on the CPU); CommTransport.MPI takes none.
     Every collective is called by all ranks in the same order. Keeps its
     context alive; policies attached with Policy.set_comm() are detached
     when the group is closed.

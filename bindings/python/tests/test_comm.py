@@ -12,15 +12,15 @@ from rlpost import CommTransport, ReduceOp
 SEQS = [([1, 50, 60, 70, 80, 90], 2), ([1, 33, 44, 55], 1), ([1, 7, 8, 9, 10, 11, 12], 3), ([1, 20, 21], 1)]
 
 
-def run_ranks(world, fn, tmp_path):
+def run_ranks(world, fn, tmp_path, rendezvous=None, transport=CommTransport.SHM):
     """fn(rank, ctx, comm) on `world` threads; returns their results."""
-    rdv = tmp_path / "rendezvous.json"
+    rdv = rendezvous or tmp_path / "rendezvous.json"
     results, errors = [None] * world, []
 
     def body(r):
         try:
             with rlpost.Context(n_threads=1, seed=5) as ctx:
-                with rlpost.Comm(ctx, rank=r, world_size=world, rendezvous=rdv, transport=CommTransport.SHM,
+                with rlpost.Comm(ctx, rank=r, world_size=world, rendezvous=rdv, transport=transport,
                                  timeout_ms=30000) as comm:
                     results[r] = fn(r, ctx, comm)
         except BaseException as e:  # re-raised on the test's thread
@@ -50,6 +50,38 @@ def test_collectives(tmp_path):
     for s, hi, lo, b in run_ranks(3, fn, tmp_path):
         assert s == [0.5 + 1.5 + 2.5, -3.0, 0.0 + 1e-3 + 2e-3]
         assert hi == [2.0] and lo == [0.0] and b == b"from rank 2"
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_collectives_over_gloo_and_tcp_rendezvous(tmp_path):
+    """The same collectives over Gloo, meeting at tcp://127.0.0.1:PORT (the
+    TCP store rank 0 serves); skipped where the Gloo module was not built."""
+    try:
+        with rlpost.Context(n_threads=1) as ctx:
+            rlpost.Comm(ctx, rank=0, world_size=2, rendezvous="/nonexistent/rdv", transport=CommTransport.GLOO)
+    except rlpost.Error as e:
+        if "could not be loaded" in str(e):
+            pytest.skip("no librlpost-gloo.so: " + str(e))
+        assert "TCP rendezvous" in str(e), e  # a file is refused for Gloo, by name
+
+    def fn(r, ctx, comm):
+        assert comm.info() == (r, 3, CommTransport.GLOO)
+        comm.barrier()
+        s = comm.all_reduce([r + 0.5, -r, 1e-3 * r])
+        hi = comm.all_reduce([r], ReduceOp.MAX)
+        b = comm.broadcast(b"from rank 1" if r == 1 else b"x" * 11, root=1)
+        return s, hi, b
+
+    out = run_ranks(3, fn, tmp_path, rendezvous="tcp://127.0.0.1:%d" % free_port(), transport=CommTransport.GLOO)
+    assert len({repr(o) for o in out}) == 1  # the same bits on every rank
+    s, hi, b = out[0]
+    assert s[:2] == [4.5, -3.0] and abs(s[2] - 3e-3) < 1e-15 and hi == [2.0] and b == b"from rank 1"
 
 
 def test_data_parallel_train_step_matches_one_policy(tmp_path, stories_path):

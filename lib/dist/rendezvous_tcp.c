@@ -1,0 +1,210 @@
+/* The TCP rendezvous of a process group (torch's init_method "env://" and
+ * "tcp://HOST:PORT"): ranks meet through the key-value store of
+ * dist/store.c, which rank 0 serves, instead of a file every rank sees.
+ *
+ * The meeting, over the store:
+ *   every rank   ADD rlpost/join/<rank> 1   (a second process with the same
+ *                                            rank reads 2: it alone is refused)
+ *                SET rlpost/hello/<rank>    "<world> <transport>"
+ *   rank 0       GET every hello, compares them with its own, then
+ *                SET rlpost/go              "ok <world> <transport> <nccl id hex>"
+ *                                           or "error <rlp_status> <why>"
+ *   others       GET rlpost/go, and check rank 0's world and transport
+ * so a rank that never comes times rank 0 out naming it, and every other
+ * rank fails with rank 0's reason (and status) rather than its own timeout.
+ * Rank 0 reads only the hellos of the ranks it expects: a rank beyond its
+ * world size learns the mismatch from the "ok" answer. The store
+ * stays open for the group's life (Gloo reads its peers' addresses from
+ * it while it connects); rlp_comm_free closes it. */
+#include "dist/comm.h"
+
+#include "core/error.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool rlpi_rendezvous_is_tcp(const char *r)
+{
+    return r && (!strcmp(r, "env://") || !strncmp(r, "tcp://", 6));
+}
+
+static int parse_port(const char *s, const char *what, int *port)
+{
+    char *end;
+    errno = 0;
+    long p = strtol(s, &end, 10);
+    if (!*s || errno || *end || p < 1 || p > 65535)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "process group: %s \"%s\" is not a port (1 to 65535)", what, s);
+    *port = (int)p;
+    return RLP_OK;
+}
+
+/* host (copied into `host`) and port of the store the rendezvous names */
+static int store_address(const char *r, char *host, size_t cap, int *port)
+{
+    if (!strcmp(r, "env://")) {
+        const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
+        if (!a || !*a || !p || !*p)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "process group: the env:// rendezvous needs MASTER_ADDR and "
+                                  "MASTER_PORT (rank 0's address and a free port on it)%s%s",
+                                  !a || !*a ? "; MASTER_ADDR is unset" : "", !p || !*p ? "; MASTER_PORT is unset" : "");
+        if (strlen(a) >= cap)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "process group: MASTER_ADDR is too long");
+        strcpy(host, a);
+        return parse_port(p, "MASTER_PORT", port);
+    }
+    const char *h = r + 6, *colon;
+    size_t hl;
+    if (*h == '[') { /* tcp://[v6]:port */
+        const char *close = strchr(h, ']');
+        if (!close || close[1] != ':')
+            return rlpi_error_set(RLP_E_INVALID_ARG, "process group: rendezvous \"%s\": expected tcp://[ADDRESS]:PORT", r);
+        h++;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    }
+    else {
+        colon = strrchr(h, ':');
+        if (!colon)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "process group: rendezvous \"%s\": expected tcp://HOST:PORT", r);
+        hl = (size_t)(colon - h);
+    }
+    if (hl == 0 || hl >= cap)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "process group: rendezvous \"%s\": no host, or one too long", r);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    return parse_port(colon + 1, "the rendezvous port", port);
+}
+
+static const char *transport_name(int32_t t)
+{
+    return t == RLP_COMM_NCCL ? "nccl" : t == RLP_COMM_GLOO ? "gloo" : t == RLP_COMM_MPI ? "mpi" : "shm";
+}
+
+/* rank 0: every other rank's hello, checked; the first disagreement */
+static int gather_hellos(rlp_comm *c, double deadline, char *why, size_t why_cap)
+{
+    for (int32_t r = 1; r < c->world; r++) {
+        char key[64];
+        snprintf(key, sizeof key, "rlpost/hello/%d", r);
+        void *v = NULL;
+        size_t len = 0;
+        double left = deadline - rlpi_now_s();
+        int rc = rlpi_store_get(c->store, key, &v, &len, left > 0 ? left : 0);
+        if (rc == RLP_E_TIMEOUT) {
+            snprintf(why, why_cap, "rank %d did not arrive within %.0f s", r, c->timeout_ms / 1e3);
+            return rlpi_error_set(RLP_E_TIMEOUT, "process group: %s", why);
+        }
+        if (rc)
+            return rc;
+        int world = 0, transport = -1;
+        int ok = sscanf((const char *)v, "%d %d", &world, &transport) == 2;
+        free(v);
+        if (!ok || world != c->world || transport != c->transport) {
+            snprintf(why, why_cap, "rank %d joined a group of %d ranks over %s, rank 0 one of %d over %s", r, world,
+                     transport_name(transport), c->world, transport_name(c->transport));
+            return rlpi_error_set(RLP_E_INVALID_ARG, "process group: %s", why);
+        }
+    }
+    return RLP_OK;
+}
+
+int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned char *nccl_id,
+                             unsigned char nccl_id_out[128])
+{
+    char host[256];
+    int port;
+    int rc = store_address(rendezvous, host, sizeof host, &port);
+    if (rc)
+        return rc;
+    double deadline = rlpi_now_s() + c->timeout_ms / 1e3;
+    if ((rc = rlpi_store_open(host, port, c->rank == 0, c->timeout_ms / 1e3, &c->store)) != RLP_OK)
+        return rlpi_error_wrap("process group: rendezvous at %s:%d", host, port);
+
+    char key[64], hello[64];
+    int64_t joined = 0;
+    snprintf(key, sizeof key, "rlpost/join/%d", c->rank);
+    if ((rc = rlpi_store_add(c->store, key, 1, &joined)) != RLP_OK)
+        goto fail;
+    if (joined != 1) {
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined twice (another process already "
+                            "took that rank at %s:%d)", c->rank, host, port);
+        goto fail; /* the first process of that rank goes on with the group */
+    }
+    snprintf(key, sizeof key, "rlpost/hello/%d", c->rank);
+    snprintf(hello, sizeof hello, "%d %d", c->world, c->transport);
+    if ((rc = rlpi_store_set(c->store, key, hello, strlen(hello))) != RLP_OK)
+        goto fail;
+
+    if (c->rank == 0) {
+        char why[200] = "", go[64 + 2 * 128 + 1];
+        rc = gather_hellos(c, deadline, why, sizeof why);
+        if (rc == RLP_OK) {
+            int w = snprintf(go, sizeof go, "ok %d %d ", c->world, c->transport);
+            for (size_t i = 0; i < 128; i++)
+                snprintf(go + w + 2 * i, 3, "%02x", nccl_id ? nccl_id[i] : 0);
+        }
+        else
+            snprintf(go, sizeof go, "error %d %s", rc, why[0] ? why : "rank 0 failed");
+        int src = rlpi_store_set(c->store, "rlpost/go", go, strlen(go));
+        if (rc == RLP_OK)
+            rc = src;
+        if (rc)
+            goto fail;
+        if (nccl_id_out && nccl_id)
+            memcpy(nccl_id_out, nccl_id, 128);
+        return RLP_OK;
+    }
+    void *v = NULL;
+    size_t len = 0;
+    double left = deadline - rlpi_now_s();
+    rc = rlpi_store_get(c->store, "rlpost/go", &v, &len, left > 0 ? left : 0);
+    if (rc == RLP_E_TIMEOUT)
+        rc = rlpi_error_set(RLP_E_TIMEOUT, "process group: rank 0 did not open the group within %.0f s",
+                            c->timeout_ms / 1e3);
+    if (rc)
+        goto fail;
+    const char *g = v; /* NUL-terminated by the store */
+    int code = 0, world = 0, transport = -1, used = 0;
+    if (len >= 6 && !strncmp(g, "error ", 6)) {
+        /* rank 0's status: a rank that never came is a timeout here too */
+        if (sscanf(g + 6, "%d %n", &code, &used) != 1 || code >= 0 || code < RLP_E_INTERNAL)
+            code = RLP_E_INVALID_ARG, used = 0;
+        rc = rlpi_error_set(code, "process group: rank 0 refused the group: %s", g + 6 + used);
+        free(v);
+        goto fail;
+    }
+    if (strncmp(g, "ok ", 3) || sscanf(g + 3, "%d %d %n", &world, &transport, &used) != 2 ||
+        len != 3 + (size_t)used + 256) {
+        free(v);
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: the store at %s:%d answered the rendezvous with something "
+                            "that is not rlpost's", host, port);
+        goto fail;
+    }
+    if (world != c->world || transport != c->transport) {
+        free(v);
+        rc = rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined a group of %d ranks over %s, rank 0 "
+                            "opened one of %d over %s", c->rank, c->world, transport_name(c->transport), world,
+                            transport_name(transport));
+        goto fail;
+    }
+    g += 3 + used;
+    for (size_t i = 0; nccl_id_out && i < 128; i++) {
+        unsigned int b;
+        if (sscanf(g + 2 * i, "%2x", &b) != 1) {
+            free(v);
+            rc = rlpi_error_set(RLP_E_FORMAT, "process group: a malformed NCCL id in the rendezvous");
+            goto fail;
+        }
+        nccl_id_out[i] = (unsigned char)b;
+    }
+    free(v);
+    return RLP_OK;
+fail:
+    rlpi_store_close(c->store);
+    c->store = NULL;
+    return rc;
+}
