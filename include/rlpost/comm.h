@@ -30,7 +30,8 @@ extern "C" {
  * with the same sizes; a rank that calls with another size makes them all
  * fail with RLP_E_INVALID_ARG instead of corrupting memory. Sums are taken
  * in rank order 0, 1, …, so every rank receives the same bits and a rerun
- * reproduces them (SHM; NCCL's ring order is fixed for a given topology).
+ * reproduces them: the same bits over SHM, MPI and Gloo (NCCL's ring order
+ * is fixed for a given topology).
  */
 /** How the ranks exchange data (values fixed). */
 typedef enum rlp_comm_transport {
@@ -117,7 +118,9 @@ RLP_API int rlp_comm_options_init(rlp_comm_options *opts, uint32_t version);
 RLP_API int rlp_comm_create(rlp_comm **out, rlp_context *ctx, const rlp_comm_options *opts);
 
 /** Leaves the group. Peers still waiting in a collective for this rank fail
- *  with RLP_E_CLOSED instead of waiting for the timeout. NULL is a no-op. */
+ *  with RLP_E_CLOSED instead of waiting for the timeout (SHM, Gloo: the pairs'
+ *  sockets close; over MPI, which cannot tell its peers without ending the
+ *  job, they fail at the timeout). NULL is a no-op. */
 RLP_API void rlp_comm_free(rlp_comm *comm);
 
 /**

@@ -28,6 +28,9 @@ extern "C" {
 
 #define RLPI_COMM_MODULE_ABI 1
 
+/* `host` (rlpi_comm_module_args) outlives every group; modules are never
+ * unloaded. */
+
 /* A blocking key-value store shared by all ranks (the env:// rendezvous);
  * keys are NUL-terminated strings of at most 255 bytes, values at most
  * 1 MiB. Both functions are thread-safe and return rlp_status codes. */
@@ -45,7 +48,8 @@ typedef struct rlpi_comm_module_args {
     const rlpi_host_api *host;
     int32_t rank, world;                /* Gloo: this rank and the group's size; MPI: -1 and 0, or the
                                            values the caller expects (checked against the launcher's) */
-    double timeout_s;                   /* every collective fails with RLP_E_TIMEOUT after this long */
+    double timeout_s;                   /* > 0: a wait (one step of a collective) that makes no progress
+                                           for this long fails with RLP_E_TIMEOUT */
     const rlpi_comm_store_api *store;   /* Gloo: where the ranks meet; MPI: NULL */
     const char *address;                /* Gloo: the numeric IP address of this host that the peers
                                            reach (the store connection's local address); MPI: NULL */
@@ -61,13 +65,23 @@ typedef struct rlpi_comm_module_api {
      * RLP_OK; RLP_E_TIMEOUT (a peer never came); RLP_E_INVALID_ARG (the
      * launcher's rank or size differ from the caller's); RLP_E_BACKEND. */
     int (*create)(const rlpi_comm_module_args *args, int32_t *rank, int32_t *world, void **impl);
-    /* In place over host memory, n elements of dtype RLPI_CM_F32/F64; every
-     * rank receives the same bits. */
+    /* Collectives: every rank makes the same calls in the same order; a
+     * rank in another call (kind, dtype, op, root or size) makes every rank
+     * fail with RLP_E_INVALID_ARG. After RLP_E_TIMEOUT or an engine error
+     * later calls fail with RLP_E_CLOSED and only destroy is useful; the
+     * caller's buffer is never touched after a call returns.
+     * all_reduce: in place over host memory, n elements of dtype
+     * RLPI_CM_F32/F64, combined in rank order 0, 1, …, W−1 with the SHM
+     * transport's operators (comm_shm.c), so every rank receives the same
+     * bits as over SHM. */
     int (*all_reduce)(void *impl, void *data, size_t n, int dtype, int op);
     int (*broadcast)(void *impl, void *data, size_t nbytes, int root);
     int (*barrier)(void *impl);
-    /* This rank gives up: the peers' pending and later collectives fail
-     * (or time out) instead of waiting forever; idempotent. */
+    /* This rank gives up: its later calls fail with RLP_E_CLOSED, and the
+     * peers' pending and later collectives fail (Gloo: its pairs close) or
+     * time out (MPI cannot tell them without ending the job); idempotent.
+     * Never called while a collective of the same group runs (comm.c holds
+     * the group's lock). */
     void (*abort)(void *impl, const char *why);
     void (*destroy)(void *impl);
 } rlpi_comm_module_api;

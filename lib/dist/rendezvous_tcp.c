@@ -9,11 +9,15 @@
  *   rank 0       GET every hello, compares them with its own, then
  *                SET rlpost/go              "ok <world> <transport> <nccl id hex>"
  *                                           or "error <rlp_status> <why>"
- *   others       GET rlpost/go, and check rank 0's world and transport
+ *   others       GET rlpost/go, and check rank 0's world and transport;
+ *                after an "error": ADD rlpost/seen 1
  * so a rank that never comes times rank 0 out naming it, and every other
  * rank fails with rank 0's reason (and status) rather than its own timeout.
  * Rank 0 reads only the hellos of the ranks it expects: a rank beyond its
- * world size learns the mismatch from the "ok" answer. The store
+ * world size learns the mismatch from the "ok" answer. A rank 0 that
+ * refuses keeps its store up until the others have read why (see
+ * linger()): closing at once would leave a rank still on its way with a
+ * closed connection, or no server until its own timeout. The store
  * stays open for the group's life (Gloo reads its peers' addresses from
  * it while it connects); rlp_comm_free closes it. */
 #include "dist/comm.h"
@@ -25,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool rlpi_rendezvous_is_tcp(const char *r)
 {
@@ -84,6 +89,19 @@ static const char *transport_name(int32_t t)
     return t == RLP_COMM_NCCL ? "nccl" : t == RLP_COMM_GLOO ? "gloo" : t == RLP_COMM_MPI ? "mpi" : "shm";
 }
 
+/* How long a refusing rank 0 waits for the other ranks to read why: ranks
+ * already parked on the answer read it at once; this is for those still
+ * on their way (started a moment later), and bounds what a rank that never
+ * comes adds to rank 0's failure. */
+#define LINGER_S 2.0
+
+/* A positive wait for the store (it refuses 0): what is left, or a moment. */
+static double left_s(double deadline)
+{
+    double left = deadline - rlpi_now_s();
+    return left > 1e-3 ? left : 1e-3;
+}
+
 /* rank 0: every other rank's hello, checked; the first disagreement */
 static int gather_hellos(rlp_comm *c, double deadline, char *why, size_t why_cap)
 {
@@ -92,8 +110,7 @@ static int gather_hellos(rlp_comm *c, double deadline, char *why, size_t why_cap
         snprintf(key, sizeof key, "rlpost/hello/%d", r);
         void *v = NULL;
         size_t len = 0;
-        double left = deadline - rlpi_now_s();
-        int rc = rlpi_store_get(c->store, key, &v, &len, left > 0 ? left : 0);
+        int rc = rlpi_store_get(c->store, key, &v, &len, left_s(deadline));
         if (rc == RLP_E_TIMEOUT) {
             snprintf(why, why_cap, "rank %d did not arrive within %.0f s", r, c->timeout_ms / 1e3);
             return rlpi_error_set(RLP_E_TIMEOUT, "process group: %s", why);
@@ -110,6 +127,27 @@ static int gather_hellos(rlp_comm *c, double deadline, char *why, size_t why_cap
         }
     }
     return RLP_OK;
+}
+
+/* Rank 0 refused the group: waits, polling, until the other ranks have
+ * read its answer (rlpost/seen), at most LINGER_S. After a disagreement
+ * it waits for all world − 1 (the rest are likely on their way); after a
+ * timeout only for those that joined (rlpost/joined): the missing rank
+ * will not come. */
+static void linger(rlp_comm *c, bool timed_out)
+{
+    double until = rlpi_now_s() + LINGER_S;
+    for (;;) {
+        int64_t seen = 0, want = c->world - 1;
+        if (rlpi_store_add(c->store, "rlpost/seen", 0, &seen) != RLP_OK)
+            return;
+        if (timed_out && rlpi_store_add(c->store, "rlpost/joined", 0, &want) == RLP_OK)
+            want -= 1; /* rank 0 itself */
+        if (seen >= want || rlpi_now_s() >= until)
+            return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned char *nccl_id,
@@ -134,6 +172,8 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
                             "took that rank at %s:%d)", c->rank, host, port);
         goto fail; /* the first process of that rank goes on with the group */
     }
+    if ((rc = rlpi_store_add(c->store, "rlpost/joined", 1, NULL)) != RLP_OK)
+        goto fail;
     snprintf(key, sizeof key, "rlpost/hello/%d", c->rank);
     snprintf(hello, sizeof hello, "%d %d", c->world, c->transport);
     if ((rc = rlpi_store_set(c->store, key, hello, strlen(hello))) != RLP_OK)
@@ -150,6 +190,12 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
         else
             snprintf(go, sizeof go, "error %d %s", rc, why[0] ? why : "rank 0 failed");
         int src = rlpi_store_set(c->store, "rlpost/go", go, strlen(go));
+        if (rc != RLP_OK && src == RLP_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", rlp_error_last()); /* linger's requests must not replace it */
+            linger(c, rc == RLP_E_TIMEOUT);
+            rlpi_error_set(rc, "%s", msg);
+        }
         if (rc == RLP_OK)
             rc = src;
         if (rc)
@@ -160,8 +206,7 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
     }
     void *v = NULL;
     size_t len = 0;
-    double left = deadline - rlpi_now_s();
-    rc = rlpi_store_get(c->store, "rlpost/go", &v, &len, left > 0 ? left : 0);
+    rc = rlpi_store_get(c->store, "rlpost/go", &v, &len, left_s(deadline));
     if (rc == RLP_E_TIMEOUT)
         rc = rlpi_error_set(RLP_E_TIMEOUT, "process group: rank 0 did not open the group within %.0f s",
                             c->timeout_ms / 1e3);
@@ -175,6 +220,10 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
             code = RLP_E_INVALID_ARG, used = 0;
         rc = rlpi_error_set(code, "process group: rank 0 refused the group: %s", g + 6 + used);
         free(v);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", rlp_error_last());
+        if (rlpi_store_add(c->store, "rlpost/seen", 1, NULL) != RLP_OK) /* rank 0 may close its store now */
+            rlpi_error_set(rc, "%s", msg);
         goto fail;
     }
     if (strncmp(g, "ok ", 3) || sscanf(g + 3, "%d %d %n", &world, &transport, &used) != 2 ||

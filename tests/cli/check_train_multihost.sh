@@ -5,12 +5,11 @@
 # train_fixture.py's config: 4 prompts x 4 samples, 1 thread).
 # - env:// (MASTER_ADDR = host 0, MASTER_PORT) over the Gloo transport, 2
 #   ranks on 2 hosts: every step's metrics and the final weights equal the
-#   SHM run of 2 ranks on one host bit for bit (a sum of two terms does
-#   not depend on its order);
+#   SHM run of 2 ranks on one host bit for bit;
 # - the same with the hosts' links capped (tbf; netem delay and loss where
 #   the kernel has sch_netem);
-# - 4 ranks on 4 hosts: metrics equal the 4-rank SHM run to 1e-5 relative
-#   (Gloo's ring adds in another order than SHM's rank order);
+# - 4 ranks on 4 hosts: the same against the 4-rank SHM run (the Gloo and
+#   MPI modules sum in rank order, as SHM does, so the bits agree);
 # - mpirun across the hosts (OpenMPI, its remote launch through
 #   `ip netns exec`), 2 and 4 ranks: equal to the SHM runs bit for bit (the
 #   MPI module sums in rank order, as SHM does; if the module was built);
@@ -71,6 +70,8 @@ cmp -s "$out/shm2/checkpoints/step_2/model.safetensors" "$out/slow2/checkpoints/
   fail "2 ranks over shaped links ended with other weights"
 
 ranks_env 4 gloo4
+cmp -s "$out/shm4/checkpoints/step_2/model.safetensors" "$out/gloo4/checkpoints/step_2/model.safetensors" ||
+  fail "4 ranks on 4 hosts over Gloo ended with other weights than 4 ranks over SHM"
 
 # mpirun across the hosts: its remote starts go through `ip netns exec`
 if [ -f "$libdir/librlpost-mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
@@ -101,7 +102,6 @@ if [ -f "$libdir/librlpost-mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
       "$rlpost" train "$cfg" --set "model=\"$model\"" --set "output=\"$out/mpi$w\"" --set steps=2 \
       --set prompts_per_step=4 --set distributed.timeout_s=60 >"$out/mpi$w.json" 2>"$out/mpi$w.err" ||
       { cat "$out/mpi$w.err"; fail "mpirun -n $w across $w hosts"; }
-    # the MPI module sums in rank order, as SHM does: the same weights bit for bit
     cmp -s "$out/shm$w/checkpoints/step_2/model.safetensors" "$out/mpi$w/checkpoints/step_2/model.safetensors" ||
       fail "$w ranks under mpirun ended with other weights than $w ranks over SHM"
   done
@@ -131,7 +131,7 @@ def same(x, y, what, rel=0.0):
 shm2, shm4 = load("/shm2/metrics.jsonl"), load("/shm4/metrics.jsonl")
 same(shm2, load("/gloo2/metrics.jsonl"), "gloo, 2 hosts")
 same(shm2, load("/slow2/metrics.jsonl"), "gloo, 2 shaped hosts")
-same(shm4, load("/gloo4/metrics.jsonl"), "gloo, 4 hosts", rel=1e-5)
+same(shm4, load("/gloo4/metrics.jsonl"), "gloo, 4 hosts")
 if mpi:
     for w, ref in ((2, shm2), (4, shm4)):
         same(ref, load("/mpi%d/metrics.jsonl" % w), "mpirun, %d hosts" % w)

@@ -7,13 +7,24 @@
 // C++ because Gloo is; nothing C++ crosses the module boundary: every entry
 // point catches Gloo's exceptions (gloo::IoException for a peer that left
 // or timed out, gloo::EnforceNotMet for a broken invariant) and reports them
-// through the host's error_set. Every rank receives the same bits: Gloo's
-// ring all-reduce reduces each segment on one rank and passes the result
-// on, so the combination order depends only on the world size.
+// through the host's error_set.
+//
+// All-reduce is not Gloo's own (its ring adds in an order that depends on
+// the world size): it is the SHM transport's scheme (comm_shm.c), as the
+// MPI module's is, over Gloo's all-to-all and all-gather. Rank r receives
+// part r of every rank's chunk, combines them in rank order 0, 1, …, W−1
+// with the SHM operators, and an all-gather hands every rank every part.
+// So every rank receives the same bits, and the same bits as over SHM or
+// MPI, for the traffic of a ring all-reduce. Every collective first checks
+// that all ranks made the same call (kind, dtype, op, root, size): a rank
+// that calls with another size fails every rank with RLP_E_INVALID_ARG
+// instead of a hang or a read past a buffer.
 #include "dist/comm_module.h"
 #include "rlpost/core.h"
 
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -144,40 +155,93 @@ template <typename F> int guarded(GlooComm *g, const char *what, F &&f)
     }
 }
 
-template <typename T> void reduce_sum(void *c, const void *a, const void *b, size_t n)
+// the SHM transport's operators (comm_shm.c): out = out op in, NaN wins
+template <typename T> void combine(T *out, const T *in, size_t n, int op)
 {
-    T *o = static_cast<T *>(c);
-    const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
-    for (size_t i = 0; i < n; i++)
-        o[i] = x[i] + y[i];
+    if (op == RLPI_CM_SUM)
+        for (size_t j = 0; j < n; j++)
+            out[j] += in[j];
+    else if (op == RLPI_CM_MAX)
+        for (size_t j = 0; j < n; j++)
+            out[j] = in[j] > out[j] || in[j] != in[j] ? in[j] : out[j];
+    else
+        for (size_t j = 0; j < n; j++)
+            out[j] = in[j] < out[j] || in[j] != in[j] ? in[j] : out[j];
 }
 
-template <typename T> void reduce_max(void *c, const void *a, const void *b, size_t n)
+void max_i64(void *c, const void *a, const void *b, size_t n)
 {
-    T *o = static_cast<T *>(c);
-    const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
+    auto *o = static_cast<int64_t *>(c);
+    auto *x = static_cast<const int64_t *>(a), *y = static_cast<const int64_t *>(b);
     for (size_t i = 0; i < n; i++)
         o[i] = std::max(x[i], y[i]);
 }
 
-template <typename T> void reduce_min(void *c, const void *a, const void *b, size_t n)
+enum { KIND_ALL_REDUCE = 1, KIND_BROADCAST = 2, KIND_BARRIER = 3, DESC_FIELDS = 5 };
+
+// Every rank's (kind, dtype, op, root, size) against every other's: an
+// all-reduce of (d, −d) with max gives max and −min at once. Throws
+// nothing of its own: a mismatch is reported as RLP_E_INVALID_ARG.
+int same_call(GlooComm *g, int64_t kind, int64_t dtype, int64_t op, int64_t root, int64_t size, bool *ok)
 {
-    T *o = static_cast<T *>(c);
-    const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
-    for (size_t i = 0; i < n; i++)
-        o[i] = std::min(x[i], y[i]);
+    int64_t d[2 * DESC_FIELDS] = {kind, dtype, op, root, size};
+    for (int i = 0; i < DESC_FIELDS; i++)
+        d[DESC_FIELDS + i] = -d[i];
+    gloo::AllreduceOptions o(g->ctx);
+    o.setOutput(d, 2 * DESC_FIELDS);
+    o.setTimeout(g->timeout);
+    o.setTag(g->tag++);
+    o.setReduceFunction(gloo::AllreduceOptions::Func(max_i64));
+    gloo::allreduce(o);
+    *ok = true;
+    for (int i = 0; i < DESC_FIELDS; i++)
+        *ok = *ok && d[i] == -d[DESC_FIELDS + i];
+    return RLP_OK;
 }
+
+constexpr size_t kChunkBytes = size_t(16) << 20;
 
 template <typename T> void all_reduce_typed(GlooComm *g, T *data, size_t n, int op)
 {
-    gloo::AllreduceOptions o(g->ctx);
-    o.setOutput(data, n);
-    o.setTimeout(g->timeout);
-    o.setTag(g->tag++);
-    o.setReduceFunction(op == RLPI_CM_SUM ? gloo::AllreduceOptions::Func(reduce_sum<T>)
-                        : op == RLPI_CM_MAX ? gloo::AllreduceOptions::Func(reduce_max<T>)
-                                            : gloo::AllreduceOptions::Func(reduce_min<T>));
-    gloo::allreduce(o);
+    const size_t W = static_cast<size_t>(g->ctx->size), me = static_cast<size_t>(g->ctx->rank);
+    const size_t per = kChunkBytes / sizeof(T);
+    std::vector<T> parts, mine_out, gathered;
+    for (size_t done = 0; done < n;) {
+        size_t len = std::min(n - done, per);
+        // part r of the chunk is [len·r/W, len·(r+1)/W), as in the SHM transport
+        std::vector<int64_t> counts(W), from(W);
+        std::vector<size_t> gcounts(W);
+        for (size_t r = 0; r < W; r++) {
+            counts[r] = static_cast<int64_t>(len * (r + 1) / W - len * r / W);
+            gcounts[r] = static_cast<size_t>(counts[r]);
+        }
+        const size_t mine = gcounts[me];
+        for (size_t r = 0; r < W; r++)
+            from[r] = static_cast<int64_t>(mine);
+        parts.resize(std::max<size_t>(W * mine, 1));
+        {
+            gloo::AlltoallvOptions o(g->ctx);
+            o.setInput(data + done, counts);
+            o.setOutput(parts.data(), from);
+            o.setTimeout(g->timeout);
+            o.setTag(g->tag++);
+            gloo::alltoallv(o);
+        }
+        mine_out.assign(parts.begin(), parts.begin() + mine);
+        for (size_t r = 1; r < W; r++)
+            combine(mine_out.data(), parts.data() + r * mine, mine, op);
+        gathered.resize(len);
+        {
+            gloo::AllgathervOptions o(g->ctx);
+            o.setInput(mine_out.data(), mine);
+            o.setOutput(gathered.data(), gcounts);
+            o.setTimeout(g->timeout);
+            o.setTag(g->tag++);
+            gloo::allgatherv(o);
+        }
+        std::copy(gathered.begin(), gathered.end(), data + done);
+        done += len;
+    }
 }
 
 int g_create(const rlpi_comm_module_args *a, int32_t *rank, int32_t *world, void **impl)
@@ -217,7 +281,14 @@ int g_all_reduce(void *impl, void *data, size_t n, int dtype, int op)
     auto *g = static_cast<GlooComm *>(impl);
     if (!g || (!data && n) || (dtype != RLPI_CM_F32 && dtype != RLPI_CM_F64) || op < RLPI_CM_SUM || op > RLPI_CM_MIN)
         return host->error_set(RLP_E_INVALID_ARG, "gloo: all-reduce: bad arguments");
-    if (n == 0)
+    bool same = true;
+    int rc = guarded(g, "all-reduce", [&] { same_call(g, KIND_ALL_REDUCE, dtype, op, 0, (int64_t)n, &same); });
+    if (rc != RLP_OK)
+        return rc;
+    if (!same)
+        return host->error_set(RLP_E_INVALID_ARG, "gloo: all-reduce: the ranks called with different sizes, "
+                               "dtypes or operations (this rank: %zu elements)", n);
+    if (n == 0 || g->ctx->size == 1)
         return RLP_OK;
     return guarded(g, "all-reduce", [&] {
         if (dtype == RLPI_CM_F32)
@@ -232,6 +303,13 @@ int g_broadcast(void *impl, void *data, size_t nbytes, int root)
     auto *g = static_cast<GlooComm *>(impl);
     if (!g || (!data && nbytes) || (g->ctx && (root < 0 || root >= g->ctx->size)))
         return host->error_set(RLP_E_INVALID_ARG, "gloo: broadcast: bad arguments");
+    bool same = true;
+    int rc = guarded(g, "broadcast", [&] { same_call(g, KIND_BROADCAST, 0, 0, root, (int64_t)nbytes, &same); });
+    if (rc != RLP_OK)
+        return rc;
+    if (!same)
+        return host->error_set(RLP_E_INVALID_ARG, "gloo: broadcast: the ranks called with different sizes or roots "
+                               "(this rank: %zu bytes from rank %d)", nbytes, root);
     if (nbytes == 0)
         return RLP_OK;
     return guarded(g, "broadcast", [&] {
@@ -244,17 +322,18 @@ int g_broadcast(void *impl, void *data, size_t nbytes, int root)
     });
 }
 
+// The descriptor exchange is itself a barrier (nobody leaves it before
+// every rank has entered), and it tells a rank that is in another call.
 int g_barrier(void *impl)
 {
     auto *g = static_cast<GlooComm *>(impl);
     if (!g)
         return host->error_set(RLP_E_INVALID_ARG, "gloo: barrier: no group");
-    return guarded(g, "barrier", [&] {
-        gloo::BarrierOptions o(g->ctx);
-        o.setTimeout(g->timeout);
-        o.setTag(g->tag++);
-        gloo::barrier(o);
-    });
+    bool same = true;
+    int rc = guarded(g, "barrier", [&] { same_call(g, KIND_BARRIER, 0, 0, 0, 0, &same); });
+    if (rc == RLP_OK && !same)
+        return host->error_set(RLP_E_INVALID_ARG, "gloo: barrier: another rank is in another collective");
+    return rc;
 }
 
 void g_abort(void *impl, const char *why)
