@@ -158,9 +158,11 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
     int rc = store_address(rendezvous, host, sizeof host, &port);
     if (rc)
         return rc;
+    char where[300]; /* host:port for messages, an IPv6 address in brackets */
+    snprintf(where, sizeof where, strchr(host, ':') && host[0] != '[' ? "[%s]:%d" : "%s:%d", host, port);
     double deadline = rlpi_now_s() + c->timeout_ms / 1e3;
     if ((rc = rlpi_store_open(host, port, c->rank == 0, c->timeout_ms / 1e3, &c->store)) != RLP_OK)
-        return rlpi_error_wrap("process group: rendezvous at %s:%d", host, port);
+        return rlpi_error_wrap("process group: rendezvous at %s", where);
 
     char key[64], hello[64];
     int64_t joined = 0;
@@ -169,7 +171,7 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
         goto fail;
     if (joined != 1) {
         rc = rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined twice (another process already "
-                            "took that rank at %s:%d)", c->rank, host, port);
+                            "took that rank at %s)", c->rank, where);
         goto fail; /* the first process of that rank goes on with the group */
     }
     if ((rc = rlpi_store_add(c->store, "rlpost/joined", 1, NULL)) != RLP_OK)
@@ -229,8 +231,8 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
     if (strncmp(g, "ok ", 3) || sscanf(g + 3, "%d %d %n", &world, &transport, &used) != 2 ||
         len != 3 + (size_t)used + 256) {
         free(v);
-        rc = rlpi_error_set(RLP_E_FORMAT, "process group: the store at %s:%d answered the rendezvous with something "
-                            "that is not rlpost's", host, port);
+        rc = rlpi_error_set(RLP_E_FORMAT, "process group: the store at %s answered the rendezvous with something "
+                            "that is not rlpost's", where);
         goto fail;
     }
     if (world != c->world || transport != c->transport) {

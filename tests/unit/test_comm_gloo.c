@@ -1,12 +1,13 @@
 /* Process groups (rlp_comm) over the Gloo transport (librlpost-gloo.so),
  * meeting through the TCP rendezvous (env://, tcp://HOST:PORT), with real
  * processes over loopback: all-reduce (sum, max, min; f64 host values and
- * f32 buffers) spanning several MiB, bit-identical on every rank; broadcast
- * from every root; barriers; a rank that never comes, leaves or is killed;
- * a rank joining twice; ranks that disagree on the world size; the
- * environment and the rendezvous forms; refusals; a busy port; many short
- * groups on one port. Every case picks a free port (bind 127.0.0.1:0) in
- * the parent before it forks.
+ * f32 buffers) spanning several MiB, exact against the rank-order
+ * reference and bit-identical on every rank; broadcast from every root;
+ * barriers; ranks that make different calls; a rank that never comes,
+ * leaves or is killed; a rank joining twice; ranks that disagree on the
+ * world size; the environment and the rendezvous forms; refusals; a busy
+ * port; many short groups on one port. Every case picks a free port (bind
+ * 127.0.0.1:0) in the parent before it forks.
  *
  * The parent never creates a group itself (no Gloo threads exist when it
  * forks, and the loader's cached first attempt belongs to each child).
@@ -24,7 +25,6 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -33,20 +33,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Tolerances of the 3-rank sums against the rank-order reference: Gloo's
- * ring adds each segment in an order that depends on the segment, so the
- * result may differ from ((x0 + x1) + x2) by the rounding of a 3-term sum
- * in another order: at most 2 ulp of sum |x_q|, i.e. 2 * 2^-53 ≈ 2.2e-16
- * (f64) and 2 * 2^-24 ≈ 1.2e-7 (f32) relative to sum |x_q|. The bounds
- * below leave a wide margin yet catch a missing or doubled term (relative
- * error ~ 1/3). With 2 ranks a + b = b + a, so the result must be exact. */
-#define SUM_TOL_F64 1e-12
-#define SUM_TOL_F32 1e-6
+/* Results are compared exactly: the Gloo module does not use Gloo's ring
+ * all-reduce (whose order of addition depends on the segment) but the SHM
+ * transport's scheme (comm_gloo.cc): rank r combines part r of every
+ * rank's data in rank order 0, 1, …, so every rank gets the bits of
+ * ((x0 + x1) + x2), the same as over SHM or MPI. */
+
 /* A dead or departed peer must be noticed through its closed sockets,
  * well before the group's 30 s timeout. */
 #define NOTICE_LIMIT_S 10.0
@@ -90,6 +86,16 @@ static int have_ipv6_loopback(void)
     int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
     return ok;
+}
+
+/* LeakSanitizer builds: a rank ends with _exit (rank_runner.h), which
+ * skips the exit-time leak check, so ranks that ran a group's whole life
+ * ask for one (the weak symbol is NULL without the sanitizer). */
+int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
+static int leaks_found(void)
+{
+    return __lsan_do_recoverable_leak_check ? __lsan_do_recoverable_leak_check() : 0;
 }
 
 static rlp_context *make_ctx(void)
@@ -175,8 +181,9 @@ static int same_on_every_rank(rlp_comm *comm, const void *p, size_t n, uint64_t 
     return mine == root;
 }
 
-/* 12 MiB of f64, 20 MiB of f32, 12 MiB of bytes: many of Gloo's ring
- * segments, with ragged tails */
+/* 12 MiB of f64, 20 MiB of f32 (more than one of the module's 16 MiB
+ * chunks), 12 MiB of bytes, with ragged tails that do not split evenly
+ * into parts per rank */
 enum { N_F64 = 3 * 524288 + 17, N_F32 = 5 * 1048576 + 3, N_BYTES = 3 * 4194304 + 5 };
 
 static int collectives_rank(int rank, int world, const char *dir, void *arg)
@@ -194,39 +201,26 @@ static int collectives_rank(int rank, int world, const char *dir, void *arg)
     uint64_t h0;
 
     /* f64 sum / max / min over the public API */
-    double *v = malloc(N_F64 * sizeof *v), *ref = malloc(N_F64 * sizeof *ref), *mag = malloc(N_F64 * sizeof *mag);
-    RANK_CHECK(v && ref && mag, "malloc");
+    double *v = malloc(N_F64 * sizeof *v), *ref = malloc(N_F64 * sizeof *ref);
+    RANK_CHECK(v && ref, "malloc");
     for (int op = RLP_REDUCE_SUM; op <= RLP_REDUCE_MIN; op++) {
         for (size_t i = 0; i < N_F64; i++) {
             v[i] = val(rank, i);
-            double acc = val(0, i), m = fabs(acc);
+            double acc = val(0, i);
             for (int q = 1; q < world; q++) {
                 double x = val(q, i);
                 acc = op == RLP_REDUCE_SUM ? acc + x : op == RLP_REDUCE_MAX ? (x > acc ? x : acc) : (x < acc ? x : acc);
-                m += fabs(x);
             }
             ref[i] = acc;
-            mag[i] = m;
         }
         RANK_CHECK(rlp_comm_all_reduce(comm, v, N_F64, op) == RLP_OK, "all_reduce: %s", rlp_error_last());
         RANK_CHECK(same_on_every_rank(comm, v, N_F64 * sizeof *v, &h0) == 1, "op %d: rank %d's f64 result differs "
                    "from rank 0's", op, rank);
-        size_t inexact = 0;
-        for (size_t i = 0; i < N_F64; i++) {
-            if (op != RLP_REDUCE_SUM || world == 2)
-                RANK_CHECK(v[i] == ref[i], "op %d element %zu: %.17g, want exactly %.17g", op, i, v[i], ref[i]);
-            else
-                RANK_CHECK(fabs(v[i] - ref[i]) <= SUM_TOL_F64 * mag[i], "sum element %zu: %.17g, want %.17g", i, v[i],
-                           ref[i]);
-            inexact += v[i] != ref[i];
-        }
-        if (op == RLP_REDUCE_SUM && rank == 0)
-            fprintf(stderr, "f64 sum over %d ranks: %zu of %d elements differ from the rank-order sum\n", world,
-                    inexact, N_F64);
+        for (size_t i = 0; i < N_F64; i++)
+            RANK_CHECK(v[i] == ref[i], "op %d element %zu: %.17g, want exactly %.17g", op, i, v[i], ref[i]);
     }
     free(v);
     free(ref);
-    free(mag);
 
     /* f32 sum over a backend buffer (the gradient path), at an offset */
     rlpi_buffer *g;
@@ -238,19 +232,13 @@ static int collectives_rank(int rank, int world, const char *dir, void *arg)
     RANK_CHECK(same_on_every_rank(comm, gh + 5, (size_t)N_F32 * 4, &h0) == 1, "f32 sum: rank %d differs from rank 0",
                rank);
     for (size_t i = 0; i < N_F32 + 5; i++) {
-        float want = (float)val(rank, i), mf = fabsf(want);
+        float want = (float)val(rank, i); /* the 5 before the range: untouched */
         if (i >= 5) {
             want = (float)val(0, i);
-            mf = fabsf(want);
-            for (int q = 1; q < world; q++) {
+            for (int q = 1; q < world; q++)
                 want += (float)val(q, i);
-                mf += fabsf((float)val(q, i));
-            }
         }
-        if (i < 5 || world == 2)
-            RANK_CHECK(gh[i] == want, "f32 element %zu: %.9g, want exactly %.9g", i, gh[i], want);
-        else
-            RANK_CHECK(fabsf(gh[i] - want) <= SUM_TOL_F32 * mf, "f32 element %zu: %.9g, want %.9g", i, gh[i], want);
+        RANK_CHECK(gh[i] == want, "f32 element %zu: %.9g, want exactly %.9g", i, gh[i], want);
     }
     rlpi_buffer_free(g);
 
@@ -278,6 +266,7 @@ static int collectives_rank(int rank, int world, const char *dir, void *arg)
                "last sum %g", x);
     rlp_comm_free(comm);
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -289,12 +278,54 @@ static void test_collectives_three_ranks(void **state)
     assert_int_equal(run_ranks(3, collectives_rank, "", &gc), 0);
 }
 
-static void test_collectives_two_ranks_exact(void **state)
+static void test_collectives_two_ranks(void **state)
 {
     (void)state;
     gcase gc = {free_port(), 0};
     assert_true(gc.port > 0);
     assert_int_equal(run_ranks(2, collectives_rank, "", &gc), 0);
+}
+
+/* Ranks that make different calls all fail with RLP_E_INVALID_ARG (the
+ * module compares every call's kind, dtype, op, root and size first), and
+ * the group is unusable afterwards. gc->mode: 0 sizes differ (rank 0
+ * passes 7 elements, the others 8: a ragged 8/3 split against 7/3);
+ * 1 one rank in a barrier, the others in an all-reduce; 2 broadcast roots
+ * differ; 3 reduce ops differ. */
+static int mismatch_rank(int rank, int world, const char *dir, void *arg)
+{
+    (void)dir;
+    const gcase *gc = arg;
+    rlp_context *ctx = make_ctx();
+    rlp_comm *comm;
+    RANK_CHECK(join(ctx, rank, world, gc->port, 20000, &comm) == RLP_OK, "join: %s", rlp_error_last());
+    double v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, before[8];
+    memcpy(before, v, sizeof v);
+    double a = now_s();
+    int rc = gc->mode == 0   ? rlp_comm_all_reduce(comm, v, rank ? 8 : 7, RLP_REDUCE_SUM)
+             : gc->mode == 1 ? (rank == 1 ? rlp_comm_barrier(comm) : rlp_comm_all_reduce(comm, v, 1, RLP_REDUCE_SUM))
+             : gc->mode == 2 ? rlp_comm_broadcast(comm, v, sizeof v, rank ? 0 : 1)
+                             : rlp_comm_all_reduce(comm, v, 8, rank == 2 ? RLP_REDUCE_MAX : RLP_REDUCE_SUM);
+    double s = now_s() - a;
+    RANK_CHECK(rc == RLP_E_INVALID_ARG, "mode %d rank %d: rc %d: %s", gc->mode, rank, rc, rlp_error_last());
+    RANK_CHECK(strstr(rlp_error_last(), "different") || strstr(rlp_error_last(), "another"),
+               "mode %d rank %d: message: %s", gc->mode, rank, rlp_error_last());
+    RANK_CHECK(memcmp(v, before, sizeof v) == 0, "mode %d rank %d: the values changed", gc->mode, rank);
+    RANK_CHECK(s < 5, "mode %d rank %d: took %.2f s", gc->mode, rank, s);
+    RANK_CHECK(rlp_comm_barrier(comm) == RLP_E_CLOSED, "mode %d rank %d: barrier after a failure", gc->mode, rank);
+    rlp_comm_free(comm);
+    rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
+    return 0;
+}
+
+static void test_call_mismatch_fails_every_rank(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 4; mode++) {
+        gcase gc = {free_port(), mode};
+        assert_int_equal(run_ranks(3, mismatch_rank, "", &gc), 0);
+    }
 }
 
 /* Rank 1 of 2 never starts: rank 0's join times out naming it. */
@@ -311,6 +342,7 @@ static int alone_rank(int rank, int world, const char *dir, void *arg)
     RANK_CHECK(strstr(rlp_error_last(), "rank 1 did not arrive"), "message: %s", rlp_error_last());
     RANK_CHECK(s >= 1.9 && s < 10, "took %.2f s", s);
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -345,6 +377,7 @@ static int third_missing_rank(int rank, int world, const char *dir, void *arg)
     RANK_CHECK(rc == RLP_E_TIMEOUT && !comm, "rank %d: rc %d: %s", rank, rc, rlp_error_last());
     RANK_CHECK(strstr(rlp_error_last(), "rank 2 did not arrive"), "rank %d: message: %s", rank, rlp_error_last());
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -372,7 +405,11 @@ static void *kill_soon(void *arg)
  * survivors' next collective fails on the closed connections, long before
  * the 30 s timeout, and every later one at once. Mode 3: rank 1 is killed
  * 3 ms into a stream of 8 MiB all-reduces: the survivors' writes to its
- * closed sockets must fail their call, not raise a SIGPIPE that kills them. */
+ * closed sockets must fail their call, not raise a SIGPIPE that kills them.
+ * There a survivor may also wait out its timeout (5 s here): Gloo
+ * (2022-05 snapshot, and upstream still) does not wake a wait for a send
+ * that was queued on a pair when that pair fails (Pair::signalException
+ * skips unbound-buffer sends in tx_), about 1 survivor in 80. */
 enum { N_STREAM = 1048576 };
 
 static int leave_rank(int rank, int world, const char *dir, void *arg)
@@ -382,7 +419,8 @@ static int leave_rank(int rank, int world, const char *dir, void *arg)
     int leaver = gc->mode == 2 ? 0 : 1;
     rlp_context *ctx = make_ctx();
     rlp_comm *comm;
-    RANK_CHECK(join(ctx, rank, world, gc->port, 30000, &comm) == RLP_OK, "join: %s", rlp_error_last());
+    RANK_CHECK(join(ctx, rank, world, gc->port, gc->mode == 3 ? 5000 : 30000, &comm) == RLP_OK, "join: %s",
+               rlp_error_last());
     double x = 1;
     RANK_CHECK(rlp_comm_all_reduce(comm, &x, 1, RLP_REDUCE_SUM) == RLP_OK && x == world, "first all-reduce");
     RANK_CHECK(rlp_comm_barrier(comm) == RLP_OK, "first barrier: %s", rlp_error_last());
@@ -426,6 +464,7 @@ static int leave_rank(int rank, int world, const char *dir, void *arg)
     RANK_CHECK(rc == RLP_E_CLOSED && now_s() - a < 1, "after a failure: rc %d: %s", rc, rlp_error_last());
     rlp_comm_free(comm);
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -465,6 +504,7 @@ static int dup_rank(int rank, int world, const char *dir, void *arg)
         RANK_CHECK(strstr(rlp_error_last(), "joined twice"), "message: %s", rlp_error_last());
         RANK_CHECK(s < 5, "took %.2f s", s);
         rlp_context_free(ctx);
+        RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
         return 0;
     }
     RANK_CHECK(join(ctx, rank, 2, gc->port, 30000, &comm) == RLP_OK, "join: %s", rlp_error_last());
@@ -495,8 +535,10 @@ static void test_duplicate_rank_refused(void **state)
 /* World sizes per process of each mode (index = process = rank):
  * 0: rank 1 says 3, rank 0 says 2;
  * 1: ranks 0 and 2 say 3, rank 1 says 2;
- * 2: ranks 0 and 1 say 2 (a valid group), rank 2 says 3 (beyond it). */
-static const int mismatch_worlds[3][3] = {{2, 3, 0}, {3, 2, 3}, {2, 2, 3}};
+ * 2: ranks 0 and 1 say 2 (a valid group), rank 2 says 3 (beyond it);
+ * 3: rank 0 says 3, rank 1 says 2, and there is no rank 2: rank 0 must
+ *    not wait for it to read the refusal beyond a short linger. */
+static const int mismatch_worlds[4][3] = {{2, 3, 0}, {3, 2, 3}, {2, 2, 3}, {3, 2, 0}};
 
 static int world_mismatch_rank(int rank, int world, const char *dir, void *arg)
 {
@@ -527,13 +569,14 @@ static int world_mismatch_rank(int rank, int world, const char *dir, void *arg)
     fprintf(stderr, "mode %d rank %d (world %d): rc %d after %.3f s: %s\n", gc->mode, rank, my_world, rc, s,
             rlp_error_last());
     RANK_CHECK(rc == RLP_E_INVALID_ARG && !comm, "mode %d rank %d: rc %d: %s", gc->mode, rank, rc, rlp_error_last());
-    int culprit = gc->mode == 0 ? 1 : gc->mode == 1 ? 1 : 2;
+    int culprit = gc->mode == 2 ? 2 : 1;
     char name[16];
     snprintf(name, sizeof name, "rank %d", culprit);
     RANK_CHECK(strstr(rlp_error_last(), name), "mode %d rank %d: message does not name %s: %s", gc->mode, rank, name,
                rlp_error_last());
     RANK_CHECK(s < 5, "mode %d rank %d: took %.2f s", gc->mode, rank, s);
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -549,6 +592,8 @@ static void test_world_size_mismatch_is_quick(void **state)
     assert_int_equal(run_ranks_ex(3, 0, 3, world_mismatch_rank, dir, &gc, NULL), 0);
     gc = (gcase){free_port(), 2};
     assert_int_equal(run_ranks_ex(3, 0, 3, world_mismatch_rank, dir, &gc, NULL), 0);
+    gc = (gcase){free_port(), 3};
+    assert_int_equal(run_ranks_ex(2, 0, 2, world_mismatch_rank, dir, &gc, NULL), 0);
     static const char *const files[] = {"group-up", "extra-done"};
     clean_dir(dir, files, 2);
 }
@@ -794,6 +839,7 @@ static int busy_rank(int rank, int world, const char *dir, void *arg)
         RANK_CHECK(strstr(rlp_error_last(), port), "message does not name the port: %s", rlp_error_last());
         RANK_CHECK(s < 5, "took %.2f s", s);
         rlp_context_free(ctx);
+        RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
         return 0;
     }
     RANK_CHECK(join(ctx, rank, 2, gc->port, 30000, &comm) == RLP_OK, "join: %s", rlp_error_last());
@@ -865,6 +911,7 @@ static int short_rank(int rank, int world, const char *dir, void *arg)
     if (rank == 0)
         fprintf(stderr, "%d groups on port %d in %.2f s\n", SHORT_CYCLES, sc->port, now_s() - a);
     rlp_context_free(ctx);
+    RANK_CHECK(!leaks_found(), "rank %d leaked (report above)", rank);
     return 0;
 }
 
@@ -890,7 +937,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_missing_module),
         cmocka_unit_test(test_collectives_three_ranks),
-        cmocka_unit_test(test_collectives_two_ranks_exact),
+        cmocka_unit_test(test_collectives_two_ranks),
+        cmocka_unit_test(test_call_mismatch_fails_every_rank),
         cmocka_unit_test(test_missing_rank_times_out),
         cmocka_unit_test(test_peer_leaves_or_dies),
         cmocka_unit_test(test_duplicate_rank_refused),

@@ -268,7 +268,9 @@ int g_create(const rlpi_comm_module_args *a, int32_t *rank, int32_t *world, void
     }
     catch (const std::exception &e) {
         delete g;
-        return fail(RLP_E_BACKEND, "connecting the ranks", e.what());
+        std::string msg = e.what();
+        bool timeout = msg.find("imed out") != std::string::npos || msg.find("timed out") != std::string::npos;
+        return fail(timeout ? RLP_E_TIMEOUT : RLP_E_BACKEND, "connecting the ranks", msg.c_str());
     }
     *rank = a->rank;
     *world = a->world;
