@@ -1,8 +1,8 @@
 /* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH]
  *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
  *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
- *   [--served-model-name NAME] [--weights-dir DIR] [--max-pending n]
- *   [--header-timeout-ms ms]`:
+ *   [--served-model-name NAME] [--weights-dir DIR [--weights-from URL]...
+ *   [--weights-poll-s s]] [--max-pending n] [--header-timeout-ms ms]`:
  * an OpenAI-compatible rollout server on the local engine (see serve.h for
  * its parts). Prints one JSON line {"listening": URL, ...} on stdout once
  * it accepts connections; SIGINT/SIGTERM shut it down cleanly (requests in
@@ -11,6 +11,13 @@
  * or HTTP transport) the server loads DIR's latest published version
  * before it listens, so a worker (re)started mid-run joins at the current
  * version instead of serving the initial weights.
+ * With --weights-from URL as well, DIR is a mirror of a parent's folder
+ * (the relay transport, RLP_TRANSPORT_RELAY): a thread pulls the parent's
+ * newest version into DIR every --weights-poll-s seconds and loads it,
+ * and the server serves DIR at GET /v1/rlpost/weights/ to its own
+ * children (origin -> relay -> ...; docs/relay.md). A weight update
+ * request (a trainer's HTTP transport) then waits for the relay to bring
+ * the version it names instead of loading a path.
  * Trust: a token (--token-file, RLPOST_SERVE_TOKEN) guards every endpoint
  * but /health; without one the server binds loopback only, and weight
  * updates still need the token generated in DIR/.rlpost-serve-token
@@ -61,6 +68,12 @@ static void usage(void)
             "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
             "         [--weights-dir DIR]   load DIR's latest published version before serving; weight\n"
             "                               updates load only folders below DIR\n"
+            "         [--weights-from URL]  with --weights-dir: mirror the parent server URL's weights folder\n"
+            "                               into DIR (HTTP Range resume, CRC-32 per file), load each new\n"
+            "                               version, and serve DIR to children (GET /v1/rlpost/weights/...);\n"
+            "                               repeat it to name fallbacks (grandparent, origin) for when the\n"
+            "                               parent fails\n"
+            "         [--weights-poll-s s]  how often the parent is asked (default 1)\n"
             "         [--max-pending n]     generation requests at once (default 256); beyond: 503\n"
             "         [--header-timeout-ms ms]  time for a request's headers (default 10000)\n"
             "  --token-file PATH: the bearer token of every endpoint but /health (first line of PATH);\n"
@@ -105,22 +118,6 @@ static int load_published(rlp_rollout_engine *engine, const char *dir)
     return rc;
 }
 
-/* SIGINT/SIGTERM: a process-wide handler that writes the signal to a
- * pipe the main thread reads. Not sigwait() alone: threads that a library
- * started before main() (OpenBLAS's pool) do not block the signals, and
- * one that reached such a thread before the main thread sat in sigwait()
- * killed the server ("signal 15") instead of shutting it down. */
-static int stop_pipe[2] = {-1, -1};
-
-static void on_stop_signal(int sig)
-{
-    int e = errno;
-    char c = (char)sig;
-    if (write(stop_pipe[1], &c, 1) < 0) { /* full: a signal is already waiting */
-    }
-    errno = e;
-}
-
 static int parse_mode(const char *s, int32_t *out)
 {
     if (!strcmp(s, "sampling"))
@@ -137,7 +134,9 @@ static int parse_mode(const char *s, int32_t *out)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL, *weights_dir = NULL;
-    const char *token_file = NULL;
+    const char *token_file = NULL, *weights_from = NULL, *from_urls[8];
+    size_t n_from = 0;
+    double poll_s = 1.0;
     int weights = RLP_ROLLOUT_WEIGHTS_F32;
     long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
     long long max_pending = 256, header_ms = 10000;
@@ -182,6 +181,15 @@ int cmd_serve(int argc, char **argv)
             bad = parse_mode(val, &mode);
         } else if (!strcmp(a, "--served-model-name")) {
             name = val;
+        } else if (!strcmp(a, "--weights-from")) {
+            weights_from = val; /* repeated: the parent, then fallbacks */
+            bad = (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0) || n_from == 8;
+            if (!bad)
+                from_urls[n_from++] = val;
+        } else if (!strcmp(a, "--weights-poll-s")) {
+            char *end;
+            poll_s = strtod(val, &end);
+            bad = *end || !(poll_s >= 0.01 && poll_s <= 3600);
         } else if (!strcmp(a, "--weights-dir")) {
             weights_dir = val;
             bad = !*val;
@@ -209,6 +217,10 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "rlpost serve: the token must be 1 to %d visible ASCII characters\n", SERVE_TOKEN_MAX);
         bad = 1;
     }
+    if (!bad && weights_from && !weights_dir) {
+        fprintf(stderr, "rlpost serve: --weights-from needs --weights-dir (the local mirror)\n");
+        bad = 1;
+    }
     if (bad || !model) {
         usage();
         return EXIT_USAGE;
@@ -227,20 +239,10 @@ int cmd_serve(int argc, char **argv)
 
     /* every thread started from here on inherits the mask, so that only
      * the main thread (and threads older than main()) run the handler */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    if (serve_signals_block() != 0) {
         fprintf(stderr, "rlpost serve: pipe: %s\n", strerror(errno));
         return 1;
     }
-    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
     char port_str[16];
     snprintf(port_str, sizeof port_str, "%lld", port);
@@ -264,6 +266,8 @@ int cmd_serve(int argc, char **argv)
     rlp_context *ctx = NULL;
     rlp_policy *policy = NULL;
     serve_http *d = NULL;
+    serve_follow fol;
+    memset(&fol, 0, sizeof fol);
     char root[PATH_MAX], token_path[PATH_MAX + 64] = "", update_token[SERVE_TOKEN_MAX + 1];
     serve_server srv;
     memset(&srv, 0, sizeof srv);
@@ -358,17 +362,18 @@ int cmd_serve(int argc, char **argv)
     fflush(stdout);
     fprintf(stderr, "rlpost serve: %s on %s (max_batch %u, max_seq_len %u)\n", name, url, ro.max_batch,
             ro.max_seq_len);
+    if (weights_from &&
+        serve_follow_start(&fol, &srv, root, from_urls, n_from, token, (unsigned)(poll_s * 1000 + 0.5)) != 0)
+        goto done;
+    if (weights_from)
+        srv.follow = &fol; /* weight updates wait for the relay (a trainer's HTTP transport still works) */
 
-    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-    char sig = 0;
-    for (;;) {
-        struct pollfd pf = {.fd = stop_pipe[0], .events = POLLIN};
-        if (poll(&pf, 1, -1) > 0 && read(stop_pipe[0], &sig, 1) == 1)
-            break;
-    }
+    int sig = serve_signals_wait();
     fprintf(stderr, "rlpost serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     status = 0;
 done:
+    srv.follow = NULL;
+    serve_follow_stop(&fol); /* no weight load after this */
     serve_sched_stop(&srv); /* every waiting handler gets its answer ... */
     serve_http_stop(d);     /* ... before the connection threads are joined */
     rlp_rollout_engine_free(srv.engine);

@@ -11,6 +11,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_logprobs(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_weights_serve(int argc, char **argv);
 int cmd_task(int argc, char **argv);
 int cmd_reward(int argc, char **argv);
 int cmd_train(int argc, char **argv);

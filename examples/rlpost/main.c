@@ -20,6 +20,8 @@ static const command commands[] = {
     {"logprobs", cmd_logprobs, "MODEL --text T: per-token logprobs and entropies"},
     {"generate", cmd_generate, "MODEL --prompt P: sampled completions with tokens, logprobs, finish reasons"},
     {"serve", cmd_serve, "MODEL [--port p] [--token-file PATH] [--weights-dir DIR]: OpenAI-compatible rollout server"},
+    {"weights-serve", cmd_weights_serve, "DIR [--port p] [--token-file PATH] [--weights-from URL]: serve a weights "
+                                         "folder to relays (no model)"},
     {"task", cmd_task, "kk|countdown --seed S --n N [--people K]: generated problems as JSONL"},
     {"reward", cmd_reward, "NAME [--reference R] [--options JSON]: score one completion from stdin"},
     {"export", cmd_export, "MODEL OUT.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_k]: write the model as a GGUF for llama.cpp/Ollama"},

@@ -7,6 +7,10 @@
  *                 except the stream buffer append
  *   serve_sched.c the job queue and the ONE generation thread that drains
  *                 every pending job into one rlp_rollout_generate() call
+ *   serve_weights.c  which files of --weights-dir GET /v1/rlpost/weights/
+ *                 may serve (the relay's parent endpoint), Range parsing
+ *   serve_run.c   --weights-from (the relay follower thread) and signals,
+ *                 shared with `rlpost weights-serve` (cmd_weights_serve.c)
  * Public API of librlpost only (rlpost.h), plus jansson and libmicrohttpd. */
 #ifndef RLPOST_SERVE_H
 #define RLPOST_SERVE_H
@@ -79,6 +83,8 @@ typedef struct serve_server {
     uint64_t seed_base;
 
     pthread_mutex_t update_mu;     /* one weight update at a time */
+    struct serve_follow *follow;   /* --weights-from: weight updates wait for the relay to deliver
+                                      the version instead of loading a path; NULL: none */
 
     /* counters of the HTTP guard (atomic) */
     size_t n_admitted;             /* generation requests admitted and not yet answered */
@@ -191,6 +197,66 @@ struct sockaddr;
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: the peers exempt from the
  * per-address limit, and the binds that may go without a token. */
 bool serve_addr_loopback(const struct sockaddr *sa);
+
+/* ---- serve_weights.c ---- */
+
+/* The prefix under which --weights-dir is served read-only (the relay
+ * transport's parent endpoint). */
+#define SERVE_WEIGHTS_ROUTE "/v1/rlpost/weights/"
+/* Opens `rel` below `root` for reading if it is DIR/latest.json or
+ * DIR/v<N>/<name> (a plain, not hidden name), never through a symlink:
+ * 200 with *fd (the caller closes it), its size and whether it is the
+ * manifest; 404 for anything else. While the server's relay client
+ * fetches version N, latest.json is N's manifest and a file of vN not
+ * complete yet is its part file (*growing: *size is its final size; read
+ * it with serve_weights_read). May wait up to 30 s for such a file to
+ * appear. */
+int serve_weights_open(const char *root, const char *rel, int *fd, uint64_t *size, bool *manifest, bool *growing);
+/* pread that waits (up to 30 s without a byte) for a growing file to
+ * reach `off`: bytes read, or -1. */
+ssize_t serve_weights_read(int fd, uint64_t off, char *buf, size_t max);
+/* A Range header against a file of `size` bytes: 1 with [*first, *last]
+ * (inclusive), 0 to send the whole file (no header, several ranges or an
+ * invalid one: RFC 9110 §14.2), -1 unsatisfiable (416). */
+int serve_range_parse(const char *header, uint64_t size, uint64_t *first, uint64_t *last);
+
+/* ---- serve_run.c ---- */
+
+/* --weights-from: a thread that mirrors a parent's weights folder into
+ * --weights-dir (RLP_TRANSPORT_RELAY) every poll_ms and loads each new
+ * version into srv->engine (none: mirror only), logging "weight version N
+ * (mirrored and loaded in S s; unix T)" to stderr. */
+typedef struct serve_follow {
+    serve_server *srv;
+    rlp_synchronizer *sync;
+    const char *cmd, *from;
+    unsigned poll_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;             /* wakes the thread (stop, or a waiter's kick) */
+    pthread_cond_t done_cv;        /* a pull ended */
+    bool stop, started, kick;
+    uint64_t pulls_done;           /* under mu */
+    char last_error[512];          /* of the last failed pull, under mu ("" after a good one) */
+    pthread_t thread;
+} serve_follow;
+/* Starts it (`f` zeroed or stopped before): from[0] is the parent, the
+ * others fallbacks tried in order while it fails (RLP_TRANSPORT_RELAY's
+ * urls; copied). -1 with a message on stderr. */
+int serve_follow_start(serve_follow *f, serve_server *srv, const char *dir, const char *const *from, size_t n_from,
+                       const char *token, unsigned poll_ms);
+/* A weight update on a following server (the trainer's HTTP transport
+ * telling it to load `version`): pulls at once and waits up to timeout_ms
+ * until this node holds `version` or newer. 0, or -1 with the reason in
+ * why. Thread-safe. */
+int serve_follow_wait(serve_follow *f, uint64_t version, unsigned timeout_ms, char *why, size_t n);
+/* Stops it, waiting for a pull in progress (a stalled download ends at its
+ * stall limit). Safe on a zeroed or stopped one. */
+void serve_follow_stop(serve_follow *f);
+/* SIGINT/SIGTERM go to a pipe (SIGPIPE ignored); blocked in this thread
+ * and the threads it starts from now on. -1 (errno) if the pipe fails. */
+int serve_signals_block(void);
+/* Unblocks them here and waits for one; returns it. */
+int serve_signals_wait(void);
 
 /* ---- serve_token.c ---- */
 

@@ -10,9 +10,13 @@
  * thread closes late connections: slowloris); past --max-pending requests
  * or 3/4 of the connection limit, generation requests get 503 with
  * Retry-After, so that /health and weight updates keep their room;
- * non-loopback addresses have a per-address connection limit. */
+ * non-loopback addresses have a per-address connection limit.
+ * GET /v1/rlpost/weights/... serves --weights-dir read-only (serve_weights.c
+ * picks the file; Range requests get 206 or 416) for relays; a server
+ * without an engine (`rlpost weights-serve`) answers only that and /health. */
 #include "serve.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -47,11 +51,14 @@
 /* Stack of a connection thread: request parsing and weight loading need
  * far less; 1024 threads of the default 8 MiB would reserve 8 GiB. */
 #define CONN_STACK_BYTES (1u << 20)
+/* How long a weight update on a relay-following server waits for the
+ * version to arrive (below the HTTP transport's default 120 s timeout). */
+#define RELAY_UPDATE_WAIT_MS 100000u
 /* A declared Content-Length this far past the limit is refused at once
  * (and the connection closed) instead of being read and thrown away. */
 #define DRAIN_SLACK_BYTES (16u << 20)
 
-enum route { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_UPDATE, R_LORA };
+enum route { R_NONE = 0, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_UPDATE, R_LORA, R_WEIGHTS };
 
 static const struct {
     const char *path;
@@ -306,10 +313,36 @@ static void decide(serve_server *srv, struct MHD_Connection *c, const char *url,
     size_t i, n = sizeof routes / sizeof routes[0];
     for (i = 0; i < n && strcmp(url, routes[i].path) != 0; i++)
         ;
+    if (!strncmp(url, SERVE_WEIGHTS_ROUTE, strlen(SERVE_WEIGHTS_ROUTE))) {
+        /* the weights folder, read-only, for relays (the server's token, if any) */
+        if (!authorized(srv->cfg.token, c)) {
+            ctx->err_status = MHD_HTTP_UNAUTHORIZED;
+            ctx->err_type = "authentication_error";
+            snprintf(ctx->err_msg, sizeof ctx->err_msg, "missing or wrong bearer token (Authorization: Bearer ...)");
+        } else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+            ctx->err_status = MHD_HTTP_METHOD_NOT_ALLOWED;
+            ctx->err_type = "invalid_request_error";
+            ctx->allow = "GET, HEAD";
+            snprintf(ctx->err_msg, sizeof ctx->err_msg, "the weights folder takes GET, not %.16s", method);
+        } else if (!srv->cfg.weights_root) {
+            ctx->err_status = MHD_HTTP_NOT_FOUND;
+            ctx->err_type = "not_found_error";
+            snprintf(ctx->err_msg, sizeof ctx->err_msg, "no weights folder: start the server with --weights-dir DIR");
+        } else {
+            ctx->route = R_WEIGHTS;
+        }
+        return;
+    }
     /* /health stays open for load balancers; nothing else says anything
      * without the token; weight updates always need one (the generated one
      * when the server has none) */
     int route = i < n ? routes[i].route : R_NONE;
+    if (!srv->engine && route != R_HEALTH) { /* `rlpost weights-serve`: the folder and /health only */
+        ctx->err_status = MHD_HTTP_NOT_FOUND;
+        ctx->err_type = "not_found_error";
+        snprintf(ctx->err_msg, sizeof ctx->err_msg, "this server only serves weights (" SERVE_WEIGHTS_ROUTE "...)");
+        return;
+    }
     bool update = route == R_UPDATE || route == R_LORA; /* both replace what the engine decodes with */
     const char *want = update ? srv->cfg.update_token : route == R_HEALTH ? NULL : srv->cfg.token;
     if (update && !srv->cfg.weights_root) {
@@ -526,6 +559,22 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
     }
     if (vrc)
         return update_failed(c, "'version' must be a non-negative integer");
+    if (srv->follow && !adapter) {
+        /* this server follows a parent (--weights-from): the folder named is
+         * the trainer's, not ours; the request says which version to hold,
+         * and the relay brings it */
+        char msg[900];
+        if (serve_follow_wait(srv->follow, version, RELAY_UPDATE_WAIT_MS, msg, sizeof msg) != 0)
+            return update_failed(c, msg);
+        uint64_t have = 0;
+        rlp_rollout_engine_version(&have, srv->engine);
+        snprintf(msg, sizeof msg, "weight version %llu through the relay", (unsigned long long)have);
+        fprintf(stderr, "rlpost serve: update_weights_from_disk: %s\n", msg);
+        return send_json(c, MHD_HTTP_OK,
+                         json_pack("{s:b, s:s, s:I, s:I}", "success", 1, "message", msg, "version", (json_int_t)have,
+                                   "weight_version", (json_int_t)have),
+                         NULL);
+    }
     char real[PATH_MAX];
     if (!below_root(srv->cfg.weights_root, p, real)) {
         snprintf(why, sizeof why, "'%s' is not a folder below the server's --weights-dir", key);
@@ -555,9 +604,104 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
                      NULL);
 }
 
+/* GET /v1/rlpost/weights/<latest.json | v<N>/<file>>: a file of the
+ * weights folder, whole (200) or the Range asked for (206 with
+ * Content-Range; 416 outside the file), sent from the descriptor
+ * (sendfile). A relay resumes a cut transfer this way. */
+typedef struct grow_reader {
+    int fd;
+    uint64_t first;
+} grow_reader;
+
+static ssize_t grow_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    grow_reader *g = cls;
+    ssize_t n = serve_weights_read(g->fd, g->first + pos, buf, max);
+    return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static void grow_free(void *cls)
+{
+    grow_reader *g = cls;
+    close(g->fd);
+    free(g);
+}
+
+static enum MHD_Result handle_weights(serve_server *srv, struct MHD_Connection *c, const char *url)
+{
+    int fd;
+    uint64_t size, first = 0, last = 0;
+    bool manifest, growing;
+    const char *rel = url + strlen(SERVE_WEIGHTS_ROUTE);
+    if (serve_weights_open(srv->cfg.weights_root, rel, &fd, &size, &manifest, &growing) != 200) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no such file in the weights folder: %.100s", rel);
+        return send_error(c, MHD_HTTP_NOT_FOUND, "not_found_error", msg, NULL);
+    }
+    const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
+    int r = serve_range_parse(range, size, &first, &last);
+    char cr[96];
+    if (r < 0) {
+        close(fd);
+        snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    if (r == 0) {
+        first = 0;
+        last = size ? size - 1 : 0;
+    }
+    uint64_t len = size ? last - first + 1 : 0;
+    struct MHD_Response *resp = NULL;
+    if (growing) { /* the version this server is still fetching: sent as it arrives */
+        grow_reader *g = malloc(sizeof *g);
+        if (g) {
+            *g = (grow_reader){fd, first};
+            resp = MHD_create_response_from_callback(len, 1u << 16, grow_read, g, grow_free);
+            if (!resp)
+                free(g);
+        }
+    } else { /* takes the descriptor (closed with the response) */
+        resp = MHD_create_response_from_fd_at_offset64(len, fd, first);
+    }
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            manifest ? "application/json" : "application/octet-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    if (manifest) /* replaced at every version */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (r > 0) {
+        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first, last, size);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
+    }
+    enum MHD_Result ret = MHD_queue_response(c, r > 0 ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result handle_health(serve_server *srv, struct MHD_Connection *c)
 {
     uint64_t version = 0;
+    if (!srv->engine) { /* weights only: the complete version the folder's manifest names */
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/latest.json", srv->cfg.weights_root);
+        json_t *m = json_load_file(path, 0, NULL);
+        json_t *v = json_object_get(m, "version");
+        json_int_t ver = json_is_integer(v) ? json_integer_value(v) : 0;
+        json_decref(m);
+        return send_json(c, MHD_HTTP_OK,
+                         json_pack("{s:s, s:I, s:I, s:s, s:b}", "status", "ok", "version", ver, "weight_version", ver,
+                                   "library_version", rlp_version_string(), "weights_only", 1),
+                         NULL);
+    }
     rlp_rollout_stats st = {.version = 1};
     rlp_rollout_engine_version(&version, srv->engine);
     rlp_rollout_engine_stats(&st, srv->engine);
@@ -669,6 +813,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_LORA: return handle_update(srv, c, ctx, true);
     case R_HEALTH: return handle_health(srv, c);
     case R_MODELS: return handle_models(srv, c);
+    case R_WEIGHTS: return handle_weights(srv, c, url);
     default: return MHD_NO;
     }
 }

@@ -39,19 +39,36 @@ typedef enum rlp_sync_transport {
     RLP_TRANSPORT_IN_PROCESS = 0,  /**< publish keeps a frozen copy (rlp_policy_clone); pull copies it into
                                         the engine with rlp_rollout_engine_update_weights() */
     RLP_TRANSPORT_FILE = 1,        /**< publish writes DIR/v<version>/ (rlp_policy_save) and then the manifest
-                                        DIR/latest.json (temporary name, fsync, rename); pull reads the
-                                        manifest, verifies every file's CRC-32 and size, and loads with
+                                        DIR/latest.json (temporary name, fsync, rename; manifest version 2:
+                                        a CRC-32 per file and per 4 MiB chunk); pull reads the manifest,
+                                        verifies every file's CRC-32 and size, and loads with
                                         rlp_rollout_engine_load_weights(); works across processes */
     RLP_TRANSPORT_HTTP = 2,        /**< FILE, plus: pull tells the servers at @ref rlp_sync_options::urls to
                                         load the version (POST {url}/update_weights_from_disk, as `rlpost
                                         serve` and SGLang accept) and then sets a remote engine's version */
-    RLP_TRANSPORT_COLLECTIVE = 3   /**< a broadcast over the process group @ref rlp_sync_options::comm
+    RLP_TRANSPORT_COLLECTIVE = 3,  /**< a broadcast over the process group @ref rlp_sync_options::comm
                                         (rlp_policy_broadcast(): NCCL between GPUs, or shared memory): the
                                         trainer rank (@ref rlp_sync_options::root) publishes, every other
                                         rank pulls into its local engine. Both are collectives: the root's
                                         k-th publish pairs with each rank's k-th pull, so a pull waits for
                                         the next publish (Echo's sequential pull in lockstep); SEQUENTIAL_PULL
                                         mode only */
+    RLP_TRANSPORT_RELAY = 4        /**< pull only (ECHO-2's peer-assisted broadcast, Xiao et al. 2026): pull
+                                        fetches the parent's manifest, GET {urls[0]}/v1/rlpost/weights/latest.json
+                                        (`rlpost serve --weights-dir` serves its folder there), and when it names
+                                        a newer version than the local mirror @ref rlp_sync_options::dir, downloads
+                                        every file of v<N> into DIR in the FILE layout (resuming a cut transfer
+                                        with an HTTP Range from the bytes already on disk; each chunk's CRC-32
+                                        checked on arrival with a version-2 manifest and each file's at its
+                                        end, a bad chunk or file fetched again up to 3 times),
+                                        writes DIR/latest.json (temporary name, rename) and then loads the
+                                        version exactly as FILE does. DIR can be served to children in turn
+                                        (origin → relay → …); it keeps keep_versions (at least 2) versions so
+                                        that a child still fetching the previous one can finish. Connection,
+                                        stall (no byte for min(timeout_ms, 10 s)) and manifest timeouts;
+                                        max_retries retries with backoff on transport errors, 408, 429 and 5xx;
+                                        @ref rlp_sync_options::api_key is sent as the bearer token. A parent
+                                        that names an older version is ignored. Publishing is refused */
 } rlp_sync_transport;
 
 /** Version of rlp_sync_options understood by this header (2 added comm and root). */
@@ -80,18 +97,27 @@ typedef struct rlp_sync_options {
     uint32_t max_concurrent;       /**< rollout groups in flight at most; 0 = no limit */
     uint64_t initial_version;      /**< v at creation (a resumed run's policy version); accepted starts at v·B */
     const char *dir;               /**< FILE/HTTP: folder of the published versions (created if absent);
-                                        readers in other processes open the same folder; copied */
-    uint32_t keep_versions;        /**< FILE/HTTP: version folders kept (K ≥ 1); default 3 */
+                                        readers in other processes open the same folder; RELAY: the local
+                                        mirror; copied */
+    uint32_t keep_versions;        /**< FILE/HTTP/RELAY: version folders kept (K ≥ 1; RELAY keeps at least 2);
+                                        default 3 */
     int32_t dtype;                 /**< FILE/HTTP: rlp_dtype of the saved weights; default RLP_DTYPE_F32 */
-    const char *const *urls;       /**< HTTP: (n_urls) server base URLs, e.g. "http://127.0.0.1:8000"; copied */
+    const char *const *urls;       /**< HTTP: (n_urls) server base URLs, e.g. "http://127.0.0.1:8000"; RELAY:
+                                        urls[0] is the parent, asked first at every pull; the others (e.g. the
+                                        grandparent, then the origin) are tried in order while it fails with
+                                        RLP_E_NETWORK or RLP_E_FORMAT; copied */
     size_t n_urls;
-    const char *api_key;           /**< HTTP: bearer token, or NULL: the first line of
+    const char *api_key;           /**< RELAY: the parent's bearer token, or NULL: none.
+                                        HTTP: bearer token, or NULL: the first line of
                                         DIR/.rlpost-serve-token if that file exists (the token
                                         `rlpost serve --weights-dir DIR` demands for weight
                                         updates), read at each publish; copied */
     uint32_t timeout_ms;           /**< HTTP: per request (a server loads the weights before answering);
-                                        0 = 120000 */
-    uint32_t max_retries;          /**< HTTP: retries on connection errors, timeouts, 408, 429 and 5xx; default 3 */
+                                        RELAY: the manifest request, and the connect and stall limits of file
+                                        transfers (at most 10 s each); 0 = 120000 */
+    uint32_t max_retries;          /**< HTTP/RELAY: retries on connection errors, timeouts, 408, 429 and 5xx
+                                        (RELAY: per file, counted anew after a transfer that made progress);
+                                        default 3 */
     uint32_t verify_retries;       /**< FILE/HTTP readers: re-reads of the manifest after a checksum
                                         mismatch or a version pruned mid-load; default 5 */
     rlp_log_fn log_fn;             /**< sink for warnings; NULL = stderr */
@@ -143,7 +169,8 @@ RLP_API void rlp_synchronizer_free(rlp_synchronizer *sync);
  * @param policy  the trained policy; COLOCATED borrows it until the next
  *                publish or rlp_synchronizer_free()
  * @return RLP_OK (also when this version was already published: nothing is
- *         done); RLP_E_STATE (an older version than the last published);
+ *         done); RLP_E_STATE (an older version than the last published, or
+ *         the RELAY transport, which only pulls);
  *         RLP_E_INVALID_ARG; RLP_E_IO; RLP_E_NOMEM.
  * Thread-safe; publishes are serialized. One process writes a folder.
  */
@@ -156,14 +183,23 @@ RLP_API int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *p
  * those not known to hold it already) and the engine's version is set once
  * all of them have it. A local share_weights engine needs nothing.
  *
+ * RELAY: first brings the local mirror to the parent's version (see
+ * RLP_TRANSPORT_RELAY), then loads it as FILE does. A pull that fails
+ * while downloading leaves what it got in DIR/.v<N>.part/, and the next
+ * pull (also in another process) resumes from there.
+ *
  * @param sync    the synchronizer
- * @param engine  the engine; NULL (HTTP only) = just tell the servers
+ * @param engine  the engine; NULL (HTTP: just tell the servers; RELAY: just
+ *                update the mirror)
  * @return RLP_OK (also when there is nothing newer); RLP_E_FORMAT (the
  *         files failed their checksums on every retry, or the manifest is
- *         malformed; the engine keeps its weights); RLP_E_NETWORK (a server
+ *         malformed; RELAY: a chunk or file failed its CRC-32 three times; the engine
+ *         keeps its weights); RLP_E_NETWORK (a server
  *         refused or could not be reached after its retries: the message
  *         names each failing URL; the others were updated, and the next pull
- *         retries the failed ones; the engine's version is not changed);
+ *         retries the failed ones; the engine's version is not changed;
+ *         RELAY: the parent could not be reached or refused, naming the URL;
+ *         the mirror and the engine keep their version);
  *         RLP_E_STATE (a remote engine without the HTTP transport);
  *         RLP_E_INVALID_ARG; RLP_E_IO; RLP_E_NOMEM.
  * Thread-safe, also while the engine generates on another thread (the
@@ -221,9 +257,10 @@ typedef struct rlp_sync_stats {
     uint64_t pulls;              /**< pull calls */
     uint64_t weight_loads;       /**< pulls that changed an engine's weights (or told servers) */
     uint64_t checksum_retries;   /**< manifest re-reads after a mismatch or a vanished version */
-    uint64_t http_requests;      /**< update requests sent (retries included) */
-    uint64_t http_failures;      /**< servers that were not updated after their retries */
-    uint64_t bytes_published;    /**< bytes written by FILE/HTTP publishes */
+    uint64_t http_requests;      /**< update requests sent (retries included); RELAY: requests to the parent */
+    uint64_t http_failures;      /**< servers that were not updated after their retries; RELAY: pulls that
+                                        failed on the parent */
+    uint64_t bytes_published;    /**< bytes written by FILE/HTTP publishes; RELAY: bytes downloaded */
     double publish_seconds;      /**< total time in publish */
     double pull_seconds;         /**< total time in pulls that loaded weights */
 } rlp_sync_stats;

@@ -39,3 +39,48 @@ uint32_t rlpi_crc32(uint32_t crc, const void *data, size_t len)
         c = table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return ~c;
 }
+
+/* ---- combining (zlib's crc32_combine, by squaring the zero-byte
+ * operator in GF(2): O(log len2) 32×32 bit-matrix products) ---------------- */
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (; vec; vec >>= 1, mat++)
+        if (vec & 1)
+            sum ^= *mat;
+    return sum;
+}
+
+static void gf2_square(uint32_t *sq, const uint32_t *mat)
+{
+    for (int n = 0; n < 32; n++)
+        sq[n] = gf2_times(mat, mat[n]);
+}
+
+uint32_t rlpi_crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    if (len2 == 0)
+        return crc1;
+    uint32_t even[32], odd[32]; /* operators for 2^k zero bits */
+    odd[0] = 0xEDB88320u;       /* one zero bit */
+    uint32_t row = 1;
+    for (int n = 1; n < 32; n++, row <<= 1)
+        odd[n] = row;
+    gf2_square(even, odd); /* two zero bits */
+    gf2_square(odd, even); /* four */
+    /* apply len2 zero bytes to crc1, one bit of len2 at a time */
+    for (;;) {
+        gf2_square(even, odd);
+        if (len2 & 1)
+            crc1 = gf2_times(even, crc1);
+        if (!(len2 >>= 1))
+            break;
+        gf2_square(odd, even);
+        if (len2 & 1)
+            crc1 = gf2_times(odd, crc1);
+        if (!(len2 >>= 1))
+            break;
+    }
+    return crc1 ^ crc2;
+}

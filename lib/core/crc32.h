@@ -13,4 +13,9 @@
  * Thread-safe (the tables are built once, behind pthread_once). */
 uint32_t rlpi_crc32(uint32_t crc, const void *data, size_t len);
 
+/* The CRC of A followed by B from crc1 = CRC(A), crc2 = CRC(B) and B's
+ * length (zlib's crc32_combine): a file's CRC from its chunks' without a
+ * second pass over the bytes. Thread-safe. */
+uint32_t rlpi_crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
 #endif

@@ -1,5 +1,6 @@
 /* The weight manifest DIR/latest.json of the file transport: its parser and
- * reader. The manifest comes from another process and is read as untrusted
+ * reader (version 1: a CRC-32 per file; version 2 adds chunk_size and a
+ * CRC-32 per chunk of every file, which the relay checks as bytes arrive). The manifest comes from another process and is read as untrusted
  * input: every field is checked, the version folder is derived from the
  * version (never taken as a path from the file) and file names must be
  * plain names. Writing it is transport_file.c's job. */
@@ -33,6 +34,51 @@ bool rlpi_manifest_name_ok(const char *s, size_t n)
     return true;
 }
 
+void rlpi_manifest_clear(rlpi_manifest *m)
+{
+    free(m->chunks);
+    memset(m, 0, sizeof *m);
+}
+
+static bool crc_hex(const json_t *j, uint32_t *out)
+{
+    const char *c = json_is_string(j) ? json_string_value(j) : "";
+    if (strlen(c) != 8 || strspn(c, "0123456789abcdef") != 8)
+        return false;
+    *out = (uint32_t)strtoul(c, NULL, 16);
+    return true;
+}
+
+/* Version 2's chunk CRCs of every file (sizes already checked). */
+static const char *parse_chunks(const json_t *root, const json_t *files, rlpi_manifest *out)
+{
+    const json_t *cs = json_object_get(root, "chunk_size");
+    if (!json_is_integer(cs) || json_integer_value(cs) < 4096 || json_integer_value(cs) > (1 << 30))
+        return "\"chunk_size\" is not an integer from 4096 to 2^30";
+    out->chunk_size = (uint32_t)json_integer_value(cs);
+    size_t total = 0;
+    for (size_t i = 0; i < out->n_files; i++) {
+        size_t n = rlpi_manifest_file_chunks(out, &out->files[i]);
+        if (n > RLPI_MANIFEST_MAX_CHUNKS - total)
+            return "more chunks than a manifest may list";
+        out->files[i].chunk0 = total;
+        total += n;
+    }
+    if (total && !(out->chunks = malloc(total * sizeof *out->chunks)))
+        return "out of memory";
+    out->n_chunks = total;
+    for (size_t i = 0; i < out->n_files; i++) {
+        const json_t *c = json_object_get(json_array_get(files, i), "chunks");
+        size_t n = rlpi_manifest_file_chunks(out, &out->files[i]);
+        if (!json_is_array(c) || json_array_size(c) != n)
+            return "a file's \"chunks\" is not an array of one CRC per chunk_size bytes";
+        for (size_t k = 0; k < n; k++)
+            if (!crc_hex(json_array_get(c, k), &out->chunks[out->files[i].chunk0 + k]))
+                return "a chunk crc32 is not 8 lowercase hex digits";
+    }
+    return NULL;
+}
+
 int rlpi_manifest_parse(const char *json, size_t len, const char *source, rlpi_manifest *out)
 {
     memset(out, 0, sizeof *out);
@@ -48,8 +94,8 @@ int rlpi_manifest_parse(const char *json, size_t len, const char *source, rlpi_m
         why = "not a JSON object";
     else if (!json_is_string(fmt) || strcmp(json_string_value(fmt), MANIFEST_FORMAT))
         why = "\"format\" is not \"" MANIFEST_FORMAT "\"";
-    else if (!json_is_integer(mv) || json_integer_value(mv) != 1)
-        why = "\"manifest_version\" is not 1";
+    else if (!json_is_integer(mv) || json_integer_value(mv) < 1 || json_integer_value(mv) > 2)
+        why = "\"manifest_version\" is not 1 or 2";
     else if (!json_is_integer(ver) || json_integer_value(ver) < 0)
         why = "\"version\" is not a non-negative integer";
     else if (!json_is_string(ck) || strcmp(json_string_value(ck), "crc32"))
@@ -85,9 +131,11 @@ int rlpi_manifest_parse(const char *json, size_t len, const char *source, rlpi_m
                     why = "a file is listed twice";
         }
     }
+    if (!why && json_integer_value(mv) == 2)
+        why = parse_chunks(root, files, out);
     json_decref(root);
     if (why) {
-        memset(out, 0, sizeof *out);
+        rlpi_manifest_clear(out);
         return rlpi_error_set(RLP_E_FORMAT, "%s: %s", source, why);
     }
     return RLP_OK;

@@ -1,6 +1,6 @@
 /* rlp_synchronizer: the policy version counter, the AReaL admission gate
  * (Fu et al. 2025, §5), publish after a train step and pull on the rollout
- * side, with the in-process transport here and the file and HTTP
+ * side, with the in-process transport here and the file, HTTP and relay
  * transports in their own files. The gate and the version live under one
  * mutex; weight copies, file writes and HTTP requests run outside it, so a
  * slow publish never stalls admissions. Must not generate or train. */
@@ -146,7 +146,7 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         o.version = RLP_SYNC_OPTIONS_VERSION;
     }
     RLPI_CHECK_ARG(o.mode >= RLP_SYNC_COLOCATED && o.mode <= RLP_SYNC_ASYNC, "opts->mode is not an rlp_sync_mode");
-    RLPI_CHECK_ARG(o.transport >= RLP_TRANSPORT_IN_PROCESS && o.transport <= RLP_TRANSPORT_COLLECTIVE,
+    RLPI_CHECK_ARG(o.transport >= RLP_TRANSPORT_IN_PROCESS && o.transport <= RLP_TRANSPORT_RELAY,
                    "opts->transport is not an rlp_sync_transport");
     if (o.transport == RLP_TRANSPORT_COLLECTIVE) {
         RLPI_CHECK_ARG(o.comm, "the COLLECTIVE transport needs opts->comm");
@@ -159,17 +159,19 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
     RLPI_CHECK_ARG(o.mode != RLP_SYNC_COLOCATED || o.transport == RLP_TRANSPORT_IN_PROCESS,
                    "COLOCATED shares the policy in process: use RLP_TRANSPORT_IN_PROCESS");
     RLPI_CHECK_ARG(o.batch_groups >= 1, "opts->batch_groups (B) must be at least 1");
-    bool files = o.transport == RLP_TRANSPORT_FILE || o.transport == RLP_TRANSPORT_HTTP;
+    bool relay = o.transport == RLP_TRANSPORT_RELAY;
+    bool files = o.transport == RLP_TRANSPORT_FILE || o.transport == RLP_TRANSPORT_HTTP || relay;
     if (files) {
-        RLPI_CHECK_ARG(o.dir && *o.dir, "the FILE and HTTP transports need opts->dir");
+        RLPI_CHECK_ARG(o.dir && *o.dir, "the FILE, HTTP and RELAY transports need opts->dir");
         RLPI_CHECK_ARG(o.keep_versions >= 1, "opts->keep_versions must be at least 1");
         RLPI_CHECK_ARG(o.dtype >= RLP_DTYPE_F32 && o.dtype <= RLP_DTYPE_BF16, "opts->dtype is not an rlp_dtype");
     }
-    if (o.transport == RLP_TRANSPORT_HTTP) {
+    if (o.transport == RLP_TRANSPORT_HTTP || relay) {
 #ifndef RLPI_HAVE_CURL
-        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the HTTP transport needs a build with libcurl", __func__);
+        return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the %s transport needs a build with libcurl", __func__,
+                              relay ? "RELAY" : "HTTP");
 #endif
-        RLPI_CHECK_ARG(o.n_urls >= 1 && o.urls, "the HTTP transport needs opts->urls");
+        RLPI_CHECK_ARG(o.n_urls >= 1 && o.urls, "the HTTP and RELAY transports need opts->urls");
         for (size_t i = 0; i < o.n_urls; i++)
             RLPI_CHECK_ARG(o.urls[i] && (!strncmp(o.urls[i], "http://", 7) || !strncmp(o.urls[i], "https://", 8)),
                            "opts->urls[i] must be an http:// or https:// URL");
@@ -201,7 +203,7 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         rc = make_dir(o.dir, &s->dir);
     if (!rc && o.api_key && !(s->api_key = strdup(o.api_key)))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-    if (!rc && o.transport == RLP_TRANSPORT_HTTP) {
+    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay)) {
         if (!(s->targets = calloc(o.n_urls, sizeof *s->targets)))
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         for (size_t i = 0; !rc && i < o.n_urls; i++, s->n_targets++) {
@@ -227,6 +229,9 @@ int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *policy)
 {
     RLPI_CHECK_ARG(sync, "sync is NULL");
     RLPI_CHECK_ARG(policy, "policy is NULL");
+    if (sync->opts.transport == RLP_TRANSPORT_RELAY)
+        return rlpi_error_set(RLP_E_STATE, "%s: the RELAY transport only pulls (publish to the origin's folder with "
+                              "FILE or HTTP)", __func__);
     uint64_t v;
     int rc = rlp_policy_version(&v, policy);
     if (rc)
@@ -319,8 +324,10 @@ static int latest_version(rlp_synchronizer *s, uint64_t *out, bool *any)
         return RLP_OK;
     if (rc)
         return rc;
+    uint64_t v = m.version;
+    rlpi_manifest_clear(&m);
     pthread_mutex_lock(&s->mu);
-    advance_version(s, m.version);
+    advance_version(s, v);
     *out = s->version;
     *any = true;
     pthread_mutex_unlock(&s->mu);
@@ -386,8 +393,8 @@ static int pull_collective(rlp_synchronizer *s, rlp_rollout_engine *engine)
 int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
 {
     RLPI_CHECK_ARG(sync, "sync is NULL");
-    RLPI_CHECK_ARG(engine || sync->opts.transport == RLP_TRANSPORT_HTTP,
-                   "engine is NULL (allowed with the HTTP transport only)");
+    RLPI_CHECK_ARG(engine || sync->opts.transport == RLP_TRANSPORT_HTTP || sync->opts.transport == RLP_TRANSPORT_RELAY,
+                   "engine is NULL (allowed with the HTTP and RELAY transports only)");
     double t0 = rlpi_now_s();
     pthread_mutex_lock(&sync->mu);
     sync->st.pulls++;
@@ -410,6 +417,18 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
     if (sync->opts.transport == RLP_TRANSPORT_COLLECTIVE) {
         int rc = pull_collective(sync, engine);
         return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+    }
+    if (sync->opts.transport == RLP_TRANSPORT_RELAY) {
+#ifdef RLPI_HAVE_CURL
+        /* the mirror first; then the engine reads it as the FILE transport does */
+        uint64_t mirrored;
+        bool any;
+        int rc = rlpi_relay_fetch(sync, &mirrored, &any);
+        if (rc)
+            return rlpi_error_wrap("%s", __func__);
+        if (!engine)
+            return RLP_OK;
+#endif
     }
     uint64_t have = 0, latest;
     bool any;

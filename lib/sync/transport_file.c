@@ -60,18 +60,20 @@ static bool same_id(const file_id *a, const struct stat *st)
            a->mtime.tv_sec == st->st_mtim.tv_sec && a->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
-/* CRC-32 and size of an open file; RLP_E_IO. */
-static int crc_fd(int fd, const char *path, uint32_t *crc, uint64_t *size)
+int rlpi_file_crc_chunks(int fd, const char *path, uint32_t chunk, uint32_t *crc, uint64_t *size, uint32_t **chunks,
+                         size_t *n_chunks)
 {
-    static const size_t chunk = 1u << 20;
-    uint8_t *buf = malloc(chunk);
+    static const size_t block = 1u << 20;
+    uint8_t *buf = malloc(block);
     if (!buf)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", path);
-    uint32_t c = 0;
-    uint64_t total = 0;
+    uint32_t c = 0, cc = 0; /* the file's and the current chunk's */
+    uint64_t total = 0, in_chunk = 0;
+    uint32_t *v = NULL;
+    size_t nv = 0, cap = 0;
     int rc = RLP_OK;
     for (;;) {
-        ssize_t n = read(fd, buf, chunk);
+        ssize_t n = read(fd, buf, block);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -80,13 +82,63 @@ static int crc_fd(int fd, const char *path, uint32_t *crc, uint64_t *size)
         }
         if (n == 0)
             break;
-        c = rlpi_crc32(c, buf, (size_t)n);
         total += (uint64_t)n;
+        if (!chunk)
+            c = rlpi_crc32(c, buf, (size_t)n);
+        /* with chunks, each byte is read into its chunk's CRC only, and the
+         * file's CRC is combined from those (no second CRC pass) */
+        for (size_t p = 0; chunk && p < (size_t)n;) {
+            size_t take = (size_t)n - p < chunk - in_chunk ? (size_t)n - p : (size_t)(chunk - in_chunk);
+            cc = rlpi_crc32(cc, buf + p, take);
+            p += take;
+            if ((in_chunk += take) == chunk) {
+                c = rlpi_crc32_combine(c, cc, chunk);
+                if (nv == cap) {
+                    size_t ncap = cap ? 2 * cap : 64;
+                    uint32_t *nvv = realloc(v, ncap * sizeof *v);
+                    if (!nvv) {
+                        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", path);
+                        break;
+                    }
+                    v = nvv;
+                    cap = ncap;
+                }
+                v[nv++] = cc;
+                cc = 0;
+                in_chunk = 0;
+            }
+        }
+        if (rc)
+            break;
+    }
+    if (rc == RLP_OK && chunk && in_chunk) { /* the last, short chunk */
+        c = rlpi_crc32_combine(c, cc, in_chunk);
+        uint32_t *nvv = realloc(v, (nv + 1) * sizeof *v);
+        if (!nvv) {
+            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", path);
+        } else {
+            v = nvv;
+            v[nv++] = cc;
+        }
     }
     free(buf);
+    if (rc || !chunks) {
+        free(v);
+        v = NULL;
+        nv = 0;
+    }
     *crc = c;
     *size = total;
+    if (chunks) {
+        *chunks = v;
+        *n_chunks = nv;
+    }
     return rc;
+}
+
+int rlpi_file_crc(int fd, const char *path, uint32_t *crc, uint64_t *size)
+{
+    return rlpi_file_crc_chunks(fd, path, 0, crc, size, NULL, NULL);
 }
 
 /* Checks every listed file of version folder `vdir`; fills ids. RLP_OK,
@@ -107,7 +159,7 @@ static int verify_files(const char *vdir, const rlpi_manifest *m, file_id *ids)
         }
         uint32_t crc;
         uint64_t size;
-        int rc = crc_fd(fd, path, &crc, &size);
+        int rc = rlpi_file_crc(fd, path, &crc, &size);
         close(fd);
         if (rc)
             return rc;
@@ -143,6 +195,8 @@ int rlpi_file_pull(rlp_synchronizer *s, rlp_rollout_engine *engine, bool *loaded
     file_id *ids = malloc(RLPI_MANIFEST_MAX_FILES * sizeof *ids);
     if (!ids)
         return rlpi_error_set(RLP_E_NOMEM, "out of memory");
+    rlpi_manifest m;
+    memset(&m, 0, sizeof m);
     bool force = false; /* the engine holds a version whose files changed under it */
     unsigned backoff = RETRY_BACKOFF_MS;
     int rc = RLP_OK;
@@ -155,7 +209,7 @@ int rlpi_file_pull(rlp_synchronizer *s, rlp_rollout_engine *engine, bool *loaded
             sleep_ms(backoff);
             backoff = backoff < 1000 ? 2 * backoff : backoff;
         }
-        rlpi_manifest m;
+        rlpi_manifest_clear(&m);
         rc = rlpi_manifest_read(s->dir, &m);
         if (rc == RLP_E_NOT_FOUND) { /* nothing published yet */
             rc = RLP_OK;
@@ -188,6 +242,7 @@ int rlpi_file_pull(rlp_synchronizer *s, rlp_rollout_engine *engine, bool *loaded
         if (!retryable || attempt >= s->opts.verify_retries)
             break;
     }
+    rlpi_manifest_clear(&m);
     free(ids);
     return rc;
 }
@@ -205,7 +260,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return 0;
 }
 
-static void remove_tree(const char *path)
+void rlpi_file_remove_tree(const char *path)
 {
     nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
@@ -219,17 +274,32 @@ static void fsync_path(const char *path)
     }
 }
 
-static int cmp_file(const void *a, const void *b)
+/* One file as describe_folder found it, before sorting. */
+typedef struct described {
+    rlpi_manifest_file f;
+    uint32_t *chunks;
+    size_t n_chunks;
+} described;
+
+static int cmp_described(const void *a, const void *b)
 {
-    return strcmp(((const rlpi_manifest_file *)a)->name, ((const rlpi_manifest_file *)b)->name);
+    return strcmp(((const described *)a)->f.name, ((const described *)b)->f.name);
 }
 
-/* Lists and checksums the files rlp_policy_save() wrote into `dir`. */
+/* Lists and checksums the files rlp_policy_save() wrote into `dir`: a
+ * CRC-32 per file and per RLPI_MANIFEST_CHUNK_BYTES (manifest version 2),
+ * in one read of each file. */
 static int describe_folder(const char *dir, rlpi_manifest *m, uint64_t *bytes)
 {
     DIR *d = opendir(dir);
     if (!d)
         return rlpi_error_set(RLP_E_IO, "%s: %s", dir, strerror(errno));
+    described *list = calloc(RLPI_MANIFEST_MAX_FILES, sizeof *list);
+    if (!list) {
+        closedir(d);
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", dir);
+    }
+    size_t n = 0;
     struct dirent *e;
     int rc = RLP_OK;
     while (rc == RLP_OK && (e = readdir(d))) {
@@ -245,36 +315,79 @@ static int describe_folder(const char *dir, rlpi_manifest *m, uint64_t *bytes)
         if (fd < 0 || fstat(fd, &st) != 0) {
             rc = rlpi_error_set(RLP_E_IO, "%s: %s", path, strerror(errno));
         } else if (S_ISREG(st.st_mode)) {
-            if (m->n_files == RLPI_MANIFEST_MAX_FILES || !rlpi_manifest_name_ok(e->d_name, strlen(e->d_name))) {
+            if (n == RLPI_MANIFEST_MAX_FILES || !rlpi_manifest_name_ok(e->d_name, strlen(e->d_name))) {
                 rc = rlpi_error_set(RLP_E_UNSUPPORTED, "%s: more than %d files or an odd name", dir,
                                     RLPI_MANIFEST_MAX_FILES);
             } else {
-                rlpi_manifest_file *f = &m->files[m->n_files++];
-                snprintf(f->name, sizeof f->name, "%s", e->d_name);
-                rc = crc_fd(fd, path, &f->crc32, &f->size);
-                *bytes += f->size;
+                described *f = &list[n++];
+                snprintf(f->f.name, sizeof f->f.name, "%s", e->d_name);
+                rc = rlpi_file_crc_chunks(fd, path, RLPI_MANIFEST_CHUNK_BYTES, &f->f.crc32, &f->f.size, &f->chunks,
+                                          &f->n_chunks);
+                *bytes += f->f.size;
             }
         }
         if (fd >= 0)
             close(fd);
     }
     closedir(d);
-    qsort(m->files, m->n_files, sizeof m->files[0], cmp_file);
+    qsort(list, n, sizeof *list, cmp_described);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += list[i].n_chunks;
+    if (rc == RLP_OK && total && !(m->chunks = malloc(total * sizeof *m->chunks)))
+        rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", dir);
+    if (rc == RLP_OK) {
+        m->chunk_size = RLPI_MANIFEST_CHUNK_BYTES;
+        for (size_t i = 0; i < n; i++) {
+            m->files[i] = list[i].f;
+            m->files[i].chunk0 = m->n_chunks;
+            if (list[i].n_chunks)
+                memcpy(m->chunks + m->n_chunks, list[i].chunks, list[i].n_chunks * sizeof *m->chunks);
+            m->n_chunks += list[i].n_chunks;
+        }
+        m->n_files = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(list[i].chunks);
+    free(list);
     return rc;
 }
 
+static json_t *hex_crc(uint32_t crc)
+{
+    char s[9];
+    snprintf(s, sizeof s, "%08" PRIx32, crc);
+    return json_string(s);
+}
+
+/* Version 2 (with chunk_size and each file's "chunks") when it has chunk
+ * CRCs, else version 1. */
 static char *manifest_json(const rlpi_manifest *m)
 {
     json_t *files = json_array();
     for (size_t i = 0; files && i < m->n_files; i++) {
-        char crc[9];
-        snprintf(crc, sizeof crc, "%08" PRIx32, m->files[i].crc32);
-        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", m->files[i].name, "size",
-                                               (json_int_t)m->files[i].size, "crc32", crc));
+        const rlpi_manifest_file *f = &m->files[i];
+        json_t *o = json_pack("{s:s, s:I, s:o}", "name", f->name, "size", (json_int_t)f->size, "crc32",
+                              hex_crc(f->crc32));
+        if (o && m->chunk_size) {
+            json_t *c = json_array();
+            for (size_t k = 0; c && k < rlpi_manifest_file_chunks(m, f); k++)
+                json_array_append_new(c, hex_crc(m->chunks[f->chunk0 + k]));
+            json_object_set_new(o, "chunks", c);
+        }
+        json_array_append_new(files, o);
     }
-    json_t *root = json_pack("{s:s, s:i, s:I, s:s, s:s, s:o, s:I}", "format", MANIFEST_FORMAT, "manifest_version", 1,
-                             "version", (json_int_t)m->version, "path", m->path, "checksum", "crc32", "files", files,
-                             "created_unix", (json_int_t)time(NULL));
+    json_t *root = json_pack("{s:s, s:i, s:I, s:s, s:s}", "format", MANIFEST_FORMAT, "manifest_version",
+                             m->chunk_size ? 2 : 1, "version", (json_int_t)m->version, "path", m->path, "checksum",
+                             "crc32");
+    if (root && m->chunk_size)
+        json_object_set_new(root, "chunk_size", json_integer((json_int_t)m->chunk_size));
+    if (root) {
+        json_object_set_new(root, "files", files);
+        json_object_set_new(root, "created_unix", json_integer((json_int_t)time(NULL)));
+    } else {
+        json_decref(files);
+    }
     char *s = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     return s;
@@ -282,7 +395,7 @@ static char *manifest_json(const rlpi_manifest *m)
 
 /* Removes version folders beyond the newest `keep` at or below `current`,
  * those above it (an abandoned run's), and leftovers of failed publishes. */
-static void prune(const char *dir, uint64_t current, uint32_t keep)
+void rlpi_file_prune(const char *dir, uint64_t current, uint32_t keep)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -295,7 +408,7 @@ static void prune(const char *dir, uint64_t current, uint32_t keep)
         const char *nm = e->d_name;
         if (nm[0] == '.' && nm[1] == 'v' && (strstr(nm, ".tmp.") || strstr(nm, ".old."))) {
             if (join(path, sizeof path, dir, nm))
-                remove_tree(path);
+                rlpi_file_remove_tree(path);
             continue;
         }
         if (nm[0] != 'v' || !nm[1] || strspn(nm + 1, "0123456789") != strlen(nm + 1) || strlen(nm) > 21)
@@ -303,7 +416,7 @@ static void prune(const char *dir, uint64_t current, uint32_t keep)
         uint64_t v = strtoull(nm + 1, NULL, 10);
         if (v > current) {
             if (join(path, sizeof path, dir, nm))
-                remove_tree(path);
+                rlpi_file_remove_tree(path);
             continue;
         }
         if (n == cap) {
@@ -326,7 +439,7 @@ static void prune(const char *dir, uint64_t current, uint32_t keep)
             char name[32];
             snprintf(name, sizeof name, "v%" PRIu64, vs[i]);
             if (join(path, sizeof path, dir, name))
-                remove_tree(path);
+                rlpi_file_remove_tree(path);
         }
     }
     free(vs);
@@ -372,13 +485,15 @@ int rlpi_file_publish(rlp_synchronizer *s, const rlp_policy *policy, uint64_t ve
     if (rc == RLP_OK && rename(tmp, final) != 0)
         rc = rlpi_error_set(RLP_E_IO, "%s: rename failed: %s", final, strerror(errno));
     if (rc) {
-        remove_tree(tmp);
+        rlpi_manifest_clear(&m);
+        rlpi_file_remove_tree(tmp);
         return rc;
     }
     if (replaced)
-        remove_tree(old);
+        rlpi_file_remove_tree(old);
     fsync_path(s->dir);
     char *json = manifest_json(&m);
+    rlpi_manifest_clear(&m);
     if (!json)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", mpath);
     size_t len = strlen(json);
@@ -387,6 +502,6 @@ int rlpi_file_publish(rlp_synchronizer *s, const rlp_policy *policy, uint64_t ve
     if (rc)
         return rc;
     *bytes += len;
-    prune(s->dir, version, s->opts.keep_versions);
+    rlpi_file_prune(s->dir, version, s->opts.keep_versions);
     return RLP_OK;
 }

@@ -1,13 +1,14 @@
 #!/bin/sh
 # `rlpost train` with its data-parallel ranks on different hosts: network
-# namespaces joined by veth links through a bridge (netns_hosts.sh), each
-# rank in its own, all addresses inside the namespaces (stories260K,
+# namespaces joined by veth links through the userspace WAN switch
+# (netns_hosts.sh hosts_make_wan, tests/net/wan_switch.c), each rank in its
+# own, all addresses inside the namespaces (stories260K,
 # train_fixture.py's config: 4 prompts x 4 samples, 1 thread).
 # - env:// (MASTER_ADDR = host 0, MASTER_PORT) over the Gloo transport, 2
 #   ranks on 2 hosts: every step's metrics and the final weights equal the
 #   SHM run of 2 ranks on one host bit for bit;
-# - the same with the hosts' links capped (tbf; netem delay and loss where
-#   the kernel has sch_netem);
+# - the same over WAN links: 25 ms each way (±5 ms), 0.5 % frame loss,
+#   50 Mbit/s;
 # - 4 ranks on 4 hosts: the same against the 4-rank SHM run (the Gloo and
 #   MPI modules sum in rank order, as SHM does, so the bits agree);
 # - mpirun across the hosts (OpenMPI, its remote launch through
@@ -16,15 +17,16 @@
 # - a rank that never comes: rank 0 fails within the timeout naming it;
 #   MASTER_ADDR unset: a clear error.
 # Skips (77) without root/namespaces, the shared data, python3, or the
-# Gloo module. Usage: check_train_multihost.sh RLPOST
+# Gloo module. Usage: check_train_multihost.sh RLPOST WAN_SWITCH
 set -u
 rlpost=$1
+wan=$2
 . "$(dirname "$0")/train_setup.sh"
 . "$(dirname "$0")/netns_hosts.sh"
 # the modules sit next to the librlpost the driver loads
 libdir=$(ldd "$rlpost" | sed -n 's|.*librlpost\.so[^ ]* => \(.*\)/librlpost\.so.*|\1|p')
 [ -f "$libdir/librlpost-gloo.so" ] || { echo "no librlpost-gloo.so (libgloo-dev missing at build time): skipped"; exit 77; }
-hosts_make 4
+hosts_make_wan 4 "$wan"
 port=29500
 master=$(host_ip 0)
 
@@ -59,13 +61,12 @@ ranks_env 2 gloo2
 cmp -s "$out/shm2/checkpoints/step_2/model.safetensors" "$out/gloo2/checkpoints/step_2/model.safetensors" ||
   fail "2 ranks on 2 hosts over Gloo ended with other weights than 2 ranks over SHM"
 
-# capped links (and delay/loss where netem exists)
-link_shape 0 delay 20ms 5ms loss 0.5% rate 50mbit
-link_shape 1 delay 20ms 5ms loss 0.5% rate 50mbit
+# WAN links: delay, jitter, loss and a rate cap on every crossing
+hosts_wan_profile --delay-ms 25 --jitter-ms 5 --loss 0.5 --rate-mbit 50 --stats "$out/wan.json"
 ranks_env 2 slow2
-[ -n "$link_degraded" ] && echo "note: $link_degraded"
-link_shape 0 none
-link_shape 1 none
+hosts_wan_profile
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); print("WAN profile:", json.dumps(s)[:300])' \
+  "$out/wan.json" 2>/dev/null || true
 cmp -s "$out/shm2/checkpoints/step_2/model.safetensors" "$out/slow2/checkpoints/step_2/model.safetensors" ||
   fail "2 ranks over shaped links ended with other weights"
 
@@ -95,7 +96,7 @@ if [ -f "$libdir/librlpost-mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
     # routed direct: every remote orted reports to mpirun itself (the default
     # routing tree fails to wire up 4 hosts started through the agent)
     host_run 0 env LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/lsan_openmpi.supp:fast_unwind_on_malloc=0" \
-      mpirun --allow-run-as-root -n $w --hostfile "$out/hostfile$w" --mca plm_rsh_agent "$agent" \
+      mpirun --allow-run-as-root --mca orte_tmpdir_base "$out" -n $w --hostfile "$out/hostfile$w" --mca plm_rsh_agent "$agent" \
       --mca routed direct --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "10.$net.0.0/24" \
       --mca oob_tcp_if_include "10.$net.0.0/24" --mca osc ^ucx -x PATH -x LSAN_OPTIONS -x ASAN_OPTIONS \
       -x UBSAN_OPTIONS \

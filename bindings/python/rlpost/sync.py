@@ -26,6 +26,7 @@ class SyncTransport(enum.IntEnum):
     FILE = 1
     HTTP = 2
     COLLECTIVE = 3
+    RELAY = 4
 
 
 class Synchronizer(Handle):
@@ -97,8 +98,9 @@ class Synchronizer(Handle):
                 self._parents += (policy.context,)
 
     def pull(self, engine=None):
-        """Brings a rollout engine to the latest published version (None,
-        HTTP transport: just tell the servers)."""
+        """Brings a rollout engine to the latest published version (None:
+        HTTP transport, just tell the servers; RELAY, just update the mirror
+        from the parent)."""
         with self._use() as p:
             if engine is None:
                 check(F.rlp_synchronizer_pull(p, None), "rlp_synchronizer_pull")

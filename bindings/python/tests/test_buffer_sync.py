@@ -227,3 +227,43 @@ def test_colocated_publish_borrows_the_policy(ctx, stories_path):
         rlpost.Synchronizer(mode=rlpost.SyncMode.COLOCATED, transport=rlpost.SyncTransport.FILE, dir="x")
     with pytest.raises(rlpost.InvalidArgumentError):
         rlpost.Synchronizer(transport=rlpost.SyncTransport.FILE)  # no dir
+
+
+# ---- issue 26: the relay transport (SyncTransport.RELAY) -------------------
+
+def test_synchronizer_relay_transport(policy, tmp_path, ctx, stories_path):
+    """A FILE-published folder served by `rlpost weights-serve`, mirrored
+    over HTTP by a RELAY synchronizer and loaded into an engine."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3]
+    driver = os.environ.get("RLPOST_DRIVER") or str(root / "build" / "examples" / "rlpost" / "rlpost")
+    if not os.access(driver, os.X_OK):
+        pytest.skip("no rlpost driver (RLPOST_DRIVER)")
+    origin, mirror = tmp_path / "origin", tmp_path / "mirror"
+    with rlpost.Synchronizer(transport=rlpost.SyncTransport.FILE, dir=origin, keep_versions=2) as trainer:
+        for _ in range(2):
+            policy.train_step([([1, 2, 3, 4], 1)])
+            trainer.publish(policy)
+    srv = subprocess.Popen([driver, "weights-serve", str(origin), "--port", "0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = json.loads(srv.stdout.readline())["listening"]
+        with rlpost.Policy(ctx, stories_path) as other, \
+                rlpost.RolloutEngine(other, max_batch=2, max_seq_len=32) as eng, \
+                rlpost.Synchronizer(transport=rlpost.SyncTransport.RELAY, dir=mirror, urls=[url],
+                                    keep_versions=2, timeout_ms=5000) as relay:
+            relay.pull()  # the mirror only
+            assert relay.version == 2
+            assert (mirror / "latest.json").read_bytes() == (origin / "latest.json").read_bytes()
+            relay.pull(eng)
+            assert eng.version == 2
+            b = eng.generate([[1, 2, 3]], max_new_tokens=4)
+            assert b.logprob_mismatch(policy).max_abs < 1e-3
+            with pytest.raises(rlpost.StateError):
+                relay.publish(policy)  # a relay only pulls
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
