@@ -180,6 +180,13 @@ typedef struct rlpi_host_api {
 } rlpi_host_api;
 #define RLPI_HOST_API_VERSION 1
 
+/* backend/module_open.c: the host interface handed to every run-time
+ * module, and dlopen of a module: $env_var (a path), next to librlpost,
+ * install_dir/file, then `file` by name. NULL when none opened; `why`
+ * then holds every attempt's reason. */
+const rlpi_host_api *rlpi_module_host_api(void);
+void *rlpi_module_open(const char *env_var, const char *file, const char *install_dir, char *why, size_t why_len);
+
 struct rlpi_backend {
     const rlpi_backend_ops *ops;
     int kind;            /* rlp_backend_kind */

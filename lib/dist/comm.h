@@ -124,7 +124,6 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
 /* The module's table (loaded on first use), or NULL with RLP_E_UNSUPPORTED
  * saying why. name: "mpi", "gloo". */
 const rlpi_comm_module_api *rlpi_comm_module(const char *name);
-const rlpi_host_api *rlpi_comm_host_api(void);
 /* Joins the group through `api` (Gloo meets through c->store, which must
  * be open); sets c->ops, c->impl, and c->rank/c->world from the module
  * (MPI: the launcher's). */

@@ -117,7 +117,7 @@ int rlpi_comm_module_create(rlp_comm *c, const rlpi_comm_module_api *api)
     m->store_api = (rlpi_comm_store_api){c->store, store_set, store_get};
     rlpi_comm_module_args a = {
         .abi = RLPI_COMM_MODULE_ABI,
-        .host = rlpi_comm_host_api(),
+        .host = rlpi_module_host_api(),
         .rank = c->rank,
         .world = c->world,
         .timeout_s = c->timeout_ms / 1e3,
