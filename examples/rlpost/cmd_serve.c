@@ -183,9 +183,7 @@ int cmd_serve(int argc, char **argv)
             name = val;
         } else if (!strcmp(a, "--weights-from")) {
             weights_from = val; /* repeated: the parent, then fallbacks */
-            bad = (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0) || n_from == 8;
-            if (!bad)
-                from_urls[n_from++] = val;
+            bad = !serve_weights_from_add(val, from_urls, &n_from, 8);
         } else if (!strcmp(a, "--weights-poll-s")) {
             char *end;
             poll_s = strtod(val, &end);
@@ -200,23 +198,9 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "rlpost serve: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
         i++;
     }
-    char token_buf[SERVE_TOKEN_MAX + 1], terr[4400];
-    if (!bad && token && token_file) {
-        fprintf(stderr, "rlpost serve: give --token-file or --token, not both\n");
+    char token_buf[SERVE_TOKEN_MAX + 1];
+    if (!bad && serve_token_resolve("rlpost serve", token, token_file, token_buf, sizeof token_buf, &token) != 0)
         bad = 1;
-    } else if (!bad && token_file) {
-        if (serve_token_read(token_file, token_buf, sizeof token_buf, terr, sizeof terr) != 0) {
-            fprintf(stderr, "rlpost serve: --token-file %s\n", terr);
-            bad = 1;
-        }
-        token = token_buf;
-    }
-    if (!token && getenv("RLPOST_SERVE_TOKEN") && *getenv("RLPOST_SERVE_TOKEN"))
-        token = getenv("RLPOST_SERVE_TOKEN");
-    if (!bad && token && !serve_token_ok(token)) {
-        fprintf(stderr, "rlpost serve: the token must be 1 to %d visible ASCII characters\n", SERVE_TOKEN_MAX);
-        bad = 1;
-    }
     if (!bad && weights_from && !weights_dir) {
         fprintf(stderr, "rlpost serve: --weights-from needs --weights-dir (the local mirror)\n");
         bad = 1;
@@ -244,23 +228,9 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
 
-    char port_str[16];
-    snprintf(port_str, sizeof port_str, "%lld", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
-    int gai = getaddrinfo(host, port_str, &hints, &ai);
-    if (gai != 0) {
-        fprintf(stderr, "rlpost serve: --host %s: %s\n", host, gai_strerror(gai));
+    struct addrinfo *ai = NULL;
+    if (serve_listen_addr("rlpost serve", host, port, token != NULL, &ai) != 0)
         return EXIT_USAGE;
-    }
-    if (!token && !serve_addr_loopback(ai->ai_addr)) {
-        /* without a token anyone who reaches the port could generate, and
-         * this address is reachable from other hosts */
-        fprintf(stderr, "rlpost serve: --host %s is not a loopback address: give a token (--token-file PATH or "
-                        "RLPOST_SERVE_TOKEN)\n", host);
-        freeaddrinfo(ai);
-        return EXIT_USAGE;
-    }
 
     int status = 1;
     rlp_context *ctx = NULL;
@@ -310,6 +280,7 @@ int cmd_serve(int argc, char **argv)
         goto done;
     }
     if (weights_dir && !token) {
+        char terr[4400];
         if (serve_token_dir(root, update_token, sizeof update_token, token_path, sizeof token_path, terr,
                             sizeof terr) != 0) {
             fprintf(stderr, "rlpost serve: %s\n", terr);

@@ -79,9 +79,7 @@ int cmd_weights_serve(int argc, char **argv)
             bad = cli_int(val, 100, 600000, &header_ms);
         } else if (!strcmp(a, "--weights-from")) {
             from = from ? from : val; /* repeated: the parent, then fallbacks */
-            bad = (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0) || n_from == 8;
-            if (!bad)
-                from_urls[n_from++] = val;
+            bad = !serve_weights_from_add(val, from_urls, &n_from, 8);
         } else if (!strcmp(a, "--weights-poll-s")) {
             char *end;
             poll_s = strtod(val, &end);
@@ -93,20 +91,9 @@ int cmd_weights_serve(int argc, char **argv)
             fprintf(stderr, "rlpost weights-serve: bad argument '%s'%s%s\n", a, val ? " " : "", val ? val : "");
         i++;
     }
-    char token_buf[SERVE_TOKEN_MAX + 1], terr[4400];
-    if (!bad && token_file) {
-        if (serve_token_read(token_file, token_buf, sizeof token_buf, terr, sizeof terr) != 0) {
-            fprintf(stderr, "rlpost weights-serve: --token-file %s\n", terr);
-            bad = 1;
-        }
-        token = token_buf;
-    }
-    if (!token && getenv("RLPOST_SERVE_TOKEN") && *getenv("RLPOST_SERVE_TOKEN"))
-        token = getenv("RLPOST_SERVE_TOKEN");
-    if (!bad && token && !serve_token_ok(token)) {
-        fprintf(stderr, "rlpost weights-serve: the token must be 1 to %d visible ASCII characters\n", SERVE_TOKEN_MAX);
+    char token_buf[SERVE_TOKEN_MAX + 1];
+    if (!bad && serve_token_resolve("rlpost weights-serve", token, token_file, token_buf, sizeof token_buf, &token) != 0)
         bad = 1;
-    }
     if (bad || !dir) {
         usage();
         return EXIT_USAGE;
@@ -115,21 +102,9 @@ int cmd_weights_serve(int argc, char **argv)
         fprintf(stderr, "rlpost weights-serve: pipe: %s\n", strerror(errno));
         return 1;
     }
-    char port_str[16];
-    snprintf(port_str, sizeof port_str, "%lld", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
-    int gai = getaddrinfo(host, port_str, &hints, &ai);
-    if (gai != 0) {
-        fprintf(stderr, "rlpost weights-serve: --host %s: %s\n", host, gai_strerror(gai));
+    struct addrinfo *ai = NULL;
+    if (serve_listen_addr("rlpost weights-serve", host, port, token != NULL, &ai) != 0)
         return EXIT_USAGE;
-    }
-    if (!token && !serve_addr_loopback(ai->ai_addr)) {
-        fprintf(stderr, "rlpost weights-serve: --host %s is not a loopback address: give a token (--token-file PATH "
-                        "or RLPOST_SERVE_TOKEN)\n", host);
-        freeaddrinfo(ai);
-        return EXIT_USAGE;
-    }
     char root[PATH_MAX];
     if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || !realpath(dir, root)) {
         fprintf(stderr, "rlpost weights-serve: %s: %s\n", dir, strerror(errno));

@@ -197,6 +197,12 @@ struct sockaddr;
 /* 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: the peers exempt from the
  * per-address limit, and the binds that may go without a token. */
 bool serve_addr_loopback(const struct sockaddr *sa);
+struct addrinfo;
+/* The address to listen on for --host/--port: getaddrinfo, and a refusal
+ * of a non-loopback bind without a token (anyone who reaches the port
+ * could use it). 0 with *ai (freeaddrinfo it), or -1 with a message on
+ * stderr prefixed by `cmd`. */
+int serve_listen_addr(const char *cmd, const char *host, long long port, bool has_token, struct addrinfo **ai);
 
 /* ---- serve_weights.c ---- */
 
@@ -259,6 +265,16 @@ int serve_signals_block(void);
 int serve_signals_wait(void);
 
 /* ---- serve_token.c ---- */
+
+/* The token a server demands: `token` (--token), else the first line of
+ * `token_file` (into buf), else RLPOST_SERVE_TOKEN, else none (*out NULL).
+ * -1 with a message on stderr prefixed by `cmd` (both given, an unreadable
+ * file, a token that is not 1..SERVE_TOKEN_MAX visible ASCII characters). */
+int serve_token_resolve(const char *cmd, const char *token, const char *token_file, char *buf, size_t cap,
+                        const char **out);
+/* One --weights-from URL (http:// or https://) appended to urls[*n] (at
+ * most `cap`); false if it is not one or there are too many. */
+bool serve_weights_from_add(const char *val, const char **urls, size_t *n, size_t cap);
 
 /* 1..SERVE_TOKEN_MAX visible ASCII characters (it travels in a header). */
 bool serve_token_ok(const char *t);

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -125,6 +126,28 @@ bool serve_addr_loopback(const struct sockaddr *sa)
         return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
     }
     return false;
+}
+
+int serve_listen_addr(const char *cmd, const char *host, long long port, bool has_token, struct addrinfo **ai)
+{
+    char port_str[16];
+    snprintf(port_str, sizeof port_str, "%lld", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    *ai = NULL;
+    int gai = getaddrinfo(host, port_str, &hints, ai);
+    if (gai != 0) {
+        fprintf(stderr, "%s: --host %s: %s\n", cmd, host, gai_strerror(gai));
+        return -1;
+    }
+    if (!has_token && !serve_addr_loopback((*ai)->ai_addr)) {
+        fprintf(stderr, "%s: --host %s is not a loopback address: give a token (--token-file PATH or "
+                        "RLPOST_SERVE_TOKEN)\n", cmd, host);
+        freeaddrinfo(*ai);
+        *ai = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static bool same_host(const struct sockaddr *a, const struct sockaddr_storage *b)

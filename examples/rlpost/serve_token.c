@@ -147,3 +147,37 @@ int serve_token_dir(const char *dir, char *out, size_t n, char *path, size_t pn,
     close(fd);
     return rc;
 }
+
+int serve_token_resolve(const char *cmd, const char *token, const char *token_file, char *buf, size_t cap,
+                        const char **out)
+{
+    *out = NULL;
+    if (token && token_file) {
+        fprintf(stderr, "%s: give --token-file or --token, not both\n", cmd);
+        return -1;
+    }
+    if (token_file) {
+        char err[4400];
+        if (serve_token_read(token_file, buf, cap, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --token-file %s\n", cmd, err);
+            return -1;
+        }
+        token = buf;
+    }
+    if (!token && getenv("RLPOST_SERVE_TOKEN") && *getenv("RLPOST_SERVE_TOKEN"))
+        token = getenv("RLPOST_SERVE_TOKEN");
+    if (token && !serve_token_ok(token)) {
+        fprintf(stderr, "%s: the token must be 1 to %d visible ASCII characters\n", cmd, SERVE_TOKEN_MAX);
+        return -1;
+    }
+    *out = token;
+    return 0;
+}
+
+bool serve_weights_from_add(const char *val, const char **urls, size_t *n, size_t cap)
+{
+    if ((strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0) || *n >= cap)
+        return false;
+    urls[(*n)++] = val;
+    return true;
+}
