@@ -43,7 +43,13 @@ int rlpi_curl_post_setopts(CURL *e, const rlpi_http_post *p)
      * each client's write callback enforces it on bodies of unknown length */
     if (p->max_response > 0 && p->max_response <= (size_t)INT64_MAX)
         bad |= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)p->max_response) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK; /* no SIGALRM in a library */
+    bad |= rlpi_curl_safe_setopts(e);
+    return bad;
+}
+
+int rlpi_curl_safe_setopts(CURL *e)
+{
+    int bad = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK; /* no SIGALRM in a library */
     bad |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
 #if LIBCURL_VERSION_NUM >= 0x075500
     bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;

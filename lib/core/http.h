@@ -29,6 +29,9 @@ typedef struct rlpi_http_post {
 /* Sets a POST's options on an easy handle; 0 on success, non-zero when
  * libcurl refused one. */
 int rlpi_curl_post_setopts(CURL *e, const rlpi_http_post *p);
+/* What every request of the library sets: no signals (no SIGALRM in a
+ * library), no redirects, http and https only. Nonzero if curl refused one. */
+int rlpi_curl_safe_setopts(CURL *e);
 
 /* A response body received chunk by chunk, capped at `limit` bytes. */
 typedef struct rlpi_http_response {

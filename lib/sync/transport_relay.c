@@ -252,13 +252,7 @@ static CURLcode get_once(relay_ctx *c, const char *rel, xfer *x, long timeout_ms
     /* a file takes as long as the link needs; a stalled one is cut and resumed */
     bad |= curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, STALL_BYTES_PER_S) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, stall_s > 0 ? stall_s : 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
-#if LIBCURL_VERSION_NUM >= 0x075500
-    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
-#else
-    bad |= curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS)) != CURLE_OK;
-#endif
+    bad |= rlpi_curl_safe_setopts(e) != 0;
     if (x->fd >= 0 && x->start > 0) {
         snprintf(range, sizeof range, "%" PRIu64 "-", x->start);
         bad |= curl_easy_setopt(e, CURLOPT_RANGE, range) != CURLE_OK;
