@@ -484,6 +484,19 @@ int cmd_train(int argc, char **argv)
         json_object_set_new(sum, "transport", transport >= 0 && transport <= 4 ? json_string(names[transport])
                                                                                  : json_null());
     }
+    {
+        /* ASYNC: where every group went (accepted + restored = consumed +
+         * dropped_stale + size), for accounting a run */
+        rlp_buffer_stats bs;
+        rlp_rollout_worker_stats ws = {.version = 1};
+        if (r->trainer && rlp_trainer_async_stats(&bs, &ws, r->trainer) == RLP_OK)
+            json_object_set_new(sum, "groups",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "pushed", (json_int_t)ws.groups_pushed,
+                                          "accepted", (json_int_t)bs.accepted, "restored", (json_int_t)bs.restored,
+                                          "consumed", (json_int_t)bs.consumed, "dropped_stale",
+                                          (json_int_t)bs.dropped_stale, "rejected", (json_int_t)bs.rejected,
+                                          "held", (json_int_t)bs.size));
+    }
     json_object_set_new(sum, "output", json_string(r->out));
     if (gguf_path[0])
         json_object_set_new(sum, "gguf", json_string(gguf_path));

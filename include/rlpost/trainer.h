@@ -35,6 +35,7 @@
 #include "rlpost/algo.h"
 #include "rlpost/rollout.h"
 #include "rlpost/task.h"
+#include "rlpost/buffer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -329,6 +330,7 @@ RLP_API int rlp_trainer_stop(rlp_trainer *trainer);
 /** Steps done (resumed ones included). */
 RLP_API int rlp_trainer_steps_done(uint64_t *out_steps, const rlp_trainer *trainer);
 
+
 /**
  * Writes a checkpoint into folder @p dir (created; files replaced
  * atomically): the weights (rlp_policy_save, @p dtype), the optimizer
@@ -514,6 +516,21 @@ RLP_API int rlp_rollout_worker_error(const rlp_rollout_worker *worker, const cha
 
 /** Copies the counters. Thread-safe. */
 RLP_API int rlp_rollout_worker_stats_get(rlp_rollout_worker_stats *out, const rlp_rollout_worker *worker);
+
+/**
+ * ASYNC: the counters of the trainer's replay buffer and of its rollout
+ * worker (cumulative since creation), for accounting a run: every group
+ * the rollout side pushed and the buffer accepted is consumed by a step,
+ * dropped as stale, or still held —
+ * accepted + restored = consumed + dropped_stale + size.
+ * @param[out] buffer  the buffer's counters (rlp_replay_buffer_stats()); may be NULL
+ * @param[out] worker  the rollout worker's (rlp_rollout_worker_stats_get(); set
+ *                     worker->version = 1 first); may be NULL, not both
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_STATE (not an ASYNC trainer).
+ *         Thread-safe against the trainer's own threads; call it between steps.
+ */
+RLP_API int rlp_trainer_async_stats(rlp_buffer_stats *buffer, rlp_rollout_worker_stats *worker,
+                                    const rlp_trainer *trainer);
 
 /** Stops (if running) and frees. NULL is a no-op. */
 RLP_API void rlp_rollout_worker_free(rlp_rollout_worker *worker);

@@ -356,6 +356,20 @@ int rlp_trainer_steps_done(uint64_t *out, const rlp_trainer *t)
     return RLP_OK;
 }
 
+int rlp_trainer_async_stats(rlp_buffer_stats *buffer, rlp_rollout_worker_stats *worker, const rlp_trainer *t)
+{
+    RLPI_CHECK_ARG(t, "trainer is NULL");
+    RLPI_CHECK_ARG(buffer || worker, "buffer and worker are both NULL");
+    RLPI_CHECK_ARG(!worker || worker->version == 1, "worker->version must be 1");
+    if (!t->buf || !t->worker)
+        return rlpi_error_set(RLP_E_STATE, "rlp_trainer_async_stats: the trainer is not in ASYNC mode (no replay "
+                              "buffer or rollout worker)");
+    int rc = buffer ? rlp_replay_buffer_stats(buffer, t->buf) : RLP_OK;
+    if (rc == RLP_OK && worker)
+        rc = rlp_rollout_worker_stats_get(worker, t->worker);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* One step                                                                 */
 /* ------------------------------------------------------------------------ */

@@ -27,7 +27,9 @@
 #   the buffer at the last step is a whole number of 8-group batches (the
 #   rollout side pushes whole batches); with nothing dropped every step
 #   trained one whole epoch (the 8 prompts once each), otherwise the prompts
-#   missing from the epochs are at most the dropped groups;
+#   missing from the epochs are at most the dropped groups; and exactly, from
+#   the summary's "groups" (rlp_trainer_async_stats): accepted = consumed +
+#   dropped + held, consumed = steps x 8, pushed = accepted;
 #   every worker (the restarted ones too) ends at the trainer's last
 #   version (its /health), and every mirror holds the origin's manifest and
 #   last version byte for byte.
@@ -291,6 +293,14 @@ assert dropped == sum(r["buffer_dropped"] for r in m), "buffer_dropped does not 
 # buffer) is a whole number of batches, at least one per step
 seen = sum(r["n_groups"] for r in m) + dropped + m[-1]["buffer_size"]
 assert seen % P == 0 and seen >= steps * P, ("groups trained + dropped + held", seen)
+# and exactly, from the trainer's counters (rlp_trainer_async_stats): every
+# group the buffer accepted was consumed by a step once, dropped as stale,
+# or is still held; the steps consumed steps x P; the rollout side pushed
+# no group the buffer did not account for
+g = s["groups"]
+assert g["accepted"] + g["restored"] == g["consumed"] + g["dropped_stale"] + g["held"], g
+assert g["consumed"] == steps * P and g["dropped_stale"] >= dropped, (g, dropped)
+assert g["pushed"] == g["accepted"], g
 # no group trained twice: every training sample is recorded (samples.per_step = P x G)
 by_group = collections.defaultdict(list)
 n_train = 0

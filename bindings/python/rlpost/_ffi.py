@@ -621,6 +621,7 @@ FUNCTIONS = [
     ("rlp_trainer_interrupt", c_int, [_h]),
     ("rlp_trainer_stop", c_int, [_h]),
     ("rlp_trainer_steps_done", c_int, [P(c_uint64), _h]),
+    ("rlp_trainer_async_stats", c_int, [P(BufferStats), P(RolloutWorkerStats), _h]),
     ("rlp_trainer_checkpoint", c_int, [_h, _cs, c_int, _cs]),
     ("rlp_trainer_resume", c_int, [_h, _cs]),
     ("rlp_trainer_generate", c_int, [_out_h, _h, _h, P(SamplingOptions)]),

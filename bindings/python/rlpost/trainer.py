@@ -347,6 +347,19 @@ class Trainer(Handle):
             check(F.rlp_trainer_steps_done(byref(v), p), "rlp_trainer_steps_done")
         return v.value
 
+    def async_stats(self):
+        """ASYNC: (buffer, rollout) counters since creation: the replay
+        buffer's (as ReplayBuffer.stats()) and the rollout worker's (as
+        RolloutWorker.stats()); accepted + restored = consumed +
+        dropped_stale + size. StateError on a trainer that is not ASYNC."""
+        b, w = _ffi.BufferStats(), _ffi.RolloutWorkerStats()
+        b.version, w.version = b._version_, w._version_
+        with self._use() as p:
+            check(F.rlp_trainer_async_stats(byref(b), byref(w), p), "rlp_trainer_async_stats")
+        r = struct_record(w)
+        r.at_gate, r.running = bool(r.at_gate), bool(r.running)
+        return struct_record(b), r
+
     def checkpoint(self, dir, dtype=DType.F32, host=None):
         """Writes a checkpoint into folder @p dir (created; files replaced
         atomically): the weights (Policy.save() with @p dtype), the

@@ -61,6 +61,8 @@ def test_sync_steps_and_their_record(ctx, stories_path, tok512, reward):
         assert tr.mode == rlpost.TrainMode.SYNC and tr.steps_done == 0
         with pytest.raises(rlpost.StateError):
             tr.step_json()  # no step yet
+        with pytest.raises(rlpost.StateError, match="not in ASYNC"):
+            tr.async_stats()
         r1, r2 = tr.step(), tr.step()
         assert isinstance(r1, rlpost.StepRecord)
         assert (r1.step, r2.step) == (1, 2) and (r1.policy_version, r2.policy_version) == (1, 2)
@@ -266,6 +268,9 @@ def test_async_interrupt_and_stop(ctx, policy, tok512):
         assert rec.step == 1 and rec.policy_version == 1 and rec.n_prompts == 2
         assert rec.rl.staleness_max <= 1  # η defaults to 1 in ASYNC
         tr.stop()
+        buf, ro = tr.async_stats()  # every accepted group consumed, dropped or held
+        assert buf.consumed == 2 and buf.accepted + buf.restored == buf.consumed + buf.dropped_stale + buf.size
+        assert ro.groups_pushed >= buf.accepted and ro.batches >= 1 and not ro.running
         with pytest.raises(rlpost.ClosedError):
             tr.step()
 
