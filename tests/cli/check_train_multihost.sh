@@ -79,11 +79,13 @@ if [ -f "$libdir/librlpost-mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
   agent="$out/netns-rsh"
   {
     echo '#!/bin/sh'
-    echo '# mpirun'"'"'s remote shell: "agent HOST CMD..." runs CMD in the namespace of HOST'
+    echo '# mpirun'"'"'s remote shell: "agent HOST CMD..." runs CMD in the namespace of HOST,'
+    echo '# under a hostname of its own (OpenMPI names its session folders by host: daemons of'
+    echo '# "hosts" sharing one name and one /tmp race to create the same folder)'
     echo 'h=$1; shift'
     i=0
     while [ $i -lt 4 ]; do
-      echo "[ \"\$h\" = $(host_ip $i) ] && exec ip netns exec $(host_ns $i) sh -c \"\$*\""
+      echo "[ \"\$h\" = $(host_ip $i) ] && exec ip netns exec $(host_ns $i) unshare --uts sh -c \"hostname h$i && \$*\""
       i=$((i + 1))
     done
     echo 'echo "netns-rsh: unknown host $h" >&2; exit 1'
@@ -95,7 +97,7 @@ if [ -f "$libdir/librlpost-mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
     while [ $i -lt $w ]; do echo "$(host_ip $i) slots=1" >>"$out/hostfile$w"; i=$((i + 1)); done
     # routed direct: every remote orted reports to mpirun itself (the default
     # routing tree fails to wire up 4 hosts started through the agent)
-    host_run 0 env LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/lsan_openmpi.supp:fast_unwind_on_malloc=0" \
+    host_run 0 unshare --uts sh -c 'hostname h0 && exec "$@"' sh env LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/lsan_openmpi.supp:fast_unwind_on_malloc=0" \
       mpirun --allow-run-as-root --mca orte_tmpdir_base "$out" -n $w --hostfile "$out/hostfile$w" --mca plm_rsh_agent "$agent" \
       --mca routed direct --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "10.$net.0.0/24" \
       --mca oob_tcp_if_include "10.$net.0.0/24" --mca osc ^ucx -x PATH -x LSAN_OPTIONS -x ASAN_OPTIONS \
