@@ -25,6 +25,12 @@ static inline size_t rlpi_dt_size(int dt)
     return dt == RLPI_DT_F64 ? 8 : dt == RLPI_DT_F32 ? 4 : 1;
 }
 
+/* A transport's name in rendezvous documents and messages. */
+static inline const char *rlpi_comm_transport_name(int32_t t)
+{
+    return t == RLP_COMM_NCCL ? "nccl" : t == RLP_COMM_GLOO ? "gloo" : t == RLP_COMM_MPI ? "mpi" : "shm";
+}
+
 /* Slots a transport leaves NULL are bridged by comm.c: host ops through a
  * temporary backend buffer, buffer ops through host staging. */
 typedef struct rlpi_comm_ops {

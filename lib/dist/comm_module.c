@@ -13,6 +13,7 @@
 #include <string.h>
 
 typedef struct module_comm {
+    rlpi_comm_ops ops;              /* module_ops named after the module */
     const rlpi_comm_module_api *api;
     void *impl;
     rlpi_store *store;              /* borrowed from the rlp_comm */
@@ -52,17 +53,8 @@ static void m_destroy(void *impl)
     }
 }
 
-static const rlpi_comm_ops mpi_ops = {
-    .name = "mpi",
-    .all_reduce_host = m_all_reduce,
-    .broadcast_host = m_broadcast,
-    .barrier = m_barrier,
-    .abort = m_abort,
-    .destroy = m_destroy,
-};
-
-static const rlpi_comm_ops gloo_ops = {
-    .name = "gloo",
+/* The ops of every module; the name is the module's (module_comm.ops). */
+static const rlpi_comm_ops module_ops = {
     .all_reduce_host = m_all_reduce,
     .broadcast_host = m_broadcast,
     .barrier = m_barrier,
@@ -132,7 +124,9 @@ int rlpi_comm_module_create(rlp_comm *c, const rlpi_comm_module_api *api)
     }
     c->rank = rank;
     c->world = world;
+    m->ops = module_ops;
+    m->ops.name = api->name;
     c->impl = m;
-    c->ops = gloo ? &gloo_ops : &mpi_ops;
+    c->ops = &m->ops;
     return RLP_OK;
 }

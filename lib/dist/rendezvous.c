@@ -26,18 +26,13 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-static const char *transport_name(int32_t t)
-{
-    return t == RLP_COMM_NCCL ? "nccl" : "shm";
-}
-
 int rlpi_rendezvous_publish(const char *path, const rlpi_rendezvous_info *info)
 {
     char hex[2 * sizeof info->nccl_id + 1];
     for (size_t i = 0; i < sizeof info->nccl_id; i++)
         snprintf(hex + 2 * i, 3, "%02x", info->nccl_id[i]);
     json_t *o = json_pack("{s:i, s:i, s:s, s:I, s:s, s:s}", "rlpost_rendezvous", 1, "world_size", (int)info->world,
-                          "transport", transport_name(info->transport), "pid", (json_int_t)info->pid, "shm",
+                          "transport", rlpi_comm_transport_name(info->transport), "pid", (json_int_t)info->pid, "shm",
                           info->shm_name, "nccl_id", info->transport == RLP_COMM_NCCL ? hex : "");
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -68,13 +63,13 @@ int rlpi_rendezvous_parse(const char *buf, size_t len, const char *source, int32
         rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s lacks its fields", source);
     else if (json_integer_value(pid) <= 0 || json_integer_value(pid) > INT32_MAX)
         rc = rlpi_error_set(RLP_E_FORMAT, "process group: rendezvous file %s has a bad pid", source);
-    else if (json_integer_value(w) != world || strcmp(json_string_value(t), transport_name(transport)) != 0) {
+    else if (json_integer_value(w) != world || strcmp(json_string_value(t), rlpi_comm_transport_name(transport)) != 0) {
         /* another group's file (an old run, or a misconfigured rank): wait
          * for rank 0 to replace it, and say so if it never does */
         rlpi_error_set(RLP_E_INVALID_ARG,
                        "process group: rendezvous file %s is for %lld ranks over %s, this rank expects %d over %s",
                        source, (long long)json_integer_value(w), json_string_value(t), world,
-                       transport_name(transport));
+                       rlpi_comm_transport_name(transport));
         info->pid = (long)json_integer_value(pid); /* whose it is: the caller may ask whether it runs */
         rc = RLP_E_AGAIN;
     }

@@ -84,11 +84,6 @@ static int store_address(const char *r, char *host, size_t cap, int *port)
     return parse_port(colon + 1, "the rendezvous port", port);
 }
 
-static const char *transport_name(int32_t t)
-{
-    return t == RLP_COMM_NCCL ? "nccl" : t == RLP_COMM_GLOO ? "gloo" : t == RLP_COMM_MPI ? "mpi" : "shm";
-}
-
 /* How long a refusing rank 0 waits for the other ranks to read why: ranks
  * already parked on the answer read it at once; this is for those still
  * on their way (started a moment later), and bounds what a rank that never
@@ -122,7 +117,7 @@ static int gather_hellos(rlp_comm *c, double deadline, char *why, size_t why_cap
         free(v);
         if (!ok || world != c->world || transport != c->transport) {
             snprintf(why, why_cap, "rank %d joined a group of %d ranks over %s, rank 0 one of %d over %s", r, world,
-                     transport_name(transport), c->world, transport_name(c->transport));
+                     rlpi_comm_transport_name(transport), c->world, rlpi_comm_transport_name(c->transport));
             return rlpi_error_set(RLP_E_INVALID_ARG, "process group: %s", why);
         }
     }
@@ -238,8 +233,8 @@ int rlpi_rendezvous_tcp_join(rlp_comm *c, const char *rendezvous, const unsigned
     if (world != c->world || transport != c->transport) {
         free(v);
         rc = rlpi_error_set(RLP_E_INVALID_ARG, "process group: rank %d joined a group of %d ranks over %s, rank 0 "
-                            "opened one of %d over %s", c->rank, c->world, transport_name(c->transport), world,
-                            transport_name(transport));
+                            "opened one of %d over %s", c->rank, c->world, rlpi_comm_transport_name(c->transport), world,
+                            rlpi_comm_transport_name(transport));
         goto fail;
     }
     g += 3 + used;
