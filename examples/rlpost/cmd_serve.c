@@ -185,9 +185,7 @@ int cmd_serve(int argc, char **argv)
             weights_from = val; /* repeated: the parent, then fallbacks */
             bad = !serve_weights_from_add(val, from_urls, &n_from, 8);
         } else if (!strcmp(a, "--weights-poll-s")) {
-            char *end;
-            poll_s = strtod(val, &end);
-            bad = *end || !(poll_s >= 0.01 && poll_s <= 3600);
+            bad = !serve_poll_s_parse(val, &poll_s);
         } else if (!strcmp(a, "--weights-dir")) {
             weights_dir = val;
             bad = !*val;

@@ -275,6 +275,8 @@ int serve_token_resolve(const char *cmd, const char *token, const char *token_fi
 /* One --weights-from URL (http:// or https://) appended to urls[*n] (at
  * most `cap`); false if it is not one or there are too many. */
 bool serve_weights_from_add(const char *val, const char **urls, size_t *n, size_t cap);
+/* --weights-poll-s: seconds in [0.01, 3600]; false otherwise. */
+bool serve_poll_s_parse(const char *val, double *out);
 
 /* 1..SERVE_TOKEN_MAX visible ASCII characters (it travels in a header). */
 bool serve_token_ok(const char *t);

@@ -181,3 +181,13 @@ bool serve_weights_from_add(const char *val, const char **urls, size_t *n, size_
     urls[(*n)++] = val;
     return true;
 }
+
+bool serve_poll_s_parse(const char *val, double *out)
+{
+    char *end;
+    double v = strtod(val, &end);
+    if (end == val || *end || !(v >= 0.01 && v <= 3600))
+        return false;
+    *out = v;
+    return true;
+}
