@@ -2,7 +2,8 @@
  *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
  *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
  *   [--served-model-name NAME] [--weights-dir DIR [--weights-from URL]...
- *   [--weights-poll-s s]] [--max-pending n] [--header-timeout-ms ms]`:
+ *   [--weights-poll-s s]] [--max-pending n] [--header-timeout-ms ms]
+ *   [--join TRAINER_URL [--advertise URL]]`:
  * an OpenAI-compatible rollout server on the local engine (see serve.h for
  * its parts). Prints one JSON line {"listening": URL, ...} on stdout once
  * it accepts connections; SIGINT/SIGTERM shut it down cleanly (requests in
@@ -22,7 +23,11 @@
  * but /health; without one the server binds loopback only, and weight
  * updates still need the token generated in DIR/.rlpost-serve-token
  * (0600), which the trainer publishing to DIR reads. Weight updates load
- * only folders below DIR (none without --weights-dir). */
+ * only folders below DIR (none without --weights-dir).
+ * With --join TRAINER_URL the server joins a running `rlpost train`'s
+ * swarm (swarm.listen): it registers with the token, heartbeats, and
+ * leaves on SIGINT/SIGTERM (serve_join.c); its worker id is kept in
+ * DIR/.rlpost-worker-id, so a restarted worker rejoins as itself. */
 #include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
@@ -57,6 +62,9 @@ int cmd_serve(int argc, char **argv)
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef RLPOST_HAVE_JOIN
+#include <curl/curl.h>
+#endif
 
 static void usage(void)
 {
@@ -76,6 +84,11 @@ static void usage(void)
             "         [--weights-poll-s s]  how often the parent is asked (default 1)\n"
             "         [--max-pending n]     generation requests at once (default 256); beyond: 503\n"
             "         [--header-timeout-ms ms]  time for a request's headers (default 10000)\n"
+            "         [--join TRAINER_URL]  join a running `rlpost train`'s swarm (its swarm.listen): register\n"
+            "                               with the token, heartbeat, leave on exit; needs --weights-dir (the\n"
+            "                               worker id is kept there) and a token\n"
+            "         [--advertise URL]     the URL the trainer calls this server at (default: the listening\n"
+            "                               one; required with --host 0.0.0.0 or ::)\n"
             "  --token-file PATH: the bearer token of every endpoint but /health (first line of PATH);\n"
             "  or the environment: RLPOST_SERVE_TOKEN. Without a token the server binds loopback only\n"
             "  and weight updates need the token it keeps in DIR/" SERVE_TOKEN_FILE " (mode 0600).\n"
@@ -134,7 +147,7 @@ static int parse_mode(const char *s, int32_t *out)
 int cmd_serve(int argc, char **argv)
 {
     const char *model = NULL, *host = "127.0.0.1", *token = NULL, *name = NULL, *weights_dir = NULL;
-    const char *token_file = NULL, *weights_from = NULL, *from_urls[8];
+    const char *token_file = NULL, *weights_from = NULL, *from_urls[8], *join = NULL, *advertise = NULL;
     size_t n_from = 0;
     double poll_s = 1.0;
     int weights = RLP_ROLLOUT_WEIGHTS_F32;
@@ -189,6 +202,12 @@ int cmd_serve(int argc, char **argv)
         } else if (!strcmp(a, "--weights-dir")) {
             weights_dir = val;
             bad = !*val;
+        } else if (!strcmp(a, "--join")) {
+            join = val;
+            bad = strncmp(val, "http://", 7) && strncmp(val, "https://", 8);
+        } else if (!strcmp(a, "--advertise")) {
+            advertise = val;
+            bad = (strncmp(val, "http://", 7) && strncmp(val, "https://", 8)) || strlen(val) >= RLP_SERVER_URL_MAX;
         } else {
             bad = 1;
         }
@@ -203,10 +222,27 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "rlpost serve: --weights-from needs --weights-dir (the local mirror)\n");
         bad = 1;
     }
+    if (!bad && (join || advertise)) {
+#ifndef RLPOST_HAVE_JOIN
+        fprintf(stderr, "rlpost serve: --join needs an rlpost built with libcurl\n");
+        bad = 1;
+#endif
+        if (!join || !weights_dir || !token) {
+            fprintf(stderr, "rlpost serve: %s\n", !join ? "--advertise goes with --join"
+                                                       : !weights_dir ? "--join needs --weights-dir (the worker id is kept there)"
+                                                                      : "--join needs a token (--token-file or RLPOST_SERVE_TOKEN): "
+                                                                        "the trainer's coordinator demands it");
+            bad = 1;
+        }
+    }
     if (bad || !model) {
         usage();
         return EXIT_USAGE;
     }
+#ifdef RLPOST_HAVE_JOIN
+    if (join)
+        curl_global_init(CURL_GLOBAL_DEFAULT); /* before any thread (the library's is once, and a no-op then) */
+#endif
     char name_buf[256];
     if (!name) {
         base_name(model, name_buf, sizeof name_buf);
@@ -236,6 +272,10 @@ int cmd_serve(int argc, char **argv)
     serve_http *d = NULL;
     serve_follow fol;
     memset(&fol, 0, sizeof fol);
+#ifdef RLPOST_HAVE_JOIN
+    serve_join jn;
+    memset(&jn, 0, sizeof jn);
+#endif
     char root[PATH_MAX], token_path[PATH_MAX + 64] = "", update_token[SERVE_TOKEN_MAX + 1];
     serve_server srv;
     memset(&srv, 0, sizeof srv);
@@ -336,11 +376,27 @@ int cmd_serve(int argc, char **argv)
         goto done;
     if (weights_from)
         srv.follow = &fol; /* weight updates wait for the relay (a trainer's HTTP transport still works) */
+#ifdef RLPOST_HAVE_JOIN
+    if (join) {
+        bool wildcard = !strcmp(addr, "0.0.0.0") || !strcmp(addr, "::");
+        if (!advertise && wildcard) {
+            fprintf(stderr, "rlpost serve: --join with --host %s needs --advertise URL (the address the trainer "
+                            "calls)\n", host);
+            status = EXIT_USAGE;
+            goto done;
+        }
+        if (serve_join_start(&jn, srv.engine, join, advertise ? advertise : url, root, token) != 0)
+            goto done;
+    }
+#endif
 
     int sig = serve_signals_wait();
     fprintf(stderr, "rlpost serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     status = 0;
 done:
+#ifdef RLPOST_HAVE_JOIN
+    serve_join_stop(&jn); /* leave first: the trainer stops sending requests here */
+#endif
     srv.follow = NULL;
     serve_follow_stop(&fol); /* no weight load after this */
     serve_sched_stop(&srv); /* every waiting handler gets its answer ... */

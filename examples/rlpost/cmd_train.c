@@ -278,6 +278,12 @@ int cmd_train(int argc, char **argv)
     }
     the_trainer = r->trainer;
     signal(SIGINT, on_sigint);
+    /* the swarm: workers join through the coordinator; step 1 waits for swarm.min_workers */
+    if (r->swarm && (train_swarm_start(r) || train_swarm_wait(r, &stop_requested))) {
+        fprintf(stderr, "rlpost train: %s\n", r->err);
+        train_teardown(r);
+        return stop_requested ? 0 : 1;
+    }
 
     json_t *first_eval = NULL, *last_eval = NULL;
     int eval_failed = 0;
@@ -336,6 +342,7 @@ int cmd_train(int argc, char **argv)
             break;
         }
         step = k;
+        train_swarm_set_version(r->coord, rec.policy_version);
         double reward = rec.reward_mean, format_rate = i_fmt >= 0 ? rec.metric_rate[i_fmt] : NAN;
         double accuracy = i_acc >= 0 ? rec.metric_rate[i_acc] : NAN;
         hist_reward[k] = reward;
@@ -497,6 +504,8 @@ int cmd_train(int argc, char **argv)
                                           (json_int_t)bs.dropped_stale, "rejected", (json_int_t)bs.rejected,
                                           "held", (json_int_t)bs.size));
     }
+    if (r->coord) /* the ledger: each worker's joins, state and counters (docs/metrics.md) */
+        json_object_set_new(sum, "swarm", train_swarm_summary(r));
     json_object_set_new(sum, "output", json_string(r->out));
     if (gguf_path[0])
         json_object_set_new(sum, "gguf", json_string(gguf_path));

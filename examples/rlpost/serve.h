@@ -264,6 +264,33 @@ int serve_signals_block(void);
 /* Unblocks them here and waits for one; returns it. */
 int serve_signals_wait(void);
 
+/* ---- serve_join.c ---- */
+
+/* --join TRAINER_URL: a thread that registers this server with the
+ * trainer's swarm coordinator, heartbeats, registers again on 404, retries
+ * with backoff while the trainer is unreachable (built with libcurl only). */
+typedef struct serve_join {
+    const rlp_rollout_engine *engine; /* its weight_version goes into each heartbeat */
+    char trainer[512];                /* the coordinator's base URL */
+    char url[RLP_SERVER_URL_MAX];     /* what the trainer calls (--advertise) */
+    char id[33];                      /* 32 hex digits */
+    const char *token;
+    double heartbeat_s;               /* what the trainer asked for */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, registered, inited, started;
+    pthread_t thread;
+} serve_join;
+/* The worker id kept in DIR/.rlpost-worker-id (made, 0600, 128 random
+ * bits, when absent). -1 with a message in err. */
+int serve_join_id(const char *dir, char *id, size_t n, char *err, size_t errlen);
+/* Starts it (`j` is overwritten). -1 with a message on stderr. */
+int serve_join_start(serve_join *j, const rlp_rollout_engine *engine, const char *trainer, const char *advertise,
+                     const char *dir, const char *token);
+/* Stops the thread and, when registered, tells the trainer it leaves
+ * (3 s at most). Safe on a zeroed or stopped one. */
+void serve_join_stop(serve_join *j);
+
 /* ---- serve_token.c ---- */
 
 /* The token a server demands: `token` (--token), else the first line of

@@ -46,6 +46,9 @@ typedef struct run {
     uint32_t max_gen_batches;    /* DAPO over-sampling for the trainer: 0 off (async, several ranks, no filter) */
     rlp_optimizer_options opt;
     int pull, async, remote, dtype;
+    int swarm;                   /* swarm.listen set: workers join through the coordinator (train_swarm.c) */
+    struct train_swarm *coord;   /* the coordinator while it runs, or NULL */
+    char swarm_token[260];       /* its bearer token (swarm.token_file or RLPOST_SERVE_TOKEN): the workers' too */
     int gguf_type;               /* checkpoint.gguf: rlp_gguf_type of the final model.gguf, or -1 = none */
     int threads_train, threads_rollout; /* async, local engine: the two contexts' shares of `threads` */
     char weights[PATH_MAX];      /* what the policy was loaded from (the model, or the resumed checkpoint) */
@@ -218,5 +221,34 @@ int train_check_urls(run *r);
 
 /* The multi-turn options of the run (env NULL: single-turn). */
 void train_multiturn(const run *r, rlp_multiturn_options *mt);
+/* Splits an http(s) base URL into host, port and path; -1 when malformed. */
+int train_parse_url(const char *url, int *https, char *host, size_t hcap, char *port, size_t pcap, char *path,
+                    size_t cap);
+
+/* ------------------------------------------------------------------------ */
+/* train_swarm.c: the swarm's coordinator (swarm.listen)                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct train_swarm train_swarm;
+/* Checks the swarm.* keys (train_check_config): 0, or -1 with one line in
+ * r->err naming the key. Sets r->swarm. */
+int train_swarm_check(run *r);
+/* Starts the coordinator of a trainer with remote workers (after
+ * train_setup): the token (swarm.token_file, else RLPOST_SERVE_TOKEN), the
+ * routes on swarm.listen, the thread that marks silent workers suspect and
+ * dead; rollout.urls stay in the dispatch set as static members. 0 with
+ * r->coord, or -1 with one line in r->err. */
+int train_swarm_start(run *r);
+/* Waits until swarm.min_workers workers are in the dispatch set, up to
+ * swarm.join_timeout_s (and while *stop is 0). 0, or -1 with one line in
+ * r->err. */
+int train_swarm_wait(run *r, volatile sig_atomic_t *stop);
+/* The trainer's version after a step (what register and heartbeat answer). */
+void train_swarm_set_version(train_swarm *s, uint64_t version);
+/* The summary's "swarm" object: settings, the ledger with each worker's
+ * counters from rlp_trainer_server_stats() (new reference). */
+json_t *train_swarm_summary(run *r);
+/* Stops the routes and the thread (before the trainer is freed). NULL is a no-op. */
+void train_swarm_stop(train_swarm *s);
 
 #endif

@@ -52,7 +52,9 @@ static const char defaults_json[] =
     "\"checkpoint\": {\"interval\": 0, \"minutes\": 10.0, \"keep\": 2, \"dtype\": \"f32\", \"gguf\": null},"
     "\"samples\": {\"per_step\": 4},"
     "\"lora\": {\"rank\": 0, \"alpha\": 32.0, \"targets\": \"all\", \"rslora\": false, \"base_dtype\": \"f32\"},"
-    "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0}"
+    "\"distributed\": {\"world_size\": 1, \"rendezvous\": null, \"transport\": \"auto\", \"timeout_s\": 600.0},"
+    "\"swarm\": {\"listen\": null, \"token_file\": null, \"min_workers\": 0, \"join_timeout_s\": 600.0,"
+    "  \"heartbeat_s\": 2.0, \"suspect_s\": 6.0, \"dead_s\": 30.0}"
     "}";
 
 /* Keys whose default is null, and the type a non-null value must have. */
@@ -65,6 +67,7 @@ static const struct {
     {"eval.accuracy_reward", JSON_STRING}, {"eval.accuracy_threshold", JSON_REAL}, {"eval.format", JSON_TRUE},
     {"sync.weights_dir", JSON_STRING},  {"env.name", JSON_STRING},       {"env.url", JSON_STRING},  {"rollout.inbox", JSON_STRING}, {"checkpoint.gguf", JSON_STRING}, {"device", JSON_INTEGER},        {"distributed.rendezvous", JSON_STRING},
     {"algorithm.max_gen_batches", JSON_INTEGER}, {"critic.path", JSON_STRING},
+    {"swarm.listen", JSON_STRING},      {"swarm.token_file", JSON_STRING},
 };
 
 /* Objects whose content is free (handed to the library, which checks it). */

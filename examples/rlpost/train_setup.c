@@ -259,7 +259,9 @@ int train_check_config(run *r)
     }
     r->pull = !strcmp(mode, "pull");
     r->async = !strcmp(mode, "async");
-    r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0;
+    if (train_swarm_check(r))
+        return -1;
+    r->remote = json_array_size(cfg_get(c, "rollout.urls")) > 0 || r->swarm;
     if (cfg_str(c, "rollout.inbox") && (!r->async || r->remote || !*cfg_str(c, "rollout.inbox"))) {
         fmt(r->err, ERR_CAP, "rollout.inbox: needs sync.mode \"async\" and no rollout.urls (the rollouts come "
             "from `rlpost rollout-worker` processes writing into that folder)");
@@ -271,8 +273,8 @@ int train_check_config(run *r)
         return -1;
     }
     if (r->remote && !r->pull && !r->async) {
-        fmt(r->err, ERR_CAP, "rollout.urls: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
-            "the trainer's own weights)");
+        fmt(r->err, ERR_CAP, "%s: needs sync.mode \"pull\" or \"async\" (\"sync\" generates with "
+            "the trainer's own weights)", r->swarm ? "swarm.listen" : "rollout.urls");
         return -1;
     }
     /* DAPO over-sampling refills sync and pull steps on one rank; null = 10 there, off elsewhere */
@@ -308,7 +310,7 @@ int train_check_config(run *r)
     if (r->world > 1) {
         if (r->async || r->remote) {
             fmt(r->err, ERR_CAP, "distributed.world_size: several ranks need sync.mode \"sync\" or \"pull\" with "
-                "the ranks' own engines (not \"async\", not rollout.urls)");
+                "the ranks' own engines (not \"async\", not rollout.urls, not swarm.listen)");
             return -1;
         }
         RANGE("prompts_per_step", cfg_int(c, "prompts_per_step") >= r->world,
@@ -844,7 +846,8 @@ static int make_trainer(run *r, int need_train)
     for (size_t i = 0; need_train && i < json_array_size(ju) && i < 64; i++)
         urls[o.n_worker_urls++] = json_string_value(json_array_get(ju, i));
     o.worker_urls = urls;
-    o.api_key = getenv("RLPOST_SERVE_TOKEN");
+    o.remote_workers = need_train && r->swarm; /* the swarm's workers join later (train_swarm.c) */
+    o.api_key = r->swarm && r->swarm_token[0] ? r->swarm_token : getenv("RLPOST_SERVE_TOKEN");
     char wdir[PATH_MAX];
     const char *wd = cfg_str(r->cfg, "sync.weights_dir");
     fmt(wdir, sizeof wdir, "%s", wd ? wd : "");
@@ -875,8 +878,8 @@ static int make_trainer(run *r, int need_train)
         return rc == RLP_E_INVALID_ARG ? EXIT_USAGE : 1;
     }
     if (need_train && r->remote)
-        fprintf(stderr, "rollout: %zu worker%s, weights in %s\n", o.n_worker_urls, o.n_worker_urls == 1 ? "" : "s",
-                wdir);
+        fprintf(stderr, "rollout: %zu worker%s%s, weights in %s\n", o.n_worker_urls, o.n_worker_urls == 1 ? "" : "s",
+                r->swarm ? " (static) and those that join the swarm" : "", wdir);
     return 0;
 }
 
@@ -1018,6 +1021,8 @@ int train_setup(run *r, const char *weights, int need_train)
 
 void train_teardown(run *r)
 {
+    train_swarm_stop(r->coord); /* its routes call the trainer */
+    r->coord = NULL;
     rlp_trainer_free(r->trainer);
     rlp_policy_free(r->ref);
     rlp_policy_free(r->policy);

@@ -24,7 +24,7 @@ enum { MAX_URLS = 64, PROBE_MS = 5000 };
 /* ------------------------------------------------------------------------ */
 
 /* Splits an http(s) base URL into host, port and path; -1 when malformed. */
-static int parse_url(const char *url, int *https, char *host, size_t hcap, char *port, size_t pcap, char *path,
+int train_parse_url(const char *url, int *https, char *host, size_t hcap, char *port, size_t pcap, char *path,
                      size_t cap)
 {
     const char *p;
@@ -147,7 +147,7 @@ int train_check_urls(run *r)
         const char *u = json_string_value(v);
         char host[256], port[8], path[512];
         int https;
-        if (parse_url(u, &https, host, sizeof host, port, sizeof port, path, sizeof path)) {
+        if (train_parse_url(u, &https, host, sizeof host, port, sizeof port, path, sizeof path)) {
             fmt(r->err, ERR_CAP, "rollout.urls[%zu]: \"%s\" is not an http:// or https:// base URL "
                 "(e.g. \"http://127.0.0.1:8000\")", i, u);
             return -1;
@@ -163,7 +163,7 @@ int train_check_urls(run *r)
         const char *u = json_string_value(json_array_get(urls, i));
         char host[256], port[8], path[512], why[256];
         int https;
-        parse_url(u, &https, host, sizeof host, port, sizeof port, path, sizeof path);
+        train_parse_url(u, &https, host, sizeof host, port, sizeof port, path, sizeof path);
         if (!https && probe_health(host, port, path, why, sizeof why)) {
             fmt(r->err, ERR_CAP, "rollout.urls[%zu]: %s does not answer GET /health (%s); start the workers "
                 "first (docs/swarm.md)", i, u, why);

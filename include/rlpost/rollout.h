@@ -154,8 +154,9 @@ RLP_API int rlp_rollout_engine_create(rlp_rollout_engine **out, rlp_policy *poli
  */
 typedef struct rlp_remote_options {
     uint32_t version;              /**< RLP_REMOTE_OPTIONS_VERSION */
-    const char *const *urls;       /**< (n_urls) base URLs, e.g. "http://10.0.0.5:8000"; round-robin */
-    size_t n_urls;
+    const char *const *urls;       /**< (n_urls) base URLs, e.g. "http://10.0.0.5:8000"; round-robin;
+                                        each shorter than RLP_SERVER_URL_MAX bytes */
+    size_t n_urls;                 /**< may be 0: the servers come later (rlp_rollout_engine_set_urls()) */
     const char *model;             /**< "model" field of requests, or NULL */
     const char *api_key;           /**< bearer token, or NULL */
     uint32_t timeout_ms;           /**< per request; 0 = 600000 */
@@ -174,10 +175,83 @@ RLP_API int rlp_remote_options_init(rlp_remote_options *opts, uint32_t version);
  * otherwise). @p tok (borrowed; must outlive the engine) encodes text
  * prompts and decodes completions; the servers must use the same
  * vocabulary. Its version is what rlp_rollout_engine_set_version() last
- * said, or the `weight_version` a server reports.
+ * said, or the `weight_version` a server reports. The set of servers may
+ * change while it runs (rlp_rollout_engine_set_urls()).
  */
 RLP_API int rlp_rollout_engine_create_remote(rlp_rollout_engine **out, const rlp_tokenizer *tok,
                                              const rlp_remote_options *opts);
+
+/**
+ * Replaces the set of servers a remote engine sends its requests to, while
+ * it runs: for a swarm whose `rlpost serve` workers join and leave
+ * (`rlpost train`'s coordinator, docs/scale.md §3). Every attempt of a
+ * request (its first and each retry) picks a URL from the set as it is at
+ * that moment, round-robin; attempts already in flight finish at the server
+ * they went to. With an empty set a request waits, asking the set again
+ * every 0.1 s, until a server appears or its timeout (the options'
+ * timeout_ms) passes; it then fails alone with RLP_E_TIMEOUT and a message
+ * saying the set was empty. A remote engine may also be created with no
+ * URL (n_urls = 0) and be given its servers here.
+ *
+ * A server keeps its counters (rlp_rollout_engine_server_stats()) when it
+ * leaves the set and comes back (matched by its base URL as given).
+ *
+ * @param engine  a remote engine
+ * @param urls    (n_urls) base URLs, http:// or https://, each shorter than
+ *                RLP_SERVER_URL_MAX bytes; copied. NULL when n_urls is 0
+ * @param n_urls  how many; 0 empties the set
+ * @return RLP_OK; RLP_E_STATE (a local engine); RLP_E_INVALID_ARG (a URL
+ *         at fault, named in the message; the old set is kept);
+ *         RLP_E_NOMEM (the old set is kept).
+ * Thread-safe: may be called from any thread, also while another thread
+ * generates on the engine.
+ */
+RLP_API int rlp_rollout_engine_set_urls(rlp_rollout_engine *engine, const char *const *urls, size_t n_urls);
+
+/** Longest base URL (with its NUL) that a remote engine takes and that rlp_server_stats holds. */
+#define RLP_SERVER_URL_MAX 256
+
+/** Version of rlp_server_stats written by this library. */
+#define RLP_SERVER_STATS_VERSION 1
+
+/**
+ * Counters of one server of a remote engine since it first entered the
+ * engine's set (see rlp_rollout_engine_server_stats()). A request is
+ * counted once, when it ends, at the server of its last attempt.
+ * Staleness of a response: the engine's version when the response arrived
+ * (rlp_rollout_engine_version()) minus the response's `weight_version`,
+ * 0 when not positive; only responses that carry a weight_version count.
+ */
+typedef struct rlp_server_stats {
+    uint32_t version;                /**< set by the library (RLP_SERVER_STATS_VERSION) */
+    int32_t in_set;                  /**< 1: in the current set; 0: was in it, removed since */
+    char url[RLP_SERVER_URL_MAX];    /**< its base URL as given, NUL-terminated */
+    uint64_t requests_ok;            /**< requests that ended with a usable answer here */
+    uint64_t requests_failed;        /**< requests whose last attempt failed here (after their retries) */
+    uint64_t completions;            /**< choices (samples) it returned */
+    uint64_t completion_tokens;      /**< their tokens */
+    int64_t last_weight_version;     /**< `weight_version` of its latest answer that had one; −1: none yet */
+    uint64_t versioned;              /**< answers that carried a weight_version (the count behind staleness_sum) */
+    uint64_t staleness_max;          /**< largest staleness of its answers (versions) */
+    uint64_t staleness_sum;          /**< their sum: mean = staleness_sum / versioned */
+} rlp_server_stats;
+
+/**
+ * Per-server counters of a remote engine: one entry for every server that
+ * has been in its set (rlp_rollout_engine_create_remote(),
+ * rlp_rollout_engine_set_urls()), in the order they first entered it,
+ * including those removed since (in_set = 0).
+ *
+ * @param[out] out    (cap) entries, filled with the first min(cap, count);
+ *                    may be NULL when cap is 0
+ * @param cap         room in @p out
+ * @param[out] n_out  the count of servers (may exceed @p cap: call again with more room)
+ * @param engine      the engine
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_STATE (a local engine).
+ * Thread-safe, also while another thread generates.
+ */
+RLP_API int rlp_rollout_engine_server_stats(rlp_server_stats *out, size_t cap, size_t *n_out,
+                                            const rlp_rollout_engine *engine);
 
 /** Frees an engine. NULL is a no-op. Not while a generate call runs. */
 RLP_API void rlp_rollout_engine_free(rlp_rollout_engine *engine);

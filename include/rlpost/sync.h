@@ -208,6 +208,53 @@ RLP_API int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *p
 RLP_API int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine);
 
 /**
+ * Like rlp_synchronizer_pull(), but waits only until the engine holds at
+ * least @p min_version, so that generation on a version within the
+ * staleness bound goes on while the newest one spreads (Echo's asynchronous
+ * push-pull; ECHO-2 overlaps weight dissemination with generation the same
+ * way). A rollout side that serves RL step j + 1 under the bound η needs
+ * version j − η at least (the buffer drops anything older at step j + 1).
+ *
+ * With a remote engine and the HTTP transport, the servers are told to load
+ * the latest version by a thread of the synchronizer (one round at a time,
+ * each to the newest version asked for; a server a round left behind is
+ * asked again by the next); the call returns as soon as every server is
+ * known to hold @p min_version (capped at the latest published version) and
+ * sets the engine's version to the oldest version any server holds. Every
+ * other engine and transport: exactly rlp_synchronizer_pull().
+ *
+ * @param sync         the synchronizer
+ * @param engine       the engine (see rlp_synchronizer_pull())
+ * @param min_version  the oldest version worth generating with; 0 = any
+ * @return RLP_OK; RLP_E_NETWORK (the round that could bring it ended with a
+ *         server still below @p min_version: the message names it; the
+ *         update goes on at the next call); RLP_E_CLOSED (the synchronizer
+ *         was closed while waiting); the errors of rlp_synchronizer_pull().
+ * Thread-safe; the update thread ends in rlp_synchronizer_free(), which
+ * stops a round in flight within 0.1 s.
+ */
+RLP_API int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_engine *engine,
+                                           uint64_t min_version);
+
+/**
+ * Replaces the servers that the HTTP transport tells to load each version
+ * (opts->urls at creation): for a swarm whose rollout servers join and
+ * leave while it runs. A server that was in the old set keeps what it is
+ * known to hold; a new one is told at the next pull. An update round in
+ * flight finishes with the set it started with (its results are recorded
+ * for the servers still in the set). An empty set is allowed: a pull then
+ * tells nobody and returns RLP_OK.
+ *
+ * @param sync    the synchronizer (HTTP transport)
+ * @param urls    (n_urls) http:// or https:// base URLs, copied; NULL when n_urls is 0
+ * @param n_urls  how many
+ * @return RLP_OK; RLP_E_STATE (not the HTTP transport); RLP_E_INVALID_ARG;
+ *         RLP_E_NOMEM (the old set is kept).
+ * Thread-safe, also while another thread pulls.
+ */
+RLP_API int rlp_synchronizer_set_urls(rlp_synchronizer *sync, const char *const *urls, size_t n_urls);
+
+/**
  * Admits one rollout group through the staleness gate (see
  * rlp_sync_options), waiting up to @p timeout_ms for a publish or a release
  * to open it. Call rlp_synchronizer_release() when the group is done.

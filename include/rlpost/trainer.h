@@ -77,8 +77,9 @@ typedef int (*rlp_trainer_batch_fn)(const rlp_batch *batch, uint64_t step, void 
  *  rollout_weights, 4 max_gen_batches and rl of rlp_rl_options version 2
  *  (which moved every field after rl: callers of versions 1–3 pass the
  *  older layout, and the library converts it field by field), 5 the
- *  critic (appended: a version-4 struct ends before critic_path). */
-#define RLP_TRAINER_OPTIONS_VERSION 5
+ *  critic (appended: a version-4 struct ends before critic_path), 6
+ *  remote_workers (appended: a version-5 struct ends before it). */
+#define RLP_TRAINER_OPTIONS_VERSION 6
 
 /** Options of rlp_trainer_create(). Every pointer is borrowed for the call
  *  and what it points to copied, unless said otherwise. */
@@ -170,6 +171,11 @@ typedef struct rlp_trainer_options {
                                          (verl's cliprange_value); default 0.5; 0 = no clipping */
     float gae_lambda;               /**< (version 5) λ of GAE in [0, 1]; default 1 (verl's lam: then
                                          A_t = Σ γ^k r_{t+k} − V(s_t)) */
+    int32_t remote_workers;         /**< (version 6) 1: generate on remote `rlpost serve` workers even when
+                                         n_worker_urls is 0: a swarm whose workers join later, given to
+                                         the trainer with rlp_trainer_set_worker_urls() (PULL or ASYNC;
+                                         weights_dir required as with worker_urls). 0 (the default): remote
+                                         exactly when n_worker_urls > 0 */
 } rlp_trainer_options;
 
 #define RLP_TRAINER_MAX_METRICS 8
@@ -531,6 +537,48 @@ RLP_API int rlp_rollout_worker_stats_get(rlp_rollout_worker_stats *out, const rl
  */
 RLP_API int rlp_trainer_async_stats(rlp_buffer_stats *buffer, rlp_rollout_worker_stats *worker,
                                     const rlp_trainer *trainer);
+
+/**
+ * Replaces the set of remote workers of a running trainer (a swarm whose
+ * `rlpost serve` workers join, leave or die): the rollout engine's servers
+ * (rlp_rollout_engine_set_urls(): the next attempt of every request picks
+ * from the new set; with none, requests wait up to worker_timeout_ms) and
+ * the servers the synchronizer tells to load each version
+ * (rlp_synchronizer_set_urls(): a new one is brought to the current
+ * version at the next pull). Before the first step (when the synchronizer
+ * does not exist yet) the set is kept and used when it is made. The gate,
+ * the replay buffer and the staleness accounting are untouched: groups of a
+ * worker that left are still accepted or dropped by the same rules.
+ *
+ * @param trainer  a trainer with remote workers (worker_urls or
+ *                 remote_workers)
+ * @param urls     (n_urls) base URLs of `rlpost serve` workers, http:// or
+ *                 https://; copied. NULL when n_urls is 0
+ * @param n_urls   at most 64; 0 empties the set
+ * @return RLP_OK; RLP_E_STATE (the trainer has no remote workers);
+ *         RLP_E_INVALID_ARG (a URL at fault, or more than 64; nothing
+ *         changed); RLP_E_NOMEM; an error of either set_urls (the engine's
+ *         set may then be the new one and the synchronizer's the old).
+ * Thread-safe: may be called from any thread while another one runs
+ * rlp_trainer_step() (the swarm's coordinator does), not concurrently with
+ * rlp_trainer_free().
+ */
+RLP_API int rlp_trainer_set_worker_urls(rlp_trainer *trainer, const char *const *urls, size_t n_urls);
+
+/**
+ * Per-worker counters of a trainer with remote workers: its rollout
+ * engine's rlp_rollout_engine_server_stats() (requests, completions,
+ * tokens, last weight_version, staleness), one entry per worker that was
+ * ever in its set.
+ *
+ * @param[out] out    (cap) entries, the first min(cap, count) filled; may be NULL when cap is 0
+ * @param cap         room in @p out
+ * @param[out] n_out  the count of workers (may exceed @p cap)
+ * @param trainer     the trainer
+ * @return RLP_OK; RLP_E_INVALID_ARG; RLP_E_STATE (no remote workers).
+ * Thread-safe, like rlp_trainer_set_worker_urls().
+ */
+RLP_API int rlp_trainer_server_stats(rlp_server_stats *out, size_t cap, size_t *n_out, const rlp_trainer *trainer);
 
 /** Stops (if running) and frees. NULL is a no-op. */
 RLP_API void rlp_rollout_worker_free(rlp_rollout_worker *worker);

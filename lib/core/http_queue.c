@@ -57,6 +57,51 @@ void rlpi_http_queue_free(rlpi_http_queue *q)
 void rlpi_http_req_release(rlpi_http_req *r)
 {
     rlpi_http_response_free(&r->resp);
+    free(r->picked);
+    r->picked = NULL;
+}
+
+/* How often an empty set is asked again (pick hook). */
+#define PICK_POLL_NS 100000000u
+
+/* With a pick hook: the URL of r's next attempt. 0: picked; 1: none yet,
+ * ask again at r->ready_ns; 2: none within pick_wait_ns (or no memory):
+ * r has ended. Without a hook: 0. */
+static int choose(rlpi_http_req *r, uint64_t now)
+{
+    if (!r->pick)
+        return 0;
+    char *url = NULL;
+    size_t id = 0;
+    int got = r->pick(r->pick_arg, r, &url, &id);
+    if (got == 0 && url) {
+        free(r->picked);
+        r->picked = url;
+        r->picked_id = id;
+        r->nourl_since = 0;
+        return 0;
+    }
+    if (got < 0) {
+        snprintf(r->errbuf, sizeof r->errbuf, "out of memory picking a URL");
+        r->outcome = RLPI_HQ_NOSTART;
+        r->state = S_DONE;
+        return 2;
+    }
+    if (!r->nourl_since)
+        r->nourl_since = now;
+    uint64_t until = r->nourl_since + r->pick_wait_ns;
+    if (r->deadline_ns && r->deadline_ns < until)
+        until = r->deadline_ns;
+    if (now >= until) {
+        snprintf(r->errbuf, sizeof r->errbuf, "no server in the set for %llu ms",
+                 (unsigned long long)((now - r->nourl_since) / 1000000u));
+        r->outcome = RLPI_HQ_NOURL;
+        r->state = S_DONE;
+        return 2;
+    }
+    r->ready_ns = now + PICK_POLL_NS < until ? now + PICK_POLL_NS : until;
+    r->state = S_WAITING;
+    return 1;
 }
 
 static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
@@ -80,7 +125,7 @@ static int start(rlpi_http_queue *q, rlpi_http_req *r)
         if (timeout <= 0 || left < timeout)
             timeout = left;
     }
-    rlpi_http_post post = {.url = r->urls[r->url],
+    rlpi_http_post post = {.url = r->pick ? r->picked : r->urls[r->url],
                            .body = r->body,
                            .body_len = r->body_len,
                            .headers = r->headers,
@@ -154,7 +199,8 @@ static int attempt_done(rlpi_http_queue *q, rlpi_http_req *r, CURLcode rc)
     if (retry && r->attempts <= r->max_retries) {
         uint64_t ready = rlpi_now_ns() + backoff_ns(q, r->attempts);
         if (!r->deadline_ns || ready < r->deadline_ns) {
-            r->url = (r->url + 1) % r->n_urls; /* the next server may be up */
+            if (!r->pick)
+                r->url = (r->url + 1) % r->n_urls; /* the next server may be up (pick: its hook's choice) */
             r->ready_ns = ready;
             r->state = S_WAITING;
             return 1;
@@ -191,6 +237,7 @@ int rlpi_http_queue_run(rlpi_http_queue *q, rlpi_http_req *reqs, size_t n)
         reqs[i].declared = -1;
         reqs[i].errbuf[0] = '\0';
         reqs[i].easy = NULL;
+        reqs[i].nourl_since = 0;
         if (reqs[i].n_urls)
             reqs[i].url %= reqs[i].n_urls;
     }
@@ -212,7 +259,15 @@ int rlpi_http_queue_run(rlpi_http_queue *q, rlpi_http_req *reqs, size_t n)
                 continue;
             }
             retry_q[k] = retry_q[--n_retry];
-            if (start(q, r)) {
+            int ch = choose(r, now);
+            if (ch == 1) { /* no URL yet: back in the queue, after the others */
+                retry_q[n_retry++] = (size_t)(r - reqs);
+                k++;
+                continue;
+            }
+            if (ch == 2) {
+                n_done++;
+            } else if (start(q, r)) {
                 end(r, RLPI_HQ_NOSTART);
                 n_done++;
             } else {
@@ -221,7 +276,17 @@ int rlpi_http_queue_run(rlpi_http_queue *q, rlpi_http_req *reqs, size_t n)
         }
         while (next_fresh < n && running < cap) {
             rlpi_http_req *r = &reqs[next_fresh++];
-            if (!r->n_urls || (r->deadline_ns && now >= r->deadline_ns) || start(q, r)) {
+            if ((!r->pick && !r->n_urls) || (r->deadline_ns && now >= r->deadline_ns)) {
+                end(r, RLPI_HQ_NOSTART);
+                n_done++;
+                continue;
+            }
+            int ch = choose(r, now);
+            if (ch == 1) {
+                retry_q[n_retry++] = (size_t)(r - reqs);
+            } else if (ch == 2) {
+                n_done++;
+            } else if (start(q, r)) {
                 end(r, RLPI_HQ_NOSTART);
                 n_done++;
             } else {

@@ -21,9 +21,20 @@ enum {
     RLPI_HQ_NOSTART = 2, /* an attempt could not be started (out of memory) */
     RLPI_HQ_BROKEN = 3,  /* the multi handle failed (rlpi_http_queue_run's message) */
     RLPI_HQ_ABORTED = 4, /* the abort hook said stop */
+    RLPI_HQ_NOURL = 5,   /* pick found no URL within pick_wait_ns (only with a pick hook) */
 };
 
-typedef struct rlpi_http_req {
+typedef struct rlpi_http_req rlpi_http_req;
+
+/* Picks the endpoint of r's next attempt from a set that may change while
+ * the queue runs (rlpi_http_req.pick): stores a malloc'd URL in *url and an
+ * id of the caller's choosing in *id, and returns 0; returns 1 when the set
+ * is empty now (the queue asks again later), -1 when out of memory. r's
+ * `picked`/`picked_id` still name the previous attempt's (NULL before the
+ * first). Called on the queue's thread. */
+typedef int (*rlpi_http_pick_fn)(void *arg, const rlpi_http_req *r, char **url, size_t *id);
+
+struct rlpi_http_req {
     /* in, set by the caller (the strings and lists are borrowed) */
     const char *const *urls; /* (n_urls) endpoints; a retry moves to the next one */
     size_t n_urls;
@@ -36,6 +47,9 @@ typedef struct rlpi_http_req {
     size_t max_declared;                 /* refuse a declared Content-Length above it; 0 = response_limit */
     uint32_t max_retries;                /* attempts after the first */
     uint64_t deadline_ns;                /* rlpi_now_ns() clock; no attempt starts or waits past it; 0 = none */
+    rlpi_http_pick_fn pick;              /* or NULL: urls/url instead; with it, urls and n_urls are unused */
+    void *pick_arg;
+    uint64_t pick_wait_ns;               /* longest wait for pick to find a URL, from its first "none" */
 
     /* out */
     int outcome;                  /* RLPI_HQ_* */
@@ -46,12 +60,15 @@ typedef struct rlpi_http_req {
     curl_off_t declared;          /* Content-Length of the last response, -1 if none */
     rlpi_http_response resp;      /* the last attempt's body; freed by rlpi_http_req_release */
     char errbuf[CURL_ERROR_SIZE]; /* curl's text for the last attempt */
+    char *picked;                 /* with pick: the last attempt's URL (malloc'd; freed by rlpi_http_req_release) */
+    size_t picked_id;             /* and its id */
 
     /* the queue's */
+    uint64_t nourl_since;         /* when pick first found none in a row (0: it found one) */
     int state;
     uint64_t ready_ns;
     CURL *easy;
-} rlpi_http_req;
+};
 
 typedef struct rlpi_http_queue_opts {
     uint32_t max_in_flight;      /* 0 = no limit */
@@ -85,7 +102,7 @@ void rlpi_http_queue_free(rlpi_http_queue *q);
  * unfinished RLPI_HQ_ABORTED). One thread at a time per queue. */
 int rlpi_http_queue_run(rlpi_http_queue *q, rlpi_http_req *reqs, size_t n);
 
-/* Frees a request's response. */
+/* Frees a request's response and picked URL. */
 void rlpi_http_req_release(rlpi_http_req *r);
 
 #endif

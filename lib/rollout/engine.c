@@ -188,7 +188,7 @@ int rlp_rollout_engine_create_remote(rlp_rollout_engine **out, const rlp_tokeniz
     RLPI_CHECK_ARG(out, "out is NULL");
     RLPI_CHECK_ARG(opts, "opts is NULL");
     RLPI_CHECK_ARG(opts->version == RLP_REMOTE_OPTIONS_VERSION, "opts->version is unknown");
-    RLPI_CHECK_ARG(opts->n_urls >= 1 && opts->urls, "at least one URL is needed");
+    RLPI_CHECK_ARG(opts->urls || opts->n_urls == 0, "opts->urls is NULL");
     for (size_t i = 0; i < opts->n_urls; i++)
         RLPI_CHECK_ARG(opts->urls[i] && opts->urls[i][0], "urls[i] is NULL or empty");
     rlp_rollout_engine *e = engine_new(RLPI_ENGINE_REMOTE);
@@ -477,6 +477,27 @@ int rlp_rollout_engine_set_version(rlp_rollout_engine *engine, uint64_t version)
     engine->version = version;
     engine->epoch++;
     pthread_mutex_unlock(&engine->mu);
+    return RLP_OK;
+}
+
+int rlp_rollout_engine_set_urls(rlp_rollout_engine *engine, const char *const *urls, size_t n_urls)
+{
+    RLPI_CHECK_ARG(engine, "engine is NULL");
+    if (engine->kind != RLPI_ENGINE_REMOTE)
+        return rlpi_error_set(RLP_E_STATE, "%s: a local engine has no servers", __func__);
+    RLPI_CHECK_ARG(urls || n_urls == 0, "urls is NULL");
+    int rc = rlpi_engine_remote_set_urls(engine, urls, n_urls);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
+
+int rlp_rollout_engine_server_stats(rlp_server_stats *out, size_t cap, size_t *n_out, const rlp_rollout_engine *engine)
+{
+    RLPI_CHECK_ARG(n_out, "n_out is NULL");
+    RLPI_CHECK_ARG(engine, "engine is NULL");
+    RLPI_CHECK_ARG(out || cap == 0, "out is NULL");
+    if (engine->kind != RLPI_ENGINE_REMOTE)
+        return rlpi_error_set(RLP_E_STATE, "%s: a local engine has no servers", __func__);
+    *n_out = rlpi_engine_remote_server_stats(engine, out, cap);
     return RLP_OK;
 }
 

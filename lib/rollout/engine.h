@@ -88,6 +88,9 @@ int rlpi_engine_remote_episodes(rlp_rollout_engine *e, rlp_batch *out, const rlp
                                 void *payload);
 int rlpi_engine_remote_create(rlp_rollout_engine *e);
 void rlpi_engine_remote_destroy(rlp_rollout_engine *e);
+/* The remote client's set of servers and per-server counters (engine_remote.c). */
+int rlpi_engine_remote_set_urls(rlp_rollout_engine *e, const char *const *urls, size_t n);
+size_t rlpi_engine_remote_server_stats(const rlp_rollout_engine *e, rlp_server_stats *out, size_t cap);
 
 /* The group id that a prompt's samples carry, and the random stream of its
  * sample j: a pure function of (group, j), never of the batch around it. */

@@ -14,6 +14,16 @@
 #ifdef RLPI_HAVE_CURL
 #include "rollout/remote_client.h"
 
+/* The engine's version when a response arrives: where staleness is measured from. */
+static uint64_t engine_version_now(void *arg)
+{
+    rlp_rollout_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    uint64_t v = e->version;
+    pthread_mutex_unlock(&e->mu);
+    return v;
+}
+
 int rlpi_engine_remote_create(rlp_rollout_engine *e)
 {
     const rlp_remote_options *o = &e->ropts;
@@ -21,7 +31,20 @@ int rlpi_engine_remote_create(rlp_rollout_engine *e)
                               .timeout_ms = o->timeout_ms, .max_retries = o->max_retries,
                               .max_response_bytes = (size_t)o->max_response_bytes,
                               .max_in_flight = o->max_in_flight};
-    return rlpi_remote_client_create(&e->client, &cfg);
+    int rc = rlpi_remote_client_create(&e->client, &cfg);
+    if (!rc)
+        rlpi_remote_client_set_version_source(e->client, engine_version_now, e);
+    return rc;
+}
+
+int rlpi_engine_remote_set_urls(rlp_rollout_engine *e, const char *const *urls, size_t n)
+{
+    return rlpi_remote_client_set_urls(e->client, urls, n);
+}
+
+size_t rlpi_engine_remote_server_stats(const rlp_rollout_engine *e, rlp_server_stats *out, size_t cap)
+{
+    return rlpi_remote_client_server_stats(e->client, out, cap);
 }
 
 void rlpi_engine_remote_destroy(rlp_rollout_engine *e)
@@ -181,6 +204,18 @@ int rlpi_engine_remote_create(rlp_rollout_engine *e)
 void rlpi_engine_remote_destroy(rlp_rollout_engine *e)
 {
     (void)e;
+}
+
+int rlpi_engine_remote_set_urls(rlp_rollout_engine *e, const char *const *urls, size_t n)
+{
+    (void)e, (void)urls, (void)n;
+    return rlpi_error_set(RLP_E_UNSUPPORTED, "remote rollout engine: librlpost was built without libcurl");
+}
+
+size_t rlpi_engine_remote_server_stats(const rlp_rollout_engine *e, rlp_server_stats *out, size_t cap)
+{
+    (void)e, (void)out, (void)cap;
+    return 0;
 }
 
 int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_prompt *prompts, size_t n_prompts,

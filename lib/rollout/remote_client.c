@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,10 +35,31 @@
 /* Longest wait in one curl_multi_poll (curl shortens it to its own timers). */
 #define POLL_MS 1000
 
+/* One server ever in the set: its URLs and counters (id = its index in
+ * the pool's `known`, stable while the pool lives). */
+typedef struct server_rec {
+    char *base;     /* as given */
+    char *endpoint; /* ".../v1/completions" */
+    rlp_server_stats st;
+} server_rec;
+
+/* The set of servers, shared by a client and its clones (refcounted):
+ * rlpi_remote_client_set_urls() may change it from another thread while
+ * requests pick from it. */
+typedef struct url_pool {
+    pthread_mutex_t mu;
+    int refs;
+    server_rec *known; /* (n_known) every server ever in the set */
+    size_t n_known, cap_known;
+    size_t *cur; /* (n_cur) ids in `known`: the current set */
+    size_t n_cur;
+    size_t cursor; /* round-robin over cur, shared by the clones */
+    uint64_t (*version_fn)(void *);
+    void *version_arg;
+} url_pool;
+
 struct rlpi_remote_client {
-    char **urls; /* (n_urls) full endpoints ".../v1/completions" */
-    size_t n_urls;
-    size_t next_url; /* round-robin cursor, carried across calls */
+    url_pool *pool;
     char *model;
     struct curl_slist *headers; /* content type, bearer token, no Expect: 100-continue */
     uint32_t timeout_ms, connect_timeout_ms, max_retries, backoff_ms, max_in_flight;
@@ -110,21 +132,217 @@ static int has_ctl(const char *s)
     return 0;
 }
 
+/* ---- the set of servers ------------------------------------------------ */
+
+/* RLP_OK, or RLP_E_INVALID_ARG naming the first URL at fault. */
+static int check_urls(const char *const *urls, size_t n)
+{
+    RLPI_CHECK_ARG(urls || n == 0, "base_urls is NULL");
+    for (size_t i = 0; i < n; i++) {
+        const char *u = urls[i];
+        if (!u || !(strncasecmp(u, "http://", 7) == 0 || strncasecmp(u, "https://", 8) == 0) || has_ctl(u))
+            return rlpi_error_set(RLP_E_INVALID_ARG,
+                                  "remote client: base_urls[%zu] \"%s\" is not an http:// or "
+                                  "https:// URL",
+                                  i, u ? u : "(null)");
+        if (strlen(u) >= RLP_SERVER_URL_MAX)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "remote client: base_urls[%zu] is %zu bytes long, more than %d", i,
+                                  strlen(u), RLP_SERVER_URL_MAX - 1);
+    }
+    return RLP_OK;
+}
+
+static url_pool *pool_new(void)
+{
+    url_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    p->refs = 1;
+    return p;
+}
+
+static void pool_unref(url_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    int last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!last)
+        return;
+    for (size_t i = 0; i < p->n_known; i++) {
+        free(p->known[i].base);
+        free(p->known[i].endpoint);
+    }
+    free(p->known);
+    free(p->cur);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* The id of `base` in known, added when new (under mu); -1 out of memory. */
+static long pool_id(url_pool *p, const char *base)
+{
+    for (size_t i = 0; i < p->n_known; i++)
+        if (!strcmp(p->known[i].base, base))
+            return (long)i;
+    if (p->n_known == p->cap_known) {
+        size_t cap = p->cap_known ? 2 * p->cap_known : 8;
+        server_rec *k = realloc(p->known, cap * sizeof *k);
+        if (!k)
+            return -1;
+        p->known = k;
+        p->cap_known = cap;
+    }
+    server_rec *r = &p->known[p->n_known];
+    memset(r, 0, sizeof *r);
+    r->base = dup_str(base);
+    r->endpoint = endpoint_url(base);
+    if (!r->base || !r->endpoint) {
+        free(r->base);
+        free(r->endpoint);
+        return -1;
+    }
+    r->st.version = RLP_SERVER_STATS_VERSION;
+    snprintf(r->st.url, sizeof r->st.url, "%s", base);
+    r->st.last_weight_version = -1;
+    return (long)p->n_known++;
+}
+
+/* Replaces the current set (URLs already checked). */
+static int pool_set(url_pool *p, const char *const *urls, size_t n)
+{
+    size_t *cur = n ? malloc(n * sizeof *cur) : NULL;
+    if (n && !cur)
+        return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < n; i++) {
+        long id = pool_id(p, urls[i]);
+        if (id < 0) {
+            pthread_mutex_unlock(&p->mu);
+            free(cur);
+            return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
+        }
+        cur[i] = (size_t)id;
+    }
+    for (size_t i = 0; i < p->n_known; i++)
+        p->known[i].st.in_set = 0;
+    for (size_t i = 0; i < n; i++)
+        p->known[cur[i]].st.in_set = 1;
+    free(p->cur);
+    p->cur = cur;
+    p->n_cur = n;
+    pthread_mutex_unlock(&p->mu);
+    return RLP_OK;
+}
+
+/* Copies of the current endpoints (malloc'd array of malloc'd strings). */
+static char **pool_snapshot(url_pool *p, size_t *n)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t k = 0;
+    char **v = p->n_cur ? calloc(p->n_cur, sizeof *v) : NULL;
+    for (size_t i = 0; v && i < p->n_cur; i++)
+        if ((v[k] = dup_str(p->known[p->cur[i]].endpoint)))
+            k++;
+    pthread_mutex_unlock(&p->mu);
+    *n = k;
+    return v;
+}
+
+/* The queue's pick hook: a retry goes to the server after the one that
+ * failed (when it is still in the set), a first attempt to the next one of
+ * the shared round-robin. */
+static int pool_pick(void *arg, const rlpi_http_req *r, char **url, size_t *id)
+{
+    url_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    if (!p->n_cur) {
+        pthread_mutex_unlock(&p->mu);
+        return 1;
+    }
+    size_t pos = p->n_cur;
+    if (r->picked)
+        for (size_t i = 0; i < p->n_cur && pos == p->n_cur; i++)
+            if (p->cur[i] == r->picked_id)
+                pos = (i + 1) % p->n_cur;
+    if (pos == p->n_cur)
+        pos = p->cursor++ % p->n_cur;
+    *id = p->cur[pos];
+    *url = dup_str(p->known[*id].endpoint);
+    pthread_mutex_unlock(&p->mu);
+    return *url ? 0 : -1;
+}
+
+int rlpi_remote_client_set_urls(rlpi_remote_client *c, const char *const *base_urls, size_t n_urls)
+{
+    RLPI_CHECK_ARG(c, "client is NULL");
+    int rc = check_urls(base_urls, n_urls);
+    return rc ? rc : pool_set(c->pool, base_urls, n_urls);
+}
+
+void rlpi_remote_client_set_version_source(rlpi_remote_client *c, uint64_t (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&c->pool->mu);
+    c->pool->version_fn = fn;
+    c->pool->version_arg = arg;
+    pthread_mutex_unlock(&c->pool->mu);
+}
+
+size_t rlpi_remote_client_server_stats(const rlpi_remote_client *c, rlp_server_stats *out, size_t cap)
+{
+    url_pool *p = c->pool;
+    pthread_mutex_lock(&p->mu);
+    size_t n = p->n_known;
+    for (size_t i = 0; out && i < n && i < cap; i++)
+        out[i] = p->known[i].st;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+/* Counts one request's end at the server of its last attempt. */
+static void pool_count(url_pool *p, const rlpi_http_req *x, const rlpi_remote_result *res)
+{
+    if (!x->picked)
+        return; /* never reached a server */
+    uint64_t (*fn)(void *);
+    void *arg;
+    pthread_mutex_lock(&p->mu);
+    fn = p->version_fn;
+    arg = p->version_arg;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t now_v = fn && res->status == RLP_OK && res->weight_version >= 0 ? fn(arg) : 0;
+    pthread_mutex_lock(&p->mu);
+    rlp_server_stats *st = &p->known[x->picked_id].st;
+    if (res->status != RLP_OK) {
+        st->requests_failed++;
+    } else {
+        st->requests_ok++;
+        st->completions += res->n_choices;
+        for (size_t i = 0; i < res->n_choices; i++)
+            st->completion_tokens += res->choices[i].n_tokens;
+        if (res->weight_version >= 0) {
+            uint64_t wv = (uint64_t)res->weight_version;
+            uint64_t stale = fn && now_v > wv ? now_v - wv : 0;
+            st->last_weight_version = res->weight_version;
+            st->versioned++;
+            st->staleness_sum += stale;
+            if (stale > st->staleness_max)
+                st->staleness_max = stale;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
 int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg)
 {
     RLPI_CHECK_ARG(out, "out is NULL");
     *out = NULL;
     RLPI_CHECK_ARG(cfg, "cfg is NULL");
-    RLPI_CHECK_ARG(cfg->n_urls > 0 && cfg->base_urls, "no base_urls");
-    for (size_t i = 0; i < cfg->n_urls; i++) {
-        const char *u = cfg->base_urls[i];
-        if (!u || !(strncasecmp(u, "http://", 7) == 0 || strncasecmp(u, "https://", 8) == 0) ||
-            has_ctl(u))
-            return rlpi_error_set(RLP_E_INVALID_ARG,
-                                  "remote client: base_urls[%zu] \"%s\" is not an http:// or "
-                                  "https:// URL",
-                                  i, u ? u : "(null)");
-    }
+    int rc = check_urls(cfg->base_urls, cfg->n_urls);
+    if (rc)
+        return rc;
     if (cfg->api_key && (has_ctl(cfg->api_key) || !*cfg->api_key))
         return rlpi_error_set(RLP_E_INVALID_ARG,
                               "remote client: api_key is empty or has control characters");
@@ -141,7 +359,6 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
     rlpi_remote_client *c = calloc(1, sizeof *c);
     if (!c)
         return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
-    c->n_urls = cfg->n_urls;
     c->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
     c->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
     c->max_retries = cfg->max_retries;
@@ -149,9 +366,7 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
     c->max_response_bytes = cfg->max_response_bytes ? cfg->max_response_bytes : DEFAULT_MAX_RESPONSE;
     c->max_in_flight = cfg->max_in_flight ? cfg->max_in_flight : DEFAULT_MAX_IN_FLIGHT;
 
-    int ok = (c->urls = calloc(cfg->n_urls, sizeof *c->urls)) != NULL;
-    for (size_t i = 0; ok && i < cfg->n_urls; i++)
-        ok = (c->urls[i] = endpoint_url(cfg->base_urls[i])) != NULL;
+    int ok = (c->pool = pool_new()) != NULL && pool_set(c->pool, cfg->base_urls, cfg->n_urls) == RLP_OK;
     if (ok && cfg->model)
         ok = (c->model = dup_str(cfg->model)) != NULL;
 
@@ -190,9 +405,7 @@ void rlpi_remote_client_free(rlpi_remote_client *c)
         return;
     rlpi_http_queue_free(c->queue);
     curl_slist_free_all(c->headers);
-    for (size_t i = 0; c->urls && i < c->n_urls; i++)
-        free(c->urls[i]);
-    free(c->urls);
+    pool_unref(c->pool);
     free(c->model);
     free(c);
 }
@@ -202,21 +415,22 @@ int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client 
     RLPI_CHECK_ARG(out, "out is NULL");
     *out = NULL;
     RLPI_CHECK_ARG(c, "client is NULL");
+    (void)first_url; /* the clones share one round-robin cursor */
     rlpi_remote_client *d = calloc(1, sizeof *d);
     if (!d)
         return rlpi_error_set(RLP_E_NOMEM, "remote client: out of memory");
-    d->n_urls = c->n_urls;
-    d->next_url = first_url % c->n_urls;
+    pthread_mutex_lock(&c->pool->mu);
+    c->pool->refs++;
+    pthread_mutex_unlock(&c->pool->mu);
+    d->pool = c->pool;
     d->timeout_ms = c->timeout_ms;
     d->connect_timeout_ms = c->connect_timeout_ms;
     d->max_retries = c->max_retries;
     d->backoff_ms = c->backoff_ms;
     d->max_response_bytes = c->max_response_bytes;
     d->max_in_flight = c->max_in_flight;
-    int ok = (d->urls = calloc(c->n_urls, sizeof *d->urls)) != NULL;
-    for (size_t i = 0; ok && i < c->n_urls; i++)
-        ok = (d->urls[i] = dup_str(c->urls[i])) != NULL;
-    if (ok && c->model)
+    int ok = 1;
+    if (c->model)
         ok = (d->model = dup_str(c->model)) != NULL;
     for (const struct curl_slist *h = c->headers; ok && h; h = h->next) {
         struct curl_slist *n = curl_slist_append(d->headers, h->data);
@@ -271,8 +485,10 @@ static uint64_t models_context(const char *body, size_t len, const char *model)
 uint64_t rlpi_remote_client_context(const rlpi_remote_client *c)
 {
     uint64_t best = 0;
-    for (size_t i = 0; c && i < c->n_urls; i++) {
-        const char *u = c->urls[i]; /* ".../v1/completions" */
+    size_t n_urls = 0;
+    char **urls = c ? pool_snapshot(c->pool, &n_urls) : NULL;
+    for (size_t i = 0; urls && i < n_urls; i++) {
+        const char *u = urls[i]; /* ".../v1/completions" */
         size_t n = strlen(u), tail = strlen("completions");
         char *url = n > tail ? fmt_alloc("%.*smodels", (int)(n - tail), u) : NULL;
         CURL *e = url ? curl_easy_init() : NULL;
@@ -297,6 +513,9 @@ uint64_t rlpi_remote_client_context(const rlpi_remote_client *c)
             curl_easy_cleanup(e);
         free(url);
     }
+    for (size_t i = 0; urls && i < n_urls; i++)
+        free(urls[i]);
+    free(urls);
     return best;
 }
 
@@ -417,7 +636,7 @@ static int finish(rlpi_remote_result *res, int status, char *msg)
 static int request_done(const rlpi_remote_client *c, const rlpi_http_req *x, uint32_t n_expected,
                          rlpi_remote_result *res)
 {
-    const char *url = c->urls[x->url];
+    const char *url = x->picked ? x->picked : "(no server)";
     long code = x->http_code;
     CURLcode rc = x->curl_rc;
     uint32_t att = x->attempts;
@@ -474,7 +693,6 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
     }
     size_t nx = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t url = (c->next_url + i) % c->n_urls;
         const char *problem = request_problem(&reqs[i]);
         if (problem) {
             finish(&results[i], RLP_E_INVALID_ARG, fmt_alloc("request %zu: %s", i, problem));
@@ -490,9 +708,9 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
             continue;
         }
         x->body = body;
-        x->urls = (const char *const *)c->urls;
-        x->n_urls = c->n_urls;
-        x->url = url;
+        x->pick = pool_pick;
+        x->pick_arg = c->pool;
+        x->pick_wait_ns = (uint64_t)c->timeout_ms * 1000000u;
         x->headers = c->headers;
         x->timeout_ms = (long)c->timeout_ms;
         x->connect_timeout_ms = (long)c->connect_timeout_ms;
@@ -500,7 +718,6 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
         x->max_retries = c->max_retries;
         req_of[nx++] = i;
     }
-    c->next_url = (c->next_url + n) % c->n_urls;
 
     int rc = rlpi_http_queue_run(c->queue, xs, nx);
     char broken[256] = "";
@@ -512,18 +729,25 @@ int rlpi_remote_client_complete(rlpi_remote_client *c, const rlpi_remote_request
         rlpi_remote_result *res = &results[i];
         res->attempts = x->attempts;
         res->http_code = x->last_http_code;
+        const char *url = x->picked ? x->picked : "(no server)";
         if (x->outcome == RLPI_HQ_DONE) {
             request_done(c, x, reqs[i].n, res);
+        } else if (x->outcome == RLPI_HQ_NOURL) {
+            finish(res, RLP_E_TIMEOUT,
+                   fmt_alloc("request %zu: no rollout server: the set of server URLs stayed empty for %u ms (the "
+                             "request's timeout; rlp_rollout_engine_set_urls adds servers)",
+                             i, c->timeout_ms));
         } else if (x->outcome == RLPI_HQ_NOSTART) {
             res->attempts++; /* the one that could not start counts */
             finish(res, RLP_E_NOMEM,
-                   x->attempts ? fmt_alloc("POST %s: cannot start a transfer", c->urls[x->url])
+                   x->attempts ? fmt_alloc("POST %s: cannot start a transfer", url)
                                : fmt_alloc("request %zu: cannot start a transfer (out of memory)", i));
         } else if (x->outcome == RLPI_HQ_PENDING) { /* the queue had no memory to run */
-            finish(res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory", c->urls[x->url]));
+            finish(res, RLP_E_NOMEM, fmt_alloc("POST %s: out of memory", url));
         } else { /* the multi handle broke */
-            finish(res, RLP_E_NETWORK, fmt_alloc("POST %s: %s", c->urls[x->url], x->errbuf));
+            finish(res, RLP_E_NETWORK, fmt_alloc("POST %s: %s", url, x->errbuf));
         }
+        pool_count(c->pool, x, res);
         rlpi_http_req_release(x);
         free((char *)x->body);
     }

@@ -6,14 +6,17 @@
 #ifndef RLPI_ROLLOUT_REMOTE_CLIENT_H
 #define RLPI_ROLLOUT_REMOTE_CLIENT_H
 
+#include "rlpost.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct rlpi_remote_client rlpi_remote_client;
 
 typedef struct rlpi_remote_config {
-    const char *const *base_urls;  /* (n_urls) e.g. "http://127.0.0.1:8000"; requests spread round-robin */
-    size_t n_urls;
+    const char *const *base_urls;  /* (n_urls) e.g. "http://127.0.0.1:8000"; requests spread round-robin;
+                                      at most RLP_SERVER_URL_MAX - 1 bytes each */
+    size_t n_urls;                 /* may be 0: requests wait for rlpi_remote_client_set_urls() */
     const char *model;             /* "model" field of each request (NULL = omitted) */
     const char *api_key;           /* bearer token or NULL */
     uint32_t timeout_ms;           /* whole-request timeout (0 = 600000) */
@@ -60,6 +63,11 @@ typedef struct rlpi_remote_result {
 } rlpi_remote_result;
 
 /* A base URL may end in "/" or "/v1"; requests go to <base>/v1/completions.
+ * The set of URLs may change while the client runs
+ * (rlpi_remote_client_set_urls); every attempt of a request picks its URL
+ * from the set as it is then, and a request that finds it empty waits
+ * (asking again every 0.1 s) up to timeout_ms, then fails with
+ * RLP_E_TIMEOUT.
  * The first call in the process runs curl_global_init, once (pthread_once);
  * a host that uses libcurl itself from several threads should call it
  * before starting them. A client is used by one thread at a time; distinct
@@ -67,12 +75,31 @@ typedef struct rlpi_remote_result {
  * (curl failed to initialise), RLP_E_NOMEM. */
 int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config *cfg);
 void rlpi_remote_client_free(rlpi_remote_client *c);
-/* A new client with c's URLs, headers and limits and a queue of its own,
- * for another thread (a client is one thread's); its round-robin cursor
- * starts at URL `first_url` (mod the count), so clones spread over the
- * servers. Reads c only: safe while c's owner is between calls.
+/* A new client with c's headers and limits and a queue of its own, for
+ * another thread (a client is one thread's). It shares c's set of URLs,
+ * round-robin cursor and per-server counters (so clones spread over the
+ * servers and see set changes); `first_url` is kept for the callers and
+ * unused. Reads c only: safe while c's owner is between calls.
  * RLP_E_NOMEM. */
 int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client *c, size_t first_url);
+
+/* Replaces the set of base URLs (checked as at create; copied) that the
+ * client and its clones pick from. Attempts in flight finish where they
+ * are; the next attempt of any request picks from the new set. A server
+ * keeps its counters across removal and return (matched by base URL).
+ * Thread-safe, also while another thread is in rlpi_remote_client_complete.
+ * RLP_E_INVALID_ARG, RLP_E_NOMEM (the old set is kept). */
+int rlpi_remote_client_set_urls(rlpi_remote_client *c, const char *const *base_urls, size_t n_urls);
+
+/* Where the staleness of a response is measured from: fn(arg) is the
+ * version current when a response arrives (the engine's). Set once, before
+ * any request; without it the staleness counters stay 0. */
+void rlpi_remote_client_set_version_source(rlpi_remote_client *c, uint64_t (*fn)(void *arg), void *arg);
+
+/* Per-server counters (every server ever in the set, in order of first
+ * appearance) into out[0 .. min(cap, count)); returns the count.
+ * Thread-safe. */
+size_t rlpi_remote_client_server_stats(const rlpi_remote_client *c, rlp_server_stats *out, size_t cap);
 
 /* The servers' context length (prompt + completion tokens per sequence):
  * the smallest `max_model_len` that GET <base>/v1/models reports (vLLM,

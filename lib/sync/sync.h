@@ -11,6 +11,7 @@
 #include "rlpost.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,19 @@ struct rlp_synchronizer {
     rlpi_snapshot *snap;     /* IN_PROCESS: the latest published weights */
     rlp_policy *recv;        /* COLLECTIVE, receiving ranks: the broadcast lands here, then in the engine */
     rlp_sync_stats st;
+
+    /* HTTP, rlp_synchronizer_pull_at_least(): update rounds on a thread of
+     * their own, so that generation on a version within the staleness bound
+     * goes on while the newest one reaches the servers (under mu) */
+    pthread_t bg_thread;
+    bool bg_started, bg_busy, bg_pending; /* thread up; a round in flight; one asked for */
+    pthread_cond_t bg_cv;    /* a round was asked for, or one ended */
+    uint64_t bg_want;        /* the version the next round brings the servers to */
+    uint64_t bg_round;       /* the version of the round in flight or the last one */
+    uint64_t bg_ended;       /* rounds ended */
+    int bg_rc;               /* how the last round ended */
+    char bg_err[512];        /* its message */
+    atomic_bool http_abort;  /* rlp_synchronizer_free(): a round in flight stops */
 };
 
 /* One published version as the manifest describes it. */

@@ -11,6 +11,7 @@
 #include "core/batch.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/sync_eta.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -217,9 +218,13 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     }
     uint64_t seed = rlpi_train_mix_seed(w->o.seed, j + 1);
 
-    /* the latest weights, then generate */
+    /* the latest weights, then generate. Batch j serves step j + 1, where
+     * the trainer holds version j: what is older than j − η would be
+     * dropped, so that much is waited for; remote servers get the newest
+     * version in the background meanwhile (rlp_synchronizer_pull_at_least) */
     t = rlpi_now_s();
-    rc = rlp_synchronizer_pull(w->sync, w->engine);
+    uint32_t eta = rlpi_sync_max_staleness(w->sync);
+    rc = rlp_synchronizer_pull_at_least(w->sync, w->engine, j > eta ? j - eta : 0);
     if (rc == RLP_E_NETWORK && w->o.remote) {
         rlpi_train_pull_warning(&w->pull_warnings, w->o.log_fn, w->o.log_payload, rc);
         rc = RLP_OK;

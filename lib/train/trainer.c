@@ -43,7 +43,7 @@ static int copy_options(rlp_trainer *t, const rlp_trainer_options *o)
         if ((o->metrics[i].mean_key && !t->metrics[i].mean_key) || (o->metrics[i].rate_key && !t->metrics[i].rate_key))
             return RLP_E_NOMEM;
     }
-    for (size_t i = 0; i < o->n_worker_urls; i++)
+    for (size_t i = 0; i < o->n_worker_urls; i++, t->n_urls++)
         if (!(t->urls[i] = strdup(o->worker_urls[i])))
             return RLP_E_NOMEM;
     if ((o->api_key && !(t->api_key = strdup(o->api_key))) ||
@@ -90,10 +90,13 @@ static int check_options(const rlp_trainer_options *o)
     for (size_t i = 0; i < o->n_worker_urls; i++)
         if (!o->worker_urls[i] || !*o->worker_urls[i])
             return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->worker_urls[%zu] is empty", i);
-    if (o->n_worker_urls && o->mode == RLP_TRAIN_SYNC)
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need RLP_TRAIN_PULL or "
-                              "RLP_TRAIN_ASYNC (a sync run generates with the trainer's own weights)");
-    if (o->rollout_inbox && (o->mode != RLP_TRAIN_ASYNC || o->n_worker_urls || !o->weights_dir || !*o->weights_dir ||
+    RLPI_CHECK_ARG(o->remote_workers == 0 || o->remote_workers == 1, "opts->remote_workers must be 0 or 1");
+    const bool remote = o->n_worker_urls || o->remote_workers;
+    if (remote && o->mode == RLP_TRAIN_SYNC)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls (or remote_workers) need "
+                              "RLP_TRAIN_PULL or RLP_TRAIN_ASYNC (a sync run generates with the trainer's own "
+                              "weights)");
+    if (o->rollout_inbox && (o->mode != RLP_TRAIN_ASYNC || remote || !o->weights_dir || !*o->weights_dir ||
                              !*o->rollout_inbox))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: rollout_inbox needs RLP_TRAIN_ASYNC and "
                               "weights_dir (where the workers load each version from), and not worker_urls");
@@ -115,9 +118,9 @@ static int check_options(const rlp_trainer_options *o)
     if (!(o->gae_lambda >= 0 && o->gae_lambda <= 1))
         return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: opts->gae_lambda (%g) must be in [0, 1]",
                               (double)o->gae_lambda);
-    if (o->n_worker_urls && (!o->weights_dir || !*o->weights_dir))
-        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls need opts->weights_dir (where "
-                              "the workers load each published version from)");
+    if (remote && (!o->weights_dir || !*o->weights_dir))
+        return rlpi_error_set(RLP_E_INVALID_ARG, "rlp_trainer_create: worker_urls (or remote_workers) need "
+                              "opts->weights_dir (where the workers load each published version from)");
     return RLP_OK;
 }
 
@@ -145,7 +148,7 @@ static int create_rollout_engine(rlp_trainer *t)
     if (t->remote) {
         rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
         rem.urls = (const char *const *)t->urls;
-        rem.n_urls = t->o.n_worker_urls;
+        rem.n_urls = t->n_urls; /* may be 0: rlp_trainer_set_worker_urls() adds them */
         rem.api_key = t->api_key;
         rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
         rem.max_retries = 3;
@@ -204,13 +207,24 @@ static int create_sync(rlp_trainer *t)
     so.initial_version = version;
     if (t->inbox)
         so.dir = t->weights_dir; /* the workers of other processes read the manifest there */
+    /* the synchronizer's HTTP transport refuses an empty set at creation:
+     * a swarm that starts with no worker is made with a placeholder that
+     * is replaced by the (empty) set before anything is sent to it */
+    static const char *const placeholder[] = {"http://127.0.0.1:9"};
+    pthread_mutex_lock(&t->urls_mu); /* a set_worker_urls meanwhile waits, then finds t->sync */
     if (t->remote) {
         so.dir = t->weights_dir;
-        so.urls = (const char *const *)t->urls;
-        so.n_urls = t->o.n_worker_urls;
+        so.urls = t->n_urls ? (const char *const *)t->urls : placeholder;
+        so.n_urls = t->n_urls ? t->n_urls : 1;
         so.api_key = t->api_key;
     }
-    if ((rc = rlp_synchronizer_create(&t->sync, &so)))
+    rc = rlp_synchronizer_create(&t->sync, &so);
+    if (!rc && t->remote && !t->n_urls && (rc = rlp_synchronizer_set_urls(t->sync, NULL, 0))) {
+        rlp_synchronizer_free(t->sync);
+        t->sync = NULL;
+    }
+    pthread_mutex_unlock(&t->urls_mu);
+    if (rc)
         return rlpi_error_wrap("%s", t->remote || t->inbox ? "weights_dir" : "synchronizer");
     if (async) {
         rlp_buffer_options bo = RLP_BUFFER_OPTIONS_INIT;
@@ -239,6 +253,7 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     rlp_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    pthread_mutex_init(&t->urls_mu, NULL);
     if ((rc = copy_options(t, &o))) {
         rlp_trainer_free(t);
         return rlpi_error_set(rc, "%s: out of memory", __func__);
@@ -246,7 +261,7 @@ int rlp_trainer_create(rlp_trainer **out, rlp_policy *policy, rlp_task *task, rl
     t->policy = policy;
     t->task = task;
     t->reward = reward;
-    t->remote = o.n_worker_urls > 0;
+    t->remote = o.n_worker_urls > 0 || o.remote_workers;
     t->rank = 0;
     t->world = 1;
     if (o.comm) {
@@ -331,6 +346,7 @@ void rlp_trainer_free(rlp_trainer *t)
     }
     for (size_t i = 0; i < RLPI_MAX_URLS; i++)
         free(t->urls[i]);
+    pthread_mutex_destroy(&t->urls_mu);
     free(t->api_key);
     free(t->weights_dir);
     free(t->inbox);
@@ -339,6 +355,52 @@ void rlp_trainer_free(rlp_trainer *t)
     rlpi_sampling_copy_free(&t->sampling_copy);
     free(t->prompt_ids);
     free(t);
+}
+
+int rlp_trainer_set_worker_urls(rlp_trainer *t, const char *const *urls, size_t n_urls)
+{
+    RLPI_CHECK_ARG(t, "trainer is NULL");
+    if (!t->remote || !t->ro_engine)
+        return rlpi_error_set(RLP_E_STATE, "%s: the trainer has no remote workers (set worker_urls or "
+                              "remote_workers)", __func__);
+    RLPI_CHECK_ARG(urls || n_urls == 0, "urls is NULL");
+    if (n_urls > RLPI_MAX_URLS)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: %zu URLs, more than %d", __func__, n_urls, RLPI_MAX_URLS);
+    for (size_t i = 0; i < n_urls; i++)
+        if (!urls[i] || !(!strncmp(urls[i], "http://", 7) || !strncmp(urls[i], "https://", 8)))
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: urls[%zu] \"%s\" is not an http:// or https:// URL",
+                                  __func__, i, urls[i] ? urls[i] : "(null)");
+    char *copy[RLPI_MAX_URLS] = {0};
+    for (size_t i = 0; i < n_urls; i++)
+        if (!(copy[i] = strdup(urls[i]))) {
+            for (size_t k = 0; k < i; k++)
+                free(copy[k]);
+            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        }
+    pthread_mutex_lock(&t->urls_mu);
+    int rc = rlp_rollout_engine_set_urls(t->ro_engine, urls, n_urls);
+    if (!rc && t->sync)
+        rc = rlp_synchronizer_set_urls(t->sync, urls, n_urls);
+    if (!rc) {
+        for (size_t i = 0; i < RLPI_MAX_URLS; i++) {
+            free(t->urls[i]);
+            t->urls[i] = copy[i];
+            copy[i] = NULL;
+        }
+        t->n_urls = n_urls;
+    }
+    pthread_mutex_unlock(&t->urls_mu);
+    for (size_t i = 0; i < n_urls; i++)
+        free(copy[i]);
+    return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
+}
+
+int rlp_trainer_server_stats(rlp_server_stats *out, size_t cap, size_t *n_out, const rlp_trainer *t)
+{
+    RLPI_CHECK_ARG(t, "trainer is NULL");
+    if (!t->remote || !t->ro_engine)
+        return rlpi_error_set(RLP_E_STATE, "%s: the trainer has no remote workers", __func__);
+    return rlp_rollout_engine_server_stats(out, cap, n_out, t->ro_engine);
 }
 
 int rlp_trainer_interrupt(rlp_trainer *t)

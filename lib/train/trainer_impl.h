@@ -37,7 +37,9 @@ struct rlp_trainer {
     rlp_trainer_options o;
     rlp_trainer_metric metrics[RLP_TRAINER_MAX_METRICS];
     size_t n_metrics;
-    char *urls[RLPI_MAX_URLS];
+    char *urls[RLPI_MAX_URLS];     /* (n_urls) the remote workers now, under urls_mu */
+    size_t n_urls;
+    pthread_mutex_t urls_mu;       /* urls, and t->sync's creation (rlp_trainer_set_worker_urls) */
     char *api_key, *weights_dir;
     char *inbox;                   /* rollout_inbox's copy, or NULL */
     rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
@@ -46,7 +48,7 @@ struct rlp_trainer {
     rlp_reward_fn *reward;
     const rlp_tokenizer *tok;      /* what the task renders with: the policy's, or NULL with ext_tok */
     const rlp_tokenizer *ext_tok;  /* options.tokenizer for a model without one */
-    int remote;                    /* worker_urls given */
+    int remote;                    /* worker_urls given, or remote_workers */
     int rank, world;
     rlp_rollout_engine *engine;    /* SYNC: shares the policy's weights; PULL: local copy or remote */
     rlp_rollout_engine *eval_engine; /* ASYNC and remote PULL: evaluations on the trainer's context */

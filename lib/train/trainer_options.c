@@ -62,9 +62,10 @@ int rlp_trainer_options_init(rlp_trainer_options *opts, uint32_t version)
         *opts = d;
         return RLP_OK;
     }
-    if (version == 4) { /* the current layout cut before the critic */
-        d.version = 4;
-        memcpy(opts, &d, offsetof(rlp_trainer_options, critic_path));
+    if (version == 4 || version == 5) { /* the current layout cut before the critic / remote_workers */
+        d.version = version;
+        memcpy(opts, &d, version == 4 ? offsetof(rlp_trainer_options, critic_path)
+                                      : offsetof(rlp_trainer_options, remote_workers));
         return RLP_OK;
     }
     rlpi_trainer_options_v3 old;
@@ -84,8 +85,9 @@ int rlpi_trainer_options_upgrade(rlp_trainer_options *out, const rlp_trainer_opt
         *out = *in;
         return RLP_OK;
     }
-    if (in->version == 4) { /* the current layout cut before the critic */
-        memcpy(out, in, offsetof(rlp_trainer_options, critic_path));
+    if (in->version == 4 || in->version == 5) { /* the current layout cut before the critic / remote_workers */
+        memcpy(out, in, in->version == 4 ? offsetof(rlp_trainer_options, critic_path)
+                                         : offsetof(rlp_trainer_options, remote_workers));
         out->version = RLP_TRAINER_OPTIONS_VERSION;
         return RLP_OK;
     }

@@ -136,12 +136,30 @@ static void test_trainer_options_v4(void **state)
     free(old);
 }
 
+static void test_trainer_options_v5(void **state)
+{
+    (void)state;
+    volatile size_t n5 = offsetof(rlp_trainer_options, remote_workers);
+    rlp_trainer_options *old = malloc(n5); /* exactly a version-5 caller's struct */
+    assert_int_equal(rlp_trainer_options_init(old, 5), RLP_OK);
+    assert_int_equal(old->version, 5);
+    old->critic_warmup = 4;
+    old->gae_lambda = 0.25f;
+    rlp_trainer_options o;
+    assert_int_equal(rlpi_trainer_options_upgrade(&o, old), RLP_OK);
+    assert_int_equal(o.version, RLP_TRAINER_OPTIONS_VERSION);
+    assert_true(o.critic_warmup == 4 && o.gae_lambda == 0.25f);
+    assert_int_equal(o.remote_workers, 0);
+    free(old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rl_options_v1),
         cmocka_unit_test(test_trainer_options_v1_to_v3),
         cmocka_unit_test(test_trainer_options_v4),
+        cmocka_unit_test(test_trainer_options_v5),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

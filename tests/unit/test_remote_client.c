@@ -1,8 +1,10 @@
 /* Remote completion client against an in-test libmicrohttpd server that
  * answers by the prompt's first token id: every response form and failure
  * in ONE call (each failure must leave the others intact), the request JSON
- * the server saw, retry to the next URL, the in-flight cap; and the parser
- * alone on bodies a lax parser would accept. */
+ * the server saw, retry to the next URL, the in-flight cap; a set of URLs
+ * that changes (and starts empty) with per-server counters, through the
+ * client and the public remote engine; and the parser alone on bodies a
+ * lax parser would accept. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -551,12 +553,208 @@ static void test_create_rejects_bad_config(void **state)
     assert_null(c);
     assert_contains(rlp_error_last(), "ftp://127.0.0.1:1");
     const char *ok[] = {"http://127.0.0.1:1"};
-    cfg = test_config(ok, 0);
+    cfg = test_config(NULL, 1);
     assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_E_INVALID_ARG);
+    char longurl[RLP_SERVER_URL_MAX + 8];
+    memset(longurl, 'a', sizeof longurl - 1);
+    memcpy(longurl, "http://", 7);
+    longurl[sizeof longurl - 1] = '\0';
+    const char *too_long[] = {longurl};
+    cfg = test_config(too_long, 1);
+    assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_E_INVALID_ARG);
+    assert_contains(rlp_error_last(), "more than 255");
     cfg = test_config(ok, 1);
     cfg.api_key = "a\r\nX-Injected: 1";
     assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_E_INVALID_ARG);
     assert_int_equal(rlpi_remote_client_complete(NULL, NULL, 0, NULL), RLP_E_INVALID_ARG);
+}
+
+/* ---- a set of URLs that changes --------------------------------------------- */
+
+static uint64_t version_nine(void *arg)
+{
+    (void)arg;
+    return 9;
+}
+
+typedef struct late_set {
+    rlpi_remote_client *c;
+    const char *url;
+} late_set;
+
+static void *set_later(void *arg)
+{
+    late_set *l = arg;
+    sleep_ms(300);
+    assert_int_equal(rlpi_remote_client_set_urls(l->c, &l->url, 1), RLP_OK);
+    return NULL;
+}
+
+static rlp_server_stats *find_stats(rlp_server_stats *st, size_t n, const char *url)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(st[i].url, url))
+            return &st[i];
+    fail_msg("no counters for %s", url);
+    return NULL;
+}
+
+static void test_set_urls_changes_servers(void **state)
+{
+    (void)state;
+    server *a = server_start(), *b = server_start();
+    /* no server at all: a request waits for one up to its timeout, then
+     * fails alone saying the set was empty */
+    rlpi_remote_config cfg = test_config(NULL, 0);
+    cfg.timeout_ms = 400;
+    rlpi_remote_client *c;
+    assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_OK);
+    rlpi_remote_client_set_version_source(c, version_nine, NULL);
+    static const int32_t simple[] = {K_SIMPLE}, vllm[] = {K_VLLM};
+    rlpi_remote_request reqs[2] = {simple_request(simple), simple_request(simple)};
+    rlpi_remote_result res[2];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(rlpi_remote_client_complete(c, reqs, 1, res), RLP_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    assert_int_equal(res[0].status, RLP_E_TIMEOUT);
+    assert_int_equal(res[0].attempts, 0);
+    assert_contains(res[0].error, "set of server URLs stayed empty for 400 ms");
+    assert_true(waited >= 0.39 && waited < 5.0);
+    rlpi_remote_result_clear(&res[0]);
+    assert_int_equal(rlpi_remote_client_server_stats(c, NULL, 0), 0);
+    rlpi_remote_client_free(c);
+
+    /* a server that appears while the request waits serves it */
+    cfg.timeout_ms = 5000;
+    assert_int_equal(rlpi_remote_client_create(&c, &cfg), RLP_OK);
+    late_set l = {c, a->http.base};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, set_later, &l), 0);
+    assert_int_equal(rlpi_remote_client_complete(c, reqs, 2, res), RLP_OK);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(res[i].status, RLP_OK);
+        assert_int_equal(res[i].attempts, 1);
+        rlpi_remote_result_clear(&res[i]);
+    }
+    assert_int_equal(hits(a, K_SIMPLE), 2);
+    rlpi_remote_client_set_version_source(c, version_nine, NULL);
+
+    /* {a} -> {b}: the next requests (and a clone's) go to b only; a keeps
+     * its counters, out of the set */
+    const char *only_b[] = {b->http.base};
+    assert_int_equal(rlpi_remote_client_set_urls(c, only_b, 1), RLP_OK);
+    rlpi_remote_client *clone;
+    assert_int_equal(rlpi_remote_client_clone(&clone, c, 1), RLP_OK);
+    rlpi_remote_request vr = simple_request(vllm);
+    vr.n = 2;
+    assert_int_equal(rlpi_remote_client_complete(c, &vr, 1, res), RLP_OK);
+    assert_int_equal(res[0].status, RLP_OK);
+    assert_int_equal(res[0].weight_version, 7);
+    rlpi_remote_result_clear(&res[0]);
+    assert_int_equal(rlpi_remote_client_complete(clone, reqs, 1, res), RLP_OK);
+    assert_int_equal(res[0].status, RLP_OK);
+    rlpi_remote_result_clear(&res[0]);
+    assert_int_equal(hits(b, K_VLLM), 1);
+    assert_int_equal(hits(b, K_SIMPLE), 1);
+    assert_int_equal(hits(a, K_SIMPLE), 2);
+
+    /* a bad set is refused whole; the old one stays */
+    const char *bad[] = {b->http.base, "ftp://x"};
+    assert_int_equal(rlpi_remote_client_set_urls(c, bad, 2), RLP_E_INVALID_ARG);
+    assert_contains(rlp_error_last(), "ftp://x");
+
+    rlp_server_stats st[4];
+    memset(st, 0, sizeof st);
+    assert_int_equal(rlpi_remote_client_server_stats(c, st, 4), 2);
+    rlp_server_stats *sa = find_stats(st, 2, a->http.base), *sb = find_stats(st, 2, b->http.base);
+    assert_int_equal(sa->version, RLP_SERVER_STATS_VERSION);
+    assert_int_equal(sa->in_set, 0);
+    assert_int_equal(sa->requests_ok, 2);
+    assert_int_equal(sa->requests_failed, 0);
+    assert_int_equal(sa->completions, 2);
+    assert_int_equal(sa->completion_tokens, 2); /* SIMPLE_ANSWER: one token */
+    assert_int_equal(sa->last_weight_version, -1);
+    assert_int_equal(sa->versioned, 0);
+    assert_int_equal(sb->in_set, 1);
+    assert_int_equal(sb->requests_ok, 2);
+    assert_int_equal(sb->completions, 3);       /* 2 of VLLM_ANSWER, 1 of SIMPLE_ANSWER */
+    assert_int_equal(sb->completion_tokens, 6); /* 3 + 2 + 1 */
+    assert_int_equal(sb->last_weight_version, 7);
+    assert_int_equal(sb->versioned, 1);
+    assert_int_equal(sb->staleness_max, 2); /* version 9 at the answer, weight_version 7 */
+    assert_int_equal(sb->staleness_sum, 2);
+
+    /* a request that fails at a dead server is charged to it */
+    int fd;
+    char dead[64];
+    snprintf(dead, sizeof dead, "http://127.0.0.1:%d", http_test_dead_port(&fd));
+    const char *only_dead[] = {dead};
+    assert_int_equal(rlpi_remote_client_set_urls(c, only_dead, 1), RLP_OK);
+    assert_int_equal(rlpi_remote_client_complete(c, reqs, 1, res), RLP_OK);
+    assert_int_equal(res[0].status, RLP_E_NETWORK);
+    assert_int_equal(res[0].attempts, 3);
+    rlpi_remote_result_clear(&res[0]);
+    assert_int_equal(rlpi_remote_client_server_stats(c, st, 4), 3);
+    rlp_server_stats *sd = find_stats(st, 3, dead);
+    assert_int_equal(sd->requests_failed, 1);
+    assert_int_equal(sd->requests_ok, 0);
+    assert_int_equal(find_stats(st, 3, b->http.base)->in_set, 0);
+    close(fd);
+    rlpi_remote_client_free(clone);
+    rlpi_remote_client_free(c);
+    server_stop(a);
+    server_stop(b);
+}
+
+/* The same through the public remote engine: created with no server,
+ * given one later; staleness measured from the engine's version. */
+static void test_engine_set_urls(void **state)
+{
+    (void)state;
+    server *a = server_start();
+    rlp_remote_options o = RLP_REMOTE_OPTIONS_INIT;
+    o.timeout_ms = 3000;
+    o.max_retries = 0;
+    rlp_rollout_engine *e = NULL;
+    assert_int_equal(rlp_rollout_engine_create_remote(&e, NULL, &o), RLP_OK);
+    size_t n = 99;
+    assert_int_equal(rlp_rollout_engine_server_stats(NULL, 0, &n, e), RLP_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(rlp_rollout_engine_set_urls(e, NULL, 1), RLP_E_INVALID_ARG);
+    const char *bad[] = {"localhost:8000"};
+    assert_int_equal(rlp_rollout_engine_set_urls(e, bad, 1), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_engine_set_urls(e, (const char *const *)&a->http.base, 0), RLP_OK);
+    const char *urls[] = {a->http.base};
+    assert_int_equal(rlp_rollout_engine_set_urls(e, urls, 1), RLP_OK);
+    assert_int_equal(rlp_rollout_engine_set_version(e, 10), RLP_OK);
+    static const int32_t vllm[] = {K_VLLM};
+    rlp_prompt pr = {.tokens = vllm, .n_tokens = 1};
+    rlp_sampling_options s = RLP_SAMPLING_OPTIONS_INIT;
+    s.n = 2;
+    rlp_batch *b = NULL;
+    assert_int_equal(rlp_rollout_generate(&b, e, &pr, 1, &s, NULL, NULL), RLP_OK);
+    size_t nb = 0;
+    assert_int_equal(rlp_batch_size(&nb, b), RLP_OK);
+    assert_int_equal(nb, 2);
+    rlp_batch_free(b);
+    rlp_server_stats st[2];
+    assert_int_equal(rlp_rollout_engine_server_stats(st, 1, &n, e), RLP_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(st[0].url, a->http.base);
+    assert_int_equal(st[0].in_set, 1);
+    assert_int_equal(st[0].requests_ok, 1);
+    assert_int_equal(st[0].completions, 2);
+    assert_int_equal(st[0].last_weight_version, 7);
+    assert_int_equal(st[0].staleness_max, 3); /* 10 - 7 */
+    /* emptied again: a generate call fails its samples, not the call */
+    assert_int_equal(rlp_rollout_engine_set_urls(e, NULL, 0), RLP_OK);
+    assert_int_equal(rlp_rollout_engine_server_stats(st, 2, &n, e), RLP_OK);
+    assert_int_equal(st[0].in_set, 0);
+    rlp_rollout_engine_free(e);
+    server_stop(a);
 }
 
 /* ---- the parser alone ------------------------------------------------------- */
@@ -706,6 +904,8 @@ int main(void)
         cmocka_unit_test(test_all_outcomes_in_one_call),
         cmocka_unit_test(test_retry_moves_to_next_url),
         cmocka_unit_test(test_in_flight_cap),
+        cmocka_unit_test(test_set_urls_changes_servers),
+        cmocka_unit_test(test_engine_set_urls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -484,6 +484,12 @@ static void test_bad_input(void **state)
     o.share_weights = 1;
     assert_int_equal(rlp_rollout_engine_create(&e2, p, &o), RLP_OK);
     assert_int_equal(rlp_rollout_engine_update_weights(e2, p), RLP_E_STATE);
+    /* a local engine has no servers to change or count */
+    const char *urls[1] = {"http://127.0.0.1:9"};
+    assert_int_equal(rlp_rollout_engine_set_urls(e2, urls, 1), RLP_E_STATE);
+    size_t n_servers = 7;
+    assert_int_equal(rlp_rollout_engine_server_stats(NULL, 0, &n_servers, e2), RLP_E_STATE);
+    assert_int_equal(n_servers, 7);
     rlp_rollout_engine_free(e2);
     rlp_rollout_engine_free(e);
     rlp_policy_free(p);

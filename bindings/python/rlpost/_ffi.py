@@ -228,6 +228,15 @@ RolloutStats = _struct("rlp_rollout_stats", [
     ("decode_tokens", c_uint64), ("decode_steps", c_uint64), ("interrupts", c_uint64),
     ("remote_errors", c_uint64), ("prefill_seconds", c_double), ("decode_seconds", c_double)])
 
+#: RLP_SERVER_URL_MAX
+SERVER_URL_MAX = 256
+
+ServerStats = _struct("rlp_server_stats", [
+    ("version", c_uint32), ("in_set", c_int32), ("url", c_char * SERVER_URL_MAX), ("requests_ok", c_uint64),
+    ("requests_failed", c_uint64), ("completions", c_uint64), ("completion_tokens", c_uint64),
+    ("last_weight_version", c_int64), ("versioned", c_uint64), ("staleness_max", c_uint64),
+    ("staleness_sum", c_uint64)])
+
 MismatchStats = _struct("rlp_mismatch_stats", [
     ("version", c_uint32), ("n_tokens", c_uint64), ("mean_abs", c_double), ("max_abs", c_double),
     ("mean_ratio_dev", c_double)])
@@ -386,7 +395,7 @@ TrainerOptions = _struct("rlp_trainer_options", [
     ("rollout_inbox", c_char_p), ("multiturn", MultiturnOptions), ("rollout_weights", c_int32),
     ("max_gen_batches", c_uint32),
     ("critic_path", c_char_p), ("critic_lr", c_float), ("critic_warmup", c_uint32), ("value_clip", c_float),
-    ("gae_lambda", c_float)], version=5)
+    ("gae_lambda", c_float), ("remote_workers", c_int32)], version=6)
 
 StepRecord = _struct("rlp_step_record", [
     ("version", c_uint32), ("step", c_uint64), ("policy_version", c_uint64), ("epoch", c_uint64),
@@ -539,6 +548,8 @@ FUNCTIONS = [
     ("rlp_rollout_engine_load_weights", c_int, [_h, _cs, c_uint64]),
     ("rlp_rollout_engine_version", c_int, [P(c_uint64), _h]),
     ("rlp_rollout_engine_set_version", c_int, [_h, c_uint64]),
+    ("rlp_rollout_engine_set_urls", c_int, [_h, P(c_char_p), c_size_t]),
+    ("rlp_rollout_engine_server_stats", c_int, [P(ServerStats), c_size_t, P(c_size_t), _h]),
     ("rlp_rollout_engine_abort", c_int, [_h]),
     ("rlp_rollout_engine_tokenizer", _h, [_h]),
     ("rlp_rollout_engine_stats", c_int, [P(RolloutStats), _h]),
@@ -598,6 +609,7 @@ FUNCTIONS = [
     ("rlp_synchronizer_free", None, [_h]),
     ("rlp_synchronizer_publish", c_int, [_h, _h]),
     ("rlp_synchronizer_pull", c_int, [_h, _h]),
+    ("rlp_synchronizer_set_urls", c_int, [_h, P(c_char_p), c_size_t]),
     ("rlp_synchronizer_acquire", c_int, [_h, c_uint32]),
     ("rlp_synchronizer_release", c_int, [_h, c_int]),
     ("rlp_synchronizer_version", c_int, [P(c_uint64), _h]),
@@ -622,6 +634,8 @@ FUNCTIONS = [
     ("rlp_trainer_stop", c_int, [_h]),
     ("rlp_trainer_steps_done", c_int, [P(c_uint64), _h]),
     ("rlp_trainer_async_stats", c_int, [P(BufferStats), P(RolloutWorkerStats), _h]),
+    ("rlp_trainer_set_worker_urls", c_int, [_h, P(c_char_p), c_size_t]),
+    ("rlp_trainer_server_stats", c_int, [P(ServerStats), c_size_t, P(c_size_t), _h]),
     ("rlp_trainer_checkpoint", c_int, [_h, _cs, c_int, _cs]),
     ("rlp_trainer_resume", c_int, [_h, _cs]),
     ("rlp_trainer_generate", c_int, [_out_h, _h, _h, P(SamplingOptions)]),

@@ -192,6 +192,19 @@ class StringArray:
         self.ptr = ctypes.cast(self.owner, ctypes.POINTER(c_char_p)) if self.n else None
 
 
+def server_stats(fn_name, ptr):
+    """The per-server counters that @p fn_name (rlp_*_server_stats) fills, as a list of Records."""
+    n = ctypes.c_size_t()
+    fn = getattr(F, fn_name)
+    check(fn(None, 0, ctypes.byref(n), ptr), fn_name)
+    while True:
+        cap = n.value
+        arr = (_ffi.ServerStats * max(cap, 1))()
+        check(fn(arr, cap, ctypes.byref(n), ptr), fn_name)
+        if n.value <= cap:  # servers may have been added between the two calls
+            return [struct_record(arr[i]) for i in range(n.value)]
+
+
 def options(struct_cls, init_name, values, keep, special=None, what=None):
     """Fills an options struct: rlp_*_options_init() defaults, then the
     given keyword values. Unknown keys raise TypeError. @p special maps a

@@ -6,8 +6,8 @@ from ctypes import byref, c_int32, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, callback_scope, check
-from ._util import (CArray, Record, json_text, int_list, options, optional_str, string_list,
-                    struct_record, to_bytes, to_path)
+from ._util import (CArray, Record, StringArray, json_text, int_list, options, optional_str, server_stats,
+                    string_list, struct_record, to_bytes, to_path)
 from .batch import Batch, FinishReason
 from .errors import CallbackError, STATUS_CALLBACK
 from .tokenizer import Tokenizer
@@ -268,6 +268,22 @@ class RolloutEngine(Handle):
         """Tells a remote engine which version its servers now hold."""
         with self._use() as p:
             check(F.rlp_rollout_engine_set_version(p, int(version)), "rlp_rollout_engine_set_version")
+
+    def set_urls(self, urls):
+        """Replaces a remote engine's servers while it runs (an empty list
+        is allowed: requests then wait for one up to their timeout);
+        StateError on a local engine. Thread-safe."""
+        arr = StringArray(urls, "urls")
+        with self._use() as p:
+            check(F.rlp_rollout_engine_set_urls(p, arr.ptr, arr.n), "rlp_rollout_engine_set_urls")
+
+    def server_stats(self):
+        """A remote engine's counters per server ever in its set: url,
+        in_set, requests_ok, requests_failed, completions,
+        completion_tokens, last_weight_version (-1: none), versioned,
+        staleness_max, staleness_sum. StateError on a local engine."""
+        with self._use() as p:
+            return server_stats("rlp_rollout_engine_server_stats", p)
 
     def abort(self):
         """Ends every sequence in flight (FinishReason.ABORT); thread-safe."""

@@ -6,7 +6,7 @@ from ctypes import byref, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
-from ._util import optional_str, options, string_list, struct_record
+from ._util import StringArray, optional_str, options, string_list, struct_record
 from .buffer import WAIT_FOREVER, sliced_wait
 from .context import make_log_fn
 
@@ -107,6 +107,14 @@ class Synchronizer(Handle):
             else:
                 with engine._use() as e:
                     check(F.rlp_synchronizer_pull(p, e), "rlp_synchronizer_pull")
+
+    def set_urls(self, urls):
+        """Replaces the servers the HTTP transport tells to load each
+        version (an empty list is allowed); StateError for another
+        transport. Thread-safe."""
+        arr = StringArray(urls, "urls")
+        with self._use() as p:
+            check(F.rlp_synchronizer_set_urls(p, arr.ptr, arr.n), "rlp_synchronizer_set_urls")
 
     def acquire(self, timeout_ms=WAIT_FOREVER):
         """Admits one rollout group through the staleness gate, waiting up

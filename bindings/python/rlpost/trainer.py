@@ -22,7 +22,8 @@ from ctypes import byref, c_char_p, c_double, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, callback_scope, check
-from ._util import CArray, Record, json_text, optional_str, options, string_list, struct_record, to_path
+from ._util import (CArray, Record, StringArray, json_text, optional_str, options, server_stats, string_list,
+                    struct_record, to_path)
 from .batch import Batch
 from .context import make_log_fn
 from .errors import CallbackError, STATUS_CALLBACK, STATUS_OVERFLOW
@@ -158,7 +159,8 @@ class Trainer(Handle):
       context of its own with N threads (same backend, device and seed).
     - worker_urls, api_key, weights_dir, worker_timeout_ms: `rlpost serve`
       workers for PULL and ASYNC; worker_retries: failed groups are
-      generated again this many times.
+      generated again this many times; remote_workers=True: remote workers
+      even with no worker_urls (they join later: set_worker_urls()).
     - metrics: a list of (RewardFn, mean_key, rate_key, threshold) scored
       on each step's batch for the record only (mean_key / rate_key may be
       None; at most 8); the record has them as rec.metrics[key].
@@ -206,7 +208,7 @@ class Trainer(Handle):
                  worker_urls=None, api_key=None, weights_dir=None, worker_timeout_ms=0, worker_retries=2,
                  metrics=None, on_batch=None, comm=None, stall_polls=10, rollout_inbox=None, multiturn=None,
                  rollout_weights=None, max_gen_batches=0, critic_path=None, critic_lr=0.0, critic_warmup=0,
-                 value_clip=0.5, gae_lambda=1.0):
+                 value_clip=0.5, gae_lambda=1.0, remote_workers=False):
         keep = []
         if max_staleness is None:
             max_staleness = 1 if int(mode) == TrainMode.ASYNC else 0
@@ -217,6 +219,7 @@ class Trainer(Handle):
                         "stall_polls": stall_polls, "worker_urls": worker_urls or [], "api_key": api_key,
                         "max_gen_batches": max_gen_batches, "critic_lr": critic_lr,
                         "critic_warmup": critic_warmup, "value_clip": value_clip, "gae_lambda": gae_lambda,
+                        "remote_workers": bool(remote_workers),
                         "critic_path": None if critic_path is None else str(critic_path),
                         "weights_dir": None if weights_dir is None else str(weights_dir),
                         "rollout_inbox": None if rollout_inbox is None else str(rollout_inbox)}, keep,
@@ -359,6 +362,20 @@ class Trainer(Handle):
         r = struct_record(w)
         r.at_gate, r.running = bool(r.at_gate), bool(r.running)
         return struct_record(b), r
+
+    def set_worker_urls(self, urls):
+        """Replaces the remote workers of a running trainer (worker_urls or
+        remote_workers=True): the rollout engine's servers and those told to
+        load each version. Thread-safe against step() on another thread."""
+        arr = StringArray(urls, "urls")
+        with self._use() as p:
+            check(F.rlp_trainer_set_worker_urls(p, arr.ptr, arr.n), "rlp_trainer_set_worker_urls")
+
+    def server_stats(self):
+        """Per-worker counters of a trainer with remote workers (as
+        RolloutEngine.server_stats()); StateError otherwise."""
+        with self._use() as p:
+            return server_stats("rlp_trainer_server_stats", p)
 
     def checkpoint(self, dir, dtype=DType.F32, host=None):
         """Writes a checkpoint into folder @p dir (created; files replaced

@@ -247,6 +247,10 @@ def test_abort_from_another_thread(engine):
 
 
 def test_weights_and_versions(policy, engine, tmp_path):
+    with pytest.raises(rlpost.StateError):  # a local engine has no servers
+        engine.set_urls(["http://127.0.0.1:9"])
+    with pytest.raises(rlpost.StateError):
+        engine.server_stats()
     assert engine.version == 0 and engine.tokenizer is None
     policy.set_optimizer(lr=1e-2)
     policy.train_step([([1, 2, 3, 4, 5, 6], 1)])
@@ -293,9 +297,21 @@ def test_remote_engine_failures_come_back_as_trajectories(tok512):
     assert eng.version == 3
     with pytest.raises(rlpost.StateError):
         eng.load_weights("/nonexistent", 1)
+    assert [(s.url, s.in_set, s.requests_failed) for s in eng.server_stats()] == [("http://127.0.0.1:9", 1, 1)]
     eng.close()
+    # no server at first: requests wait for one up to their timeout, then fail alone
+    eng = rlpost.RolloutEngine.remote([], tokenizer=tok512, max_retries=0, timeout_ms=300)
+    assert eng.server_stats() == []
+    b = eng.generate([[1, 2, 3]], n=1, max_new_tokens=4)
+    assert not b[0].valid and "stayed empty" in b[0].error
+    eng.set_urls(["http://127.0.0.1:9", "http://127.0.0.1:7"])
+    eng.set_urls(["http://127.0.0.1:7"])
+    st = eng.server_stats()
+    assert [(s.url, s.in_set, s.last_weight_version) for s in st] == \
+        [("http://127.0.0.1:9", 0, -1), ("http://127.0.0.1:7", 1, -1)]
     with pytest.raises(rlpost.InvalidArgumentError):
-        rlpost.RolloutEngine.remote([])
+        eng.set_urls(["ftp://x"])
+    eng.close()
 
 
 def test_advantages_match_the_estimators():

@@ -139,7 +139,16 @@ def test_network(tmp_path, policy):
         sync.publish(policy)
         with pytest.raises(rlpost.NetworkError) as ei:
             sync.pull(None)
+        # an empty set of servers: a pull tells nobody
+        sync.set_urls([])
+        sync.pull(None)
+        with pytest.raises(rlpost.InvalidArgumentError):
+            sync.set_urls(["localhost:9"])
     assert "127.0.0.1:9" in str(ei.value)
+    with rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.FILE,
+                             dir=tmp_path / "f") as fsync:
+        with pytest.raises(rlpost.StateError):
+            fsync.set_urls([])
 
 
 def test_overflow_and_invalid_values(tok512):

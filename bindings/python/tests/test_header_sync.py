@@ -226,6 +226,7 @@ def test_constants_match_the_macros():
     assert int(DEFINES["RLP_REWARD_REASON_MAX"]) == _ffi.REWARD_REASON_MAX
     assert int(DEFINES["RLP_BUFFER_STALENESS_BINS"]) == _ffi.BUFFER_STALENESS_BINS
     assert int(DEFINES["RLP_TRAINER_MAX_METRICS"]) == _ffi.TRAINER_MAX_METRICS
+    assert int(DEFINES["RLP_SERVER_URL_MAX"]) == _ffi.SERVER_URL_MAX
     assert DEFINES["RLP_WAIT_FOREVER"] == "UINT32_MAX" and rlpost.WAIT_FOREVER == 2 ** 32 - 1
     assert DEFINES["RLP_STALENESS_UNBOUNDED"] == "UINT32_MAX" and rlpost.STALENESS_UNBOUNDED == 2 ** 32 - 1
     assert int(DEFINES["RLP_BACKEND_COUNT"]) == len(rlpost.Backend)

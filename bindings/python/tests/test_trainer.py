@@ -144,6 +144,32 @@ def test_remote_workers_async_at_staleness_0_equals_pull(ctx, stories_path, tok5
                        mode=rlpost.TrainMode.PULL, worker_urls=[url])
 
 
+def test_remote_workers_join_later(ctx, stories_path, tok512, reward, serve_url):
+    # a swarm's trainer: remote workers, none at creation; the worker joins before the first step
+    url, weights = serve_url
+    with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, mode=rlpost.TrainMode.PULL, prompts_per_step=2,
+                           sampling={"n": 2, "max_new_tokens": 8}, weights_dir=weights,
+                           remote_workers=True) as tr:
+        assert tr.server_stats() == []
+        tr.set_worker_urls([url])
+        rec = tr.step()
+        assert rec.completions == 4
+        st = tr.server_stats()
+        assert [(s.url, s.in_set) for s in st] == [(url, 1)]
+        assert st[0].requests_ok == 2 and st[0].completions == 4 and st[0].last_weight_version == 0
+        tr.set_worker_urls([])
+        assert tr.server_stats()[0].in_set == 0
+        with pytest.raises(rlpost.InvalidArgumentError):
+            tr.set_worker_urls(["nope"])
+    with rlpost.Policy(ctx, stories_path) as pol, rlpost.Task("kk", KK) as task, \
+            rlpost.Trainer(pol, task, reward, tokenizer=tok512, prompts_per_step=2) as local:
+        with pytest.raises(rlpost.StateError):
+            local.set_worker_urls([url])
+        with pytest.raises(rlpost.StateError):
+            local.server_stats()
+
+
 def test_checkpoint_and_resume(ctx, stories_path, tok512, reward, tmp_path):
     straight, _ = run(ctx, stories_path, tok512, reward, 3)
     ck = tmp_path / "ck"
