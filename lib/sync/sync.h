@@ -11,6 +11,7 @@
 #include "rlpost.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,21 @@ struct rlp_synchronizer {
     rlpi_snapshot *snap;     /* IN_PROCESS: the latest published weights */
     rlp_policy *recv;        /* COLLECTIVE, receiving ranks: the broadcast lands here, then in the engine */
     rlp_sync_stats st;
+
+    /* HTTP, rlp_synchronizer_pull_at_least(): update rounds on a thread of
+     * their own, so that generation on a version within the staleness bound
+     * goes on while the newest one reaches the servers (under mu) */
+    pthread_t bg_thread;
+    bool bg_started, bg_busy, bg_pending; /* thread up; a round in flight; one asked for */
+    pthread_cond_t bg_cv;    /* a round was asked for, or one ended */
+    uint64_t bg_want;        /* the version the next round brings the servers to */
+    uint64_t bg_round;       /* the version of the round in flight or the last one */
+    uint64_t bg_ended;       /* rounds ended */
+    int bg_rc;               /* how the last round ended */
+    char bg_err[512];        /* its message */
+    atomic_bool http_abort;  /* rlp_synchronizer_free(): a round in flight stops */
+    void *http_queue;        /* HTTP: the rounds' rlpi_http_queue, kept for its connections (under http_mu) */
+    void *relay_easy;        /* RELAY: the CURL handle of the pulls, kept for its connection (under http_mu) */
 };
 
 /* One published version as the manifest describes it. */
@@ -128,6 +144,10 @@ void rlpi_file_prune(const char *dir, uint64_t current, uint32_t keep);
  * One fetch at a time. RLP_E_NETWORK naming the URL; RLP_E_FORMAT (bad
  * manifest, a file bad 3 times); RLP_E_IO. */
 int rlpi_relay_fetch(rlp_synchronizer *s, uint64_t *version, bool *any);
+/* Frees what the relay and HTTP transports keep across calls (their
+ * connections). From rlp_synchronizer_free(). */
+void rlpi_relay_release(rlp_synchronizer *s);
+void rlpi_http_release(rlp_synchronizer *s);
 
 /* Tells every target not known to hold `version` to load DIR/v<version>
  * (concurrently, with timeouts and retries) and records what each now

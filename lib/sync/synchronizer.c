@@ -14,8 +14,10 @@
 #include "rollout/engine.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -99,6 +101,20 @@ void rlp_synchronizer_free(rlp_synchronizer *sync)
 {
     if (!sync)
         return;
+    if (sync->bg_started) {
+        /* a round in flight stops at its next poll (0.1 s) */
+        atomic_store(&sync->http_abort, true);
+        pthread_mutex_lock(&sync->mu);
+        sync->closed = true;
+        pthread_cond_broadcast(&sync->bg_cv);
+        pthread_mutex_unlock(&sync->mu);
+        pthread_join(sync->bg_thread, NULL);
+    }
+    pthread_cond_destroy(&sync->bg_cv);
+#ifdef RLPI_HAVE_CURL
+    rlpi_relay_release(sync);
+    rlpi_http_release(sync);
+#endif
     snapshot_unref(sync->snap);
     rlp_policy_free(sync->recv);
     for (size_t i = 0; i < sync->n_targets; i++)
@@ -171,7 +187,8 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the %s transport needs a build with libcurl", __func__,
                               relay ? "RELAY" : "HTTP");
 #endif
-        RLPI_CHECK_ARG(o.n_urls >= 1 && o.urls, "the HTTP and RELAY transports need opts->urls");
+        RLPI_CHECK_ARG(relay ? o.n_urls >= 1 && o.urls : o.urls || o.n_urls == 0,
+                       "the RELAY transport needs opts->urls (the parent); HTTP: opts->urls is NULL");
         for (size_t i = 0; i < o.n_urls; i++)
             RLPI_CHECK_ARG(o.urls[i] && (!strncmp(o.urls[i], "http://", 7) || !strncmp(o.urls[i], "https://", 8)),
                            "opts->urls[i] must be an http:// or https:// URL");
@@ -186,6 +203,7 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->gate_cv, &ca);
+    pthread_cond_init(&s->bg_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->publish_mu, NULL);
@@ -203,7 +221,7 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         rc = make_dir(o.dir, &s->dir);
     if (!rc && o.api_key && !(s->api_key = strdup(o.api_key)))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay)) {
+    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay) && o.n_urls) {
         if (!(s->targets = calloc(o.n_urls, sizeof *s->targets)))
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         for (size_t i = 0; !rc && i < o.n_urls; i++, s->n_targets++) {
@@ -220,6 +238,47 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
     s->opts.api_key = s->api_key;
     s->opts.urls = NULL; /* the targets hold them */
     *out = s;
+    return RLP_OK;
+}
+
+/* ---- the HTTP transport's servers ---------------------------------------------- */
+
+int rlp_synchronizer_set_urls(rlp_synchronizer *sync, const char *const *urls, size_t n_urls)
+{
+    RLPI_CHECK_ARG(sync, "sync is NULL");
+    if (sync->opts.transport != RLP_TRANSPORT_HTTP)
+        return rlpi_error_set(RLP_E_STATE, "%s: only the HTTP transport has a set of servers to change", __func__);
+    RLPI_CHECK_ARG(urls || n_urls == 0, "urls is NULL");
+    for (size_t i = 0; i < n_urls; i++)
+        RLPI_CHECK_ARG(urls[i] && (!strncmp(urls[i], "http://", 7) || !strncmp(urls[i], "https://", 8)),
+                       "urls[i] must be an http:// or https:// URL");
+    rlpi_sync_target *t = n_urls ? calloc(n_urls, sizeof *t) : NULL;
+    if (n_urls && !t)
+        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+    for (size_t i = 0; i < n_urls; i++) {
+        t[i].version = -1;
+        if (!(t[i].url = strdup(urls[i]))) {
+            for (size_t k = 0; k < i; k++)
+                free(t[k].url);
+            free(t);
+            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+        }
+    }
+    pthread_mutex_lock(&sync->mu);
+    /* a server that stays keeps what it is known to hold */
+    for (size_t i = 0; i < n_urls; i++)
+        for (size_t k = 0; k < sync->n_targets; k++)
+            if (!strcmp(sync->targets[k].url, t[i].url))
+                t[i].version = sync->targets[k].version;
+    rlpi_sync_target *old = sync->targets;
+    size_t n_old = sync->n_targets;
+    sync->targets = t;
+    sync->n_targets = n_urls;
+    pthread_cond_broadcast(&sync->gate_cv);
+    pthread_mutex_unlock(&sync->mu);
+    for (size_t k = 0; k < n_old; k++)
+        free(old[k].url);
+    free(old);
     return RLP_OK;
 }
 
@@ -463,6 +522,111 @@ int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine)
     return rc ? rlpi_error_wrap("%s", __func__) : RLP_OK;
 }
 
+/* ---- pull at least: the newest version in the background ------------------------------ */
+
+#ifdef RLPI_HAVE_CURL
+/* The oldest version the HTTP servers are known to hold; -1 when one is
+ * unknown; INT64_MAX when there are none. Under mu. */
+static int64_t servers_floor(const rlp_synchronizer *s)
+{
+    int64_t m = INT64_MAX;
+    for (size_t i = 0; i < s->n_targets; i++)
+        if (s->targets[i].version < m)
+            m = s->targets[i].version;
+    return m;
+}
+
+/* The update thread: one round at a time, each to the newest version asked
+ * for when it starts; it ends when the synchronizer is freed. */
+static void *update_main(void *arg)
+{
+    rlp_synchronizer *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->bg_pending && !atomic_load(&s->http_abort))
+            pthread_cond_wait(&s->bg_cv, &s->mu);
+        if (atomic_load(&s->http_abort))
+            break;
+        uint64_t v = s->bg_want;
+        s->bg_pending = false;
+        s->bg_busy = true;
+        s->bg_round = v;
+        pthread_mutex_unlock(&s->mu);
+        bool sent = false;
+        int rc = rlpi_http_update(s, v, &sent);
+        pthread_mutex_lock(&s->mu);
+        s->bg_busy = false;
+        s->bg_rc = rc;
+        snprintf(s->bg_err, sizeof s->bg_err, "%s", rc ? rlp_error_last() : "");
+        s->bg_ended++;
+        if (sent)
+            s->st.weight_loads++;
+        pthread_cond_broadcast(&s->bg_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+#endif
+
+int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_engine *engine, uint64_t min_version)
+{
+    RLPI_CHECK_ARG(sync, "sync is NULL");
+    bool remote = engine && engine->kind == RLPI_ENGINE_REMOTE;
+    if (!remote || sync->opts.transport != RLP_TRANSPORT_HTTP)
+        return rlp_synchronizer_pull(sync, engine);
+#ifndef RLPI_HAVE_CURL
+    (void)min_version;
+    return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the HTTP transport needs a build with libcurl", __func__);
+#else
+    uint64_t latest;
+    bool any;
+    int rc = latest_version(sync, &latest, &any);
+    if (rc)
+        return rlpi_error_wrap("%s", __func__);
+    if (!any)
+        return RLP_OK; /* nothing published yet */
+    if (min_version > latest)
+        min_version = latest;
+    pthread_mutex_lock(&sync->mu);
+    sync->st.pulls++;
+    if (!sync->bg_started) {
+        if (pthread_create(&sync->bg_thread, NULL, update_main, sync) != 0) {
+            pthread_mutex_unlock(&sync->mu);
+            return rlpi_error_set(RLP_E_NOMEM, "%s: cannot start the weight update thread", __func__);
+        }
+        sync->bg_started = true;
+    }
+    /* a round to `latest`, unless one is in flight for it or waiting to
+     * start; a server a round left behind is asked again by the next one */
+    int64_t have = servers_floor(sync);
+    if (have < (int64_t)latest) {
+        if (sync->bg_want < latest)
+            sync->bg_want = latest;
+        if (!sync->bg_pending && !(sync->bg_busy && sync->bg_round >= latest)) {
+            sync->bg_pending = true;
+            pthread_cond_broadcast(&sync->bg_cv);
+        }
+    }
+    /* no waiting here: each request carries min_version and a server holds
+     * it until its weights are that new, so no server waits for the
+     * slowest (a global "every server holds it" barrier cost a whole relay
+     * round per batch over a WAN). Failures of the last round are reported
+     * once, as a warning's worth: the round goes on at the next call. */
+    if (sync->bg_rc && !sync->bg_busy && have < (int64_t)latest) {
+        rc = sync->bg_rc;
+        rlpi_error_set(rc, "%s: %s", __func__, sync->bg_err);
+        sync->bg_rc = RLP_OK;
+    }
+    pthread_mutex_unlock(&sync->mu);
+    rlpi_engine_set_min_version(engine, min_version);
+    /* the engine's own version (the tag of responses that carry none): what
+     * every server is known to hold at least */
+    if (have >= 0 && have != INT64_MAX)
+        rlp_rollout_engine_set_version(engine, (uint64_t)have);
+    return rc;
+#endif
+}
+
 /* ---- the gate ------------------------------------------------------------------ */
 
 static bool gate_open(const rlp_synchronizer *s)
@@ -560,6 +724,7 @@ int rlp_synchronizer_close(rlp_synchronizer *sync)
     pthread_mutex_lock(&sync->mu);
     sync->closed = true;
     pthread_cond_broadcast(&sync->gate_cv);
+    pthread_cond_broadcast(&sync->bg_cv);
     pthread_mutex_unlock(&sync->mu);
     return RLP_OK;
 }

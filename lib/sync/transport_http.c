@@ -34,7 +34,7 @@
 
 /* One server's update request: what the queue does not know. */
 typedef struct target_post {
-    size_t target;
+    char *base;                /* the target's base URL (a copy: the set may change during the round) */
     char *url;                 /* full endpoint */
     bool ok;
     char why[256];             /* last failure */
@@ -107,6 +107,13 @@ static void judge(target_post *t, const rlpi_http_req *x)
     }
 }
 
+/* The queue's abort hook: the synchronizer is being freed. */
+static int round_aborted(void *payload)
+{
+    rlp_synchronizer *s = payload;
+    return atomic_load(&s->http_abort);
+}
+
 int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
 {
     *sent = false;
@@ -115,24 +122,27 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         return rc;
     pthread_mutex_lock(&s->http_mu);
     size_t n = 0;
-    target_post *posts = calloc(s->n_targets, sizeof *posts);
-    rlpi_http_req *xs = calloc(s->n_targets, sizeof *xs);
-    if (!posts || !xs) {
-        free(posts);
-        free(xs);
-        pthread_mutex_unlock(&s->http_mu);
-        return rlpi_error_set(RLP_E_NOMEM, "out of memory");
-    }
+    /* the round works on copies of the URLs: rlp_synchronizer_set_urls() may
+     * change the set while it runs, and results are written back by URL */
     pthread_mutex_lock(&s->mu);
-    for (size_t i = 0; i < s->n_targets; i++)
-        if (s->targets[i].version < 0 || (uint64_t)s->targets[i].version < version)
-            posts[n++].target = i;
+    size_t cap = s->n_targets ? s->n_targets : 1;
+    target_post *posts = calloc(cap, sizeof *posts);
+    rlpi_http_req *xs = calloc(cap, sizeof *xs);
+    if (!posts || !xs)
+        rc = rlpi_error_set(RLP_E_NOMEM, "weight update: out of memory");
+    for (size_t i = 0; rc == RLP_OK && i < s->n_targets; i++)
+        if (s->targets[i].version < 0 || (uint64_t)s->targets[i].version < version) {
+            if ((posts[n].base = strdup(s->targets[i].url)))
+                n++;
+            else
+                rc = rlpi_error_set(RLP_E_NOMEM, "weight update: out of memory");
+        }
     pthread_mutex_unlock(&s->mu);
 
     char *body = NULL;
     struct curl_slist *headers = NULL;
     rlpi_http_queue *queue = NULL;
-    if (n) {
+    if (rc == RLP_OK && n) {
         char path[4096], wv[24];
         snprintf(path, sizeof path, "%s/v%" PRIu64, s->dir, version);
         snprintf(wv, sizeof wv, "%" PRIu64, version);
@@ -152,12 +162,17 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         /* no jitter: one trainer asks each server once per version; every
          * transport error is worth another try (the server may be starting) */
         rlpi_http_queue_opts qo = {.backoff_ms = FIRST_BACKOFF_MS, .max_backoff_ms = MAX_BACKOFF_MS,
-                                   .retry_any_curl_error = 1, .poll_ms = POLL_MS};
-        if (!body || !headers || rlpi_http_queue_create(&queue, &qo) != RLP_OK)
+                                   .retry_any_curl_error = 1, .poll_ms = POLL_MS, .abort = round_aborted,
+                                   .payload = s};
+        /* the queue outlives the round: its connections are reused by the next */
+        queue = s->http_queue;
+        if (!queue && rlpi_http_queue_create(&queue, &qo) == RLP_OK)
+            s->http_queue = queue;
+        if (!body || !headers || !queue)
             rc = rlpi_error_set(RLP_E_NOMEM, "weight update: out of memory");
     }
     for (size_t i = 0; rc == RLP_OK && i < n; i++) {
-        if (!(posts[i].url = endpoint(s->targets[posts[i].target].url))) {
+        if (!(posts[i].url = endpoint(posts[i].base))) {
             rc = rlpi_error_set(RLP_E_NOMEM, "weight update: out of memory");
             break;
         }
@@ -191,7 +206,10 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
     for (size_t i = 0; i < n; i++) {
         attempts += xs[i].attempts;
         if (posts[i].ok) {
-            s->targets[posts[i].target].version = (int64_t)version;
+            for (size_t k = 0; k < s->n_targets; k++)
+                if (!strcmp(s->targets[k].url, posts[i].base) &&
+                    (s->targets[k].version < 0 || (uint64_t)s->targets[k].version < version))
+                    s->targets[k].version = (int64_t)version;
             *sent = true;
         } else if (rc == RLP_OK) {
             failed++;
@@ -206,8 +224,8 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
     for (size_t i = 0; i < n; i++) {
         rlpi_http_req_release(&xs[i]);
         free(posts[i].url);
+        free(posts[i].base);
     }
-    rlpi_http_queue_free(queue);
     curl_slist_free_all(headers);
     free(body);
     free(posts);
@@ -217,4 +235,10 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         rc = rlpi_error_set(RLP_E_NETWORK, "version %" PRIu64 " reached %zu of %zu servers; %s", version, n - failed,
                             n, msg);
     return rc;
+}
+
+void rlpi_http_release(rlp_synchronizer *s)
+{
+    rlpi_http_queue_free(s->http_queue);
+    s->http_queue = NULL;
 }

@@ -139,24 +139,32 @@ static int local_engine(const rlp_trainer *t, rlp_rollout_engine **out, rlp_poli
 
 /* The engine of remote PULL and ASYNC: remote over the URLs, or a copy of
  * the policy. */
+/* A remote engine over the workers. */
+static int create_remote_engine(rlp_trainer *t, rlp_rollout_engine **out)
+{
+    rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
+    rem.urls = (const char *const *)t->urls;
+    rem.n_urls = t->o.n_worker_urls;
+    rem.api_key = t->api_key;
+    rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
+    rem.max_retries = 3;
+    /* a model without a tokenizer: the prompts go out encoded with the
+     * host's and the completions are decoded with it on return
+     * (rlpi_train_generate); the engine must not have it too, or the
+     * rollout worker takes it for the engine's own and keeps the text the
+     * workers sent, empty for such a model */
+    const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
+    if (rlp_rollout_engine_create_remote(out, tok, &rem))
+        return rlpi_error_wrap("worker_urls");
+    return RLP_OK;
+}
+
 static int create_rollout_engine(rlp_trainer *t)
 {
     int rc;
     if (t->remote) {
-        rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
-        rem.urls = (const char *const *)t->urls;
-        rem.n_urls = t->o.n_worker_urls;
-        rem.api_key = t->api_key;
-        rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
-        rem.max_retries = 3;
-        /* a model without a tokenizer: the prompts go out encoded with the
-         * host's and the completions are decoded with it on return
-         * (rlpi_train_generate); the engine must not have it too, or the
-         * rollout worker takes it for the engine's own and keeps the text the
-         * workers sent, empty for such a model */
-        const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
-        if ((rc = rlp_rollout_engine_create_remote(&t->ro_engine, tok, &rem)))
-            return rlpi_error_wrap("worker_urls");
+        if ((rc = create_remote_engine(t, &t->ro_engine)))
+            return rc;
     } else {
         /* ASYNC: a copy of its own, on the host's rollout context if given */
         rlp_rollout_options eo = RLP_ROLLOUT_OPTIONS_INIT;
@@ -322,6 +330,8 @@ void rlp_trainer_free(rlp_trainer *t)
     rlp_replay_buffer_free(t->buf);
     rlp_synchronizer_free(t->sync);
     rlp_rollout_engine_free(t->ro_engine);
+    for (size_t i = 0; i < t->n_ro_lanes; i++)
+        rlp_rollout_engine_free(t->ro_lanes[i]);
     rlp_rollout_engine_free(t->eval_engine);
     rlp_rollout_engine_free(t->engine);
     rlp_context_free(t->ro_ctx);
@@ -594,8 +604,19 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         wo.retries = t->o.worker_retries;
         wo.remote = t->remote;
         wo.multiturn = t->o.multiturn;
-        if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)) ||
-            (rc = rlp_rollout_worker_start(t->worker)))
+        if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)))
+            return rc;
+        /* remote workers: η + 1 batches generate at once (the most the gate
+         * admits), so that network round trips and a straggling request
+         * overlap with the next batch instead of stalling the swarm */
+        size_t lanes = t->remote ? (size_t)t->o.max_staleness : 0;
+        if (lanes > RLPI_MAX_LANES - 1)
+            lanes = RLPI_MAX_LANES - 1;
+        for (; t->n_ro_lanes < lanes; t->n_ro_lanes++)
+            if ((rc = create_remote_engine(t, &t->ro_lanes[t->n_ro_lanes])) ||
+                (rc = rlp_rollout_worker_add_engine(t->worker, t->ro_lanes[t->n_ro_lanes])))
+                return rc;
+        if ((rc = rlp_rollout_worker_start(t->worker)))
             return rc;
     }
     uint64_t v = 0;
