@@ -117,6 +117,7 @@ struct serve_job {
     int logprobs;                  /* completions: -1 none, else k >= 0; chat: 0/1 */
     int tokens_as_ids;             /* vLLM return_tokens_as_token_ids */
     int return_token_ids;          /* also send prompt_token_ids */
+    uint64_t min_version;          /* "min_weight_version": generate with weights at least this new */
     int stream, include_usage;
     int tool_parse;                /* chat with tools, tool_choice "auto": <tool_call> blocks → tool_calls */
     int tool_parallel;             /* parallel_tool_calls (0: the first call only) */
@@ -218,9 +219,10 @@ int serve_listen_addr(const char *cmd, const char *host, long long port, bool ha
  * it with serve_weights_read). May wait up to 30 s for such a file to
  * appear. */
 int serve_weights_open(const char *root, const char *rel, int *fd, uint64_t *size, bool *manifest, bool *growing);
-/* pread that waits (up to 30 s without a byte) for a growing file to
- * reach `off`: bytes read, or -1. */
-ssize_t serve_weights_read(int fd, uint64_t off, char *buf, size_t max);
+/* pread that waits (up to 30 s without a byte) for a growing file of
+ * version `version` below `root` to reach `off`: bytes read, or -1 (also
+ * at once when the relay client gave that version up). */
+ssize_t serve_weights_read(const char *root, uint64_t version, int fd, uint64_t off, char *buf, size_t max);
 /* A Range header against a file of `size` bytes: 1 with [*first, *last]
  * (inclusive), 0 to send the whole file (no header, several ranges or an
  * invalid one: RFC 9110 §14.2), -1 unsatisfiable (416). */

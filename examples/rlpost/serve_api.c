@@ -491,6 +491,12 @@ static int parse_sampling(pctx *c, const json_t *o, serve_job *job, const char *
     if (parse_logprobs_mode(c, o, job) || get_bool(c, o, "stream", 0, &job->stream) ||
         get_bool(c, o, "return_token_ids", 0, &job->return_token_ids))
         return -1;
+    /* an rlpost extension: the trainer's staleness bound at the source (a
+     * request waits until this server's weights are at least that new) */
+    long long minv = 0;
+    if (get_int(c, o, "min_weight_version", 0, 0, INT64_MAX, &minv))
+        return -1;
+    job->min_version = (uint64_t)minv;
     const json_t *so = json_object_get(o, "stream_options");
     if (!absent(so)) {
         if (!json_is_object(so))

@@ -55,6 +55,9 @@
 /* How long a weight update on a relay-following server waits for the
  * version to arrive (below the HTTP transport's default 120 s timeout). */
 #define RELAY_UPDATE_WAIT_MS 100000u
+/* Longest wait of a generation request for the weights its
+ * "min_weight_version" asks for. */
+#define MIN_VERSION_WAIT_MS 60000u
 /* A declared Content-Length this far past the limit is refused at once
  * (and the connection closed) instead of being read and thrown away. */
 #define DRAIN_SLACK_BYTES (16u << 20)
@@ -460,6 +463,31 @@ static unsigned status_of(int rc)
     }
 }
 
+/* "min_weight_version" V: waits until the engine holds version V or newer
+ * (a follower asks its relay for it at once; otherwise a weight update is
+ * on its way from the trainer), at most MIN_VERSION_WAIT_MS. -1 with the
+ * reason when it did not come (503: the client tries again, or elsewhere). */
+static int wait_min_version(serve_server *srv, uint64_t v, char *why, size_t n)
+{
+    uint64_t have = 0;
+    rlp_rollout_engine_version(&have, srv->engine);
+    if (have >= v)
+        return 0;
+    if (srv->follow)
+        return serve_follow_wait(srv->follow, v, MIN_VERSION_WAIT_MS, why, n);
+    for (unsigned waited = 0; waited < MIN_VERSION_WAIT_MS && !__atomic_load_n(&srv->stopping, __ATOMIC_SEQ_CST);
+         waited += 10) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        rlp_rollout_engine_version(&have, srv->engine);
+        if (have >= v)
+            return 0;
+    }
+    snprintf(why, n, "this server holds weight version %llu, older than min_weight_version %llu, and no newer one "
+             "came within %u ms", (unsigned long long)have, (unsigned long long)v, MIN_VERSION_WAIT_MS);
+    return -1;
+}
+
 static enum MHD_Result handle_generate(serve_server *srv, struct MHD_Connection *c, conn_ctx *ctx, bool chat)
 {
     char err[512];
@@ -467,6 +495,10 @@ static enum MHD_Result handle_generate(serve_server *srv, struct MHD_Connection 
                           : serve_parse_completion(srv, ctx->body, ctx->len, err, sizeof err);
     if (!job)
         return send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err, NULL);
+    if (job->min_version && wait_min_version(srv, job->min_version, err, sizeof err) != 0) {
+        serve_job_unref(job);
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", err, NULL);
+    }
     job->client_fd = client_fd(c);
     if (serve_submit(srv, job) != RLP_OK) {
         serve_job_unref(job);
@@ -634,12 +666,14 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
 typedef struct grow_reader {
     int fd;
     uint64_t first;
+    const char *root;  /* the server's weights_root */
+    uint64_t version;  /* of the file */
 } grow_reader;
 
 static ssize_t grow_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     grow_reader *g = cls;
-    ssize_t n = serve_weights_read(g->fd, g->first + pos, buf, max);
+    ssize_t n = serve_weights_read(g->root, g->version, g->fd, g->first + pos, buf, max);
     return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
 }
 
@@ -684,7 +718,8 @@ static enum MHD_Result handle_weights(serve_server *srv, struct MHD_Connection *
     if (growing) { /* the version this server is still fetching: sent as it arrives */
         grow_reader *g = malloc(sizeof *g);
         if (g) {
-            *g = (grow_reader){fd, first};
+            /* "v<N>/<file>": serve_weights_open() checked the form */
+            *g = (grow_reader){fd, first, srv->cfg.weights_root, strtoull(rel + 1, NULL, 10)};
             resp = MHD_create_response_from_callback(len, 1u << 16, grow_read, g, grow_free);
             if (!resp)
                 free(g);

@@ -49,6 +49,9 @@ static bool file_name(const char *s)
  * appear or to grow before it gives up (the client resumes by Range). */
 #define GROW_STALL_MS 30000
 #define GROW_POLL_MS 5
+/* How often a wait for a growing file checks that its version is still
+ * being fetched. */
+#define GROW_CHECK_MS 50
 
 static void nap_ms(unsigned ms)
 {
@@ -161,7 +164,25 @@ int serve_weights_open(const char *root, const char *rel, int *fd_out, uint64_t 
     return 200;
 }
 
-ssize_t serve_weights_read(int fd, uint64_t off, char *buf, size_t max)
+/* Whether version `v` is still on its way into `root`: the relay client
+ * names it in NEXT_NAME, or it is complete (v<N>/ exists). A version the
+ * relay client gave up (its parent pruned it, a newer one came) is
+ * neither, and its part file will not grow again. */
+static bool version_alive(const char *root, uint64_t v)
+{
+    int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return false;
+    char vname[32];
+    snprintf(vname, sizeof vname, "v%" PRIu64, v);
+    struct stat st;
+    bool alive = fstatat(rfd, vname, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+                 manifest_version(rfd, NEXT_NAME, NULL, NULL) == (int64_t)v;
+    close(rfd);
+    return alive;
+}
+
+ssize_t serve_weights_read(const char *root, uint64_t version, int fd, uint64_t off, char *buf, size_t max)
 {
     for (unsigned waited = 0;; waited += GROW_POLL_MS) {
         ssize_t n = pread(fd, buf, max, (off_t)off);
@@ -171,6 +192,10 @@ ssize_t serve_weights_read(int fd, uint64_t off, char *buf, size_t max)
             return n;
         if (waited >= GROW_STALL_MS)
             return -1; /* the relay stalled: the client resumes by Range later */
+        /* an abandoned version ends the response at once (the child reads
+         * the manifest again), not after GROW_STALL_MS of nothing */
+        if (waited % GROW_CHECK_MS == 0 && waited && !version_alive(root, version))
+            return -1;
         nap_ms(GROW_POLL_MS);
     }
 }

@@ -102,7 +102,8 @@ typedef struct rlp_sync_options {
     uint32_t keep_versions;        /**< FILE/HTTP/RELAY: version folders kept (K ≥ 1; RELAY keeps at least 2);
                                         default 3 */
     int32_t dtype;                 /**< FILE/HTTP: rlp_dtype of the saved weights; default RLP_DTYPE_F32 */
-    const char *const *urls;       /**< HTTP: (n_urls) server base URLs, e.g. "http://127.0.0.1:8000"; RELAY:
+    const char *const *urls;       /**< HTTP: (n_urls) server base URLs, e.g. "http://127.0.0.1:8000" (none
+                                        is allowed: a swarm whose servers join later, rlp_synchronizer_set_urls); RELAY:
                                         urls[0] is the parent, asked first at every pull; the others (e.g. the
                                         grandparent, then the origin) are tried in order while it fails with
                                         RLP_E_NETWORK or RLP_E_FORMAT; copied */
@@ -208,28 +209,34 @@ RLP_API int rlp_synchronizer_publish(rlp_synchronizer *sync, const rlp_policy *p
 RLP_API int rlp_synchronizer_pull(rlp_synchronizer *sync, rlp_rollout_engine *engine);
 
 /**
- * Like rlp_synchronizer_pull(), but waits only until the engine holds at
- * least @p min_version, so that generation on a version within the
- * staleness bound goes on while the newest one spreads (Echo's asynchronous
+ * Like rlp_synchronizer_pull(), but generation needs only weights of
+ * @p min_version or newer, so that it goes on with a version within the
+ * staleness bound while the newest one spreads (Echo's asynchronous
  * push-pull; ECHO-2 overlaps weight dissemination with generation the same
  * way). A rollout side that serves RL step j + 1 under the bound η needs
  * version j − η at least (the buffer drops anything older at step j + 1).
  *
- * With a remote engine and the HTTP transport, the servers are told to load
- * the latest version by a thread of the synchronizer (one round at a time,
- * each to the newest version asked for; a server a round left behind is
- * asked again by the next); the call returns as soon as every server is
- * known to hold @p min_version (capped at the latest published version) and
- * sets the engine's version to the oldest version any server holds. Every
- * other engine and transport: exactly rlp_synchronizer_pull().
+ * With a remote engine and the HTTP transport it does not wait: a thread of
+ * the synchronizer tells the servers to load the latest version (one round
+ * at a time, each to the newest version asked for; a server a round left
+ * behind is asked again by the next), and the engine's requests from now on
+ * carry "min_weight_version": @p min_version (capped at the latest
+ * published version), an rlpost extension of /v1/completions — `rlpost
+ * serve` holds such a request until its weights are that new (60 s at most,
+ * then HTTP 503, which the engine retries), so each server starts as soon
+ * as it has the version instead of every batch waiting for the slowest
+ * server. Servers that ignore the field (vLLM, SGLang) generate with what
+ * they hold; their responses' versions still tag the trajectories, and the
+ * buffer drops what is too old. The engine's version is set to the oldest
+ * version every server is known to hold. Every other engine and transport:
+ * exactly rlp_synchronizer_pull().
  *
  * @param sync         the synchronizer
  * @param engine       the engine (see rlp_synchronizer_pull())
  * @param min_version  the oldest version worth generating with; 0 = any
- * @return RLP_OK; RLP_E_NETWORK (the round that could bring it ended with a
- *         server still below @p min_version: the message names it; the
- *         update goes on at the next call); RLP_E_CLOSED (the synchronizer
- *         was closed while waiting); the errors of rlp_synchronizer_pull().
+ * @return RLP_OK; RLP_E_NETWORK (the last update round left a server behind:
+ *         the message names it; reported once, the next round retries it);
+ *         the errors of rlp_synchronizer_pull().
  * Thread-safe; the update thread ends in rlp_synchronizer_free(), which
  * stops a round in flight within 0.1 s.
  */

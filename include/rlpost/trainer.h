@@ -507,6 +507,27 @@ RLP_API int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engi
  */
 RLP_API int rlp_rollout_worker_run_once(rlp_rollout_worker *worker);
 
+/**
+ * Gives the worker another engine (a lane): rlp_rollout_worker_start() then
+ * runs one thread per engine, each producing whole batches, so that up to
+ * 1 + (engines added) batches generate at once, within the staleness gate
+ * (which bounds the groups admitted, not the lanes). Batch numbers and
+ * prompts are drawn in one order and batches enter the buffer (or outbox)
+ * in that order, so a run trains on the same batches in the same steps
+ * whatever the number of lanes; only their generation overlaps. Meant for
+ * remote engines over the same servers, whose batches spend most of their
+ * time waiting on the network (a WAN swarm): one engine each, since an
+ * engine runs one generate call at a time.
+ *
+ * @param worker  a worker not started yet
+ * @param engine  borrowed, must outlive the worker; not one the worker has;
+ *                the same tokenizer as the first engine
+ * @return RLP_OK; RLP_E_STATE (started); RLP_E_INVALID_ARG (more than 16
+ *         engines, a repeated engine, another tokenizer).
+ * rlp_rollout_worker_run_once() uses the first engine only.
+ */
+RLP_API int rlp_rollout_worker_add_engine(rlp_rollout_worker *worker, rlp_rollout_engine *engine);
+
 /** Starts a thread that runs batches until rlp_rollout_worker_stop() or a
  *  failure (rlp_rollout_worker_error() tells which). RLP_E_STATE if running. */
 RLP_API int rlp_rollout_worker_start(rlp_rollout_worker *worker);

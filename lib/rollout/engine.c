@@ -501,6 +501,13 @@ int rlp_rollout_engine_server_stats(rlp_server_stats *out, size_t cap, size_t *n
     return RLP_OK;
 }
 
+void rlpi_engine_set_min_version(rlp_rollout_engine *e, uint64_t v)
+{
+    pthread_mutex_lock(&e->mu);
+    e->min_version = v;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int rlp_rollout_engine_abort(rlp_rollout_engine *engine)
 {
     RLPI_CHECK_ARG(engine, "engine is NULL");

@@ -131,6 +131,8 @@ int rlpi_engine_remote_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp
         version = e->version;
         group_base = e->next_group;
         e->next_group += n_prompts;
+        for (size_t p = 0; p < n_prompts; p++)
+            reqs[p].min_version = e->min_version;
         pthread_mutex_unlock(&e->mu);
         rc = rlpi_remote_client_complete(e->client, reqs, n_prompts, res);
     }

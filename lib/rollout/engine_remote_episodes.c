@@ -239,7 +239,11 @@ static int model_turn(rep_episode *ep, bool *over)
     uint64_t left = x->budget - t->n_tokens, room = x->capacity - (np + t->n_tokens);
     left = room < left ? room : left;
     uint32_t max_tokens = s->max_new_tokens < left ? s->max_new_tokens : (uint32_t)left;
+    pthread_mutex_lock(&x->e->mu);
+    uint64_t min_version = x->e->min_version;
+    pthread_mutex_unlock(&x->e->mu);
     rlpi_remote_request rq = {.prompt = ctx,
+                              .min_version = min_version,
                               .n_prompt = np + t->n_tokens,
                               .n = 1,
                               .max_tokens = max_tokens,

@@ -386,7 +386,7 @@ int rlpi_remote_client_create(rlpi_remote_client **out, const rlpi_remote_config
             c->headers = h;
     }
     /* keep a connection per transfer for reuse by the next call */
-    rlpi_http_queue_opts qo = {.max_in_flight = c->max_in_flight, .max_connects = (long)c->max_in_flight,
+    rlpi_http_queue_opts qo = {.max_in_flight = c->max_in_flight, .max_connects = 4 * (long)c->max_in_flight,
                                .backoff_ms = c->backoff_ms, .max_backoff_ms = MAX_BACKOFF_MS, .jitter = 1,
                                .poll_ms = POLL_MS};
     if (ok)
@@ -438,7 +438,7 @@ int rlpi_remote_client_clone(rlpi_remote_client **out, const rlpi_remote_client 
         if (n)
             d->headers = n;
     }
-    rlpi_http_queue_opts qo = {.max_in_flight = d->max_in_flight, .max_connects = (long)d->max_in_flight,
+    rlpi_http_queue_opts qo = {.max_in_flight = d->max_in_flight, .max_connects = 4 * (long)d->max_in_flight,
                                .backoff_ms = d->backoff_ms, .max_backoff_ms = MAX_BACKOFF_MS, .jitter = 1,
                                .poll_ms = POLL_MS};
     if (ok)
@@ -593,6 +593,8 @@ static char *build_body(const rlpi_remote_client *c, const rlpi_remote_request *
             bad = json_array_append_new(ids, json_integer(r->stop_ids[i])) != 0;
     }
     bad = bad || put(o, "include_stop_str_in_output", json_boolean(r->include_stop_str));
+    if (!bad && r->min_version)
+        bad = put(o, "min_weight_version", json_integer((json_int_t)r->min_version));
     bad = bad || put(o, "logprobs", json_integer(1));
     bad = bad || put(o, "echo", json_false());
     bad = bad || put(o, "stream", json_false());

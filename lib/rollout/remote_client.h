@@ -42,6 +42,8 @@ typedef struct rlpi_remote_request {
     const int32_t *stop_ids;       /* (n_stop_ids) sent as stop_token_ids */
     size_t n_stop_ids;
     int include_stop_str;          /* include_stop_str_in_output */
+    uint64_t min_version;          /* > 0: sent as "min_weight_version" (rlpost serve holds the request
+                                      until its weights are at least this new; others ignore it) */
 } rlpi_remote_request;
 
 typedef struct rlpi_remote_choice {

@@ -63,6 +63,8 @@ struct rlp_synchronizer {
     int bg_rc;               /* how the last round ended */
     char bg_err[512];        /* its message */
     atomic_bool http_abort;  /* rlp_synchronizer_free(): a round in flight stops */
+    void *http_queue;        /* HTTP: the rounds' rlpi_http_queue, kept for its connections (under http_mu) */
+    void *relay_easy;        /* RELAY: the CURL handle of the pulls, kept for its connection (under http_mu) */
 };
 
 /* One published version as the manifest describes it. */
@@ -142,6 +144,10 @@ void rlpi_file_prune(const char *dir, uint64_t current, uint32_t keep);
  * One fetch at a time. RLP_E_NETWORK naming the URL; RLP_E_FORMAT (bad
  * manifest, a file bad 3 times); RLP_E_IO. */
 int rlpi_relay_fetch(rlp_synchronizer *s, uint64_t *version, bool *any);
+/* Frees what the relay and HTTP transports keep across calls (their
+ * connections). From rlp_synchronizer_free(). */
+void rlpi_relay_release(rlp_synchronizer *s);
+void rlpi_http_release(rlp_synchronizer *s);
 
 /* Tells every target not known to hold `version` to load DIR/v<version>
  * (concurrently, with timeouts and retries) and records what each now

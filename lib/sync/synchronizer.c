@@ -111,6 +111,10 @@ void rlp_synchronizer_free(rlp_synchronizer *sync)
         pthread_join(sync->bg_thread, NULL);
     }
     pthread_cond_destroy(&sync->bg_cv);
+#ifdef RLPI_HAVE_CURL
+    rlpi_relay_release(sync);
+    rlpi_http_release(sync);
+#endif
     snapshot_unref(sync->snap);
     rlp_policy_free(sync->recv);
     for (size_t i = 0; i < sync->n_targets; i++)
@@ -183,7 +187,8 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         return rlpi_error_set(RLP_E_UNSUPPORTED, "%s: the %s transport needs a build with libcurl", __func__,
                               relay ? "RELAY" : "HTTP");
 #endif
-        RLPI_CHECK_ARG(o.n_urls >= 1 && o.urls, "the HTTP and RELAY transports need opts->urls");
+        RLPI_CHECK_ARG(relay ? o.n_urls >= 1 && o.urls : o.urls || o.n_urls == 0,
+                       "the RELAY transport needs opts->urls (the parent); HTTP: opts->urls is NULL");
         for (size_t i = 0; i < o.n_urls; i++)
             RLPI_CHECK_ARG(o.urls[i] && (!strncmp(o.urls[i], "http://", 7) || !strncmp(o.urls[i], "https://", 8)),
                            "opts->urls[i] must be an http:// or https:// URL");
@@ -216,7 +221,7 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         rc = make_dir(o.dir, &s->dir);
     if (!rc && o.api_key && !(s->api_key = strdup(o.api_key)))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay)) {
+    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay) && o.n_urls) {
         if (!(s->targets = calloc(o.n_urls, sizeof *s->targets)))
             rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
         for (size_t i = 0; !rc && i < o.n_urls; i++, s->n_targets++) {
@@ -582,7 +587,6 @@ int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_engine *e
         return RLP_OK; /* nothing published yet */
     if (min_version > latest)
         min_version = latest;
-    double t0 = rlpi_now_s();
     pthread_mutex_lock(&sync->mu);
     sync->st.pulls++;
     if (!sync->bg_started) {
@@ -603,28 +607,21 @@ int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_engine *e
             pthread_cond_broadcast(&sync->bg_cv);
         }
     }
-    /* wait until every server holds min_version, or until the rounds that
-     * could bring it have ended without */
-    uint64_t last_round = sync->bg_ended + (sync->bg_busy ? 1 : 0) + (sync->bg_pending ? 1 : 0);
-    bool waited = false;
-    while (!sync->closed && (have = servers_floor(sync)) < (int64_t)min_version) {
-        if (sync->bg_ended >= last_round) {
-            rc = sync->bg_rc ? sync->bg_rc : RLP_E_NETWORK;
-            rlpi_error_set(rc, "%s: not every server holds version %" PRIu64 ": %s", __func__, min_version,
-                           sync->bg_err[0] ? sync->bg_err : "the update round left some behind");
-            break;
-        }
-        waited = true;
-        pthread_cond_wait(&sync->bg_cv, &sync->mu);
+    /* no waiting here: each request carries min_version and a server holds
+     * it until its weights are that new, so no server waits for the
+     * slowest (a global "every server holds it" barrier cost a whole relay
+     * round per batch over a WAN). Failures of the last round are reported
+     * once, as a warning's worth: the round goes on at the next call. */
+    if (sync->bg_rc && !sync->bg_busy && have < (int64_t)latest) {
+        rc = sync->bg_rc;
+        rlpi_error_set(rc, "%s: %s", __func__, sync->bg_err);
+        sync->bg_rc = RLP_OK;
     }
-    if (!rc && have < (int64_t)min_version)
-        rc = rlpi_error_set(RLP_E_CLOSED, "%s: the synchronizer was closed", __func__);
-    if (waited)
-        sync->st.pull_seconds += rlpi_now_s() - t0;
     pthread_mutex_unlock(&sync->mu);
-    /* the engine's own version: what every server holds at least (the
-     * servers also tag each response with the version they used) */
-    if (!rc && have >= 0 && have != INT64_MAX)
+    rlpi_engine_set_min_version(engine, min_version);
+    /* the engine's own version (the tag of responses that carry none): what
+     * every server is known to hold at least */
+    if (have >= 0 && have != INT64_MAX)
         rlp_rollout_engine_set_version(engine, (uint64_t)have);
     return rc;
 #endif

@@ -164,7 +164,11 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         rlpi_http_queue_opts qo = {.backoff_ms = FIRST_BACKOFF_MS, .max_backoff_ms = MAX_BACKOFF_MS,
                                    .retry_any_curl_error = 1, .poll_ms = POLL_MS, .abort = round_aborted,
                                    .payload = s};
-        if (!body || !headers || rlpi_http_queue_create(&queue, &qo) != RLP_OK)
+        /* the queue outlives the round: its connections are reused by the next */
+        queue = s->http_queue;
+        if (!queue && rlpi_http_queue_create(&queue, &qo) == RLP_OK)
+            s->http_queue = queue;
+        if (!body || !headers || !queue)
             rc = rlpi_error_set(RLP_E_NOMEM, "weight update: out of memory");
     }
     for (size_t i = 0; rc == RLP_OK && i < n; i++) {
@@ -222,7 +226,6 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         free(posts[i].url);
         free(posts[i].base);
     }
-    rlpi_http_queue_free(queue);
     curl_slist_free_all(headers);
     free(body);
     free(posts);
@@ -232,4 +235,10 @@ int rlpi_http_update(rlp_synchronizer *s, uint64_t version, bool *sent)
         rc = rlpi_error_set(RLP_E_NETWORK, "version %" PRIu64 " reached %zu of %zu servers; %s", version, n - failed,
                             n, msg);
     return rc;
+}
+
+void rlpi_http_release(rlp_synchronizer *s)
+{
+    rlpi_http_queue_free(s->http_queue);
+    s->http_queue = NULL;
 }

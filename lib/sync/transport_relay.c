@@ -630,8 +630,13 @@ int rlpi_relay_fetch(rlp_synchronizer *s, uint64_t *version, bool *any)
         return rc;
     pthread_mutex_lock(&s->http_mu);
     rlpi_manifest *have = calloc(1, sizeof *have), *m = calloc(1, sizeof *m);
-    relay_ctx c = {.s = s};
-    if (!have || !m || !(c.e = curl_easy_init())) {
+    /* the handle outlives the call: its connection to the parent is reused
+     * by the next pull (a new TCP connection per poll paid a handshake, a
+     * cold congestion window and, on a lossy link, a 1 s SYN timeout) */
+    relay_ctx c = {.s = s, .e = s->relay_easy};
+    if (!c.e)
+        c.e = s->relay_easy = curl_easy_init();
+    if (!have || !m || !c.e) {
         rc = rlpi_error_set(RLP_E_NOMEM, "weight relay: out of memory");
         goto out;
     }
@@ -669,8 +674,6 @@ out:
         s->st.http_failures++;
     pthread_mutex_unlock(&s->mu);
     curl_slist_free_all(c.headers);
-    if (c.e)
-        curl_easy_cleanup(c.e);
     if (have)
         rlpi_manifest_clear(have);
     if (m)
@@ -679,4 +682,11 @@ out:
     free(m);
     pthread_mutex_unlock(&s->http_mu);
     return rc;
+}
+
+void rlpi_relay_release(rlp_synchronizer *s)
+{
+    if (s->relay_easy)
+        curl_easy_cleanup(s->relay_easy);
+    s->relay_easy = NULL;
 }

@@ -55,17 +55,34 @@ void rlpi_train_pull_warning(unsigned *count, rlp_log_fn fn, void *payload, int 
 /* An engine numbers the groups it is not given ids for (1 << 63 | k, k
  * from 0 on every engine), so two workers over one buffer would push groups
  * with the same ids, and the RL step, which groups trajectories by id,
- * would merge them. Each worker moves its engine's ids into a space of its
- * own (bits 48–62: a tag per worker of the process); the order of ids within
+ * would merge them. Each worker moves each of its engines' ids into a space
+ * of its own (bits 48–62: a tag per engine of the process); the order of ids within
  * a batch, and so every result, is unchanged, and the sampling streams were
  * drawn with the engine's ids. */
 static atomic_uint_fast64_t workers_created;
 
-static void tag_group_ids(const rlp_rollout_worker *w, rlp_batch *b)
+/* The id tag of a new lane (engine) of @p w: a process-wide counter for
+ * workers that push into a buffer; for an outbox worker, bits 32–47 from
+ * this process's id and 48–62 from a random draw, so that workers of other
+ * processes writing into the same inbox never share one. */
+static uint64_t lane_tag(rlp_rollout_worker *w)
+{
+    uint64_t tag = (atomic_fetch_add(&workers_created, 1) % 0x7fff + 1) << 48;
+    if (w->outbox) {
+        uint64_t r = (uint64_t)rlpi_now_ns() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)w ^ w->n_lanes;
+        r = rlpi_train_mix_seed(r, tag);
+        tag = ((r % 0x7fff + 1) << 48) | (((uint64_t)getpid() & 0xffff) << 32);
+        if (!w->outbox_nonce)
+            w->outbox_nonce = r;
+    }
+    return tag;
+}
+
+static void tag_group_ids(uint64_t id_tag, rlp_batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
         if (b->items[i].group_id >> 63)
-            b->items[i].group_id |= w->id_tag;
+            b->items[i].group_id |= id_tag;
 }
 
 int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engine, rlp_task *task,
@@ -99,7 +116,6 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
         free(w);
         return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
     }
-    w->engine = engine;
     w->task = task;
     w->reward = reward;
     w->sync = sync;
@@ -109,18 +125,15 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
     const rlp_tokenizer *own = rlp_rollout_engine_tokenizer(engine);
     w->ext_tok = o.tokenizer && o.tokenizer != own ? o.tokenizer : NULL;
     w->tok = w->ext_tok ? NULL : own;
-    w->next_batch = o.first_batch;
-    w->id_tag = (atomic_fetch_add(&workers_created, 1) % 0x7fff + 1) << 48;
-    if (w->outbox) {
-        /* workers of other processes write into the same inbox: bits 32–47
-         * from this process's id, 48–62 from a random draw */
-        uint64_t r = (uint64_t)rlpi_now_ns() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)w;
-        r = rlpi_train_mix_seed(r, w->id_tag);
-        w->id_tag = ((r % 0x7fff + 1) << 48) | (((uint64_t)getpid() & 0xffff) << 32);
-        w->outbox_nonce = r;
-    }
+    w->next_batch = w->next_push = o.first_batch;
+    w->lanes[0].engine = engine;
+    w->n_lanes = 1;
+    w->lanes[0].id_tag = lane_tag(w);
     w->st.version = 1;
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->order_mu, NULL);
+    pthread_mutex_init(&w->admit_mu, NULL);
+    pthread_cond_init(&w->order_cv, NULL);
     *out = w;
     return RLP_OK;
 }
@@ -128,10 +141,12 @@ int rlp_rollout_worker_create(rlp_rollout_worker **out, rlp_rollout_engine *engi
 /* Fails the worker once (the first failure's message is kept). */
 static int fail(rlp_rollout_worker *w, int rc, const char *what)
 {
+    pthread_mutex_lock(&w->mu); /* lanes may fail at once */
     if (!atomic_load(&w->failed_rc)) {
         snprintf(w->err, sizeof w->err, "rollout: %s: %s", what, rlp_error_last());
         atomic_store(&w->failed_rc, rc ? rc : RLP_E_INTERNAL);
     }
+    pthread_mutex_unlock(&w->mu);
     return rc;
 }
 
@@ -189,58 +204,70 @@ static int write_outbox(rlp_rollout_worker *w, const rlp_batch *b, uint64_t j)
     return rlp_batch_write_file(b, path);
 }
 
-int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
+/* Batch j of lane @p L: admit, draw, pull, generate, score, push. Lanes
+ * take their batch numbers and prompts in one order (under admit_mu, after
+ * admission, so every smaller j is admitted already) and push in that
+ * order, so that a run with several lanes trains on the same batches in the
+ * same steps as with one; only the generating overlaps. */
+static int run_lane(rlp_rollout_worker *w, size_t L)
 {
-    RLPI_CHECK_ARG(w, "worker is NULL");
     if (atomic_load(&w->stopping))
         return rlpi_error_set(RLP_E_CLOSED, "the rollout worker was stopped");
+    rlpi_rollout_lane *lane = &w->lanes[L];
     const size_t G = w->o.prompts_per_batch;
-    const uint64_t j = w->next_batch;
-    /* the gate: one slot per group of the batch */
+    /* the gate: one slot per group of the batch, one lane at a time (two
+     * lanes sharing out the last free slots would each wait for the rest
+     * for ever); then batch j, the prompts of step j + 1, in admission order */
     double t = rlpi_now_s();
     size_t admitted = 0;
     int rc = RLP_OK;
-    atomic_store(&w->at_gate, 1);
+    atomic_fetch_add(&w->at_gate, 1);
+    pthread_mutex_lock(&w->admit_mu);
     while (admitted < G && (rc = rlp_synchronizer_acquire(w->sync, RLP_WAIT_FOREVER)) == RLP_OK)
         admitted++;
-    atomic_store(&w->at_gate, 0);
+    atomic_fetch_sub(&w->at_gate, 1);
+    rlp_prompt_set *set = NULL;
+    const uint64_t j = w->next_batch;
+    if (admitted == G && (rc = rlp_task_next_batch(&set, w->task, G, w->tok)) == RLP_OK)
+        w->next_batch = j + 1;
+    pthread_mutex_unlock(&w->admit_mu);
     add_seconds(w, &w->st.idle_seconds, t);
     if (admitted < G) {
         release_all(w, admitted, 0);
         return rc == RLP_E_CLOSED ? rc : fail(w, rc, "staleness gate");
     }
-
-    /* the prompts of step j + 1 */
-    rlp_prompt_set *set = NULL;
-    if ((rc = rlp_task_next_batch(&set, w->task, G, w->tok)) != RLP_OK) {
+    if (rc != RLP_OK) {
         release_all(w, G, 0);
         return fail(w, rc, "prompts");
     }
     uint64_t seed = rlpi_train_mix_seed(w->o.seed, j + 1);
 
-    /* the latest weights, then generate. Batch j serves step j + 1, where
-     * the trainer holds version j: what is older than j − η would be
-     * dropped, so that much is waited for; remote servers get the newest
-     * version in the background meanwhile (rlp_synchronizer_pull_at_least) */
+    /* the weights, then generate. Batch j serves step j + 1, where the
+     * trainer holds version j: anything older than j − η would be dropped,
+     * so that much is waited for; remote servers get the newest version in
+     * the background meanwhile (rlp_synchronizer_pull_at_least) */
     t = rlpi_now_s();
     uint32_t eta = rlpi_sync_max_staleness(w->sync);
-    rc = rlp_synchronizer_pull_at_least(w->sync, w->engine, j > eta ? j - eta : 0);
+    rc = rlp_synchronizer_pull_at_least(w->sync, lane->engine, j > eta ? j - eta : 0);
     if (rc == RLP_E_NETWORK && w->o.remote) {
+        pthread_mutex_lock(&w->mu);
         rlpi_train_pull_warning(&w->pull_warnings, w->o.log_fn, w->o.log_payload, rc);
+        pthread_mutex_unlock(&w->mu);
         rc = RLP_OK;
     } else if (rc) {
         fail(w, rc, "weights");
     }
+    double t_gen = rlpi_now_s();
     rlp_batch *b = NULL;
     rlp_sampling_options s = w->o.sampling;
     s.seed = w->o.remote ? seed >> 1 : seed; /* servers take a signed 64-bit seed */
-    if (!rc && (rc = rlpi_train_generate(&b, w->engine, set, 0, SIZE_MAX, &s,
-                                                   w->o.multiturn.env ? &w->o.multiturn : NULL, w->ext_tok,
-                                                   w->o.retries)) != RLP_OK &&
+    if (!rc && (rc = rlpi_train_generate(&b, lane->engine, set, 0, SIZE_MAX, &s,
+                                         w->o.multiturn.env ? &w->o.multiturn : NULL, w->ext_tok,
+                                         w->o.retries)) != RLP_OK &&
         !atomic_load(&w->stopping))
         fail(w, rc, "generate");
     if (!rc)
-        tag_group_ids(w, b);
+        tag_group_ids(lane->id_tag, b);
     uint64_t tokens = 0;
     size_t n = 0;
     if (!rc)
@@ -252,6 +279,7 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     }
     pthread_mutex_lock(&w->mu);
     w->st.generate_seconds += rlpi_now_s() - t;
+    w->pull_wait_seconds += t_gen - t;
     w->st.tokens += tokens;
     pthread_mutex_unlock(&w->mu);
 
@@ -272,17 +300,31 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     if (!rc && !atomic_load(&w->stopping) && (rc = tag_provenance(w, b, set, seed, j)) != RLP_OK)
         fail(w, rc, "provenance");
     rlp_prompt_set_free(set);
-    /* stopping: the generate call may have been aborted; nothing half-done
-     * is pushed */
-    if (rc || atomic_load(&w->stopping)) {
+
+    /* push in batch order: wait for batch j − 1 to be pushed */
+    t = rlpi_now_s();
+    pthread_mutex_lock(&w->order_mu);
+    while (w->next_push != j && !atomic_load(&w->stopping) && !atomic_load(&w->failed_rc))
+        pthread_cond_wait(&w->order_cv, &w->order_mu);
+    bool in_turn = w->next_push == j;
+    pthread_mutex_unlock(&w->order_mu);
+    /* stopping, or an earlier batch failed: the generate call may have been
+     * aborted; nothing half-done or out of order is pushed */
+    if (rc || !in_turn || atomic_load(&w->stopping)) {
         rlp_batch_free(b);
         release_all(w, G, 0);
+        if (!rc && !in_turn && !atomic_load(&w->stopping))
+            return atomic_load(&w->failed_rc);
         return rc ? rc : rlpi_error_set(RLP_E_CLOSED, "the rollout worker was stopped");
     }
-    t = rlpi_now_s();
     rc = w->outbox ? write_outbox(w, b, j) : rlp_replay_buffer_push(w->buf, b);
     rlp_batch_free(b);
     release_all(w, G, rc == RLP_OK);
+    pthread_mutex_lock(&w->order_mu);
+    if (rc == RLP_OK)
+        w->next_push = j + 1;
+    pthread_cond_broadcast(&w->order_cv);
+    pthread_mutex_unlock(&w->order_mu);
     pthread_mutex_lock(&w->mu);
     w->st.idle_seconds += rlpi_now_s() - t;
     if (!rc) {
@@ -292,17 +334,49 @@ int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
     pthread_mutex_unlock(&w->mu);
     if (rc)
         return rc == RLP_E_CLOSED ? rc : fail(w, rc, w->outbox ? "outbox" : "replay buffer");
-    w->next_batch = j + 1;
     return RLP_OK;
 }
 
-static void *worker_main(void *arg)
+int rlp_rollout_worker_run_once(rlp_rollout_worker *w)
 {
-    rlp_rollout_worker *w = arg;
-    while (!atomic_load(&w->stopping) && rlp_rollout_worker_run_once(w) == RLP_OK) {
+    RLPI_CHECK_ARG(w, "worker is NULL");
+    return run_lane(w, 0);
+}
+
+static void *lane_main(void *arg)
+{
+    struct lane_arg *a = arg;
+    rlp_rollout_worker *w = a->w;
+    while (!atomic_load(&w->stopping) && !atomic_load(&w->failed_rc) && run_lane(w, a->lane) == RLP_OK) {
     }
-    atomic_store(&w->running, 0);
+    /* a failed lane stops the others (they wait on order_cv or at the gate) */
+    if (atomic_load(&w->failed_rc)) {
+        pthread_mutex_lock(&w->order_mu);
+        pthread_cond_broadcast(&w->order_cv);
+        pthread_mutex_unlock(&w->order_mu);
+    }
+    atomic_fetch_sub(&w->running, 1);
     return NULL;
+}
+
+int rlp_rollout_worker_add_engine(rlp_rollout_worker *w, rlp_rollout_engine *engine)
+{
+    RLPI_CHECK_ARG(w && engine, "worker and engine are required");
+    if (w->started)
+        return rlpi_error_set(RLP_E_STATE, "%s: the worker's threads were started already", __func__);
+    if (w->n_lanes >= RLPI_MAX_LANES)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: at most %d engines", __func__, RLPI_MAX_LANES);
+    for (size_t i = 0; i < w->n_lanes; i++)
+        if (w->lanes[i].engine == engine)
+            return rlpi_error_set(RLP_E_INVALID_ARG, "%s: this engine is the worker's already", __func__);
+    const rlp_tokenizer *own = rlp_rollout_engine_tokenizer(engine);
+    if (!w->ext_tok && own != w->tok)
+        return rlpi_error_set(RLP_E_INVALID_ARG, "%s: the engine has another tokenizer than the worker's first engine",
+                              __func__);
+    w->lanes[w->n_lanes].engine = engine;
+    w->lanes[w->n_lanes].id_tag = lane_tag(w);
+    w->n_lanes++;
+    return RLP_OK;
 }
 
 int rlp_rollout_worker_start(rlp_rollout_worker *w)
@@ -310,13 +384,19 @@ int rlp_rollout_worker_start(rlp_rollout_worker *w)
     RLPI_CHECK_ARG(w, "worker is NULL");
     if (w->started)
         return rlpi_error_set(RLP_E_STATE, "%s: the worker's thread was started already", __func__);
-    atomic_store(&w->running, 1);
-    int e = pthread_create(&w->th, NULL, worker_main, w);
-    if (e) {
-        atomic_store(&w->running, 0);
-        return rlpi_error_set(RLP_E_NOMEM, "%s: cannot start the rollout thread: %s", __func__, strerror(e));
+    atomic_store(&w->running, (int)w->n_lanes);
+    for (size_t i = 0; i < w->n_lanes; i++) {
+        w->lane_args[i] = (struct lane_arg){w, i};
+        int e = pthread_create(&w->lanes[i].th, NULL, lane_main, &w->lane_args[i]);
+        if (e) {
+            /* the ones started stop again */
+            atomic_fetch_sub(&w->running, (int)(w->n_lanes - i));
+            w->started = (int)i;
+            rlp_rollout_worker_stop(w);
+            return rlpi_error_set(RLP_E_NOMEM, "%s: cannot start a rollout thread: %s", __func__, strerror(e));
+        }
     }
-    w->started = 1;
+    w->started = (int)w->n_lanes;
     return RLP_OK;
 }
 
@@ -327,17 +407,23 @@ int rlp_rollout_worker_stop(rlp_rollout_worker *w)
     if (!w->started)
         return RLP_OK;
     /* close the gate and the buffer (a waiting acquire or push returns),
-     * abort a generate call in flight (again until the thread is out: an
-     * abort before the call starts is reset by it) */
+     * wake the lanes waiting for their turn to push, abort the generate
+     * calls in flight (again until the threads are out: an abort before
+     * the call starts is reset by it) */
     rlp_synchronizer_close(w->sync);
     if (w->buf)
         rlp_replay_buffer_close(w->buf);
-    while (atomic_load(&w->running)) {
-        rlp_rollout_engine_abort(w->engine);
+    while (atomic_load(&w->running) > 0) {
+        pthread_mutex_lock(&w->order_mu);
+        pthread_cond_broadcast(&w->order_cv);
+        pthread_mutex_unlock(&w->order_mu);
+        for (size_t i = 0; i < w->n_lanes; i++)
+            rlp_rollout_engine_abort(w->lanes[i].engine);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    pthread_join(w->th, NULL);
+    for (int i = 0; i < w->started; i++)
+        pthread_join(w->lanes[i].th, NULL);
     w->started = 0;
     return RLP_OK;
 }
@@ -358,8 +444,11 @@ int rlp_rollout_worker_stats_get(rlp_rollout_worker_stats *out, const rlp_rollou
     pthread_mutex_lock(&mw->mu);
     *out = w->st;
     pthread_mutex_unlock(&mw->mu);
-    out->at_gate = atomic_load(&mw->at_gate);
-    out->running = atomic_load(&mw->running);
+    /* at the gate: every lane that runs waits there (one that generates
+     * will push, so the run is not stalled) */
+    int running = atomic_load(&mw->running), at_gate = atomic_load(&mw->at_gate);
+    out->at_gate = at_gate > 0 && at_gate >= (running > 0 ? running : 1);
+    out->running = running > 0;
     return RLP_OK;
 }
 
@@ -369,6 +458,9 @@ void rlp_rollout_worker_free(rlp_rollout_worker *w)
         return;
     rlp_rollout_worker_stop(w);
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->order_mu);
+    pthread_mutex_destroy(&w->admit_mu);
+    pthread_cond_destroy(&w->order_cv);
     rlpi_sampling_copy_free(&w->sampling_copy);
     free(w->outbox);
     free(w);

@@ -142,24 +142,32 @@ static int local_engine(const rlp_trainer *t, rlp_rollout_engine **out, rlp_poli
 
 /* The engine of remote PULL and ASYNC: remote over the URLs, or a copy of
  * the policy. */
+/* A remote engine over the workers. */
+static int create_remote_engine(rlp_trainer *t, rlp_rollout_engine **out)
+{
+    rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
+    rem.urls = (const char *const *)t->urls;
+    rem.n_urls = t->n_urls; /* may be 0: rlp_trainer_set_worker_urls() adds them */
+    rem.api_key = t->api_key;
+    rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
+    rem.max_retries = 3;
+    /* a model without a tokenizer: the prompts go out encoded with the
+     * host's and the completions are decoded with it on return
+     * (rlpi_train_generate); the engine must not have it too, or the
+     * rollout worker takes it for the engine's own and keeps the text the
+     * workers sent, empty for such a model */
+    const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
+    if (rlp_rollout_engine_create_remote(out, tok, &rem))
+        return rlpi_error_wrap("worker_urls");
+    return RLP_OK;
+}
+
 static int create_rollout_engine(rlp_trainer *t)
 {
     int rc;
     if (t->remote) {
-        rlp_remote_options rem = RLP_REMOTE_OPTIONS_INIT;
-        rem.urls = (const char *const *)t->urls;
-        rem.n_urls = t->n_urls; /* may be 0: rlp_trainer_set_worker_urls() adds them */
-        rem.api_key = t->api_key;
-        rem.timeout_ms = t->o.worker_timeout_ms ? t->o.worker_timeout_ms : 300000;
-        rem.max_retries = 3;
-        /* a model without a tokenizer: the prompts go out encoded with the
-         * host's and the completions are decoded with it on return
-         * (rlpi_train_generate); the engine must not have it too, or the
-         * rollout worker takes it for the engine's own and keeps the text the
-         * workers sent, empty for such a model */
-        const rlp_tokenizer *tok = t->ext_tok ? NULL : rlp_policy_tokenizer(t->policy);
-        if ((rc = rlp_rollout_engine_create_remote(&t->ro_engine, tok, &rem)))
-            return rlpi_error_wrap("worker_urls");
+        if ((rc = create_remote_engine(t, &t->ro_engine)))
+            return rc;
     } else {
         /* ASYNC: a copy of its own, on the host's rollout context if given */
         rlp_rollout_options eo = RLP_ROLLOUT_OPTIONS_INIT;
@@ -207,22 +215,14 @@ static int create_sync(rlp_trainer *t)
     so.initial_version = version;
     if (t->inbox)
         so.dir = t->weights_dir; /* the workers of other processes read the manifest there */
-    /* the synchronizer's HTTP transport refuses an empty set at creation:
-     * a swarm that starts with no worker is made with a placeholder that
-     * is replaced by the (empty) set before anything is sent to it */
-    static const char *const placeholder[] = {"http://127.0.0.1:9"};
     pthread_mutex_lock(&t->urls_mu); /* a set_worker_urls meanwhile waits, then finds t->sync */
     if (t->remote) {
         so.dir = t->weights_dir;
-        so.urls = t->n_urls ? (const char *const *)t->urls : placeholder;
-        so.n_urls = t->n_urls ? t->n_urls : 1;
+        so.urls = (const char *const *)t->urls; /* none yet in a swarm whose workers join later */
+        so.n_urls = t->n_urls;
         so.api_key = t->api_key;
     }
     rc = rlp_synchronizer_create(&t->sync, &so);
-    if (!rc && t->remote && !t->n_urls && (rc = rlp_synchronizer_set_urls(t->sync, NULL, 0))) {
-        rlp_synchronizer_free(t->sync);
-        t->sync = NULL;
-    }
     pthread_mutex_unlock(&t->urls_mu);
     if (rc)
         return rlpi_error_wrap("%s", t->remote || t->inbox ? "weights_dir" : "synchronizer");
@@ -337,6 +337,8 @@ void rlp_trainer_free(rlp_trainer *t)
     rlp_replay_buffer_free(t->buf);
     rlp_synchronizer_free(t->sync);
     rlp_rollout_engine_free(t->ro_engine);
+    for (size_t i = 0; i < t->n_ro_lanes; i++)
+        rlp_rollout_engine_free(t->ro_lanes[i]);
     rlp_rollout_engine_free(t->eval_engine);
     rlp_rollout_engine_free(t->engine);
     rlp_context_free(t->ro_ctx);
@@ -379,6 +381,8 @@ int rlp_trainer_set_worker_urls(rlp_trainer *t, const char *const *urls, size_t 
         }
     pthread_mutex_lock(&t->urls_mu);
     int rc = rlp_rollout_engine_set_urls(t->ro_engine, urls, n_urls);
+    for (size_t i = 0; !rc && i < t->n_ro_lanes; i++) /* the worker's other engines */
+        rc = rlp_rollout_engine_set_urls(t->ro_lanes[i], urls, n_urls);
     if (!rc && t->sync)
         rc = rlp_synchronizer_set_urls(t->sync, urls, n_urls);
     if (!rc) {
@@ -400,7 +404,55 @@ int rlp_trainer_server_stats(rlp_server_stats *out, size_t cap, size_t *n_out, c
     RLPI_CHECK_ARG(t, "trainer is NULL");
     if (!t->remote || !t->ro_engine)
         return rlpi_error_set(RLP_E_STATE, "%s: the trainer has no remote workers", __func__);
-    return rlp_rollout_engine_server_stats(out, cap, n_out, t->ro_engine);
+    RLPI_CHECK_ARG(n_out, "n_out is NULL");
+    RLPI_CHECK_ARG(out || cap == 0, "out is NULL");
+    rlp_trainer *mt = (rlp_trainer *)t;
+    pthread_mutex_lock(&mt->urls_mu);
+    int rc = rlp_rollout_engine_server_stats(out, cap, n_out, t->ro_engine);
+    /* the other engines of the rollout worker talk to the same servers:
+     * their counters add to the same server's entry */
+    rlp_server_stats *lane = NULL;
+    size_t n_lane = 0, cap_lane = 0;
+    for (size_t i = 0; !rc && i < t->n_ro_lanes; i++) {
+        if ((rc = rlp_rollout_engine_server_stats(NULL, 0, &n_lane, t->ro_lanes[i])))
+            break;
+        if (n_lane > cap_lane) {
+            rlp_server_stats *grown = realloc(lane, n_lane * sizeof *lane);
+            if (!grown) {
+                rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
+                break;
+            }
+            lane = grown;
+            cap_lane = n_lane;
+        }
+        if ((rc = rlp_rollout_engine_server_stats(lane, cap_lane, &n_lane, t->ro_lanes[i])))
+            break;
+        for (size_t k = 0; k < n_lane && k < cap_lane; k++) {
+            size_t m = 0, shown = *n_out < cap ? *n_out : cap;
+            while (m < shown && strcmp(out[m].url, lane[k].url))
+                m++;
+            if (m == shown) { /* a server only this engine has seen */
+                if (*n_out < cap)
+                    out[*n_out] = lane[k];
+                (*n_out)++;
+                continue;
+            }
+            rlp_server_stats *o = &out[m];
+            o->requests_ok += lane[k].requests_ok;
+            o->requests_failed += lane[k].requests_failed;
+            o->completions += lane[k].completions;
+            o->completion_tokens += lane[k].completion_tokens;
+            if (lane[k].last_weight_version > o->last_weight_version)
+                o->last_weight_version = lane[k].last_weight_version;
+            o->versioned += lane[k].versioned;
+            o->staleness_sum += lane[k].staleness_sum;
+            if (lane[k].staleness_max > o->staleness_max)
+                o->staleness_max = lane[k].staleness_max;
+        }
+    }
+    pthread_mutex_unlock(&mt->urls_mu);
+    free(lane);
+    return rc;
 }
 
 int rlp_trainer_interrupt(rlp_trainer *t)
@@ -656,8 +708,24 @@ static int collect_async(rlp_trainer *t, rlp_step_record *rec, rlp_batch **out)
         wo.retries = t->o.worker_retries;
         wo.remote = t->remote;
         wo.multiturn = t->o.multiturn;
-        if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)) ||
-            (rc = rlp_rollout_worker_start(t->worker)))
+        if ((rc = rlp_rollout_worker_create(&t->worker, t->ro_engine, t->task, t->reward, t->sync, t->buf, &wo)))
+            return rc;
+        /* remote workers: η + 1 batches generate at once (the most the gate
+         * admits), so that network round trips and a straggling request
+         * overlap with the next batch instead of stalling the swarm */
+        size_t lanes = t->remote ? (size_t)t->o.max_staleness : 0;
+        if (lanes > RLPI_MAX_LANES - 1)
+            lanes = RLPI_MAX_LANES - 1;
+        pthread_mutex_lock(&t->urls_mu); /* the set they start with: the current one */
+        while (!rc && t->n_ro_lanes < lanes) {
+            rlp_rollout_engine *e = NULL;
+            if ((rc = create_remote_engine(t, &e)))
+                break;
+            t->ro_lanes[t->n_ro_lanes++] = e;
+            rc = rlp_rollout_worker_add_engine(t->worker, e);
+        }
+        pthread_mutex_unlock(&t->urls_mu);
+        if (rc || (rc = rlp_rollout_worker_start(t->worker)))
             return rc;
     }
     uint64_t v = 0;

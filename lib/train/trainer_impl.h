@@ -10,25 +10,43 @@
 
 enum { RLPI_CURSOR_CAP = 512, RLPI_MAX_URLS = 64 };
 
+/* Most engines (lanes) of one rollout worker: batches generating at once. */
+#define RLPI_MAX_LANES 16
+
+/* One lane: an engine and the thread that runs batches on it. */
+typedef struct rlpi_rollout_lane {
+    rlp_rollout_engine *engine;   /* borrowed */
+    uint64_t id_tag;              /* bits 48–62 of its engine-numbered group ids (see rollout_worker.c) */
+    pthread_t th;
+} rlpi_rollout_lane;
+
 struct rlp_rollout_worker {
     rlp_rollout_worker_options o;
-    rlp_rollout_engine *engine;
+    rlpi_rollout_lane lanes[RLPI_MAX_LANES];
+    size_t n_lanes;               /* 1 + the engines of rlp_rollout_worker_add_engine() */
+    struct lane_arg {
+        struct rlp_rollout_worker *w;
+        size_t lane;
+    } lane_args[RLPI_MAX_LANES];
     rlp_task *task;
     rlp_reward_fn *reward;
     rlp_synchronizer *sync;
     rlp_replay_buffer *buf;
     const rlp_tokenizer *tok;     /* renders the prompts (NULL with ext_tok) */
     const rlp_tokenizer *ext_tok; /* encodes prompts / decodes completions for a model without a tokenizer */
-    uint64_t next_batch;
+    pthread_mutex_t admit_mu;     /* the gate's slots for one batch, next_batch, the task's cursor */
+    pthread_mutex_t order_mu;     /* next_push */
+    pthread_cond_t order_cv;      /* a batch was pushed */
+    uint64_t next_batch;          /* j of the next batch drawn */
+    uint64_t next_push;           /* j of the next batch to push: batches enter the buffer in order */
     char *outbox;                 /* o.outbox_dir's copy, or NULL */
     uint64_t outbox_nonce;        /* in the outbox's file names */
-    uint64_t id_tag;              /* bits 48–62 of its engine-numbered group ids (see rollout_worker.c) */
-    pthread_t th;
-    int started;
-    atomic_int stopping, running, at_gate, failed_rc;
+    int started;                  /* threads started */
+    atomic_int stopping, running, at_gate, failed_rc; /* running, at_gate: lanes (at_gate: also waiting for admit_mu) */
     char err[1024];               /* written once before failed_rc is set */
-    pthread_mutex_t mu;           /* stats */
+    pthread_mutex_t mu;           /* stats, fail() */
     rlp_rollout_worker_stats st;
+    double pull_wait_seconds;     /* of generate_seconds: waiting for the servers' version */
     unsigned pull_warnings;
     rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
 };
@@ -54,6 +72,8 @@ struct rlp_trainer {
     rlp_rollout_engine *eval_engine; /* ASYNC and remote PULL: evaluations on the trainer's context */
     rlp_context *ro_ctx;           /* ASYNC, rollout_threads > 0: the rollout side's context */
     rlp_rollout_engine *ro_engine; /* ASYNC: the rollout worker's engine */
+    rlp_rollout_engine *ro_lanes[RLPI_MAX_LANES - 1]; /* ASYNC, remote: its other engines (η of them) */
+    size_t n_ro_lanes;
     rlp_synchronizer *sync;        /* remote PULL, ASYNC */
     rlp_replay_buffer *buf;        /* ASYNC */
     rlp_rollout_worker *worker;    /* ASYNC */

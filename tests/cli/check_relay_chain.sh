@@ -17,7 +17,9 @@
 #   weight_version 2 and equal w0's token for token;
 # - POST /update_weights_from_disk {"version": 3} to w4 (what `rlpost
 #   train`'s HTTP transport sends, with the trainer's path) right after v3
-#   is published answers once v3 has come down the tree;
+#   is published answers once v3 has come down the tree; a completion with
+#   "min_weight_version": 4 sent to w4 before v4 exists is held, and runs
+#   on v4 once it is published and relayed;
 # - `rlpost train` (async, 3 steps) publishing to a folder served by
 #   `rlpost weights-serve`, generating on two relay workers named in
 #   rollout.urls: its update requests are answered through the relay, the
@@ -147,6 +149,22 @@ PY
 [ "$(G -X POST -H 'Content-Type: application/json' -d '{"model_path": "/trainer/only/v3", "version": 3}' \
    "$(cat "$out/w4.url")/update_weights_from_disk")" = 200 ] || { cat "$out/body"; fail "update on a follower"; }
 grep -q '"weight_version":3' "$out/body" || { cat "$out/body"; fail "update on a follower: version"; }
+# a generation request for weights newer than the follower holds
+# ("min_weight_version", what a trainer's remote engine sends under
+# rlp_synchronizer_pull_at_least) is held until they come down the tree;
+# one for weights it holds is answered at once
+H() { curl -s -o "$1" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": [1, 403], \"max_tokens\": 4, \"min_weight_version\": $2}" "$(cat "$out/w4.url")/v1/completions"; }
+[ "$(H "$out/now.body" 3)" = 200 ] && grep -q '"weight_version":3' "$out/now.body" || fail "min_weight_version 3"
+( H "$out/held.body" 4 >"$out/held.code" ) &
+held=$!
+sleep 1
+[ ! -s "$out/held.code" ] || fail "a request for version 4 was answered before version 4 existed"
+"$publish" "$model" "$out/o" 4 >"$out/pub4.json" 2>>"$out/pub.log" || fail "publish v4"
+wait $held
+[ "$(cat "$out/held.code")" = 200 ] && grep -q '"weight_version":4' "$out/held.body" ||
+  { cat "$out/held.body"; fail "a held request did not run on version 4"; }
+[ "$(H "$out/bad.body" -1)" = 400 ] || fail "min_weight_version -1: not 400"
 
 # --- `rlpost train` (async, η = 1, 3 steps) publishing to a folder that
 # `rlpost weights-serve` serves, generating on two relay workers (t0 from

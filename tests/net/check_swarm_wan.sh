@@ -40,14 +40,11 @@
 # out) of each and their ratio. Options: --eta N, --steps N,
 # --max-new-tokens N, --prompts N (prompts per step; keep it a multiple of 8,
 # the fixture's prompts), --profile "SWITCH OPTIONS" (the WAN profile).
-# Measured on the 2-core machine (ratio of completions/s, WAN / flat, η = 1):
-# 0.18-0.25 with 8 prompts a step (one request per worker), 0.49 with 32,
-# 0.80-1.07 with 128; η = 2 with 8: 0.23. The WAN run is bound by the
-# rollout side, which pulls the newest version before every batch and waits
-# until the relay has brought it to every worker (about 1.5 s a version over
-# these links: TCP over 100 ms RTT and 1 % loss, not the rate cap), then
-# generates: 1.75 s a batch against 0.29 s over the flat switch, where the
-# trainer is the bound; a larger η does not shorten that wait.
+# Measured on the 2-core machine (ratio of completions/s, WAN / flat):
+# 128 prompts a step, η = 2: 1.02-1.06; η = 1: 0.72-0.83; 32 prompts, η = 2:
+# 0.40-0.50; 8 prompts: 0.14-0.28 (η 1-4). Small steps are bound by the
+# dissemination latency (about 1.3 s to the deepest worker over these links)
+# against a 0.12 s flat step: η would have to be about 13 (docs/PERFORMANCE.md).
 # Usage: check_swarm_wan.sh RLPOST WAN_SWITCH [--bench] [options]. Skips
 # (77) without root/namespaces, the shared data, python3 or curl.
 set -u
@@ -180,6 +177,7 @@ if [ $bench = 1 ]; then
     swarm_down
   done
   hosts_wan_profile
+  [ -n "${SWARM_WAN_KEEP:-}" ] && { rm -rf "$SWARM_WAN_KEEP"; cp -r "$out" "$SWARM_WAN_KEEP"; rm -f "$SWARM_WAN_KEEP/model.bin"; }
   python3 - "$out" "$eta" "$steps" "$profile" <<'PY' || fail "bench"
 import json, sys
 d, eta, steps, profile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -109,16 +109,27 @@ static void test_in_progress(void **state)
     assert_int_equal(serve_weights_open(root, "v4/big.bin", &fd, &size, &manifest, &growing), 200);
     assert_true(growing);
     assert_int_equal(size, 10);
-    assert_int_equal(serve_weights_read(fd, 0, buf, 5), 5);
+    assert_int_equal(serve_weights_read(root, 4, fd, 0, buf, 5), 5);
     assert_memory_equal(buf, "hello", 5);
     /* past what is there: waits for the writer */
     snprintf(p, sizeof p, "%s/.v4.part/big.bin", root);
     writer_arg w = {p, 100};
     pthread_t t;
     pthread_create(&t, NULL, append_later, &w);
-    assert_int_equal(serve_weights_read(fd, 5, buf, 16), 5);
+    assert_int_equal(serve_weights_read(root, 4, fd, 5, buf, 16), 5);
     assert_memory_equal(buf, "world", 5);
     pthread_join(t, NULL);
+    /* the relay client gives v4 up (a newer version is named): a reader
+     * waiting past the end stops at once, not after 30 s */
+    put(".relay-next.json", "{\"version\": 6, \"path\": \"v6\", \"files\": []}");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(serve_weights_read(root, 4, fd, 10, buf, 16), -1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9 < 2.0);
+    put(".relay-next.json",
+        "{\"version\": 4, \"path\": \"v4\", "
+        "\"files\": [{\"name\": \"big.bin\", \"size\": 10, \"crc32\": \"00000000\"}]}");
     close(fd);
     /* a file the manifest does not list, or another version: refused */
     assert_int_equal(open_status("v4/other.bin", &size, &manifest, &growing), 404);

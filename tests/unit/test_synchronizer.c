@@ -399,9 +399,13 @@ static void test_gate_api(void **state)
     o.mode = RLP_SYNC_ASYNC;
     o.dir = NULL;
     assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG);
-    o.transport = RLP_TRANSPORT_HTTP;
+    o.transport = RLP_TRANSPORT_RELAY;
     o.dir = tmpdir;
-    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG); /* no URLs */
+    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG); /* no parent */
+    o.transport = RLP_TRANSPORT_HTTP;
+    o.n_urls = 1; /* and urls NULL */
+    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG);
+    o.n_urls = 0;
     o.transport = 9;
     assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG);
     assert_int_equal(rlp_sync_options_init(&o, RLP_SYNC_OPTIONS_VERSION), RLP_OK);
@@ -797,7 +801,7 @@ static void test_file_transport_damage(void **state)
 
 /* ---- HTTP transport ------------------------------------------------------------------ */
 
-enum { M_LOAD, M_FAIL_ONCE, M_500, M_400, M_SLOW, M_SUCCESS_FALSE };
+enum { M_LOAD, M_FAIL_ONCE, M_500, M_400, M_SLOW, M_SUCCESS_FALSE, M_SLOW5 };
 
 typedef struct server {
     http_test_server http; /* the daemon, its base URL, `stopping` */
@@ -833,7 +837,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     case M_400: return http_test_reply(conn, 400, "{\"success\":false,\"message\":\"no such folder\"}");
     case M_SUCCESS_FALSE: return http_test_reply(conn, 200, "{\"success\":false,\"message\":\"shape mismatch\"}");
     case M_SLOW:
-        for (int i = 0; i < 100 && !atomic_load(&s->http.stopping); i++)
+    case M_SLOW5:
+        for (int i = 0; i < (atomic_load(&s->mode) == M_SLOW5 ? 500 : 100) && !atomic_load(&s->http.stopping); i++)
             usleep(10000);
         return http_test_reply(conn, 200, "{\"success\":true}");
     default: {
@@ -1007,6 +1012,115 @@ static int teardown(void **state)
     return 0;
 }
 
+/* pull_at_least over HTTP: the update runs on the synchronizer's thread
+ * (the call does not wait for a slow server), a failed round is reported
+ * once by a later call, a server set can change while rounds run, and
+ * freeing stops a round in flight. */
+static void test_http_pull_at_least(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/http_bg", tmpdir);
+    server *good = server_start(M_LOAD), *slow = server_start(M_SLOW), *bad = server_start(M_500);
+    const char *urls[3] = {good->http.base, slow->http.base, bad->http.base};
+    rlp_sync_options o = RLP_SYNC_OPTIONS_INIT;
+    o.mode = RLP_SYNC_ASYNC;
+    o.transport = RLP_TRANSPORT_HTTP;
+    o.dir = dir;
+    o.urls = urls;
+    o.n_urls = 2; /* good and slow */
+    o.timeout_ms = 5000;
+    o.max_retries = 0;
+    rlp_synchronizer *s;
+    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_OK);
+    rlp_remote_options ro = RLP_REMOTE_OPTIONS_INIT;
+    ro.urls = urls;
+    ro.n_urls = 1;
+    rlp_rollout_engine *remote;
+    assert_int_equal(rlp_rollout_engine_create_remote(&remote, NULL, &ro), RLP_OK);
+    /* nothing published: nothing to do */
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 0), RLP_OK);
+    rlp_policy *p = tiny_policy(0, 0);
+    set_weights(p, 1, 1);
+    assert_int_equal(rlp_synchronizer_publish(s, p), RLP_OK);
+    /* the slow server answers after 1 s; the call returns at once */
+    double t0 = now_s();
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 1), RLP_OK);
+    assert_true(now_s() - t0 < 0.9);
+    assert_int_equal(engine_version(remote), 0); /* no server is known to hold 1 yet */
+    while (atomic_load(&slow->hits) < 1 || atomic_load(&good->hits) < 1)
+        usleep(1000);
+    /* the round ends once the slow one answers: then every server holds 1 */
+    t0 = now_s();
+    while (engine_version(remote) != 1 && now_s() - t0 < 5) {
+        assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 1), RLP_OK);
+        usleep(20000);
+    }
+    assert_int_equal(engine_version(remote), 1);
+    assert_int_equal(atomic_load(&good->hits), 1); /* one round, each asked once */
+    assert_int_equal(atomic_load(&slow->hits), 1);
+
+    /* a new server joins (the others keep what they hold): only it is asked,
+     * and its failure is reported once, by a later call */
+    const char *urls2[3] = {good->http.base, slow->http.base, bad->http.base};
+    assert_int_equal(rlp_synchronizer_set_urls(s, urls2, 3), RLP_OK);
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 0), RLP_OK);
+    t0 = now_s();
+    int rc = RLP_OK;
+    while ((rc = rlp_synchronizer_pull_at_least(s, remote, 0)) == RLP_OK && now_s() - t0 < 5)
+        usleep(20000);
+    assert_int_equal(rc, RLP_E_NETWORK);
+    assert_non_null(strstr(rlp_error_last(), bad->http.base));
+    assert_int_equal(atomic_load(&good->hits), 1);
+    assert_int_equal(atomic_load(&slow->hits), 1);
+    assert_true(atomic_load(&bad->hits) >= 1);
+    /* the set may shrink; an empty one tells nobody; bad URLs are refused */
+    assert_int_equal(rlp_synchronizer_set_urls(s, urls2, 2), RLP_OK);
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 1), RLP_OK);
+    assert_int_equal(rlp_synchronizer_set_urls(s, NULL, 0), RLP_OK);
+    assert_int_equal(rlp_synchronizer_pull(s, NULL), RLP_OK);
+    const char *bad_url[1] = {"ftp://x"};
+    assert_int_equal(rlp_synchronizer_set_urls(s, bad_url, 1), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_synchronizer_set_urls(NULL, urls2, 1), RLP_E_INVALID_ARG);
+
+    /* freeing stops a round in flight (the slow server now holds it for 5 s) */
+    atomic_store(&slow->mode, M_SLOW5);
+    assert_int_equal(rlp_synchronizer_set_urls(s, urls2 + 1, 1), RLP_OK); /* slow only, its version kept */
+    set_weights(p, 2, 2);
+    assert_int_equal(rlp_synchronizer_publish(s, p), RLP_OK);
+    int h = atomic_load(&slow->hits);
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 2), RLP_OK);
+    while (atomic_load(&slow->hits) == h)
+        usleep(1000);
+    t0 = now_s();
+    rlp_synchronizer_free(s);
+    assert_true(now_s() - t0 < 2.5);
+
+    /* HTTP may start with no server (a swarm whose workers join later); RELAY needs its parent */
+    o.urls = NULL;
+    o.n_urls = 0;
+    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_OK);
+    assert_int_equal(rlp_synchronizer_publish(s, p), RLP_OK);
+    assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 2), RLP_OK); /* nobody to tell */
+    assert_int_equal(rlp_synchronizer_pull(s, remote), RLP_OK);
+    rlp_synchronizer_free(s);
+    o.transport = RLP_TRANSPORT_RELAY;
+    assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_E_INVALID_ARG);
+
+    /* other transports: set_urls is refused, pull_at_least is pull */
+    rlp_synchronizer *ip = make_sync(RLP_SYNC_ASYNC, RLP_TRANSPORT_IN_PROCESS, 1, 1, 0);
+    assert_int_equal(rlp_synchronizer_set_urls(ip, urls, 1), RLP_E_STATE);
+    assert_int_equal(rlp_synchronizer_pull_at_least(ip, remote, 0), RLP_E_STATE);
+    rlp_synchronizer_free(ip);
+
+    rlp_rollout_engine_free(remote);
+    server_stop(good);
+    server_stop(slow);
+    server_stop(bad);
+    rlp_policy_free(p);
+    rm_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1019,6 +1133,7 @@ int main(void)
         cmocka_unit_test(test_file_transport_race),
         cmocka_unit_test(test_file_transport_damage),
         cmocka_unit_test(test_http_transport),
+        cmocka_unit_test(test_http_pull_at_least),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

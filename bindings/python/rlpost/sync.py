@@ -2,7 +2,7 @@
 (in-process, file, HTTP) and the AReaL staleness gate."""
 import enum
 import weakref
-from ctypes import byref, c_uint64, c_void_p
+from ctypes import byref, c_char_p, c_uint64, c_void_p
 
 from . import _ffi
 from ._handle import Handle, check
@@ -110,11 +110,22 @@ class Synchronizer(Handle):
 
     def set_urls(self, urls):
         """Replaces the servers the HTTP transport tells to load each
-        version (an empty list is allowed); StateError for another
-        transport. Thread-safe."""
+        version (a swarm whose servers join and leave; an empty list is
+        allowed); servers that stay keep what they are known to hold.
+        StateError for another transport. Thread-safe."""
         arr = StringArray(urls, "urls")
         with self._use() as p:
             check(F.rlp_synchronizer_set_urls(p, arr.ptr, arr.n), "rlp_synchronizer_set_urls")
+
+    def pull_at_least(self, engine, min_version):
+        """Like pull(), but generation needs only weights of min_version or
+        newer: with a remote engine over the HTTP transport it returns at
+        once, the servers get the latest version from a thread of the
+        synchronizer, and the engine's requests ask each server for
+        min_version at least ("min_weight_version"). Other engines and
+        transports: pull()."""
+        with self._use() as p, engine._use() as e:
+            check(F.rlp_synchronizer_pull_at_least(p, e, int(min_version)), "rlp_synchronizer_pull_at_least")
 
     def acquire(self, timeout_ms=WAIT_FOREVER):
         """Admits one rollout group through the staleness gate, waiting up

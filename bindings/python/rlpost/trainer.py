@@ -533,8 +533,18 @@ class RolloutWorker(Handle):
         with self._use() as p:
             check(F.rlp_rollout_worker_run_once(p), "rlp_rollout_worker_run_once")
 
+    def add_engine(self, engine):
+        """Another engine (a lane) before start(): one thread per engine,
+        each producing whole batches, drawn and pushed in one order (see
+        rlp_rollout_worker_add_engine). The engine is kept alive with the
+        worker."""
+        with self._use() as p, engine._use() as e:
+            check(F.rlp_rollout_worker_add_engine(p, e), "rlp_rollout_worker_add_engine")
+        engine._adopt(self)  # the engine outlives the worker (it is closed first)
+        self._parents += (engine,)
+
     def start(self):
-        """Starts the worker's thread: batches until stop() or a failure
+        """Starts the worker's thread(s): batches until stop() or a failure
         (StateError when it runs already)."""
         with self._use() as p:
             check(F.rlp_rollout_worker_start(p), "rlp_rollout_worker_start")

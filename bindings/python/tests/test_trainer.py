@@ -126,6 +126,29 @@ def serve_url(stories_path, tmp_path):
         proc.wait(30)
 
 
+def test_http_pull_at_least_holds_requests_at_the_server(policy, serve_url):
+    """pull_at_least over HTTP returns at once; the remote engine's requests
+    carry min_weight_version, and `rlpost serve` holds them until the
+    version it is being told to load has arrived."""
+    url, weights = serve_url
+    with rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, transport=rlpost.SyncTransport.HTTP, dir=weights,
+                             urls=[url], timeout_ms=30000) as sync, rlpost.RolloutEngine.remote([url]) as eng:
+        policy.train_step([([1, 2, 3, 4], 1)])
+        sync.publish(policy)
+        v = policy.version
+        assert v >= 1
+        sync.pull_at_least(eng, v)
+        b = eng.generate([[1, 2, 3]], n=2, max_new_tokens=4)
+        assert all(t.policy_version == v for t in b)
+        assert b.logprob_mismatch(policy).max_abs < 1e-3  # generated with the published weights
+        # the servers can change; an empty set tells nobody
+        sync.set_urls([])
+        sync.pull_at_least(eng, 0)
+        sync.set_urls([url])
+        with pytest.raises(rlpost.InvalidArgumentError):
+            sync.set_urls(["ftp://nowhere"])
+
+
 def test_remote_workers_async_at_staleness_0_equals_pull(ctx, stories_path, tok512, reward, serve_url):
     url, weights = serve_url
     texts = []
@@ -376,6 +399,39 @@ def test_rollout_worker(ctx, policy, tok512, reward):
             sync.acquire(timeout_ms=0)  # stop() closed the gate
         w.close()
         w.close()
+
+
+def test_rollout_worker_lanes(ctx, policy, tok512, reward):
+    """Two engines (lanes) generate batches at once; batches are drawn and
+    pushed in one order, group ids never collide, and stop() joins both."""
+    with rlpost.Task("kk", KK) as task, rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=512) as e0, \
+            rlpost.RolloutEngine(policy, max_batch=8, max_seq_len=512) as e1, \
+            rlpost.Synchronizer(mode=rlpost.SyncMode.ASYNC, max_staleness=2, batch_groups=2) as sync, \
+            rlpost.ReplayBuffer(sync=sync) as buf:
+        sync.publish(policy)  # version 0
+        sync.pull_at_least(e1, 0)  # a local engine: a plain pull
+        w = rlpost.RolloutWorker(e0, task, reward, sync, buf, prompts_per_batch=2, seed=3, tokenizer=tok512,
+                                 sampling={"n": 2, "max_new_tokens": 6})
+        w.add_engine(e1)
+        with pytest.raises(rlpost.InvalidArgumentError):
+            w.add_engine(e1)  # already the worker's
+        # η = 2, B = 2: the gate admits 6 groups at version 0, three batches
+        w.start()
+        with pytest.raises(rlpost.StateError):
+            w.add_engine(e0)
+        deadline = time.monotonic() + 60
+        while w.stats().groups_pushed < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        w.stop()
+        st = w.stats()
+        assert st.groups_pushed == 6 and st.batches == 3 and not st.running and w.error is None
+        b = buf.pull(6, 0, timeout_ms=0)
+        assert len(b) == 12 and len({t.group_id for t in b}) == 6
+        # pushed in draw order: the task's prompts 0..5 in order, a batch at a time
+        idx = [t.metadata["index"] for t in b]
+        assert idx == sorted(idx) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+        w.close()
+        assert not e1.closed  # the worker went first
 
 
 def test_worker_outbox_feeds_a_trainer_inbox(ctx, stories_path, tok512, reward, tmp_path):
