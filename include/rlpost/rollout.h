@@ -232,7 +232,9 @@ typedef struct rlp_server_stats {
     uint64_t completion_tokens;      /**< their tokens */
     int64_t last_weight_version;     /**< `weight_version` of its latest answer that had one; −1: none yet */
     uint64_t versioned;              /**< answers that carried a weight_version (the count behind staleness_sum) */
-    uint64_t staleness_max;          /**< largest staleness of its answers (versions) */
+    uint64_t staleness_max;          /**< largest staleness of its answers: the newest version published
+                                          (as rlp_synchronizer_pull_at_least last told the engine; else the
+                                          engine's version) minus the answer's weight_version, in versions */
     uint64_t staleness_sum;          /**< their sum: mean = staleness_sum / versioned */
 } rlp_server_stats;
 

@@ -501,10 +501,12 @@ int rlp_rollout_engine_server_stats(rlp_server_stats *out, size_t cap, size_t *n
     return RLP_OK;
 }
 
-void rlpi_engine_set_min_version(rlp_rollout_engine *e, uint64_t v)
+void rlpi_engine_set_min_version(rlp_rollout_engine *e, uint64_t v, uint64_t latest)
 {
     pthread_mutex_lock(&e->mu);
     e->min_version = v;
+    if (latest > e->latest_version)
+        e->latest_version = latest;
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -32,6 +32,7 @@ struct rlp_rollout_engine {
     uint64_t epoch;                /* bumped by every weight swap */
     uint64_t version;              /* of the weights in use (local: own copy; remote: set/reported) */
     uint64_t min_version;          /* remote: the oldest weights its requests accept (rlpi_engine_set_min_version) */
+    uint64_t latest_version;       /* remote: the newest version published, as last told (ditto) */
     uint64_t next_group;           /* engine-numbered group ids handed out so far */
     int abort_requested;           /* atomic */
     rlp_rollout_stats stats;       /* under mu */
@@ -89,8 +90,10 @@ int rlpi_engine_remote_episodes(rlp_rollout_engine *e, rlp_batch *out, const rlp
                                 void *payload);
 int rlpi_engine_remote_create(rlp_rollout_engine *e);
 /* A remote engine's requests from now on ask their server for weights of
- * version @p v at least ("min_weight_version"); 0 = any. Thread-safe. */
-void rlpi_engine_set_min_version(rlp_rollout_engine *e, uint64_t v);
+ * version @p v at least ("min_weight_version"; 0 = any), while @p latest
+ * is the newest version published (what a server's staleness is measured
+ * against). Thread-safe. */
+void rlpi_engine_set_min_version(rlp_rollout_engine *e, uint64_t v, uint64_t latest);
 void rlpi_engine_remote_destroy(rlp_rollout_engine *e);
 /* The remote client's set of servers and per-server counters (engine_remote.c). */
 int rlpi_engine_remote_set_urls(rlp_rollout_engine *e, const char *const *urls, size_t n);

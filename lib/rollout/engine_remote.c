@@ -14,12 +14,15 @@
 #ifdef RLPI_HAVE_CURL
 #include "rollout/remote_client.h"
 
-/* The engine's version when a response arrives: where staleness is measured from. */
+/* Where a server's staleness is measured from when a response arrives:
+ * the newest version published as the synchronizer last told the engine
+ * (rlp_synchronizer_pull_at_least), else the engine's own version (the
+ * one every server holds, after rlp_synchronizer_pull). */
 static uint64_t engine_version_now(void *arg)
 {
     rlp_rollout_engine *e = arg;
     pthread_mutex_lock(&e->mu);
-    uint64_t v = e->version;
+    uint64_t v = e->latest_version > e->version ? e->latest_version : e->version;
     pthread_mutex_unlock(&e->mu);
     return v;
 }

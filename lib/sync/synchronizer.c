@@ -618,7 +618,7 @@ int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_engine *e
         sync->bg_rc = RLP_OK;
     }
     pthread_mutex_unlock(&sync->mu);
-    rlpi_engine_set_min_version(engine, min_version);
+    rlpi_engine_set_min_version(engine, min_version, latest);
     /* the engine's own version (the tag of responses that carry none): what
      * every server is known to hold at least */
     if (have >= 0 && have != INT64_MAX)
