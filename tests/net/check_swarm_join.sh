@@ -51,6 +51,7 @@ fail() {
   exit 1
 }
 . "$here/../cli/netns_hosts.sh"
+. "$here/swarm_lib.sh"
 hosts_cleanup_extra() { for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; }
 
 python3 "$here/../cli/train_fixture.py" "$out" >/dev/null || exit 1
@@ -68,14 +69,6 @@ C="http://$(host_ip 0):8200"
 d=$out
 mkdir -p "$d/weights"
 
-wait_listening() {
-  _j=0
-  while ! grep -q listening "$1" 2>/dev/null; do
-    _j=$((_j + 1))
-    [ $_j -lt 600 ] || fail "$2 did not start"
-    sleep 0.1
-  done
-}
 # worker_start K: worker wK on host K+1, port 8000, mirror $d/mK, joining the coordinator
 worker_start() {
   _k=$1
@@ -84,9 +77,9 @@ worker_start() {
     --join "$C" --advertise "http://$(host_ip $((_k + 1))):8000" >"$d/w$_k.out" 2>>"$d/w$_k.log" &
   eval "wpid$_k=\$!"
 }
-steps_done() { [ -f "$d/run/metrics.jsonl" ] && wc -l <"$d/run/metrics.jsonl" || echo 0; }
-wait_steps() {
-  while [ "$(steps_done)" -lt "$1" ] && kill -0 "$train_pid" 2>/dev/null; do sleep 0.1; done
+# wait_steps N, failing when the trainer ended first
+wait_steps_or_fail() {
+  wait_steps "$1"
   [ "$(steps_done)" -ge "$1" ] || fail "the trainer ended at step $(steps_done), before step $1"
 }
 # ledger K FIELD: worker wK's FIELD in the coordinator's ledger (its id from its mirror)
@@ -95,10 +88,6 @@ ledger() {
     python3 -c 'import json,sys
 l = json.load(sys.stdin); wid = open(sys.argv[1]).read().strip()
 print([w[sys.argv[2]] for w in l["workers"] if w["id"] == wid][0])' "$d/m$1/.rlpost-worker-id" "$2" 2>/dev/null
-}
-health() {
-  host_run 0 curl -s -m 5 "http://$(host_ip $(($1 + 1))):8000/health" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["weight_version"])' 2>/dev/null
 }
 
 ip netns exec "$(host_ns 0)" "$rlpost" weights-serve "$d/weights" --host "$(host_ip 0)" --port 8100 \
@@ -115,12 +104,12 @@ ip netns exec "$(host_ns 0)" "$rlpost" train "$cfg" --set "model=\"$model\"" \
 train_pid=$!
 worker_start 0
 worker_start 1
-wait_steps 1
+wait_steps_or_fail 1
 grep -q "swarm: 2 workers in the dispatch set" "$d/train.log" || fail "step 1 did not wait for swarm.min_workers"
-wait_steps 2
+wait_steps_or_fail 2
 worker_start 2
 worker_start 3
-wait_steps 4
+wait_steps_or_fail 4
 kill -9 "$wpid1"
 wait "$wpid1" 2>/dev/null
 killed_at=$(steps_done)
@@ -134,7 +123,7 @@ done
 suspect_at=$(steps_done)
 grep -q "worker $(cut -c1-12 "$d/m1/.rlpost-worker-id") .* suspect" "$d/train.log" || fail "no suspect line for w1"
 # the run goes on without it
-wait_steps $((suspect_at + 1))
+wait_steps_or_fail $((suspect_at + 1))
 worker_start 1
 j=0
 while [ "$(ledger 1 joins)" != 2 ] || [ "$(ledger 1 state)" != alive ]; do
@@ -145,13 +134,13 @@ done
 rejoined_at=$(steps_done)
 kill -0 "$train_pid" 2>/dev/null || fail "the trainer ended before w1 rejoined"
 # a worker shut down cleanly says leave, and the run goes on without it
-wait_steps $((rejoined_at + 1))
+wait_steps_or_fail $((rejoined_at + 1))
 kill -TERM "$wpid3"
 wait "$wpid3" 2>/dev/null
 grep -q "left the swarm at $C" "$d/w3.log" || fail "w3 did not leave on SIGTERM"
 [ "$(ledger 3 state)" = left ] || fail "w3 is $(ledger 3 state) in the ledger, not left"
 left_at=$(steps_done)
-wait_steps $((left_at + 1))
+wait_steps_or_fail $((left_at + 1))
 wait "$train_pid"
 rc=$?
 t1=$(date +%s)

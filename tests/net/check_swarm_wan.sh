@@ -82,6 +82,7 @@ fail() {
   exit 1
 }
 . "$here/../cli/netns_hosts.sh"
+. "$here/swarm_lib.sh"
 # the processes started here (the namespaces' are killed by hosts_delete too)
 hosts_cleanup_extra() { for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; }
 
@@ -96,15 +97,6 @@ NW=8
 hosts_make_wan $((NW + 1)) "$wan"
 O="http://$(host_ip 0):8100"
 
-# wait_listening FILE NAME: the server printed {"listening": ...} (60 s at most)
-wait_listening() {
-  _j=0
-  while ! grep -q listening "$1" 2>/dev/null; do
-    _j=$((_j + 1))
-    [ $_j -lt 600 ] || fail "$2 did not start"
-    sleep 0.1
-  done
-}
 # (ip netns exec, not the host_run function, in the background: $! is then
 # the pid of the server itself, which execs from ip, not of a subshell)
 # worker_start K: worker wK on host K+1, port 8000, mirror $d/mK
@@ -149,16 +141,6 @@ train_start() {
     --set prompts_per_step="$prompts" --set samples.per_step=$((prompts * 4)) --set checkpoint.interval=0 \
     --set sampling.max_new_tokens="$mnt" >"$d/train.json" 2>"$d/train.log" &
   train_pid=$!
-}
-steps_done() { [ -f "$d/run/metrics.jsonl" ] && wc -l <"$d/run/metrics.jsonl" || echo 0; }
-# wait_steps N: until N steps are done (or the trainer ended)
-wait_steps() {
-  while [ "$(steps_done)" -lt "$1" ] && kill -0 "$train_pid" 2>/dev/null; do sleep 0.2; done
-}
-# health K: worker wK's weight_version (asked from host 0)
-health() {
-  host_run 0 curl -s -m 5 "http://$(host_ip $(($1 + 1))):8000/health" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["weight_version"])' 2>/dev/null
 }
 
 if [ $bench = 1 ]; then

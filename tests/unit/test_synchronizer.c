@@ -874,6 +874,17 @@ static void server_stop(server *s)
     free(s);
 }
 
+/* A remote engine on one server (the synchronizer tells it what it holds). */
+static rlp_rollout_engine *remote_engine_on(const char *url)
+{
+    rlp_remote_options ro = RLP_REMOTE_OPTIONS_INIT;
+    ro.urls = &url;
+    ro.n_urls = 1;
+    rlp_rollout_engine *remote = NULL;
+    assert_int_equal(rlp_rollout_engine_create_remote(&remote, NULL, &ro), RLP_OK);
+    return remote;
+}
+
 static void test_http_transport(void **state)
 {
     (void)state;
@@ -896,11 +907,7 @@ static void test_http_transport(void **state)
     o.max_retries = 2;
     rlp_synchronizer *s;
     assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_OK);
-    rlp_remote_options ro = RLP_REMOTE_OPTIONS_INIT;
-    ro.urls = urls;
-    ro.n_urls = 1;
-    rlp_rollout_engine *remote;
-    assert_int_equal(rlp_rollout_engine_create_remote(&remote, NULL, &ro), RLP_OK);
+    rlp_rollout_engine *remote = remote_engine_on(urls[0]);
 
     rlp_policy *p = tiny_policy(0, 0);
     set_weights(p, 1, 1);
@@ -1033,11 +1040,7 @@ static void test_http_pull_at_least(void **state)
     o.max_retries = 0;
     rlp_synchronizer *s;
     assert_int_equal(rlp_synchronizer_create(&s, &o), RLP_OK);
-    rlp_remote_options ro = RLP_REMOTE_OPTIONS_INIT;
-    ro.urls = urls;
-    ro.n_urls = 1;
-    rlp_rollout_engine *remote;
-    assert_int_equal(rlp_rollout_engine_create_remote(&remote, NULL, &ro), RLP_OK);
+    rlp_rollout_engine *remote = remote_engine_on(urls[0]);
     /* nothing published: nothing to do */
     assert_int_equal(rlp_synchronizer_pull_at_least(s, remote, 0), RLP_OK);
     rlp_policy *p = tiny_policy(0, 0);
