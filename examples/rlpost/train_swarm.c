@@ -21,7 +21,10 @@
 /* Configuration (every build)                                              */
 /* ------------------------------------------------------------------------ */
 
-enum { SWARM_MAX_URLS = 64, TOKEN_MAX = 256 };
+/* SWARM_MAX_RECORDS: ledger records at most; past it a new id takes the
+ * place of the longest-gone dead or departed worker, so that ids that come
+ * and go (restarts without an id file) cannot grow the ledger for ever */
+enum { SWARM_MAX_URLS = 64, TOKEN_MAX = 256, SWARM_MAX_RECORDS = 1024 };
 
 static int token_ok(const char *t)
 {
@@ -509,6 +512,21 @@ static enum MHD_Result on_register(train_swarm *s, struct MHD_Connection *c, jso
         pthread_mutex_unlock(&s->mu);
         return reply_error(s, c, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded_error",
                            "the swarm is full: 64 workers with rollout.urls");
+    }
+    if (!w && s->n_w >= SWARM_MAX_RECORDS) {
+        worker *gone = NULL;
+        for (size_t i = 0; i < s->n_w; i++)
+            if ((s->w[i].state == W_DEAD || s->w[i].state == W_LEFT) &&
+                (!gone || s->w[i].last_seen < gone->last_seen))
+                gone = &s->w[i];
+        if (!gone) {
+            pthread_mutex_unlock(&s->mu);
+            return reply_error(s, c, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded_error",
+                               "the ledger is full: 1024 workers, none of them gone");
+        }
+        w = gone;
+        memset(w, 0, sizeof *w);
+        fmt(w->id, sizeof w->id, "%s", id);
     }
     if (!w) {
         if (s->n_w == s->cap_w) {
