@@ -249,7 +249,8 @@ RLP_API int rlp_synchronizer_pull_at_least(rlp_synchronizer *sync, rlp_rollout_e
  * leave while it runs. A server that was in the old set keeps what it is
  * known to hold; a new one is told at the next pull. An update round in
  * flight finishes with the set it started with (its results are recorded
- * for the servers still in the set). An empty set is allowed: a pull then
+ * for the servers still in the set; a failure it had is not reported by
+ * rlp_synchronizer_pull_at_least()). An empty set is allowed: a pull then
  * tells nobody and returns RLP_OK.
  *
  * @param sync    the synchronizer (HTTP transport)

@@ -60,7 +60,8 @@ struct rlp_synchronizer {
     uint64_t bg_want;        /* the version the next round brings the servers to */
     uint64_t bg_round;       /* the version of the round in flight or the last one */
     uint64_t bg_ended;       /* rounds ended */
-    int bg_rc;               /* how the last round ended */
+    int bg_rc;               /* how the last round ended (RLP_OK once reported, or when the set changed) */
+    uint64_t targets_gen;    /* bumped by rlp_synchronizer_set_urls(): a round of an older set reports nothing */
     char bg_err[512];        /* its message */
     atomic_bool http_abort;  /* rlp_synchronizer_free(): a round in flight stops */
     void *http_queue;        /* HTTP: the rounds' rlpi_http_queue, kept for its connections (under http_mu) */

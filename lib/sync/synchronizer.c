@@ -274,6 +274,8 @@ int rlp_synchronizer_set_urls(rlp_synchronizer *sync, const char *const *urls, s
     size_t n_old = sync->n_targets;
     sync->targets = t;
     sync->n_targets = n_urls;
+    sync->targets_gen++;
+    sync->bg_rc = RLP_OK;
     pthread_cond_broadcast(&sync->gate_cv);
     pthread_mutex_unlock(&sync->mu);
     for (size_t k = 0; k < n_old; k++)
@@ -547,7 +549,7 @@ static void *update_main(void *arg)
             pthread_cond_wait(&s->bg_cv, &s->mu);
         if (atomic_load(&s->http_abort))
             break;
-        uint64_t v = s->bg_want;
+        uint64_t v = s->bg_want, gen = s->targets_gen;
         s->bg_pending = false;
         s->bg_busy = true;
         s->bg_round = v;
@@ -556,8 +558,9 @@ static void *update_main(void *arg)
         int rc = rlpi_http_update(s, v, &sent);
         pthread_mutex_lock(&s->mu);
         s->bg_busy = false;
-        s->bg_rc = rc;
-        snprintf(s->bg_err, sizeof s->bg_err, "%s", rc ? rlp_error_last() : "");
+        /* a failure of servers the set no longer has (or may not have) is moot */
+        s->bg_rc = gen == s->targets_gen ? rc : RLP_OK;
+        snprintf(s->bg_err, sizeof s->bg_err, "%s", s->bg_rc ? rlp_error_last() : "");
         s->bg_ended++;
         if (sent)
             s->st.weight_loads++;
