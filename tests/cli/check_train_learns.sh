@@ -78,7 +78,8 @@ assert len(ev) == 2 * 8 * (1 + 16), len(ev)
 assert {r["mode"] for r in ev} == {"greedy", "sampled"}
 last = [r for r in ev if r["step"] == 30 and r["mode"] == "sampled"]
 acc = sum(r["correct"] for r in last) / len(last)
-assert abs(acc - up["sampled"]["last"]) < 1e-9, (acc, up["sampled"]["last"])
+# the summary on stdout carries 6 significant digits (127/128 = 0.9921875 prints as 0.992188)
+assert abs(acc - up["sampled"]["last"]) <= 5e-7 * max(1.0, abs(acc)) + 1e-12, (acc, up["sampled"]["last"])
 e = [json.loads(l) for l in open(d + "/up/eval.jsonl")]
 assert e[0]["held_out"] and len(e[0]["sampled_correct"]) == 8 and len(e[0]["sampled_accuracy_ci"]) == 2
 assert e[0]["train_overlap"] == 0 and e[0]["train_prompts_checked"] == 30 * 8, e[0]
