@@ -56,10 +56,9 @@ struct rlp_synchronizer {
      * goes on while the newest one reaches the servers (under mu) */
     pthread_t bg_thread;
     bool bg_started, bg_busy, bg_pending; /* thread up; a round in flight; one asked for */
-    pthread_cond_t bg_cv;    /* a round was asked for, or one ended */
+    pthread_cond_t bg_cv;    /* a round was asked for, or the synchronizer is being freed */
     uint64_t bg_want;        /* the version the next round brings the servers to */
     uint64_t bg_round;       /* the version of the round in flight or the last one */
-    uint64_t bg_ended;       /* rounds ended */
     int bg_rc;               /* how the last round ended (RLP_OK once reported, or when the set changed) */
     uint64_t targets_gen;    /* bumped by rlp_synchronizer_set_urls(): a round of an older set reports nothing */
     char bg_err[512];        /* its message */

@@ -561,10 +561,8 @@ static void *update_main(void *arg)
         /* a failure of servers the set no longer has (or may not have) is moot */
         s->bg_rc = gen == s->targets_gen ? rc : RLP_OK;
         snprintf(s->bg_err, sizeof s->bg_err, "%s", s->bg_rc ? rlp_error_last() : "");
-        s->bg_ended++;
         if (sent)
             s->st.weight_loads++;
-        pthread_cond_broadcast(&s->bg_cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

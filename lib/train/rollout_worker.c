@@ -244,8 +244,9 @@ static int run_lane(rlp_rollout_worker *w, size_t L)
 
     /* the weights, then generate. Batch j serves step j + 1, where the
      * trainer holds version j: anything older than j − η would be dropped,
-     * so that much is waited for; remote servers get the newest version in
-     * the background meanwhile (rlp_synchronizer_pull_at_least) */
+     * so that much is required (a local engine loads the newest; remote
+     * servers get the newest in the background and hold each request until
+     * they have j − η: rlp_synchronizer_pull_at_least) */
     t = rlpi_now_s();
     uint32_t eta = rlpi_sync_max_staleness(w->sync);
     rc = rlp_synchronizer_pull_at_least(w->sync, lane->engine, j > eta ? j - eta : 0);
@@ -257,7 +258,6 @@ static int run_lane(rlp_rollout_worker *w, size_t L)
     } else if (rc) {
         fail(w, rc, "weights");
     }
-    double t_gen = rlpi_now_s();
     rlp_batch *b = NULL;
     rlp_sampling_options s = w->o.sampling;
     s.seed = w->o.remote ? seed >> 1 : seed; /* servers take a signed 64-bit seed */
@@ -279,7 +279,6 @@ static int run_lane(rlp_rollout_worker *w, size_t L)
     }
     pthread_mutex_lock(&w->mu);
     w->st.generate_seconds += rlpi_now_s() - t;
-    w->pull_wait_seconds += t_gen - t;
     w->st.tokens += tokens;
     pthread_mutex_unlock(&w->mu);
 

@@ -46,7 +46,6 @@ struct rlp_rollout_worker {
     char err[1024];               /* written once before failed_rc is set */
     pthread_mutex_t mu;           /* stats, fail() */
     rlp_rollout_worker_stats st;
-    double pull_wait_seconds;     /* of generate_seconds: waiting for the servers' version */
     unsigned pull_warnings;
     rlpi_sampling_copy sampling_copy; /* what o.sampling's stop arrays point to */
 };
