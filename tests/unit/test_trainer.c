@@ -889,6 +889,68 @@ static void test_worker_thread(void **state)
     producer_close(&pr);
 }
 
+/* Two engines (lanes) over one worker: batches generate at once but are
+ * drawn and pushed in order (provenance batch 0, 1, 2; task positions
+ * in order), group ids never collide, and at_gate means every lane waits
+ * there. In the tsan suite: the lanes share the gate, the task cursor, the
+ * push order and the counters. */
+static void test_worker_lanes(void **state)
+{
+    (void)state;
+    producer pr;
+    producer_open(&pr, 2);
+    rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;
+    ro.max_batch = G * N;
+    ro.max_seq_len = 64;
+    rlp_rollout_engine *e2 = NULL;
+    assert_int_equal(rlp_rollout_engine_create(&e2, pr.policy, &ro), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_add_engine(NULL, e2), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_worker_add_engine(pr.worker, pr.engine), RLP_E_INVALID_ARG); /* its first */
+    assert_int_equal(rlp_rollout_worker_add_engine(pr.worker, e2), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_add_engine(pr.worker, e2), RLP_E_INVALID_ARG);
+    assert_int_equal(rlp_rollout_worker_start(pr.worker), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_add_engine(pr.worker, e2), RLP_E_STATE);
+    rlp_rollout_worker_stats st;
+    for (int i = 0; i < 3000; i++) { /* η = 2: (η + 1)·G groups at version 0, then both lanes at the gate */
+        st = worker_stats(pr.worker);
+        if (st.at_gate && st.groups_pushed == 3 * G)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(st.at_gate, 1);
+    assert_int_equal(st.groups_pushed, 3 * G);
+    assert_int_equal(st.batches, 3);
+    assert_int_equal(st.tokens, 3 * G * N * MAX_NEW);
+    assert_int_equal(rlp_rollout_worker_stop(pr.worker), RLP_OK);
+    assert_int_equal(rlp_rollout_worker_error(pr.worker, NULL), RLP_OK);
+    rlp_batch *b = NULL;
+    assert_int_equal(rlp_replay_buffer_pull(&b, pr.buf, 3 * G, 0, 0), RLP_OK);
+    size_t n = 0;
+    rlp_batch_size(&n, b);
+    assert_int_equal(n, 3 * G * N);
+    uint64_t ids[3 * G], n_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        rlp_trajectory t = {.version = RLP_TRAJECTORY_VERSION};
+        assert_int_equal(rlp_batch_get(&t, b, i), RLP_OK);
+        assert_true(t.has_provenance);
+        /* in the buffer's (push) order: batch i / (G·N), positions 0, 1, 2, ... */
+        assert_int_equal(t.provenance.batch, i / (G * N));
+        assert_int_equal(t.provenance.epoch, 0);
+        assert_int_equal(t.provenance.position, i / N); /* the task's draws, in order */
+        if (i % N == 0) {
+            for (uint64_t k = 0; k < n_ids; k++)
+                assert_true(ids[k] != t.group_id);
+            ids[n_ids++] = t.group_id;
+        } else {
+            assert_int_equal(t.group_id, ids[n_ids - 1]);
+        }
+    }
+    rlp_batch_free(b);
+    producer_close(&pr); /* frees the worker before the engines */
+    rlp_rollout_engine_free(e2);
+}
+
 /* ---- a rollout worker in another process ------------------------------------------ */
 
 enum { XP_BATCHES = 3 };
@@ -1104,6 +1166,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_interrupt),
         cmocka_unit_test(test_worker_run_once),
         cmocka_unit_test(test_worker_thread),
+        cmocka_unit_test(test_worker_lanes),
         cmocka_unit_test(test_batch_file),
         cmocka_unit_test(test_worker_other_process),
     };
