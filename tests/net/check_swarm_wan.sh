@@ -83,16 +83,7 @@ fail() {
 }
 . "$here/../cli/netns_hosts.sh"
 . "$here/swarm_lib.sh"
-# the processes started here (the namespaces' are killed by hosts_delete too)
-hosts_cleanup_extra() { for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; }
-
-python3 "$here/../cli/train_fixture.py" "$out" >/dev/null || exit 1
-model="$out/model.bin"
-cp "$data" "$model"
-cfg="$out/config.json"
-TOKEN=swarm-wan-token-26
-printf '%s\n' "$TOKEN" >"$out/token"
-chmod 600 "$out/token"
+swarm_fixture swarm-wan-token-26
 NW=8
 hosts_make_wan $((NW + 1)) "$wan"
 O="http://$(host_ip 0):8100"

@@ -1,6 +1,6 @@
 # Shell functions the swarm tests share (check_swarm_wan.sh,
 # check_swarm_join.sh); sourced after tests/cli/netns_hosts.sh. They read
-# the caller's $d (the run's folder), $train_pid and fail().
+# the caller's $out, $d (the run's folder), $data, $here, $train_pid and fail().
 
 # wait_listening FILE NAME: the server printed {"listening": ...} (60 s at most)
 wait_listening() {
@@ -21,4 +21,19 @@ wait_steps() {
 health() {
   host_run 0 curl -s -m 5 "http://$(host_ip $(($1 + 1))):8000/health" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["weight_version"])' 2>/dev/null
+}
+# the processes a test started in the background (the namespaces' own are
+# killed by hosts_delete too)
+hosts_cleanup_extra() { for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done; }
+# swarm_fixture TOKEN: train_fixture.py's config in $out, $data (stories260K)
+# copied to $out/model.bin, TOKEN in $out/token (mode 600); sets model,
+# cfg and TOKEN
+swarm_fixture() {
+  python3 "$here/../cli/train_fixture.py" "$out" >/dev/null || exit 1
+  model="$out/model.bin"
+  cp "$data" "$model"
+  cfg="$out/config.json"
+  TOKEN=$1
+  printf '%s\n' "$TOKEN" >"$out/token"
+  chmod 600 "$out/token"
 }
