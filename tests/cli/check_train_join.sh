@@ -68,11 +68,20 @@ for args in "--join http://127.0.0.1:1" "--join http://127.0.0.1:1 --weights-dir
   [ $rc -eq 2 ] && grep -q -- '--join\|--advertise' "$out/err" || { cat "$out/err"; fail "serve $args: exit $rc"; }
 done
 
+# wait_log FILE PATTERN: until FILE has a line matching PATTERN (30 s at most;
+# what follows fails with its own message if it never came)
+wait_log() {
+  _j=0
+  while ! grep -q -- "$2" "$1" 2>/dev/null && [ $_j -lt 600 ]; do
+    sleep 0.05
+    _j=$((_j + 1))
+  done
+}
+
 # the origin the worker mirrors, and the trainer (pull, 3 steps) waiting for 1 worker
 "$rlpost" weights-serve "$out/weights" --port 0 --token-file "$out/token" >"$out/origin.out" 2>"$out/origin.log" &
 pids="$pids $!"
-j=0
-while ! grep -q listening "$out/origin.out" 2>/dev/null && [ $j -lt 600 ]; do sleep 0.05; j=$((j + 1)); done
+wait_log "$out/origin.out" listening
 origin=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["listening"])' \
   "$out/origin.out") || fail "the origin did not start"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -94,11 +103,7 @@ RUN() {
   >"$out/routes.json" 2>"$out/routes.log" &
 routes_pid=$!
 pids="$pids $routes_pid"
-j=0
-while ! grep -q "swarm: waiting for 64 workers" "$out/routes.log" 2>/dev/null && [ $j -lt 600 ]; do
-  sleep 0.05
-  j=$((j + 1))
-done
+wait_log "$out/routes.log" "swarm: waiting for 64 workers"
 rcoord=$(sed -n 's/^swarm: coordinator on \(http[^ ]*\) .*/\1/p' "$out/routes.log")
 [ -n "$rcoord" ] || fail "no coordinator line in the trainer's log"
 python3 - "$rcoord" <<'PY' || fail "the coordinator's routes"
@@ -158,11 +163,7 @@ grep -q "swarm.min_workers: 0 of 64 workers joined before the interrupt" "$out/r
 RUN run 3 &
 train_pid=$!
 pids="$pids $train_pid"
-j=0
-while ! grep -q "swarm: waiting for 1 worker" "$out/run.log" 2>/dev/null && [ $j -lt 600 ]; do
-  sleep 0.05
-  j=$((j + 1))
-done
+wait_log "$out/run.log" "swarm: waiting for 1 worker"
 coord=$(sed -n 's/^swarm: coordinator on \(http[^ ]*\) .*/\1/p' "$out/run.log")
 [ "$coord" = "http://127.0.0.1:$port" ] || fail "no coordinator line in the trainer's log ($coord)"
 
