@@ -242,6 +242,11 @@ int cmd_serve(int argc, char **argv)
 #ifdef RLPOST_HAVE_JOIN
     if (join)
         curl_global_init(CURL_GLOBAL_DEFAULT); /* before any thread (the library's is once, and a no-op then) */
+    if (join && !weights_from)
+        fprintf(stderr, "rlpost serve: warning: --join without --weights-from: the trainer's weight updates name "
+                        "folders on its own machine, which this server loads only if they lie below --weights-dir "
+                        "(a shared file system); otherwise follow the trainer's folder with --weights-from "
+                        "(rlpost weights-serve on the trainer's weights folder, docs/swarm.md)\n");
 #endif
     char name_buf[256];
     if (!name) {

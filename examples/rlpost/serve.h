@@ -82,7 +82,10 @@ typedef struct serve_server {
     uint64_t next_id;              /* request ids and default seeds */
     uint64_t seed_base;
 
-    pthread_mutex_t update_mu;     /* one weight update at a time */
+    pthread_mutex_t update_mu;     /* one weight update at a time; also refused_* */
+    uint64_t refused_version;      /* the newest version a weight update was refused for since the last
+                                      load (0: none); a request asking for it fails at once */
+    char refused_why[256];
     struct serve_follow *follow;   /* --weights-from: weight updates wait for the relay to deliver
                                       the version instead of loading a path; NULL: none */
 

@@ -463,6 +463,18 @@ static unsigned status_of(int rc)
     }
 }
 
+/* A weight update for `version` failed here: requests that need that
+ * version fail at once instead of waiting for it (wait_min_version). */
+static void update_refused(serve_server *srv, uint64_t version, const char *why)
+{
+    pthread_mutex_lock(&srv->update_mu);
+    if (version > srv->refused_version) {
+        srv->refused_version = version;
+        snprintf(srv->refused_why, sizeof srv->refused_why, "%.200s", why);
+    }
+    pthread_mutex_unlock(&srv->update_mu);
+}
+
 /* "min_weight_version" V: waits until the engine holds version V or newer
  * (a follower asks its relay for it at once; otherwise a weight update is
  * on its way from the trainer), at most MIN_VERSION_WAIT_MS. -1 with the
@@ -477,6 +489,16 @@ static int wait_min_version(serve_server *srv, uint64_t v, char *why, size_t n)
         return serve_follow_wait(srv->follow, v, MIN_VERSION_WAIT_MS, why, n);
     for (unsigned waited = 0; waited < MIN_VERSION_WAIT_MS && !__atomic_load_n(&srv->stopping, __ATOMIC_SEQ_CST);
          waited += 10) {
+        /* the update that would bring it was refused: say so now */
+        pthread_mutex_lock(&srv->update_mu);
+        bool refused = srv->refused_version >= v;
+        if (refused)
+            snprintf(why, n, "this server holds weight version %llu and refused the update to version %llu "
+                     "(%s), so it cannot serve min_weight_version %llu", (unsigned long long)have,
+                     (unsigned long long)srv->refused_version, srv->refused_why, (unsigned long long)v);
+        pthread_mutex_unlock(&srv->update_mu);
+        if (refused)
+            return -1;
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
         rlp_rollout_engine_version(&have, srv->engine);
@@ -633,6 +655,7 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
     char real[PATH_MAX];
     if (!below_root(srv->cfg.weights_root, p, real)) {
         snprintf(why, sizeof why, "'%s' is not a folder below the server's --weights-dir", key);
+        update_refused(srv, version, why);
         return update_failed(c, why);
     }
     snprintf(p, sizeof p, "%s", real);
@@ -649,7 +672,11 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
         snprintf(msg, sizeof msg, "loaded %.900s as weight version %llu", p, (unsigned long long)version);
     else
         snprintf(msg, sizeof msg, "%s", rlp_error_last());
+    if (rc == RLP_OK)
+        srv->refused_version = 0;
     pthread_mutex_unlock(&srv->update_mu);
+    if (rc != RLP_OK)
+        update_refused(srv, version, msg);
     fprintf(stderr, "rlpost serve: %s: %s\n", adapter ? "load_lora_adapter" : "update_weights_from_disk", msg);
     if (rc != RLP_OK)
         return update_failed(c, msg);

@@ -13,6 +13,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,6 +219,16 @@ static void *join_main(void *arg)
             j->registered = false;
             pthread_mutex_unlock(&j->mu);
             wait = 0;
+        } else if (!registered && (code == 400 || code == 401 || code == 403 || code == 409)) {
+            /* the trainer refuses this worker for good (a wrong token, a
+             * URL it cannot reach, weights of another run): asking again
+             * cannot help, and serving on would only mislead */
+            fprintf(stderr, "rlpost serve: --join: the trainer at %s refused this worker: %s; shutting down\n",
+                    j->trainer, why);
+            json_decref(ans);
+            kill(getpid(), SIGTERM); /* the main thread's orderly shutdown */
+            pthread_mutex_lock(&j->mu);
+            break;
         } else {
             if (failures++ % 10 == 0)
                 fprintf(stderr, "rlpost serve: %s %s: %s; retrying every %.1f-%.0f s\n",

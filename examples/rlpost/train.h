@@ -224,6 +224,10 @@ void train_multiturn(const run *r, rlp_multiturn_options *mt);
 /* Splits an http(s) base URL into host, port and path; -1 when malformed. */
 int train_parse_url(const char *url, int *https, char *host, size_t hcap, char *port, size_t pcap, char *path,
                     size_t cap);
+/* GET {path}/health of http://host:port over plain HTTP, 5 s at most per
+ * step (connect, answer): 0 when the server answers 200, else -1 with the
+ * reason in @p why. */
+int train_probe_health(const char *host, const char *port, const char *path, char *why, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* train_swarm.c: the swarm's coordinator (swarm.listen)                    */

@@ -503,7 +503,29 @@ static enum MHD_Result on_register(train_swarm *s, struct MHD_Connection *c, jso
         return reply_error(s, c, MHD_HTTP_BAD_REQUEST, "invalid_request_error",
                            "url: required, the worker's http:// or https:// base URL as the trainer reaches it "
                            "(rlpost serve --advertise)");
+    /* the trainer calls the worker: a URL it cannot reach would count
+     * toward min_workers and fail every request sent there */
+    char why_probe[256], msg[900];
+    if (!https && train_probe_health(host, port, path, why_probe, sizeof why_probe)) {
+        fmt(msg, sizeof msg, "url: the trainer cannot reach %s/health (%s); --advertise the URL the trainer "
+            "reaches this worker at", url, why_probe);
+        fprintf(stderr, "swarm: refused worker %.12s: %s\n", id, msg);
+        return reply_error(s, c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", msg);
+    }
     pthread_mutex_lock(&s->mu);
+    /* weights newer than the trainer's come from another run (or from
+     * versions a resumed run abandoned): generating with them would be
+     * tagged as fresh and trained on. (One version of slack: a step
+     * publishes before s->version learns of it.) */
+    if (wv >= 0 && (uint64_t)wv > s->version + 1) {
+        uint64_t tv = s->version;
+        pthread_mutex_unlock(&s->mu);
+        fmt(msg, sizeof msg, "weight_version %lld is newer than the trainer's %llu: this worker's weights come from "
+            "another run (or from versions a resumed run abandoned); start it with an empty --weights-dir",
+            (long long)wv, (unsigned long long)tv);
+        fprintf(stderr, "swarm: refused worker %.12s (%s): %s\n", id, url, msg);
+        return reply_error(s, c, MHD_HTTP_CONFLICT, "conflict_error", msg);
+    }
     worker *w = find(s, id);
     size_t alive = 0;
     for (size_t i = 0; i < s->n_w; i++)

@@ -76,9 +76,7 @@ int train_parse_url(const char *url, int *https, char *host, size_t hcap, char *
     return 0;
 }
 
-/* GET {path}/health over plain HTTP with a deadline: 0 when the server
- * answers 200, else -1 with the reason in @p why. */
-static int probe_health(const char *host, const char *port, const char *path, char *why, size_t cap)
+int train_probe_health(const char *host, const char *port, const char *path, char *why, size_t cap)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int gai = getaddrinfo(host, port, &hints, &ai);
@@ -164,7 +162,7 @@ int train_check_urls(run *r)
         char host[256], port[8], path[512], why[256];
         int https;
         train_parse_url(u, &https, host, sizeof host, port, sizeof port, path, sizeof path);
-        if (!https && probe_health(host, port, path, why, sizeof why)) {
+        if (!https && train_probe_health(host, port, path, why, sizeof why)) {
             fmt(r->err, ERR_CAP, "rollout.urls[%zu]: %s does not answer GET /health (%s); start the workers "
                 "first (docs/swarm.md)", i, u, why);
             return -1;

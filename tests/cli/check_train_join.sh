@@ -106,9 +106,9 @@ pids="$pids $routes_pid"
 wait_log "$out/routes.log" "swarm: waiting for 64 workers"
 rcoord=$(sed -n 's/^swarm: coordinator on \(http[^ ]*\) .*/\1/p' "$out/routes.log")
 [ -n "$rcoord" ] || fail "no coordinator line in the trainer's log"
-python3 - "$rcoord" <<'PY' || fail "the coordinator's routes"
+python3 - "$rcoord" "$origin" <<'PY' || fail "the coordinator's routes"
 import json, sys, urllib.error, urllib.request
-base = sys.argv[1]
+base, alive = sys.argv[1], sys.argv[2]  # alive: a server that answers /health (the origin)
 def call(path, body=None, token="join-token-26", method=None, raw=None):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(base + path, data=data, method=method or ("POST" if data is not None else "GET"))
@@ -137,13 +137,19 @@ try:  # declared far past the limit: refused before the body is read (the server
     assert call("/v1/rlpost/register", raw=b"x" * (2 << 20))[0] == 413
 except (ConnectionError, urllib.error.URLError):
     pass
-# a hand-made worker (nothing listens at its URL: it never becomes one the run needs)
+# refused: a URL the trainer cannot reach (it would count toward min_workers
+# and fail every request), weights newer than the trainer's (another run's)
 code, ans = call("/v1/rlpost/register", {"worker_id": wid, "url": "http://127.0.0.1:9", "weight_version": 0})
+assert code == 400 and "cannot reach" in ans["error"]["message"], (code, ans)
+code, ans = call("/v1/rlpost/register", {"worker_id": wid, "url": alive, "weight_version": 7})
+assert code == 409 and "another run" in ans["error"]["message"], (code, ans)
+# a hand-made worker at a URL that answers /health (the origin: it never becomes one the run needs)
+code, ans = call("/v1/rlpost/register", {"worker_id": wid, "url": alive, "weight_version": 0})
 assert code == 200 and ans["heartbeat_s"] == 0.5 and ans["version"] == 0 and ans["joins"] == 1, ans
 code, ans = call("/v1/rlpost/heartbeat", {"worker_id": wid, "weight_version": 0})
 assert code == 200 and ans["state"] == "alive", ans
 # registered again while alive (a fast restart): 2 joins, alive; out of the set and back in
-code, ans = call("/v1/rlpost/register", {"worker_id": wid, "url": "http://127.0.0.1:9", "weight_version": 0})
+code, ans = call("/v1/rlpost/register", {"worker_id": wid, "url": alive, "weight_version": 0})
 assert code == 200 and ans["joins"] == 2, ans
 code, led = call("/v1/rlpost/workers")
 assert code == 200 and [(w["id"], w["state"], w["joins"]) for w in led["workers"]] == [(wid, "alive", 2)], led
