@@ -157,6 +157,10 @@ int cmd_serve(int argc, char **argv)
     int bad = 0;
     for (int i = 2; i < argc && !bad; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        }
         if (a[0] != '-') {
             bad = model != NULL;
             model = a;
