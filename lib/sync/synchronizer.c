@@ -129,6 +129,26 @@ void rlp_synchronizer_free(rlp_synchronizer *sync)
     free(sync);
 }
 
+/* Copies of @p urls as targets whose versions are unknown (NULL for none). */
+static int targets_make(const char *const *urls, size_t n, rlpi_sync_target **out)
+{
+    *out = NULL;
+    rlpi_sync_target *t = n ? calloc(n, sizeof *t) : NULL;
+    if (n && !t)
+        return rlpi_error_set(RLP_E_NOMEM, "synchronizer: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        t[i].version = -1;
+        if (!(t[i].url = strdup(urls[i]))) {
+            for (size_t k = 0; k < i; k++)
+                free(t[k].url);
+            free(t);
+            return rlpi_error_set(RLP_E_NOMEM, "synchronizer: out of memory");
+        }
+    }
+    *out = t;
+    return RLP_OK;
+}
+
 /* Creates `dir` if needed and returns its absolute path. */
 static int make_dir(const char *dir, char **out)
 {
@@ -221,15 +241,9 @@ int rlp_synchronizer_create(rlp_synchronizer **out, const rlp_sync_options *opts
         rc = make_dir(o.dir, &s->dir);
     if (!rc && o.api_key && !(s->api_key = strdup(o.api_key)))
         rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay) && o.n_urls) {
-        if (!(s->targets = calloc(o.n_urls, sizeof *s->targets)))
-            rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-        for (size_t i = 0; !rc && i < o.n_urls; i++, s->n_targets++) {
-            s->targets[i].version = -1;
-            if (!(s->targets[i].url = strdup(o.urls[i])))
-                rc = rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-        }
-    }
+    if (!rc && (o.transport == RLP_TRANSPORT_HTTP || relay) &&
+        (rc = targets_make(o.urls, o.n_urls, &s->targets)) == RLP_OK)
+        s->n_targets = o.n_urls;
     if (rc) {
         rlp_synchronizer_free(s);
         return rc;
@@ -252,18 +266,10 @@ int rlp_synchronizer_set_urls(rlp_synchronizer *sync, const char *const *urls, s
     for (size_t i = 0; i < n_urls; i++)
         RLPI_CHECK_ARG(urls[i] && (!strncmp(urls[i], "http://", 7) || !strncmp(urls[i], "https://", 8)),
                        "urls[i] must be an http:// or https:// URL");
-    rlpi_sync_target *t = n_urls ? calloc(n_urls, sizeof *t) : NULL;
-    if (n_urls && !t)
-        return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-    for (size_t i = 0; i < n_urls; i++) {
-        t[i].version = -1;
-        if (!(t[i].url = strdup(urls[i]))) {
-            for (size_t k = 0; k < i; k++)
-                free(t[k].url);
-            free(t);
-            return rlpi_error_set(RLP_E_NOMEM, "%s: out of memory", __func__);
-        }
-    }
+    rlpi_sync_target *t = NULL;
+    int rc = targets_make(urls, n_urls, &t);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&sync->mu);
     /* a server that stays keeps what it is known to hold */
     for (size_t i = 0; i < n_urls; i++)
