@@ -63,8 +63,12 @@ for r, s in zip(e1, sync):
     assert r["n_seqs"] == 16 and r["n_groups"] == 4 and r["completions"] == 16, r
     assert 0 <= r["staleness_mean"] <= r["staleness_max"] <= 1, r
     assert r["buffer_dropped"] == 0 and r["buffer_dropped_total"] == 0, r
-    assert r["trainer_idle_seconds"] >= 0 and r["rollout_idle_seconds"] >= 0 and r["rollout_seconds"] > 0, r
+    assert r["trainer_idle_seconds"] >= 0 and r["rollout_idle_seconds"] >= 0 and r["rollout_seconds"] >= 0, r
     assert r["prompt_index"] == s["prompt_index"] and r["sampling_seed"] == s["sampling_seed"], (r, s)
+# a step's rollout figures are what the rollout side did since the previous
+# step: with η = 1 it may have generated step 2's batch before step 1 ended
+# (0 s at step 2, seen once under load); over the run it generated
+assert sum(r["rollout_seconds"] for r in e1) > 0, e1
 assert e1[0]["staleness_max"] == 0  # nothing older than version 0 exists
 assert [r["step"] for r in load("/eta1/eval.jsonl")] == [0, 2]
 st = json.load(open(d + "/eta1/checkpoints/step_2/state.json"))
