@@ -105,7 +105,6 @@ void rlp_synchronizer_free(rlp_synchronizer *sync)
         /* a round in flight stops at its next poll (0.1 s) */
         atomic_store(&sync->http_abort, true);
         pthread_mutex_lock(&sync->mu);
-        sync->closed = true;
         pthread_cond_broadcast(&sync->bg_cv);
         pthread_mutex_unlock(&sync->mu);
         pthread_join(sync->bg_thread, NULL);
@@ -731,7 +730,6 @@ int rlp_synchronizer_close(rlp_synchronizer *sync)
     pthread_mutex_lock(&sync->mu);
     sync->closed = true;
     pthread_cond_broadcast(&sync->gate_cv);
-    pthread_cond_broadcast(&sync->bg_cv);
     pthread_mutex_unlock(&sync->mu);
     return RLP_OK;
 }
