@@ -57,7 +57,12 @@ static int get_num(json_t *obj, const char *key, int required, double def, const
     double d = json_number_value(v);
     if (!isfinite(d) || fabs(d) > 3.0e38)
         BAD("%s: '%s' = %g does not fit a float", src, key, d);
-    *out = (float)d;
+    /* -0.0 (or a tiny negative that rounds to it) means 0: store +0.0 so
+     * the value passes every `< 0` check the same way and a config and
+     * its re-dump hold the same bits (a fuzz find: final_logit_softcapping
+     * = -0.0 was kept as -0.0 and dumped as 0). */
+    float f = (float)d;
+    *out = f == 0.0f ? 0.0f : f;
     return RLP_OK;
 }
 
