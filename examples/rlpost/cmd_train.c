@@ -482,6 +482,13 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "sync_mode", json_string(cfg_str(r->cfg, "sync.mode")));
     json_object_set_new(sum, "staleness_max", json_real(stale_max));
     {
+        /* the precision the trainer's GEMMs ran in (auto resolved) */
+        static const char *const mm_names[] = {"fp32", "tf32", "bf16"};
+        int mm = 0;
+        rlp_context_matmul_precision(&mm, r->ctx);
+        json_object_set_new(sum, "matmul_precision", json_string(mm_names[mm >= 0 && mm <= 2 ? mm : 0]));
+    }
+    {
         /* the ranks and the transport their process group took (AUTO resolved) */
         static const char *const names[] = {"auto", "shm", "nccl", "mpi", "gloo"};
         int32_t transport = -1;

@@ -1,5 +1,6 @@
 /* `rlpost version`: library and ABI version and which backends this machine
- * can use, as one JSON object on stdout. */
+ * can use (with the device and the precision matmul_precision "auto" picks
+ * there), as one JSON object on stdout. */
 #include "commands.h"
 #include "json_out.h"
 
@@ -29,10 +30,15 @@ int cmd_version(int argc, char **argv)
         if (avail == 1) {
             rlp_context_options o = RLP_CONTEXT_OPTIONS_INIT;
             o.backend = kind;
+            o.matmul_precision = RLP_MATMUL_AUTO;
             rlp_context *ctx;
             if (rlp_context_create(&ctx, &o) == RLP_OK) {
+                /* what matmul_precision "auto" takes on this machine */
+                int mm = RLP_MATMUL_FP32;
+                rlp_context_matmul_precision(&mm, ctx);
                 printf(", \"device\": ");
                 json_print_string(stdout, rlp_context_device_name(ctx));
+                printf(", \"matmul_auto\": \"%s\"", mm == RLP_MATMUL_BF16 ? "bf16" : mm == RLP_MATMUL_TF32 ? "tf32" : "fp32");
                 rlp_context_free(ctx);
             }
         } else {

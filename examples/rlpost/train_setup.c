@@ -293,8 +293,8 @@ int train_check_config(run *r)
         return -1;
     }
     const char *mm = cfg_str(c, "matmul_precision");
-    if (strcmp(mm, "fp32") && strcmp(mm, "bf16") && strcmp(mm, "tf32")) {
-        fmt(r->err, ERR_CAP, "matmul_precision: unknown value \"%s\" (one of: fp32 bf16 tf32)", mm);
+    if (strcmp(mm, "auto") && strcmp(mm, "fp32") && strcmp(mm, "bf16") && strcmp(mm, "tf32")) {
+        fmt(r->err, ERR_CAP, "matmul_precision: unknown value \"%s\" (one of: auto fp32 bf16 tf32)", mm);
         return -1;
     }
     RANGE("device", !cfg_get(c, "device") || json_is_null(cfg_get(c, "device")) || cfg_int(c, "device") >= 0, "≥ 0");
@@ -904,9 +904,13 @@ int train_setup(run *r, const char *weights, int need_train)
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = (int32_t)cfg_int(r->cfg, "threads");
     co.seed = (uint64_t)cfg_int(r->cfg, "seed");
-    /* checked above: fp32, bf16 or tf32 (TF32 runs as fp32 on the CPU) */
+    /* checked above: auto, fp32, bf16 or tf32 (TF32 runs as fp32 on the
+     * CPU; auto is bf16 on a CPU with bf16 instructions, else fp32) */
     const char *mm = cfg_str(r->cfg, "matmul_precision");
-    co.matmul_precision = !strcmp(mm, "bf16") ? RLP_MATMUL_BF16 : !strcmp(mm, "tf32") ? RLP_MATMUL_TF32 : RLP_MATMUL_FP32;
+    co.matmul_precision = !strcmp(mm, "auto")   ? RLP_MATMUL_AUTO
+                          : !strcmp(mm, "bf16") ? RLP_MATMUL_BF16
+                          : !strcmp(mm, "tf32") ? RLP_MATMUL_TF32
+                                                : RLP_MATMUL_FP32;
     if (need_train && r->async && !r->remote && !cfg_str(r->cfg, "rollout.inbox")) {
         /* the trainer and the rollout thread each get a context of their
          * own, sharing the cores instead of oversubscribing them */

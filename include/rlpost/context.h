@@ -102,7 +102,15 @@ typedef enum rlp_matmul_precision {
      *  same rounding, then the fp32 GEMM, slightly slower than fp32. bf16 ×
      *  bf16 products are exact in fp32, so all of these differ only by
      *  summation order; rlp_context_device_name() says which runs. */
-    RLP_MATMUL_BF16 = 2
+    RLP_MATMUL_BF16 = 2,
+    /** RLP_MATMUL_BF16 where it is fast, RLP_MATMUL_FP32 elsewhere, chosen
+     *  once at rlp_context_create(): bf16 on a CPU context whose bf16 GEMMs
+     *  run on the CPU's own instructions (oneDNN with AMX-BF16 or
+     *  AVX512-BF16; not with RLPOST_CPU_BF16=0), fp32 on CPUs without them
+     *  (the emulation is slower than fp32) and, for now, on CUDA (bf16 and
+     *  TF32 stay explicit choices there until measured on a GPU).
+     *  rlp_context_matmul_precision() reads the choice. */
+    RLP_MATMUL_AUTO = 3
 } rlp_matmul_precision;
 
 /** Version of rlp_context_options understood by this header (2 added
@@ -190,6 +198,16 @@ RLP_API int rlp_context_n_threads(int *out_threads, const rlp_context *ctx);
  * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
  */
 RLP_API int rlp_context_seed(uint64_t *out_seed, const rlp_context *ctx);
+
+/**
+ * Reads the precision a context's GEMMs run in: RLP_MATMUL_FP32,
+ * RLP_MATMUL_TF32 or RLP_MATMUL_BF16, never RLP_MATMUL_AUTO (resolved at
+ * creation), and fp32 for a TF32 request on the CPU (which has no TF32).
+ * @param[out] out_precision  receives an rlp_matmul_precision
+ * @param ctx                 the context
+ * @return RLP_OK or RLP_E_INVALID_ARG. Thread-safe.
+ */
+RLP_API int rlp_context_matmul_precision(int *out_precision, const rlp_context *ctx);
 
 /**
  * A short description of the context's device, e.g.

@@ -216,6 +216,25 @@ static int check_matrix(const rlpi_backend *be, const rlpi_matrix *x, int64_t ro
     return RLP_OK;
 }
 
+static _Thread_local int in_generation;
+
+int rlpi_gemm_generation_begin(void)
+{
+    int previous = in_generation;
+    in_generation = 1;
+    return previous;
+}
+
+void rlpi_gemm_generation_end(int previous)
+{
+    in_generation = previous;
+}
+
+int rlpi_gemm_in_generation(void)
+{
+    return in_generation;
+}
+
 int rlpi_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
 {
     if (!be || !g)

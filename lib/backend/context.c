@@ -83,7 +83,8 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
                               __func__, (int)opts->log_level);
 
     int matmul = opts->version >= 2 ? opts->matmul_precision : RLP_MATMUL_FP32;
-    if (matmul != RLP_MATMUL_FP32 && matmul != RLP_MATMUL_TF32 && matmul != RLP_MATMUL_BF16)
+    if (matmul != RLP_MATMUL_FP32 && matmul != RLP_MATMUL_TF32 && matmul != RLP_MATMUL_BF16 &&
+        matmul != RLP_MATMUL_AUTO)
         return rlpi_error_set(RLP_E_INVALID_ARG, "%s: options->matmul_precision: %d is not an rlp_matmul_precision",
                               __func__, matmul);
 
@@ -109,6 +110,11 @@ int rlp_context_create(rlp_context **out, const rlp_context_options *opts)
      * a permission to round, not a demand), see rlp_matmul_precision */
     if (matmul == RLP_MATMUL_TF32 && ctx->kind == RLP_BACKEND_CPU)
         matmul = RLP_MATMUL_FP32;
+    /* auto: bf16 only where it beats fp32, i.e. on the CPU's own bf16
+     * instructions (the emulation rounds, then runs SGEMM: slower); CUDA
+     * keeps fp32 until bf16/TF32 are measured on a GPU */
+    if (matmul == RLP_MATMUL_AUTO)
+        matmul = ctx->kind == RLP_BACKEND_CPU && rlpi_cpu_bf16_available() ? RLP_MATMUL_BF16 : RLP_MATMUL_FP32;
     ctx->backend->matmul = matmul;
     if (matmul != RLP_MATMUL_FP32) {
         size_t len = strlen(ctx->backend->description);
@@ -150,6 +156,14 @@ int rlp_context_n_threads(int *out_threads, const rlp_context *ctx)
     RLPI_CHECK_ARG(out_threads, "out_threads is NULL");
     RLPI_CHECK_ARG(ctx, "ctx is NULL");
     *out_threads = ctx->n_threads;
+    return RLP_OK;
+}
+
+int rlp_context_matmul_precision(int *out_precision, const rlp_context *ctx)
+{
+    RLPI_CHECK_ARG(out_precision, "out_precision is NULL");
+    RLPI_CHECK_ARG(ctx, "ctx is NULL");
+    *out_precision = ctx->backend->matmul;
     return RLP_OK;
 }
 

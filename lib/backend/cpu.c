@@ -353,7 +353,10 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
         return gemm_fp32(be, g);
     if (g->m < BF16_FEW_ROWS ||
         (g->m < BF16_FEW_ROWS_BIG_B && (double)g->n * (double)g->k > BF16_BIG_B))
-        return gemm_bf16_few_rows(be, g);
+        /* generation's few-row products in fp32: rounding B costs more
+         * than the product, and decode wants speed, not the trainer's
+         * rounding (measured on the default job: docs/PERFORMANCE.md) */
+        return rlpi_gemm_in_generation() ? gemm_fp32(be, g) : gemm_bf16_few_rows(be, g);
     cpu_state *st = be->impl;
     int rc = rlpi_cpu_bf16_gemm(st->pool, g);
     /* unsupported (no instructions, no oneDNN, a shape it has no kernel

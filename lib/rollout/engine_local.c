@@ -575,7 +575,11 @@ int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_
         rc = setup(&g, prompts, n_prompts, ids, lens, group_base);
     }
     if (!rc) {
+        /* a bf16 CPU context's few-row decode products run in fp32 here
+         * (rlpi_gemm_generation_begin) */
+        int scope = rlpi_gemm_generation_begin();
         rc = run(&g);
+        rlpi_gemm_generation_end(scope);
         /* every slot is free again: the cache's pages are dead until the
          * next call (in a sync RL step, the trainer's backward and
          * optimizer run in between and need the memory) */

@@ -26,7 +26,8 @@
  * differences bf16 makes: the largest |Δ logprob| of the first forward, the
  * relative |Δ loss| and |Δ grad norm| of the first train step (same
  * weights), and the relative |Δ loss| after the timed steps (the weights
- * have drifted apart by then). RLPOST_BENCH_TORCH=0 skips the PyTorch
+ * have drifted apart by then; RLPOST_BENCH_TWIN=0 skips the twin, e.g. to
+ * profile the bf16 step alone). RLPOST_BENCH_TORCH=0 skips the PyTorch
  * baseline. RLPOST_PEAK_TFLOPS gives the GPU's
  * dense bf16 peak for the MFU figure (model FLOPs per second / peak), which
  * otherwise is known only for H100/H200 SXM (989 TF/s) and A100 (312).
@@ -264,7 +265,8 @@ int main(int argc, char **argv)
     rlp_context *ctx32 = NULL;
     rlp_policy *p32 = NULL;
     timed tb = {.lp0 = lp}, tf = {.lp0 = malloc((size_t)T * sizeof(float))};
-    if (!cuda && !strcmp(matmul, "bf16")) {
+    const char *twin_env = getenv("RLPOST_BENCH_TWIN");
+    if (!cuda && !strcmp(matmul, "bf16") && !(twin_env && !strcmp(twin_env, "0"))) {
         rlp_context_options c32 = RLP_CONTEXT_OPTIONS_INIT;
         c32.n_threads = threads;
         rlpi_rng r32;

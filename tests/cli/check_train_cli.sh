@@ -87,15 +87,32 @@ PY
 
 # --- matmul_precision "bf16" (oneDNN bf16 GEMMs where the CPU has them, else emulated): one step
 # trains, and the effective config records the choice
-T --set "output=\"$out/bf16\"" --set steps=1 --set 'matmul_precision="bf16"' >/dev/null 2>"$out/err" ||
+T --set "output=\"$out/bf16\"" --set steps=1 --set 'matmul_precision="bf16"' >"$out/bf16.summary" 2>"$out/err" ||
   { cat "$out/err"; fail "matmul_precision bf16 run"; }
 python3 - "$out" <<'PY' || exit 1
 import json, math, sys
 m = [json.loads(l) for l in open(sys.argv[1] + "/bf16/metrics.jsonl")]
 assert [r["step"] for r in m] == [1] and math.isfinite(m[0]["loss"]) and m[0]["grad_norm"] > 0, m
 assert json.load(open(sys.argv[1] + "/bf16/config.json"))["matmul_precision"] == "bf16"
+assert json.load(open(sys.argv[1] + "/bf16.summary"))["matmul_precision"] == "bf16"
 PY
 [ $? -eq 0 ] || fail "matmul_precision bf16 run outputs"
+
+# --- matmul_precision "auto": the summary names what it resolved to, bf16
+# exactly where the context's bf16 GEMMs run on the CPU's instructions
+T --set "output=\"$out/auto\"" --set steps=1 --set 'matmul_precision="auto"' \
+  >"$out/auto.summary" 2>"$out/err" || { cat "$out/err"; fail "matmul_precision auto run"; }
+"$rlpost" version >"$out/version.json" || fail "rlpost version"
+python3 - "$out" <<'PY' || exit 1
+import json, sys
+got = json.load(open(sys.argv[1] + "/auto.summary"))["matmul_precision"]
+cpu = json.load(open(sys.argv[1] + "/version.json"))["backends"]["cpu"]
+native = "bf16 GEMMs (oneDNN)" in cpu["device"]
+assert cpu["matmul_auto"] == ("bf16" if native else "fp32"), cpu
+assert got == cpu["matmul_auto"], (got, cpu)
+assert json.load(open(sys.argv[1] + "/auto/config.json"))["matmul_precision"] == "auto"
+PY
+[ $? -eq 0 ] || fail "matmul_precision auto run outputs"
 
 # --- CISPO, GMPO (verl's geo_mean) and GPG: one step each, a finite loss and a gradient
 for loss in cispo geo_mean gpg; do

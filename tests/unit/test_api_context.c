@@ -106,7 +106,7 @@ static void create_rejects_bad_options(void **state)
     o.log_level = 17;
     EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->log_level");
     o = (rlp_context_options)RLP_CONTEXT_OPTIONS_INIT;
-    o.matmul_precision = 3;
+    o.matmul_precision = RLP_MATMUL_AUTO + 1;
     EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->matmul_precision");
     o.matmul_precision = -1;
     EXPECT_INVALID(rlp_context_create(&ctx, &o), "options->matmul_precision");
@@ -178,14 +178,36 @@ static void cpu_context_lifecycle(void **state)
     /* matmul precision: bf16 is named in the device description; TF32 on
      * the CPU runs as fp32 (and is not named); a version-1 struct ignores
      * the field, whatever it holds */
+    int mm = -1;
     o = (rlp_context_options)RLP_CONTEXT_OPTIONS_INIT;
     o.matmul_precision = RLP_MATMUL_BF16;
     assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
     assert_non_null(strstr(rlp_context_device_name(ctx), ", bf16 GEMMs"));
+    /* whether this CPU runs bf16 on its own instructions (the AUTO rule) */
+    int bf16_native = strstr(rlp_context_device_name(ctx), "bf16 GEMMs (oneDNN)") != NULL;
+    assert_int_equal(rlp_context_matmul_precision(&mm, ctx), RLP_OK);
+    assert_int_equal(mm, RLP_MATMUL_BF16);
+    EXPECT_INVALID(rlp_context_matmul_precision(NULL, ctx), "out_precision");
+    EXPECT_INVALID(rlp_context_matmul_precision(&mm, NULL), "ctx");
     rlp_context_free(ctx);
     o.matmul_precision = RLP_MATMUL_TF32;
     assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
     assert_null(strstr(rlp_context_device_name(ctx), "GEMMs"));
+    assert_int_equal(rlp_context_matmul_precision(&mm, ctx), RLP_OK);
+    assert_int_equal(mm, RLP_MATMUL_FP32);
+    rlp_context_free(ctx);
+    /* AUTO: bf16 exactly where bf16 runs natively, else fp32; never reads
+     * back as AUTO */
+    o.matmul_precision = RLP_MATMUL_AUTO;
+    assert_int_equal(rlp_context_create(&ctx, &o), RLP_OK);
+    assert_int_equal(rlp_context_matmul_precision(&mm, ctx), RLP_OK);
+    assert_int_equal(mm, bf16_native ? RLP_MATMUL_BF16 : RLP_MATMUL_FP32);
+    assert_true((strstr(rlp_context_device_name(ctx), "bf16 GEMMs (oneDNN)") != NULL) == bf16_native);
+    assert_null(strstr(rlp_context_device_name(ctx), "(emulated)"));
+    rlp_context_free(ctx);
+    assert_int_equal(rlp_context_create(&ctx, NULL), RLP_OK);
+    assert_int_equal(rlp_context_matmul_precision(&mm, ctx), RLP_OK);
+    assert_int_equal(mm, RLP_MATMUL_FP32);
     rlp_context_free(ctx);
     o.version = 1;
     o.matmul_precision = 99;

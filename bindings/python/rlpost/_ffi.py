@@ -469,6 +469,7 @@ FUNCTIONS = [
     ("rlp_context_backend", c_int, [P(c_int), _h]),
     ("rlp_context_n_threads", c_int, [P(c_int), _h]),
     ("rlp_context_seed", c_int, [P(c_uint64), _h]),
+    ("rlp_context_matmul_precision", c_int, [P(c_int), _h]),
     ("rlp_context_device_name", _cs, [_h]),
     ("rlp_context_set_log_level", c_int, [_h, c_int]),
     # tokenizer

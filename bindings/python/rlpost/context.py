@@ -24,7 +24,8 @@ class MatmulPrecision(enum.IntEnum):
     (weights, gradients and optimizer state stay fp32 in every mode)."""
     FP32 = 0
     TF32 = 1  # CUDA only; a CPU context runs it as FP32
-    BF16 = 2  # operands rounded to bfloat16, fp32 sums (CPU: a reference emulation)
+    BF16 = 2  # operands rounded to bfloat16, fp32 sums (CPU: oneDNN on AMX/AVX512-BF16, else emulated)
+    AUTO = 3  # BF16 on a CPU with bf16 instructions (and oneDNN), FP32 elsewhere
 
 
 class LogLevel(enum.IntEnum):
@@ -173,6 +174,15 @@ class Context(Handle):
         with self._use() as p:
             check(F.rlp_context_n_threads(byref(k), p), "rlp_context_n_threads")
         return k.value
+
+    @property
+    def matmul_precision(self):
+        """The MatmulPrecision its GEMMs run in (AUTO resolved at creation;
+        TF32 reads FP32 on the CPU)."""
+        k = c_int()
+        with self._use() as p:
+            check(F.rlp_context_matmul_precision(byref(k), p), "rlp_context_matmul_precision")
+        return MatmulPrecision(k.value)
 
     @property
     def seed(self):

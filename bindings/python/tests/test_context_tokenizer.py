@@ -35,8 +35,17 @@ def test_matmul_precision():
     with rlpost.Context(n_threads=1, matmul_precision=rlpost.MatmulPrecision.BF16) as ctx:
         # followed by the path: "(oneDNN)" or the emulation (rlpi_cpu_bf16_path)
         assert ", bf16 GEMMs" in ctx.device_name
+        assert ctx.matmul_precision == rlpost.MatmulPrecision.BF16
+        native = "bf16 GEMMs (oneDNN)" in ctx.device_name
     with rlpost.Context(n_threads=1, matmul_precision=rlpost.MatmulPrecision.TF32) as ctx:
         assert "GEMMs" not in ctx.device_name  # the CPU has no TF32: fp32
+        assert ctx.matmul_precision == rlpost.MatmulPrecision.FP32
+    # AUTO: bf16 exactly where it runs on the CPU's bf16 instructions
+    with rlpost.Context(n_threads=1, matmul_precision=rlpost.MatmulPrecision.AUTO) as ctx:
+        want = rlpost.MatmulPrecision.BF16 if native else rlpost.MatmulPrecision.FP32
+        assert ctx.matmul_precision == want, ctx.device_name
+    with rlpost.Context(n_threads=1) as ctx:
+        assert ctx.matmul_precision == rlpost.MatmulPrecision.FP32
     with pytest.raises(rlpost.InvalidArgumentError, match="matmul_precision"):
         rlpost.Context(n_threads=1, matmul_precision=7)
 
