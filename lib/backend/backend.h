@@ -240,13 +240,13 @@ int rlpi_backend_synchronize(rlpi_backend *be);
 int rlpi_gemm_f32(rlpi_backend *be, const rlpi_gemm *g);
 
 /* Generation scope of the calling thread: while set (begin returns the
- * previous state for end), a backend whose matmul precision is bf16 may
- * run the products it has no fast bf16 kernel for (the CPU's few-row
- * products of decode steps, which would round the whole weight operand
- * each token) in fp32 instead: faster and closer to the trainer's fp32
- * master weights. Products of many rows (prefill, large decode batches)
- * stay bf16. Set by the local rollout engine around a generate call; the
- * trainer's GEMMs never run inside it. */
+ * previous state for end), the CPU backend runs a bf16 context's GEMMs in
+ * fp32. bf16 is a training precision on the CPU: rollouts come out the
+ * same whether the engine shares the trainer's context (sync) or has one
+ * of its own (async, workers: fp32), and decode's few-row products do not
+ * round the whole weight matrix every token. Set by the local rollout
+ * engine around a generate call; the trainer's GEMMs never run inside it.
+ * The CUDA module does not read it (its bf16 GEMMs are tensor-core ones). */
 int rlpi_gemm_generation_begin(void);
 void rlpi_gemm_generation_end(int previous);
 int rlpi_gemm_in_generation(void);

@@ -575,8 +575,7 @@ int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_
         rc = setup(&g, prompts, n_prompts, ids, lens, group_base);
     }
     if (!rc) {
-        /* a bf16 CPU context's few-row decode products run in fp32 here
-         * (rlpi_gemm_generation_begin) */
+        /* a bf16 CPU context generates in fp32 (rlpi_gemm_generation_begin) */
         int scope = rlpi_gemm_generation_begin();
         rc = run(&g);
         rlpi_gemm_generation_end(scope);

@@ -434,9 +434,9 @@ static void gemm_bf16_rounds_to_nearest_even(void **state)
             fail_msg("bf16 (few rows) rounding of 0x%08x: got 0x%08x, want 0x%08x", in[i][0], rlpi_f32_to_bits(c[i]),
                      in[i][1]);
     }
-    /* in a generation scope (the rollout engine's decode) the few-row
-     * product runs in fp32: C = A exactly, nothing rounded; the scope
-     * nests and ends where it began; the many-row product above stays bf16 */
+    /* in a generation scope (the rollout engine's decode) a bf16 context
+     * runs fp32: C = A exactly, nothing rounded, few rows or many; the
+     * scope nests and ends where it began */
     int outer = rlpi_gemm_generation_begin();
     assert_int_equal(outer, 0);
     int inner = rlpi_gemm_generation_begin();
@@ -451,17 +451,22 @@ static void gemm_bf16_rounds_to_nearest_even(void **state)
         if (!(isnan(a[i]) ? isnan(c[i]) : rlpi_f32_to_bits(c[i]) == rlpi_f32_to_bits(a[i])))
             fail_msg("few rows in a generation scope: 0x%08x came out 0x%08x (want it unrounded)", in[i][0],
                      rlpi_f32_to_bits(c[i]));
-    rlpi_cpu_bf16_force_fallback(1); /* the many-row product: still rounded (emulation, bit for bit) */
-    rc = rlpi_gemm_f32(be, &g);
-    rlpi_cpu_bf16_force_fallback(0);
-    be->matmul = RLP_MATMUL_FP32;
-    rlpi_gemm_generation_end(outer);
-    assert_false(rlpi_gemm_in_generation());
+    rc = rlpi_gemm_f32(be, &g); /* many rows */
     assert_int_equal(rc, RLP_OK);
     assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
     for (int i = 0; i < N; i++)
-        if (!isnan(c[i]) && c[i] != fb(in[i][1]))
-            fail_msg("many rows in a generation scope: 0x%08x came out 0x%08x, want bf16 0x%08x", in[i][0],
+        if (!(isnan(a[i]) ? isnan(c[i]) : rlpi_f32_to_bits(c[i]) == rlpi_f32_to_bits(a[i])))
+            fail_msg("many rows in a generation scope: 0x%08x came out 0x%08x (want it unrounded)", in[i][0],
+                     rlpi_f32_to_bits(c[i]));
+    rlpi_gemm_generation_end(outer);
+    assert_false(rlpi_gemm_in_generation());
+    rc = rlpi_gemm_f32(be, &g); /* out of the scope: rounded again */
+    be->matmul = RLP_MATMUL_FP32;
+    assert_int_equal(rc, RLP_OK);
+    assert_int_equal(rlpi_buffer_download(C, 0, c, sizeof c), RLP_OK);
+    for (int i = 0; i < N; i++)
+        if (!isnan(c[i]) && c[i] != fb(in[i][1]) && !(fpclassify(fb(in[i][1])) == FP_SUBNORMAL && c[i] == 0.0f))
+            fail_msg("after the generation scope: 0x%08x came out 0x%08x, want bf16 0x%08x", in[i][0],
                      rlpi_f32_to_bits(c[i]), in[i][1]);
     rlpi_buffer_free(A);
     rlpi_buffer_free(B);
