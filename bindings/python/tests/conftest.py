@@ -53,8 +53,16 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if session.config.option.keyword or session.config.option.markexpr or session.testsfailed:
         return
-    missing = [n for n, _, _ in _ffi.FUNCTIONS if n not in CALLED]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    shared = os.environ.get("RLPOST_SHARED_DATA")
+    if not shared or not os.path.isdir(shared):
+        # the tests that reach the rest of the API skip without ../shared/data
+        # (the project must work without it): nothing to require then
+        if reporter:
+            reporter.write_line("coverage of the public functions not checked: no shared data "
+                                "(RLPOST_SHARED_DATA)")
+        return
+    missing = [n for n, _, _ in _ffi.FUNCTIONS if n not in CALLED]
     if missing:
         if reporter:
             reporter.write_line("FAILED: public functions never called through the bindings: "
