@@ -59,4 +59,24 @@ static inline int cli_rollout_weights(const char *v)
                                 : -1;
 }
 
+/* A config's or flag's matmul precision: an rlp_matmul_precision, or -1
+ * for anything else. "tf32" is accepted everywhere (the CPU runs it as
+ * fp32). */
+static inline int cli_matmul_precision(const char *v)
+{
+    return !v ? -1
+           : !strcmp(v, "fp32") ? RLP_MATMUL_FP32
+           : !strcmp(v, "tf32") ? RLP_MATMUL_TF32
+           : !strcmp(v, "bf16") ? RLP_MATMUL_BF16
+           : !strcmp(v, "auto") ? RLP_MATMUL_AUTO
+                                : -1;
+}
+
+/* The name of a resolved precision (what rlp_context_matmul_precision
+ * reads), as the config spells it. */
+static inline const char *cli_matmul_name(int precision)
+{
+    return precision == RLP_MATMUL_BF16 ? "bf16" : precision == RLP_MATMUL_TF32 ? "tf32" : "fp32";
+}
+
 #endif

@@ -7,6 +7,7 @@
  * line and the summary. Configuration → handles is train_setup.c,
  * evaluations train_eval.c, files train_files.c, ranks train_dist.c. */
 #define _GNU_SOURCE 1
+#include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
 #include "rlpost.h"
@@ -483,10 +484,9 @@ int cmd_train(int argc, char **argv)
     json_object_set_new(sum, "staleness_max", json_real(stale_max));
     {
         /* the precision the trainer's GEMMs ran in (auto resolved) */
-        static const char *const mm_names[] = {"fp32", "tf32", "bf16"};
-        int mm = 0;
+        int mm = RLP_MATMUL_FP32;
         rlp_context_matmul_precision(&mm, r->ctx);
-        json_object_set_new(sum, "matmul_precision", json_string(mm_names[mm >= 0 && mm <= 2 ? mm : 0]));
+        json_object_set_new(sum, "matmul_precision", json_string(cli_matmul_name(mm)));
     }
     {
         /* the ranks and the transport their process group took (AUTO resolved) */

@@ -1,6 +1,7 @@
 /* `rlpost version`: library and ABI version and which backends this machine
  * can use (with the device and the precision matmul_precision "auto" picks
  * there), as one JSON object on stdout. */
+#include "cli_args.h"
 #include "commands.h"
 #include "json_out.h"
 
@@ -38,7 +39,7 @@ int cmd_version(int argc, char **argv)
                 rlp_context_matmul_precision(&mm, ctx);
                 printf(", \"device\": ");
                 json_print_string(stdout, rlp_context_device_name(ctx));
-                printf(", \"matmul_auto\": \"%s\"", mm == RLP_MATMUL_BF16 ? "bf16" : mm == RLP_MATMUL_TF32 ? "tf32" : "fp32");
+                printf(", \"matmul_auto\": \"%s\"", cli_matmul_name(mm));
                 rlp_context_free(ctx);
             }
         } else {

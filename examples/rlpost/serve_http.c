@@ -464,14 +464,20 @@ static unsigned status_of(int rc)
 }
 
 /* A weight update for `version` failed here: requests that need that
- * version fail at once instead of waiting for it (wait_min_version). */
-static void update_refused(serve_server *srv, uint64_t version, const char *why)
+ * version fail at once instead of waiting for it (wait_min_version).
+ * Caller holds update_mu. */
+static void update_refused_locked(serve_server *srv, uint64_t version, const char *why)
 {
-    pthread_mutex_lock(&srv->update_mu);
     if (version > srv->refused_version) {
         srv->refused_version = version;
         snprintf(srv->refused_why, sizeof srv->refused_why, "%.200s", why);
     }
+}
+
+static void update_refused(serve_server *srv, uint64_t version, const char *why)
+{
+    pthread_mutex_lock(&srv->update_mu);
+    update_refused_locked(srv, version, why);
     pthread_mutex_unlock(&srv->update_mu);
 }
 
@@ -668,15 +674,14 @@ static enum MHD_Result handle_update(serve_server *srv, struct MHD_Connection *c
     pthread_mutex_lock(&srv->update_mu);
     int rc = rlp_rollout_engine_load_weights(srv->engine, p, version);
     char msg[1024];
-    if (rc == RLP_OK)
+    if (rc == RLP_OK) {
         snprintf(msg, sizeof msg, "loaded %.900s as weight version %llu", p, (unsigned long long)version);
-    else
-        snprintf(msg, sizeof msg, "%s", rlp_error_last());
-    if (rc == RLP_OK)
         srv->refused_version = 0;
+    } else {
+        snprintf(msg, sizeof msg, "%s", rlp_error_last());
+        update_refused_locked(srv, version, msg);
+    }
     pthread_mutex_unlock(&srv->update_mu);
-    if (rc != RLP_OK)
-        update_refused(srv, version, msg);
     fprintf(stderr, "rlpost serve: %s: %s\n", adapter ? "load_lora_adapter" : "update_weights_from_disk", msg);
     if (rc != RLP_OK)
         return update_failed(c, msg);

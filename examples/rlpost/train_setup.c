@@ -293,7 +293,7 @@ int train_check_config(run *r)
         return -1;
     }
     const char *mm = cfg_str(c, "matmul_precision");
-    if (strcmp(mm, "auto") && strcmp(mm, "fp32") && strcmp(mm, "bf16") && strcmp(mm, "tf32")) {
+    if (cli_matmul_precision(mm) < 0) {
         fmt(r->err, ERR_CAP, "matmul_precision: unknown value \"%s\" (one of: auto fp32 bf16 tf32)", mm);
         return -1;
     }
@@ -907,10 +907,7 @@ int train_setup(run *r, const char *weights, int need_train)
     /* checked above: auto, fp32, bf16 or tf32 (TF32 runs as fp32 on the
      * CPU; auto is bf16 on a CPU with bf16 instructions, else fp32) */
     const char *mm = cfg_str(r->cfg, "matmul_precision");
-    co.matmul_precision = !strcmp(mm, "auto")   ? RLP_MATMUL_AUTO
-                          : !strcmp(mm, "bf16") ? RLP_MATMUL_BF16
-                          : !strcmp(mm, "tf32") ? RLP_MATMUL_TF32
-                                                : RLP_MATMUL_FP32;
+    co.matmul_precision = cli_matmul_precision(mm);
     if (need_train && r->async && !r->remote && !cfg_str(r->cfg, "rollout.inbox")) {
         /* the trainer and the rollout thread each get a context of their
          * own, sharing the cores instead of oversubscribing them */
