@@ -48,13 +48,14 @@ static inline int cli_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-/* A rollout-weights name ("f32", "q8_0", "auto": --weights of generate and
+/* A rollout-weights name ("f32", "q8_0", "q4_0", "auto": --weights of generate and
  * serve, rollout.weights of train) as its rlp_rollout_weights, or -1. */
 static inline int cli_rollout_weights(const char *v)
 {
     return !v ? -1
            : !strcmp(v, "f32")  ? RLP_ROLLOUT_WEIGHTS_F32
            : !strcmp(v, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
+           : !strcmp(v, "q4_0") ? RLP_ROLLOUT_WEIGHTS_Q4_0
            : !strcmp(v, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
                                 : -1;
 }

@@ -1,6 +1,7 @@
 /* `rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]
  *   [--assistant-prefix A] [--no-thinking] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]
- *   [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]`:
+ *   [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t]
+ *   [--weights f32|q8_0|q4_0|auto] [--matmul-precision fp32|bf16|tf32|auto]`:
  * samples completions with the local rollout engine and prints one JSON
  * object: per sample its text, token ids, behaviour logprobs, finish reason
  * and policy version, and the engine's prefill/decode counters. With --chat
@@ -29,7 +30,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: rlpost generate MODEL --prompt P [--prompt P]... [--chat] [--system S]\n"
             "         [--assistant-prefix A] [--no-thinking] [--temperature x] [--top-p x] [--top-k k] [--min-p x] [--max-new-tokens n]\n"
-            "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t] [--weights f32|q8_0|auto]\n");
+            "         [--n k] [--seed s] [--stop STR]... [--max-batch b] [--threads t] [--weights f32|q8_0|q4_0|auto]\n"
+            "         [--matmul-precision fp32|bf16|tf32|auto]\n");
 }
 
 
@@ -139,7 +141,7 @@ int cmd_generate(int argc, char **argv)
     const char *texts[MAX_PROMPTS], *stops[MAX_STOPS];
     size_t n_prompts = 0, n_stops = 0;
     int chat = 0, bad = 0, no_thinking = 0;
-    int weights = RLP_ROLLOUT_WEIGHTS_F32;
+    int weights = RLP_ROLLOUT_WEIGHTS_F32, matmul = RLP_MATMUL_FP32;
     long long threads = 0, max_batch = 32, v;
     rlp_sampling_options so = RLP_SAMPLING_OPTIONS_INIT;
     for (int i = 2; i < argc && !bad; i++) {
@@ -179,6 +181,8 @@ int cmd_generate(int argc, char **argv)
             bad = cli_int(val, 0, 1024, &threads);
         else if (!strcmp(a, "--weights"))
             bad = (weights = cli_rollout_weights(val)) < 0;
+        else if (!strcmp(a, "--matmul-precision"))
+            bad = (matmul = cli_matmul_precision(val)) < 0;
         else if (!model && a[0] != '-')
             model = a, takes = 0;
         else
@@ -200,6 +204,7 @@ int cmd_generate(int argc, char **argv)
 
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = (int32_t)threads;
+    co.matmul_precision = matmul;
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
     po.trainable = 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;

@@ -9,6 +9,7 @@
  * should differ in seed (--set seed=N) so that they draw other prompts.
  * Runs until Ctrl-C / SIGTERM or N batches; prints a summary line. */
 #define _GNU_SOURCE 1
+#include "cli_args.h"
 #include "commands.h"
 #include "train.h"
 #include "train_config.h"
@@ -76,8 +77,7 @@ int cmd_rollout_worker(int argc, char **argv)
     eo.max_batch = (uint32_t)(mb < 256 ? mb : 256);
     eo.max_seq_len = (uint32_t)cfg_int(r->cfg, "rollout.max_seq_len");
     const char *rw = cfg_str(r->cfg, "rollout.weights");
-    eo.weights = !strcmp(rw, "f32") ? RLP_ROLLOUT_WEIGHTS_F32
-                 : !strcmp(rw, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0 : RLP_ROLLOUT_WEIGHTS_AUTO;
+    eo.weights = cli_rollout_weights(rw); /* checked by train_setup */
     eo.share_weights = 0; /* its own copy: each pull loads the trainer's newer version into it */
     rlp_sync_options so = RLP_SYNC_OPTIONS_INIT;
     so.mode = RLP_SYNC_ASYNC;

@@ -1,5 +1,6 @@
 /* `rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH]
  *   [--max-batch b] [--max-seq-len n] [--max-body-bytes n] [--threads t]
+ *   [--weights f32|q8_0|q4_0|auto] [--matmul-precision fp32|bf16|tf32|auto]
  *   [--batch-wait-ms ms] [--logprobs-mode sampling|tempered|raw]
  *   [--served-model-name NAME] [--weights-dir DIR [--weights-from URL]...
  *   [--weights-poll-s s]] [--max-pending n] [--header-timeout-ms ms]
@@ -71,8 +72,11 @@ static void usage(void)
     fprintf(stderr,
             "usage: rlpost serve MODEL [--host 127.0.0.1] [--port 8000] [--token-file PATH] [--max-batch b]\n"
             "         [--max-seq-len n] [--max-body-bytes n] [--threads t] [--batch-wait-ms ms]\n"
-            "         [--weights f32|q8_0|auto]   decode weights (default f32; q8_0: int8 copy, re-quantized\n"
-            "                               at each weight update)\n"
+            "         [--weights f32|q8_0|q4_0|auto]   decode weights (default f32; q8_0: int8 copy, q4_0:\n"
+            "                               4-bit copy, re-quantized at each weight update)\n"
+            "         [--matmul-precision fp32|bf16|tf32|auto]  GEMM precision (default fp32); a worker of\n"
+            "                               a trainer gets the trainer's matmul_precision for rollouts\n"
+            "                               rounded as the trainer's are\n"
             "         [--logprobs-mode sampling|tempered|raw] [--served-model-name NAME]\n"
             "         [--weights-dir DIR]   load DIR's latest published version before serving; weight\n"
             "                               updates load only folders below DIR\n"
@@ -150,7 +154,7 @@ int cmd_serve(int argc, char **argv)
     const char *token_file = NULL, *weights_from = NULL, *from_urls[8], *join = NULL, *advertise = NULL;
     size_t n_from = 0;
     double poll_s = 1.0;
-    int weights = RLP_ROLLOUT_WEIGHTS_F32;
+    int weights = RLP_ROLLOUT_WEIGHTS_F32, matmul = RLP_MATMUL_FP32;
     long long port = 8000, max_batch = 32, max_seq_len = 0, body = 1 << 20, threads = 0, wait_ms = 5;
     long long max_pending = 256, header_ms = 10000;
     int32_t mode = RLP_LOGPROBS_SAMPLING;
@@ -186,6 +190,8 @@ int cmd_serve(int argc, char **argv)
             bad = cli_int(val, 1, 4096, &max_batch);
         } else if (!strcmp(a, "--weights")) {
             bad = (weights = cli_rollout_weights(val)) < 0;
+        } else if (!strcmp(a, "--matmul-precision")) {
+            bad = (matmul = cli_matmul_precision(val)) < 0;
         } else if (!strcmp(a, "--max-seq-len")) {
             bad = cli_int(val, 0, 1 << 20, &max_seq_len);
         } else if (!strcmp(a, "--max-body-bytes")) {
@@ -295,6 +301,7 @@ int cmd_serve(int argc, char **argv)
     rlp_model_info mi = {.version = RLP_MODEL_INFO_VERSION};
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = (int32_t)threads;
+    co.matmul_precision = matmul;
     rlp_policy_options po = RLP_POLICY_OPTIONS_INIT;
     po.trainable = 0;
     rlp_rollout_options ro = RLP_ROLLOUT_OPTIONS_INIT;

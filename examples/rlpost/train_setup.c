@@ -318,7 +318,7 @@ int train_check_config(run *r)
     }
     RANGE("rollout.max_seq_len", cfg_int(c, "rollout.max_seq_len") >= 0, "≥ 0");
     RANGE("rollout.weights", cli_rollout_weights(cfg_str(c, "rollout.weights")) >= 0,
-          "\"auto\", \"f32\" or \"q8_0\"");
+          "\"auto\", \"f32\", \"q8_0\" or \"q4_0\"");
     RANGE("eval.interval", cfg_int(c, "eval.interval") >= 0, "≥ 0");
     RANGE("eval.n", cfg_int(c, "eval.n") >= 0 && cfg_int(c, "eval.n") <= 100000, "in [0, 100000]");
     RANGE("eval.samples", cfg_int(c, "eval.samples") >= 0 && cfg_int(c, "eval.samples") <= 64, "in [0, 64]");

@@ -101,7 +101,11 @@ typedef enum rlp_matmul_precision {
      *  (or with RLPOST_CPU_BF16=0 in the environment) an emulation: the
      *  same rounding, then the fp32 GEMM, slightly slower than fp32. bf16 ×
      *  bf16 products are exact in fp32, so all of these differ only by
-     *  summation order; rlp_context_device_name() says which runs. */
+     *  summation order; rlp_context_device_name() says which runs. On the
+     *  CPU a local rollout engine's products of few rows (decode steps of
+     *  small batches) run in fp32 instead: rounding the whole weight
+     *  operand every token would cost more than the product; its prefill
+     *  and larger batches stay bf16, rounded as the trainer's GEMMs are. */
     RLP_MATMUL_BF16 = 2,
     /** RLP_MATMUL_BF16 where it is fast, RLP_MATMUL_FP32 elsewhere, chosen
      *  once at rlp_context_create(): bf16 on a CPU context whose bf16 GEMMs

@@ -100,7 +100,11 @@ typedef enum rlp_rollout_weights {
                                        per block of 32), re-quantized at every weight update: ~3.8× fewer
                                        bytes per decoded token; behaviour logprobs differ from the trainer's
                                        (the step metrics report the mismatch). CPU backend only; elsewhere F32 */
-    RLP_ROLLOUT_WEIGHTS_AUTO = 2  /**< Q8_0 where the CPU has int8 dot products (AVX512-VNNI), else F32 */
+    RLP_ROLLOUT_WEIGHTS_AUTO = 2, /**< Q8_0 where the CPU has int8 dot products (AVX512-VNNI or AVX2), else F32 */
+    RLP_ROLLOUT_WEIGHTS_Q4_0 = 3  /**< GGUF Q4_0 (4-bit, 4.5 bits a weight) copy of the layers' linear weights,
+                                       the head in Q8_0, re-quantized at every weight update: ~1.7× fewer bytes
+                                       per decoded token than Q8_0 and a larger behaviour/trainer mismatch
+                                       (pair it with algorithm.rollout_is); same products and rules as Q8_0 */
 } rlp_rollout_weights;
 
 /** Version of rlp_rollout_options understood by this header. */

@@ -240,13 +240,17 @@ int rlpi_backend_synchronize(rlpi_backend *be);
 int rlpi_gemm_f32(rlpi_backend *be, const rlpi_gemm *g);
 
 /* Generation scope of the calling thread: while set (begin returns the
- * previous state for end), the CPU backend runs a bf16 context's GEMMs in
- * fp32. bf16 is a training precision on the CPU: rollouts come out the
- * same whether the engine shares the trainer's context (sync) or has one
- * of its own (async, workers: fp32), and decode's few-row products do not
- * round the whole weight matrix every token. Set by the local rollout
- * engine around a generate call; the trainer's GEMMs never run inside it.
- * The CUDA module does not read it (its bf16 GEMMs are tensor-core ones). */
+ * previous state for end), the CPU backend runs a bf16 context's few-row
+ * products (decode steps, where rounding the whole weight operand every
+ * token would cost more than the product) in fp32. Products of many rows
+ * (prefill, the evaluation's batches) stay bf16, rounded as the trainer's
+ * are: a bf16 run's behaviour logprobs stay close to the trainer's
+ * (mismatch KL measured on the default job: docs/PERFORMANCE.md). Every
+ * engine of a run generates on a context of the run's precision (sync:
+ * the trainer's; async: one made with the same precision; workers: the
+ * same configuration), so the modes produce the same rollouts. Set by the
+ * local rollout engine around a generate call; the trainer's GEMMs never
+ * run inside it. The CUDA module does not read it. */
 int rlpi_gemm_generation_begin(void);
 void rlpi_gemm_generation_end(int previous);
 int rlpi_gemm_in_generation(void);

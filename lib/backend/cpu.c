@@ -353,7 +353,10 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
         return gemm_fp32(be, g);
     if (g->m < BF16_FEW_ROWS ||
         (g->m < BF16_FEW_ROWS_BIG_B && (double)g->n * (double)g->k > BF16_BIG_B))
-        return gemm_bf16_few_rows(be, g);
+        /* generation's few-row products (decode steps) in fp32: rounding
+         * the whole weight operand every token costs more than the product
+         * (measured on the default job: docs/PERFORMANCE.md) */
+        return rlpi_gemm_in_generation() ? gemm_fp32(be, g) : gemm_bf16_few_rows(be, g);
     cpu_state *st = be->impl;
     int rc = rlpi_cpu_bf16_gemm(st->pool, g);
     /* unsupported (no instructions, no oneDNN, a shape it has no kernel
@@ -363,13 +366,8 @@ static int gemm_bf16(rlpi_backend *be, const rlpi_gemm *g)
 
 static int cpu_gemm_f32(rlpi_backend *be, const rlpi_gemm *g)
 {
-    /* TF32 never reaches the CPU backend (the context runs it as fp32).
-     * bf16 is a training precision here: generation (the rollout engine's
-     * scope) runs fp32, so a run's rollouts do not depend on whether the
-     * engine shares the trainer's context (sync) or has its own (async,
-     * workers), and decode's few-row products skip rounding the whole
-     * weight matrix every token */
-    return be->matmul == RLP_MATMUL_BF16 && !rlpi_gemm_in_generation() ? gemm_bf16(be, g) : gemm_fp32(be, g);
+    /* TF32 never reaches the CPU backend (the context runs it as fp32) */
+    return be->matmul == RLP_MATMUL_BF16 ? gemm_bf16(be, g) : gemm_fp32(be, g);
 }
 
 static void cpu_destroy(rlpi_backend *be)

@@ -6,7 +6,10 @@
  * signed vpdpbusd on the offset-binary weights q_w + 128, seeded with the
  * precomputed correction −128·Σ q_a; AVX2: vpmaddubsw of |q_w| and q_a
  * with q_w's sign, then vpmaddwd), and adds (float)t · (d_w · d_a) to its
- * lane; the 16 lanes are then summed in lane order. The scalar kernel does
+ * lane; the 16 lanes are then summed in lane order. Q4_0 weights (qmat.h)
+ * enter as their nibbles: VNNI multiplies q_w + 8 and seeds with −8·Σ q_a,
+ * AVX2 and the scalar kernel use q_w = nibble − 8; the sums t are the same
+ * integers either way. The scalar kernel does
  * exactly these operations, so all agree bit for bit. FP contraction is off in
  * ISO C mode with GCC (and by pragma for clang), which that equality needs. */
 #include "backend/qmat.h"
@@ -35,12 +38,18 @@
 /* below this many multiply-adds the product runs on the calling thread */
 #define SPLIT_MIN_MACS (1 << 17)
 
+size_t rlpi_qmat_row_bytes(int type, int64_t k)
+{
+    int64_t kp = rlpi_qmat_kpad(k);
+    return type == RLPI_QMAT_Q8_0 ? (size_t)kp : type == RLPI_QMAT_Q4_0 ? (size_t)kp / 2 : 0;
+}
+
 size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k)
 {
-    if (type != RLPI_QMAT_Q8_0 || n < 1 || k < 1)
+    if ((type != RLPI_QMAT_Q8_0 && type != RLPI_QMAT_Q4_0) || n < 1 || k < 1)
         return 0;
     int64_t kp = rlpi_qmat_kpad(k);
-    return (size_t)n * (size_t)kp + (size_t)n * (size_t)(kp / 32) * sizeof(float);
+    return (size_t)n * rlpi_qmat_row_bytes(type, k) + (size_t)n * (size_t)(kp / 32) * sizeof(float);
 }
 
 /* IEEE binary16 to fp32 (the Q8_0 scales; normal, subnormal, inf/NaN). */
@@ -79,6 +88,36 @@ void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t 
             } else {
                 sj[b] = 0.0f;
                 memset(qj + b * 32, 0x80, 32);
+            }
+        }
+    }
+}
+
+/* the unsigned nibble (q + 8) of element e of a GGUF Q4_0 block's qs */
+static unsigned q4_0_nibble(const uint8_t *qs, int e)
+{
+    return e < 16 ? qs[e] & 0x0fu : qs[e - 16] >> 4;
+}
+
+void rlpi_qmat_pack_q4_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks)
+{
+    int64_t kp = rlpi_qmat_kpad(k), kb = kp / 32, nb = (k + 31) / 32;
+    uint8_t *q = dst;
+    float *s = (float *)(q + (size_t)n * (size_t)(kp / 2));
+    const uint8_t *src = blocks;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t j = row0 + r;
+        uint8_t *qj = q + (size_t)j * (size_t)(kp / 2);
+        float *sj = s + (size_t)j * (size_t)kb;
+        for (int64_t b = 0; b < kb; b++) {
+            const uint8_t *blk = b < nb ? src + (size_t)(r * nb + b) * 18 : NULL;
+            sj[b] = blk ? half_to_float((uint16_t)(blk[0] | blk[1] << 8)) : 0.0f;
+            /* block b is the low (b even) or high (b odd) nibbles of the
+             * 32 bytes of its pair */
+            uint8_t *pq = qj + (b / 2) * 32;
+            for (int i = 0; i < 32; i++) {
+                unsigned u = blk ? q4_0_nibble(blk + 2, i) : 8u;
+                pq[i] = b % 2 ? (uint8_t)((pq[i] & 0x0fu) | u << 4) : (uint8_t)((pq[i] & 0xf0u) | u);
             }
         }
     }
@@ -224,7 +263,9 @@ static void quantize_rows(void *arg, int64_t begin, int64_t end, int tid)
 
 typedef struct qjob {
     const qact *A;
-    const uint8_t *wq;  /* (n, kp) */
+    int type;           /* RLPI_QMAT_Q8_0 or RLPI_QMAT_Q4_0 */
+    int64_t wrow;       /* bytes of a weight row's quants: kp (Q8_0), kp / 2 (Q4_0) */
+    const uint8_t *wq;  /* (n, wrow) */
     const float *ws;    /* (n, kb) */
     const float *a;     /* fp32 activations (m, k): the GEMM route */
     float *c;
@@ -257,8 +298,9 @@ static void store(float *c, float sum, float beta)
 static void block_scalar(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
 {
     const qact *A = J->A;
+    const bool q4 = J->type == RLPI_QMAT_Q4_0;
     for (int64_t j = j0; j < j1; j++) {
-        const uint8_t *wq = J->wq + j * A->kp;
+        const uint8_t *wq = J->wq + j * J->wrow;
         const float *ws = J->ws + j * A->kb;
         for (int64_t i = r0; i < r1; i++) {
             const int8_t *qa = A->qa + i * A->kp;
@@ -268,9 +310,21 @@ static void block_scalar(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int6
             for (int64_t p = 0; p < A->kb / 2; p++) {
                 for (int l = 0; l < 16; l++) {
                     int64_t e = p * 64 + 4 * l; /* lane l's four bytes */
-                    int32_t t = corr[p * 16 + l];
-                    for (int u = 0; u < 4; u++)
-                        t += (int32_t)wq[e + u] * (int32_t)qa[e + u];
+                    int32_t t;
+                    if (q4) {
+                        /* element x of the pair: low nibble of byte x (x < 32)
+                         * or high nibble of byte x − 32; value nibble − 8 */
+                        t = 0;
+                        for (int u = 0; u < 4; u++) {
+                            int x = 4 * l + u;
+                            unsigned nib = x < 32 ? wq[p * 32 + x] & 0x0fu : wq[p * 32 + x - 32] >> 4;
+                            t += ((int32_t)nib - 8) * (int32_t)qa[e + u];
+                        }
+                    } else {
+                        t = corr[p * 16 + l];
+                        for (int u = 0; u < 4; u++)
+                            t += (int32_t)wq[e + u] * (int32_t)qa[e + u];
+                    }
                     float s = ws[2 * p + l / 8] * da[p * 16 + l];
                     acc[l] = acc[l] + (float)t * s;
                 }
@@ -298,15 +352,32 @@ VNNI_TARGET static inline __m512 pair_scales(const float *ws, int64_t p, __m512i
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two));
 }
 
-/* 4 weight rows at a time share each activation load */
+/* The 64 unsigned weights of pair p: Q8_0's offset-binary bytes as they
+ * are; Q4_0's 32 bytes split into their low nibbles (elements 0..31) and
+ * high nibbles (32..63), each q + 8. */
+VNNI_TARGET static inline __m512i vnni_weights(const uint8_t *w, int64_t p, bool q4)
+{
+    if (!q4)
+        return _mm512_loadu_si512(w + p * 64);
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(w + p * 32));
+    __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* 4 weight rows at a time share each activation load. The unsigned ×
+ * signed dot product is seeded with the correction for the weights'
+ * offset: −128·Σ q_a (Q8_0), −8·Σ q_a = that shifted right by 4, exactly
+ * (Q4_0). */
 VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
 {
     const qact *A = J->A;
-    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb;
+    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb, wr = J->wrow;
+    const bool q4 = J->type == RLPI_QMAT_Q4_0;
     const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     int64_t j = j0;
     for (; j + 4 <= j1; j += 4) {
-        const uint8_t *w0 = J->wq + j * kp, *w1 = w0 + kp, *w2 = w1 + kp, *w3 = w2 + kp;
+        const uint8_t *w0 = J->wq + j * wr, *w1 = w0 + wr, *w2 = w1 + wr, *w3 = w2 + wr;
         const float *s0 = J->ws + j * kb, *s1 = s0 + kb, *s2 = s1 + kb, *s3 = s2 + kb;
         for (int64_t i = r0; i < r1; i++) {
             const int8_t *qa = A->qa + i * kp;
@@ -315,10 +386,12 @@ VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int64_t p = 0; p < pairs; p++) {
                 __m512i q = _mm512_loadu_si512(qa + p * 64), cr = _mm512_loadu_si512(corr + p * 16);
+                if (q4)
+                    cr = _mm512_srai_epi32(cr, 4);
                 __m512 d = _mm512_loadu_ps(da + p * 16);
 #define QSTEP(acc, w, sc)                                                                                   \
     do {                                                                                                    \
-        __m512i t_ = _mm512_dpbusd_epi32(cr, _mm512_loadu_si512(w + p * 64), q);                            \
+        __m512i t_ = _mm512_dpbusd_epi32(cr, vnni_weights(w, p, q4), q);                                    \
         acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(t_), _mm512_mul_ps(pair_scales(sc, p, idx), d))); \
     } while (0)
                 QSTEP(a0, w0, s0);
@@ -334,7 +407,7 @@ VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_
         }
     }
     for (; j < j1; j++) {
-        const uint8_t *w0 = J->wq + j * kp;
+        const uint8_t *w0 = J->wq + j * wr;
         const float *s0 = J->ws + j * kb;
         for (int64_t i = r0; i < r1; i++) {
             const int8_t *qa = A->qa + i * kp;
@@ -343,6 +416,8 @@ VNNI_TARGET static void block_vnni(const qjob *J, int64_t j0, int64_t j1, int64_
             __m512 a0 = _mm512_setzero_ps();
             for (int64_t p = 0; p < pairs; p++) {
                 __m512i q = _mm512_loadu_si512(qa + p * 64), cr = _mm512_loadu_si512(corr + p * 16);
+                if (q4)
+                    cr = _mm512_srai_epi32(cr, 4);
                 __m512 d = _mm512_loadu_ps(da + p * 16);
                 QSTEP(a0, w0, s0);
             }
@@ -365,12 +440,25 @@ AVX2_TARGET static inline float avx2_lane_sum(__m256 lo, __m256 hi)
 
 /* Σ q_w·q_a of each 4 bytes: |q_w| (unsigned) times q_a with q_w's sign,
  * in int16 pairs (each ≤ 2·128·127 < 2^15), then pairs of those in int32 */
-AVX2_TARGET static inline __m256i avx2_dot4(__m256i wu, __m256i qa)
+AVX2_TARGET static inline __m256i avx2_dot4_signed(__m256i w, __m256i qa)
 {
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-    __m256i w = _mm256_xor_si256(wu, flip);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(qa, w));
     return _mm256_madd_epi16(p16, ones);
+}
+
+/* 32 signed weights of half h (elements 32h..32h+31) of pair p: Q8_0's
+ * bytes with the offset flipped off; Q4_0's nibbles (low for h = 0, high
+ * for h = 1) minus 8 */
+AVX2_TARGET static inline __m256i avx2_weights(const uint8_t *w, int64_t p, int h, bool q4)
+{
+    if (!q4)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + p * 64 + 32 * h)),
+                                _mm256_set1_epi8((char)0x80));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(w + p * 32));
+    if (h)
+        v = _mm256_srli_epi16(v, 4);
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
 }
 
 /* 2 weight rows at a time share each activation load (4 would need more
@@ -378,11 +466,12 @@ AVX2_TARGET static inline __m256i avx2_dot4(__m256i wu, __m256i qa)
 AVX2_TARGET static void block_avx2(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int64_t r1)
 {
     const qact *A = J->A;
-    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb;
+    const int64_t pairs = A->kb / 2, kp = A->kp, kb = A->kb, wr = J->wrow;
+    const bool q4 = J->type == RLPI_QMAT_Q4_0;
     int64_t j = j0;
     for (; j < j1; j += 2) {
         const bool two = j + 1 < j1;
-        const uint8_t *w0 = J->wq + j * kp, *w1 = two ? w0 + kp : w0;
+        const uint8_t *w0 = J->wq + j * wr, *w1 = two ? w0 + wr : w0;
         const float *s0 = J->ws + j * kb, *s1 = two ? s0 + kb : s0;
         for (int64_t i = r0; i < r1; i++) {
             const int8_t *qa = A->qa + i * kp;
@@ -394,8 +483,8 @@ AVX2_TARGET static void block_avx2(const qjob *J, int64_t j0, int64_t j1, int64_
                 __m256 dl = _mm256_loadu_ps(da + p * 16), dh = _mm256_loadu_ps(da + p * 16 + 8);
 #define QSTEP2(lo, hi, w, sc)                                                                                \
     do {                                                                                                     \
-        __m256i tl_ = avx2_dot4(_mm256_loadu_si256((const __m256i *)(w + p * 64)), ql);                     \
-        __m256i th_ = avx2_dot4(_mm256_loadu_si256((const __m256i *)(w + p * 64 + 32)), qh);                \
+        __m256i tl_ = avx2_dot4_signed(avx2_weights(w, p, 0, q4), ql);                                      \
+        __m256i th_ = avx2_dot4_signed(avx2_weights(w, p, 1, q4), qh);                                      \
         lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_cvtepi32_ps(tl_), _mm256_mul_ps(_mm256_set1_ps(sc[2 * p]), dl))); \
         hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_cvtepi32_ps(th_),                                        \
                                              _mm256_mul_ps(_mm256_set1_ps(sc[2 * p + 1]), dh)));             \
@@ -426,8 +515,18 @@ VNNI_TARGET static void dequant_rows_avx512(float *dst, const uint8_t *wq, const
 }
 #endif
 
-static void dequant_rows(int isa, float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
+static void dequant_rows(int isa, int type, float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
 {
+    if (type == RLPI_QMAT_Q4_0) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t e = 0; e < kp; e++) {
+                const uint8_t *pq = wq + r * (kp / 2) + (e / 64) * 32;
+                int x = (int)(e % 64);
+                unsigned nib = x < 32 ? pq[x] & 0x0fu : pq[x - 32] >> 4;
+                dst[r * kp + e] = (float)((int)nib - 8) * ws[r * (kp / 32) + e / 32];
+            }
+        return;
+    }
 #if QMAT_X86
     if (isa == RLPI_QMAT_ISA_VNNI512) {
         dequant_rows_avx512(dst, wq, ws, rows, kp);
@@ -470,7 +569,7 @@ static void run_chunk_gemm(void *arg, int64_t task, int tid)
     const qact *A = J->A;
     int64_t j0 = task * J->chunk, j1 = j0 + J->chunk < J->n ? j0 + J->chunk : J->n;
     float *tile = J->tile + (size_t)tid * (size_t)J->chunk * (size_t)A->kp;
-    dequant_rows(J->isa, tile, J->wq + j0 * A->kp, J->ws + j0 * A->kb, j1 - j0, A->kp);
+    dequant_rows(J->isa, J->type, tile, J->wq + j0 * J->wrow, J->ws + j0 * A->kb, j1 - j0, A->kp);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)A->m, (blasint)(j1 - j0), (blasint)A->k, 1.0f,
                 J->a, (blasint)A->k, tile, (blasint)A->kp, J->beta, J->c + j0, (blasint)J->n);
 }
@@ -478,7 +577,7 @@ static void run_chunk_gemm(void *arg, int64_t task, int tid)
 int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, const void *w, int type, int64_t m,
                      int64_t n, int64_t k, float beta)
 {
-    if (type != RLPI_QMAT_Q8_0)
+    if (type != RLPI_QMAT_Q8_0 && type != RLPI_QMAT_Q4_0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "quantized matmul: unknown weight type %d", type);
     if (m < 1 || n < 1 || k < 1)
         return RLP_OK;
@@ -487,8 +586,9 @@ int rlpi_cpu_qmatmul(struct rlpi_threadpool *pool, float *c, const float *a, con
     double macs = (double)m * (double)n * (double)kp;
     bool split = threads > 1 && macs >= SPLIT_MIN_MACS;
     const uint8_t *wq = w;
-    qjob J = {.wq = wq, .ws = (const float *)(wq + (size_t)n * (size_t)kp), .a = a, .c = c, .n = n, .beta = beta,
-              .isa = rlpi_qmat_isa()};
+    int64_t wrow = (int64_t)rlpi_qmat_row_bytes(type, k);
+    qjob J = {.type = type, .wrow = wrow, .wq = wq, .ws = (const float *)(wq + (size_t)n * (size_t)wrow), .a = a,
+              .c = c, .n = n, .beta = beta, .isa = rlpi_qmat_isa()};
     qact A = {.m = m, .k = k, .kp = kp, .kb = kb};
     J.A = &A;
     /* about 8 tasks a thread for the dynamic scheduler to even out; whole

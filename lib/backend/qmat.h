@@ -24,6 +24,22 @@
  *
  * (Below rlpi_qmat_gemm_min_rows() rows; from there on see that function.)
  *
+ * Format RLPI_QMAT_Q4_0: GGUF's Q4_0 (blocks of 32 weights, q_i in
+ * [-8, 7] stored as the nibble q + 8, w = d·q, fp16 d; d = m / -8 for
+ * the block's value m of largest magnitude), in the same split layout
+ * with half the quant bytes:
+ *   bytes [0, n·kp/2): row j at j·kp/2; the 64 weights of block pair p
+ *       (elements 64p .. 64p+63) are the 32 bytes at p·32, element 64p+x
+ *       in the low nibble of byte x and element 64p+32+x in its high
+ *       nibble (x < 32), so one 32-byte load and two masks give the 64
+ *       weights in order;
+ *   then the n·kb fp32 block scales, as for Q8_0.
+ * Products quantize the activations exactly as for Q8_0 and form the same
+ * integer block sums (Σ q_w q_a, exact in int32) and the same fp32
+ * operations, so the error bound above holds with Q4_0's W; the kernels
+ * agree bit for bit here too. 4.5 bits a weight against Q8_0's 8.5: the
+ * rollout copy's bytes, which batch-1 decode streams once per token.
+ *
  * Kernels: AVX512-VNNI (vpdpbusd), AVX2 (vpmaddubsw on |q_w| and the
  * activations with q_w's sign, then vpmaddwd; llama.cpp's AVX2 dot product
  * does the same: the int16 pair sums stay below 2·128·127 < 2^15, so
@@ -42,7 +58,7 @@
 
 struct rlpi_threadpool;
 
-enum { RLPI_QMAT_Q8_0 = 1 };
+enum { RLPI_QMAT_Q8_0 = 1, RLPI_QMAT_Q4_0 = 2 };
 
 /* From this many activation rows on (prefill, larger decode batches) a
  * product dequantizes tiles of W to fp32 and runs OpenBLAS's SGEMM on the
@@ -77,12 +93,21 @@ static inline int64_t rlpi_qmat_kpad(int64_t k)
  * n, k < 1. */
 size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k);
 
+/* Bytes of one row's quants (kp for Q8_0, kp / 2 for Q4_0; 0 for an
+ * unknown type); the scales follow all n rows. */
+size_t rlpi_qmat_row_bytes(int type, int64_t k);
+
 /* Writes rows [row0, row0 + rows) of the (n, k) Q8_0 matrix at dst (of
  * rlpi_qmat_bytes(RLPI_QMAT_Q8_0, n, k) bytes) from `blocks`: those rows
  * as GGUF Q8_0 blocks (34 bytes: fp16 d, 32 int8), ⌈k/32⌉ blocks per row
  * (a row whose k is not a multiple of 32 quantized with zeros after k).
  * Thread-safe for disjoint row ranges. */
 void rlpi_qmat_pack_q8_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks);
+
+/* The same for an RLPI_QMAT_Q4_0 matrix from GGUF Q4_0 blocks (18 bytes:
+ * fp16 d, 16 bytes whose low nibbles are elements 0..15 and high nibbles
+ * 16..31). Thread-safe for disjoint row ranges. */
+void rlpi_qmat_pack_q4_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t rows, const void *blocks);
 
 /* Moves the row count from which products take the GEMM route
  * (benchmarks, tests; 0 restores the kernel's own switch). Not thread-safe

@@ -235,11 +235,10 @@ static int qkv_part(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n, rlpi_buf
  * byte q_off of the rollout copy when there is one, else the fp32 weight at
  * w_off of the parameters. */
 static int linear(rlpi_transformer *tf, rlpi_kv_cache *kv, rlpi_buffer *C, rlpi_buffer *A, size_t w_off, size_t q_off,
-                  int64_t m, int64_t n_out, int64_t k, float beta)
+                  int q_type, int64_t m, int64_t n_out, int64_t k, float beta)
 {
     if (quantized(tf, kv, m))
-        return rlpi_op_qmatmul(tf->be, RLPI_REF(C, 0), RLPI_REF(A, 0), kv->qw->buf, q_off, kv->qw->type, m, n_out, k,
-                               beta);
+        return rlpi_op_qmatmul(tf->be, RLPI_REF(C, 0), RLPI_REF(A, 0), kv->qw->buf, q_off, q_type, m, n_out, k, beta);
     return rlpi_tf_mm(tf, C, 0, A, 0, 0, tf->params, w_off, 1, m, n_out, k, beta);
 }
 
@@ -299,13 +298,13 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
                                  c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
     /* x += att·Woᵀ (or its post-attention norm) ; x += act(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ (or its post-ffw norm) */
     if (c->post_norms) {
-        TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, kv->qw ? kv->qw->type : 0, n, d, tf->qdim, 0.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, n, d, tf->qdim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, kv->qw ? kv->qw->type : 0, n, d, tf->qdim, 1.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->x, 0, 0));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
@@ -326,13 +325,13 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     else
         TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     if (c->post_norms) {
-        TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, kv->qw ? kv->qw->type : 0, n, d, c->ffn_dim, 0.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_ffn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, n, d, c->ffn_dim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, kv->qw ? kv->qw->type : 0, n, d, c->ffn_dim, 1.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->x, 0, 0));
     }
     return RLP_OK;
@@ -405,8 +404,8 @@ int rlpi_transformer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int64_t n_s
     TRY(rlpi_op_embedding_fwd(tf->be, RLPI_REF(kv->rows, 0), RLPI_REF(kv->x, 0), RLPI_REF(kv->last, 0), n_seq, d, n));
     TRY(rlpi_op_rmsnorm_fwd(tf->be, RLPI_REF(kv->rows_n, 0), RLPI_REF(kv->rows_rstd, 0), RLPI_REF(kv->rows, 0),
                             RLPI_REF(tf->params, tf->final_norm), n_seq, d, c->rms_eps));
-    TRY(linear(tf, kv, kv->logits, kv->rows_n, tf->lm_head, kv->qw ? kv->qw->head : 0, n_seq, c->vocab_size, d,
-               0.0f));
+    TRY(linear(tf, kv, kv->logits, kv->rows_n, tf->lm_head, kv->qw ? kv->qw->head : 0, kv->qw ? kv->qw->head_type : 0,
+               n_seq, c->vocab_size, d, 0.0f));
     TRY(rlpi_tf_softcap(tf, kv->logits, 0, n_seq));
     return logits ? rlpi_buffer_download(kv->logits, 0, logits, (size_t)(n_seq * c->vocab_size) * 4) : RLP_OK;
 }

@@ -1,9 +1,12 @@
 /* The quantized rollout copy (qweights.h). Each row is quantized with
- * GGUF's Q8_0 formula (ggml's quantize_row_q8_0_ref, as quant.c's
- * rlpi_quantize: d = max|x| / 127, q = roundf(x / d) computed as x · (1/d),
- * fp16 d) straight into the kernels' split layout, so the copy dequantizes
- * to exactly what llama.cpp would make of the same fp32 rows
- * (test_qmatmul compares the bytes with rlpi_quantize + rlpi_qmat_pack). */
+ * GGUF's formula of its type straight into the kernels' split layout, so
+ * the copy dequantizes to exactly what llama.cpp would make of the same
+ * fp32 rows (test_qmatmul compares the bytes with rlpi_quantize +
+ * rlpi_qmat_pack_*):
+ *   Q8_0: ggml's quantize_row_q8_0_ref, as quant.c's rlpi_quantize:
+ *         d = max|x| / 127, q = roundf(x / d) computed as x · (1/d), fp16 d;
+ *   Q4_0: quantize_row_q4_0_ref: m = the x of largest |x| (sign kept),
+ *         d = m / -8, nibble = min(15, (int)(x · (1/d) + 8.5)), fp16 d. */
 #include "model/qweights.h"
 
 #include "backend/qmat.h"
@@ -28,6 +31,7 @@
 /* One quantized matrix made of up to three fp32 tensors stacked along the
  * output rows (QKV, gate-up). */
 typedef struct qmat_src {
+    int type; /* RLPI_QMAT_* */
     uint8_t *dst;
     int64_t n, k;
     const float *part[3];
@@ -66,26 +70,62 @@ static void quantize_row(const float *x, int64_t k, uint8_t *q, float *s)
     }
 }
 
+/* Row x[k] into the Q4_0 layout (qmat.h): nibbles q[kp / 2], scales
+ * s[kb]; blocks wholly past k get scale 0 and nibble 8 (zero), as
+ * rlpi_qmat_pack_q4_0 writes them. */
+static void quantize_row_q4_0(const float *x, int64_t k, uint8_t *q, float *s)
+{
+    int64_t kp = rlpi_qmat_kpad(k);
+    for (int64_t lo = 0; lo < kp; lo += 32) {
+        uint8_t *pq = q + (lo / 64) * 32;
+        const int high = (int)((lo / 32) % 2);
+        if (lo >= k) {
+            s[lo / 32] = 0.0f;
+            for (int e = 0; e < 32; e++)
+                pq[e] = high ? (uint8_t)((pq[e] & 0x0fu) | 0x80u) : (uint8_t)((pq[e] & 0xf0u) | 0x08u);
+            continue;
+        }
+        int64_t hi = lo + 32 < k ? lo + 32 : k;
+        float amax = 0.0f, max = 0.0f;
+        for (int64_t e = lo; e < hi; e++)
+            if (fabsf(x[e]) > amax) {
+                amax = fabsf(x[e]);
+                max = x[e];
+            }
+        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        s[lo / 32] = rlpi_fp16_to_fp32(rlpi_fp32_to_fp16(d));
+        for (int e = 0; e < 32; e++) {
+            float v = (lo + e < hi ? x[lo + e] : 0.0f) * id + 8.5f;
+            int u = (int)v; /* truncation, as the reference's (int8_t) cast */
+            u = u > 15 ? 15 : u;
+            pq[e] = high ? (uint8_t)((pq[e] & 0x0fu) | (unsigned)u << 4) : (uint8_t)((pq[e] & 0xf0u) | (unsigned)u);
+        }
+    }
+}
+
 static void quantize_range(void *arg, int64_t begin, int64_t end, int tid)
 {
     (void)tid;
     qmat_src *s = arg;
-    int64_t kp = rlpi_qmat_kpad(s->k), kb = kp / 32;
-    float *scales = (float *)(s->dst + (size_t)s->n * (size_t)kp);
+    int64_t kp = rlpi_qmat_kpad(s->k), kb = kp / 32, wrow = (int64_t)rlpi_qmat_row_bytes(s->type, s->k);
+    float *scales = (float *)(s->dst + (size_t)s->n * (size_t)wrow);
     for (int64_t j = begin; j < end; j++) {
         int64_t r = j, p = 0;
         while (r >= s->rows[p]) {
             r -= s->rows[p];
             p++;
         }
-        quantize_row(s->part[p] + r * s->k, s->k, s->dst + (size_t)j * (size_t)kp, scales + j * kb);
+        if (s->type == RLPI_QMAT_Q4_0)
+            quantize_row_q4_0(s->part[p] + r * s->k, s->k, s->dst + (size_t)j * (size_t)wrow, scales + j * kb);
+        else
+            quantize_row(s->part[p] + r * s->k, s->k, s->dst + (size_t)j * (size_t)wrow, scales + j * kb);
     }
 }
 
-static int quantize_matrix(rlpi_threadpool *pool, uint8_t *dst, int64_t k, const float *const *parts,
+static int quantize_matrix(rlpi_threadpool *pool, int type, uint8_t *dst, int64_t k, const float *const *parts,
                            const int64_t *rows, int n_parts)
 {
-    qmat_src s = {.dst = dst, .k = k};
+    qmat_src s = {.type = type, .dst = dst, .k = k};
     for (int p = 0; p < n_parts; p++) {
         s.part[p] = parts[p];
         s.rows[p] = rows[p];
@@ -104,7 +144,7 @@ int rlpi_qweights_create(rlpi_qweights **out, rlpi_transformer *tf, int type)
 {
     if (!out || !tf)
         return rlpi_error_set(RLP_E_INVALID_ARG, "quantized weights: NULL argument");
-    if (type != RLPI_QMAT_Q8_0)
+    if (type != RLPI_QMAT_Q8_0 && type != RLPI_QMAT_Q4_0)
         return rlpi_error_set(RLP_E_INVALID_ARG, "quantized weights: unknown type %d", type);
     if (!rlpi_op_qmatmul_available(tf->be) || !rlpi_buffer_host(tf->params))
         return rlpi_error_set(RLP_E_UNSUPPORTED, "quantized weights: the %s backend has no quantized products",
@@ -117,6 +157,9 @@ int rlpi_qweights_create(rlpi_qweights **out, rlpi_transformer *tf, int type)
     }
     qw->tf = tf;
     qw->type = type;
+    /* the head in Q8_0 under 4-bit layers, as llama.cpp's quantizer keeps
+     * the output matrix at a higher precision than the layers */
+    qw->head_type = RLPI_QMAT_Q8_0;
     int64_t d = c->dim, F = c->ffn_dim;
     size_t off = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -131,7 +174,7 @@ int rlpi_qweights_create(rlpi_qweights **out, rlpi_transformer *tf, int type)
         off = align64(off + rlpi_qmat_bytes(type, d, F));
     }
     qw->head = off;
-    off += rlpi_qmat_bytes(type, c->vocab_size, d);
+    off += rlpi_qmat_bytes(qw->head_type, c->vocab_size, d);
     int rc = rlpi_buffer_alloc(tf->be, off, &qw->buf);
     if (!rc && !rlpi_buffer_host(qw->buf))
         rc = rlpi_error_set(RLP_E_UNSUPPORTED, "quantized weights: backend memory is not host-visible");
@@ -171,16 +214,17 @@ int rlpi_qweights_update(rlpi_qweights *qw, rlpi_transformer *tf)
         const float *gu[2] = {W + P->wg, W + P->wu};
         int64_t gu_rows[2] = {F, F};
         const float *wo = W + P->wo, *wd = W + P->wd;
-        if ((rc = quantize_matrix(pool, Q + L->qkv, d, qkv, qkv_rows, 3)) ||
-            (rc = quantize_matrix(pool, Q + L->wo, tf->qdim, &wo, &d, 1)) ||
-            (rc = quantize_matrix(pool, Q + L->gu, d, gu, gu_rows, 2)))
+        const int t = qw->type;
+        if ((rc = quantize_matrix(pool, t, Q + L->qkv, d, qkv, qkv_rows, 3)) ||
+            (rc = quantize_matrix(pool, t, Q + L->wo, tf->qdim, &wo, &d, 1)) ||
+            (rc = quantize_matrix(pool, t, Q + L->gu, d, gu, gu_rows, 2)))
             break;
-        rc = quantize_matrix(pool, Q + L->wd, F, &wd, &d, 1);
+        rc = quantize_matrix(pool, t, Q + L->wd, F, &wd, &d, 1);
     }
     if (!rc) {
         const float *head = W + tf->lm_head;
         int64_t vocab = c->vocab_size;
-        rc = quantize_matrix(pool, Q + qw->head, d, &head, &vocab, 1);
+        rc = quantize_matrix(pool, qw->head_type, Q + qw->head, d, &head, &vocab, 1);
     }
     qw->last_update_s = rlpi_now_s() - t0;
     qw->updates++;

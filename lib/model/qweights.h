@@ -23,7 +23,8 @@ typedef struct rlpi_qlayer {
 
 typedef struct rlpi_qweights {
     const rlpi_transformer *tf; /* the transformer it was made for (borrowed) */
-    int type;                   /* RLPI_QMAT_* */
+    int type;                   /* RLPI_QMAT_* of the layers' matrices */
+    int head_type;              /* RLPI_QMAT_* of the head: Q8_0 (also under Q4_0 layers) */
     rlpi_buffer *buf;
     rlpi_qlayer *layers;        /* (n_layers) */
     size_t head;                /* byte offset of the (vocab, dim) head */
@@ -32,7 +33,8 @@ typedef struct rlpi_qweights {
 } rlpi_qweights;
 
 /* Allocates the copy for tf and quantizes tf's current weights into it.
- * type: RLPI_QMAT_Q8_0. RLP_E_UNSUPPORTED when tf's backend has no
+ * type: RLPI_QMAT_Q8_0 or RLPI_QMAT_Q4_0 (the layers' matrices; the
+ * head is Q8_0 either way). RLP_E_UNSUPPORTED when tf's backend has no
  * quantized products or its parameters are not in host memory;
  * RLP_E_NOMEM; RLP_E_INVALID_ARG (type). */
 int rlpi_qweights_create(rlpi_qweights **out, rlpi_transformer *tf, int type);

@@ -145,7 +145,7 @@ int rlp_rollout_engine_create(rlp_rollout_engine **out, rlp_policy *policy, cons
         memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(rlp_rollout_options, weights));
         o.version = RLP_ROLLOUT_OPTIONS_VERSION;
     }
-    RLPI_CHECK_ARG(o.weights >= RLP_ROLLOUT_WEIGHTS_F32 && o.weights <= RLP_ROLLOUT_WEIGHTS_AUTO,
+    RLPI_CHECK_ARG(o.weights >= RLP_ROLLOUT_WEIGHTS_F32 && o.weights <= RLP_ROLLOUT_WEIGHTS_Q4_0,
                    "weights is not an rlp_rollout_weights");
     RLPI_CHECK_ARG(o.max_batch >= 1 && o.max_batch <= 4096, "max_batch must be 1..4096");
     RLPI_CHECK_ARG(o.interrupt_mode >= RLP_INTERRUPT_RECOMPUTE && o.interrupt_mode <= RLP_INTERRUPT_DEFER,

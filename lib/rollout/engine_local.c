@@ -296,14 +296,15 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
                  be->ops->name);
         return RLP_OK;
     }
-    int rc = rlpi_qweights_create(&e->qw, tf, RLPI_QMAT_Q8_0);
+    const int type = want == RLP_ROLLOUT_WEIGHTS_Q4_0 ? RLPI_QMAT_Q4_0 : RLPI_QMAT_Q8_0;
+    int rc = rlpi_qweights_create(&e->qw, tf, type);
     if (rc)
         return rc;
     current_weights(e, &e->qw_epoch, &e->qw_version);
     e->qw_gen = e->policy->weights_gen;
     rlpi_kv_cache_set_qweights(e->kv, e->qw);
-    rlpi_log(log, RLP_LOG_INFO, "rollout weights: Q8_0 copy of %.1f MiB (%s kernel), quantized in %.3f s",
-             (double)rlpi_qweights_bytes(e->qw) / 1048576.0, rlpi_qmat_isa_name(rlpi_qmat_isa()), e->qw->last_update_s);
+    rlpi_log(log, RLP_LOG_INFO, "rollout weights: %s copy of %.1f MiB (%s kernel), quantized in %.3f s",
+             type == RLPI_QMAT_Q4_0 ? "Q4_0 (head Q8_0)" : "Q8_0", (double)rlpi_qweights_bytes(e->qw) / 1048576.0, rlpi_qmat_isa_name(rlpi_qmat_isa()), e->qw->last_update_s);
     return RLP_OK;
 }
 
@@ -575,7 +576,8 @@ int rlpi_engine_local_generate(rlp_rollout_engine *e, rlp_batch *out, const rlp_
         rc = setup(&g, prompts, n_prompts, ids, lens, group_base);
     }
     if (!rc) {
-        /* a bf16 CPU context generates in fp32 (rlpi_gemm_generation_begin) */
+        /* a bf16 CPU context runs decode's few-row products in fp32
+         * (rlpi_gemm_generation_begin) */
         int scope = rlpi_gemm_generation_begin();
         rc = run(&g);
         rlpi_gemm_generation_end(scope);

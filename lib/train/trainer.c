@@ -76,7 +76,7 @@ static int check_options(const rlp_trainer_options *o)
                               "runs in RLP_TRAIN_SYNC and RLP_TRAIN_PULL mode on one rank; in RLP_TRAIN_ASYNC mode "
                               "filter_equal_groups drops all-equal groups at train time (set max_gen_batches to 0)",
                               o->max_gen_batches);
-    RLPI_CHECK_ARG(o->rollout_weights >= RLP_ROLLOUT_WEIGHTS_F32 && o->rollout_weights <= RLP_ROLLOUT_WEIGHTS_AUTO,
+    RLPI_CHECK_ARG(o->rollout_weights >= RLP_ROLLOUT_WEIGHTS_F32 && o->rollout_weights <= RLP_ROLLOUT_WEIGHTS_Q4_0,
                    "opts->rollout_weights is not an rlp_rollout_weights");
     RLPI_CHECK_ARG(o->sampling.version == RLP_SAMPLING_OPTIONS_VERSION, "opts->sampling.version: unknown version");
     RLPI_CHECK_ARG(o->sampling.n >= 1, "opts->sampling.n (the group size) must be ≥ 1");
@@ -178,12 +178,17 @@ static int create_rollout_engine(rlp_trainer *t)
         eo.weights = t->o.rollout_weights;
         rlp_policy *from = t->policy, *copy = NULL;
         if (t->o.rollout_threads) {
-            /* a context of its own: same backend, device and seed */
+            /* a context of its own: same backend, device, seed and matmul
+             * precision (as resolved: the rollouts of a bf16 run do not
+             * depend on whether the engine shares the trainer's context) */
             const rlp_context *pc = t->policy->ctx;
             rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
             co.backend = pc->kind;
             co.device = pc->device;
             co.seed = pc->seed;
+            int mm = RLP_MATMUL_FP32;
+            rlp_context_matmul_precision(&mm, pc);
+            co.matmul_precision = mm;
             co.n_threads = (int32_t)t->o.rollout_threads;
             if ((rc = rlp_context_create(&t->ro_ctx, &co)) || (rc = rlp_policy_clone_to(&copy, t->policy, t->ro_ctx, 0)))
                 return rlpi_error_wrap("rollout context");

@@ -7,13 +7,16 @@
  * token per sequence. Each run measures ours at every batch size and then
  * llama.cpp at every batch size; the summary gives min / median / max over
  * the runs of each rate and of the per-run ratio ours / llama.cpp. Our
- * engine runs fp32 weights (dequantised at load); llama.cpp runs the GGUF's
- * own quantised types. Selects OpenBLAS's kernels for this CPU as `rlpost`
- * does (examples/blas_kernels.h).
+ * engine runs fp32 weights (dequantised at load) unless
+ * RLPOST_BENCH_WEIGHTS names its rollout copy (q8_0, q4_0, auto: the
+ * copy re-quantized from those fp32 weights, as in training); llama.cpp
+ * runs the GGUF's own quantised types. Selects OpenBLAS's kernels for this
+ * CPU as `rlpost` does (examples/blas_kernels.h).
  * Usage: bench_decode [threads] [new_tokens] [model.gguf]
  * Environment: RLPOST_BENCH_RUNS (default 3), RLPOST_BENCH_BATCHES
- * (comma-separated, default 1,8,32,64), RLPOST_BENCH_PYTHON (the Python
- * that has llama_cpp, default python3). */
+ * (comma-separated, default 1,8,32,64), RLPOST_BENCH_WEIGHTS (f32, q8_0,
+ * q4_0 or auto; default f32), RLPOST_BENCH_PYTHON (the Python that has
+ * llama_cpp, default python3). */
 #include "../../examples/blas_kernels.h"
 #include "decode_rate.h"
 #include "rlpost.h"
@@ -26,9 +29,11 @@
 #define MAX_RUNS 32
 
 /* decode at `batch` rows of the same story prompt (tokenised here) */
-static double decode_rate(rlp_policy *pol, uint32_t batch, uint32_t new_tokens, double *prefill_rate)
+static double decode_rate(rlp_policy *pol, int32_t weights, uint32_t batch, uint32_t new_tokens,
+                          double *prefill_rate)
 {
     rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
+    o.weights = weights;
     o.max_batch = batch;
     o.max_seq_len = 512;
     const rlp_tokenizer *tok = rlp_policy_tokenizer(pol);
@@ -145,6 +150,17 @@ int main(int argc, char **argv)
         }
     }
 
+    const char *wname = getenv("RLPOST_BENCH_WEIGHTS") ? getenv("RLPOST_BENCH_WEIGHTS") : "f32";
+    int32_t weights = !strcmp(wname, "f32")    ? RLP_ROLLOUT_WEIGHTS_F32
+                      : !strcmp(wname, "q8_0") ? RLP_ROLLOUT_WEIGHTS_Q8_0
+                      : !strcmp(wname, "q4_0") ? RLP_ROLLOUT_WEIGHTS_Q4_0
+                      : !strcmp(wname, "auto") ? RLP_ROLLOUT_WEIGHTS_AUTO
+                                               : -1;
+    if (weights < 0) {
+        fprintf(stderr, "bench_decode: RLPOST_BENCH_WEIGHTS: f32, q8_0, q4_0 or auto, not \"%s\"\n", wname);
+        return 2;
+    }
+
     rlp_context_options co = RLP_CONTEXT_OPTIONS_INIT;
     co.n_threads = threads;
     rlp_context *ctx;
@@ -156,15 +172,15 @@ int main(int argc, char **argv)
         return 77;
     }
     const char *kernels = getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "OpenBLAS default";
-    printf("decode on %s, %d threads, %u new tokens per sequence, fp32 weights, %s kernels, %d runs, "
-           "load average %.2f\n", path, threads, new_tokens, kernels, runs, load_average());
+    printf("decode on %s, %d threads, %u new tokens per sequence, %s weights, %s kernels, %d runs, "
+           "load average %.2f\n", path, threads, new_tokens, wname, kernels, runs, load_average());
     printf("%4s %6s %14s %14s %14s %10s\n", "run", "batch", "decode tok/s", "prefill tok/s", "llama.cpp", "ratio");
     static double ours[MAX_BATCHES][MAX_RUNS], theirs[MAX_BATCHES][MAX_RUNS], ratio[MAX_BATCHES][MAX_RUNS];
     int have_llama = 0;
     for (int r = 0; r < runs; r++) {
         double pf[MAX_BATCHES];
         for (int i = 0; i < n_batches; i++)
-            ours[i][r] = decode_rate(pol, batches[i], new_tokens, &pf[i]);
+            ours[i][r] = decode_rate(pol, weights, batches[i], new_tokens, &pf[i]);
         double lc[MAX_BATCHES];
         have_llama |= llama_cpp_rates(root, path, threads, new_tokens, batches, n_batches, lc) > 0;
         for (int i = 0; i < n_batches; i++) {

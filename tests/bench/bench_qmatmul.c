@@ -1,9 +1,10 @@
 /* Quantized rollout weights on the main job's model (SmolLM2-135M):
- * (1) the Q8_0 product kernel against the fp32 GEMM on the model's own
- *     matrix shapes at m = 1 and 64 rows (ms per product, weight GB/s);
- * (2) decode tok/s of the local engine at batch 1, 8, 32, 64 with fp32
- *     and with Q8_0 weights, alternated in the same run (ratio q8_0 / f32);
- * (3) the rollout copy's bytes and its re-quantization time per update.
+ * (1) the Q8_0 and Q4_0 product kernels against the fp32 GEMM on the
+ *     model's own matrix shapes at m = 1 and 64 rows (ms per product,
+ *     weight GB/s);
+ * (2) decode tok/s of the local engine at batch 1, 8, 32, 64 with fp32,
+ *     Q8_0 and Q4_0 weights, alternated in the same run (ratios to f32);
+ * (3) each rollout copy's bytes and its re-quantization time per update.
  * Usage: bench_qmatmul [threads] [new_tokens] [model.gguf] [repeats]
  * (OPENBLAS_CORETYPE=SkylakeX for the AVX-512 SGEMM, as rlpost selects). */
 #include "backend/backend.h"
@@ -24,9 +25,10 @@ static double best_of(double a, double b)
     return a < b || b == 0 ? a : b;
 }
 
-/* one weight shape (n, k) of the model: fp32 GEMM vs Q8_0 at m rows */
-static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *qw, const char *name, size_t w_off,
-                       size_t q_off, int64_t n, int64_t k, int64_t m)
+/* one weight shape (n, k) of the model: fp32 GEMM vs Q8_0 and Q4_0 at m
+ * rows (q_off[t]: the matrix in copy qw[t]) */
+static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *const *qw, const char *name,
+                       size_t w_off, const size_t *q_off, int64_t n, int64_t k, int64_t m)
 {
     rlpi_buffer *a, *c;
     if (rlpi_buffer_alloc(be, (size_t)(m * k) * 4, &a) || rlpi_buffer_alloc(be, (size_t)(m * n) * 4, &c))
@@ -35,7 +37,7 @@ static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *qw
     for (int64_t i = 0; i < m * k; i++)
         ah[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     int reps = m == 1 ? 50 : 5;
-    double tf32 = 0, tq8 = 0;
+    double tf32 = 0, tq[2] = {0, 0};
     for (int round = 0; round < 3; round++) {
         double t0 = rlpi_now_s();
         for (int r = 0; r < reps; r++) {
@@ -43,17 +45,21 @@ static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *qw
                            .a = {a, 0, k, 0}, .b = {tf->params, w_off, k, 0}, .c = {c, 0, n, 0}};
             rlpi_gemm_f32(be, &g);
         }
-        double t1 = rlpi_now_s();
-        for (int r = 0; r < reps; r++)
-            rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), qw->buf, q_off, qw->type, m, n, k, 0.0f);
-        double t2 = rlpi_now_s();
-        tf32 = best_of((t1 - t0) / reps, tf32);
-        tq8 = best_of((t2 - t1) / reps, tq8);
+        tf32 = best_of((rlpi_now_s() - t0) / reps, tf32);
+        for (int t = 0; t < 2; t++) {
+            double t1 = rlpi_now_s();
+            for (int r = 0; r < reps; r++)
+                rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), qw[t]->buf, q_off[t], qw[t]->type, m, n, k, 0.0f);
+            tq[t] = best_of((rlpi_now_s() - t1) / reps, tq[t]);
+        }
     }
-    double bf = (double)n * k * 4, bq = (double)rlpi_qmat_bytes(RLPI_QMAT_Q8_0, n, k);
-    printf("%-10s %6lld x %5lld  m=%-3lld  f32 %8.3f ms %6.1f GB/s   q8_0 %8.3f ms %6.1f GB/s   q8_0/f32 speed %.2fx\n",
-           name, (long long)n, (long long)k, (long long)m, tf32 * 1e3, bf / tf32 / 1e9, tq8 * 1e3, bq / tq8 / 1e9,
-           tf32 / tq8);
+    double bf = (double)n * k * 4, b8 = (double)rlpi_qmat_bytes(qw[0]->type, n, k),
+           b4 = (double)rlpi_qmat_bytes(qw[1]->type, n, k);
+    printf("%-8s %6lld x %5lld m=%-3lld f32 %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  "
+           "speed vs f32 %.2fx / %.2fx\n",
+           name, (long long)n, (long long)k, (long long)m, tf32 * 1e3, bf / tf32 / 1e9,
+           qw[0]->type == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[0] * 1e3, b8 / tq[0] / 1e9,
+           qw[1]->type == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[1] * 1e3, b4 / tq[1] / 1e9, tf32 / tq[0], tf32 / tq[1]);
     rlpi_buffer_free(a);
     rlpi_buffer_free(c);
 }
@@ -84,23 +90,29 @@ int main(int argc, char **argv)
     printf("%s, %d threads, kernel %s\n", path, threads,
            rlpi_qmat_isa_name(rlpi_qmat_isa()));
 
-    /* (3) the copy */
-    rlpi_qweights *qw;
-    if (rlpi_qweights_create(&qw, tf, RLPI_QMAT_Q8_0) != RLP_OK) {
-        fprintf(stderr, "bench_qmatmul: %s\n", rlp_error_last());
-        return 1;
-    }
-    double tq = 1e9;
-    for (int r = 0; r < 3; r++) {
-        rlpi_qweights_update(qw, tf);
-        tq = qw->last_update_s < tq ? qw->last_update_s : tq;
-    }
+    /* (3) the copies: Q8_0, and Q4_0 layers with a Q8_0 head */
+    rlpi_qweights *copies[2];
+    const int types[2] = {RLPI_QMAT_Q8_0, RLPI_QMAT_Q4_0};
     size_t lin = 0;
     const rlpi_model_config *c = &tf->cfg;
     lin = (size_t)c->n_layers * (size_t)(tf->qdim * c->dim * 2 + tf->kvdim * c->dim * 2 + 3 * c->ffn_dim * c->dim) +
           (size_t)c->vocab_size * c->dim;
-    printf("rollout copy: %.1f MB (the same weights in fp32: %.1f MB), re-quantization %.3f s per update (best of 3)\n",
-           (double)rlpi_qweights_bytes(qw) / 1e6, (double)lin * 4 / 1e6, tq);
+    for (int t = 0; t < 2; t++) {
+        if (rlpi_qweights_create(&copies[t], tf, types[t]) != RLP_OK) {
+            fprintf(stderr, "bench_qmatmul: %s\n", rlp_error_last());
+            return 1;
+        }
+        double tq = 1e9;
+        for (int r = 0; r < 3; r++) {
+            rlpi_qweights_update(copies[t], tf);
+            tq = copies[t]->last_update_s < tq ? copies[t]->last_update_s : tq;
+        }
+        printf("rollout copy %s: %.1f MB (the same weights in fp32: %.1f MB), re-quantization %.3f s per update "
+               "(best of 3)\n",
+               t ? "Q4_0 (head Q8_0)" : "Q8_0", (double)rlpi_qweights_bytes(copies[t]) / 1e6, (double)lin * 4 / 1e6,
+               tq);
+    }
+    rlpi_qweights *qw = copies[0];
 
     /* (1) kernels */
     const layer_params *P = &tf->layers[0];
@@ -108,11 +120,13 @@ int main(int argc, char **argv)
         /* the fused matrices whole (their scales follow all their rows); the
          * fp32 side times an fp32 product of the same shape over the layer's
          * parameters from wq / wg on (the timing, not the values, matters) */
-        kernel_row(be, tf, qw, "head", tf->lm_head, qw->head, c->vocab_size, c->dim, m);
-        kernel_row(be, tf, qw, "qkv", P->wq, qw->layers[0].qkv, tf->qdim + 2 * tf->kvdim, c->dim, m);
-        kernel_row(be, tf, qw, "o", P->wo, qw->layers[0].wo, c->dim, tf->qdim, m);
-        kernel_row(be, tf, qw, "gate-up", P->wg, qw->layers[0].gu, 2 * c->ffn_dim, c->dim, m);
-        kernel_row(be, tf, qw, "down", P->wd, qw->layers[0].wd, c->dim, c->ffn_dim, m);
+        const rlpi_qlayer *L8 = &copies[0]->layers[0], *L4 = &copies[1]->layers[0];
+        kernel_row(be, tf, copies, "head", tf->lm_head, (size_t[]){copies[0]->head, copies[1]->head}, c->vocab_size,
+                   c->dim, m);
+        kernel_row(be, tf, copies, "qkv", P->wq, (size_t[]){L8->qkv, L4->qkv}, tf->qdim + 2 * tf->kvdim, c->dim, m);
+        kernel_row(be, tf, copies, "o", P->wo, (size_t[]){L8->wo, L4->wo}, c->dim, tf->qdim, m);
+        kernel_row(be, tf, copies, "gate-up", P->wg, (size_t[]){L8->gu, L4->gu}, 2 * c->ffn_dim, c->dim, m);
+        kernel_row(be, tf, copies, "down", P->wd, (size_t[]){L8->wd, L4->wd}, c->dim, c->ffn_dim, m);
     }
     /* the int8 kernel against the dequantize + SGEMM route at m rows */
     printf("int8 kernel (i8) vs dequantized tiles + SGEMM (deq) on the fused gate-up %lld x %lld:\n",
@@ -138,7 +152,8 @@ int main(int argc, char **argv)
         rlpi_buffer_free(a);
         rlpi_buffer_free(cc);
     }
-    rlpi_qweights_free(qw);
+    rlpi_qweights_free(copies[0]);
+    rlpi_qweights_free(copies[1]);
 
     /* (2) decode */
     const rlp_tokenizer *tok = rlp_policy_tokenizer(pol);
@@ -147,20 +162,21 @@ int main(int argc, char **argv)
     size_t n = 0;
     rlp_tokenizer_encode(tok, text, strlen(text), 0, ids, 64, &n);
     printf("decode, %u new tokens per sequence, %d repeat(s): tok/s (prefill tok/s)\n", new_tokens, repeats);
-    printf("%6s %20s %20s %10s\n", "batch", "f32", "q8_0", "q8_0/f32");
+    printf("%6s %20s %20s %20s %10s %10s\n", "batch", "f32", "q8_0", "q4_0", "q8_0/f32", "q4_0/f32");
     const uint32_t batches[] = {1, 8, 32, 64};
     for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
         for (int rep = 0; rep < repeats; rep++) {
-            double r[2], pf[2];
-            for (int w = 0; w < 2; w++) {
+            double r[3], pf[3];
+            const int32_t kinds[3] = {RLP_ROLLOUT_WEIGHTS_F32, RLP_ROLLOUT_WEIGHTS_Q8_0, RLP_ROLLOUT_WEIGHTS_Q4_0};
+            for (int w = 0; w < 3; w++) {
                 rlp_rollout_options o = RLP_ROLLOUT_OPTIONS_INIT;
                 o.max_batch = batches[i];
                 o.max_seq_len = 512;
-                o.weights = w ? RLP_ROLLOUT_WEIGHTS_Q8_0 : RLP_ROLLOUT_WEIGHTS_F32;
+                o.weights = kinds[w];
                 r[w] = bench_decode_rate(pol, &o, ids, n, 0, batches[i], new_tokens, &pf[w]);
             }
-            printf("%6u %11.1f (%6.0f) %11.1f (%6.0f) %9.2fx\n", batches[i], r[0], pf[0], r[1], pf[1],
-                   r[0] > 0 ? r[1] / r[0] : 0);
+            printf("%6u %11.1f (%6.0f) %11.1f (%6.0f) %11.1f (%6.0f) %9.2fx %9.2fx\n", batches[i], r[0], pf[0], r[1],
+                   pf[1], r[2], pf[2], r[0] > 0 ? r[1] / r[0] : 0, r[0] > 0 ? r[2] / r[0] : 0);
             fflush(stdout);
         }
     }

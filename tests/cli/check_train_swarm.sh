@@ -30,11 +30,14 @@ model="$out/model.bin"
 cp "$data" "$model"
 cfg="$out/config.json"
 mkdir -p "$out/weights"
+# the workers multiply at the trainer's precision (the LoRA check below
+# wants their behaviour logprobs to equal the trainer's)
+mm=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["matmul_precision"])' "$cfg") || exit 1
 
 # two workers; each prints {"listening": URL, ...} once it accepts connections
 urls=""
 for i in 0 1; do
-  "$rlpost" serve "$model" --port 0 --threads 1 --weights-dir "$out/weights" >"$out/worker$i.out" \
+  "$rlpost" serve "$model" --port 0 --threads 1 --matmul-precision "$mm" --weights-dir "$out/weights" >"$out/worker$i.out" \
     2>"$out/worker$i.log" &
   pids="$pids $!"
 done
@@ -76,7 +79,7 @@ PY
 # LoRA: the trainer publishes adapters only and a worker started from the
 # same base applies them (pull, 2 steps, a worker of its own)
 mkdir -p "$out/wlora"
-"$rlpost" serve "$model" --port 0 --threads 1 --weights-dir "$out/wlora" >"$out/worker2.out" 2>"$out/worker2.log" &
+"$rlpost" serve "$model" --port 0 --threads 1 --matmul-precision "$mm" --weights-dir "$out/wlora" >"$out/worker2.out" 2>"$out/worker2.log" &
 pids="$pids $!"
 j=0
 while ! grep -q listening "$out/worker2.out" 2>/dev/null && [ $j -lt 600 ]; do sleep 0.05; j=$((j + 1)); done

@@ -1,6 +1,6 @@
 /* Quantized products (lib/backend/qmat.h) and the quantized rollout copy
  * (lib/model/qweights.h):
- * - C = A·Wᵀ with W in Q8_0 against a double-precision product of the exact
+ * - C = A·Wᵀ with W in Q8_0 and Q4_0 against a double-precision product of the exact
  *   fp32 A with W dequantized by quant.c (independent of the kernels'
  *   layout), over ragged shapes (k not a multiple of 32 or 64, n = 1..67,
  *   odd m). Tolerance per element, from the format: the activations are
@@ -11,8 +11,10 @@
  *   (every kernel the CPU has, each forced in turn);
  * - forcing the scalar kernel (rlpi_qmat_force_isa, RLPOST_CPU_FEATURES)
  *   switches the dispatch;
- * - the rollout copy packs exactly GGUF's Q8_0 of the weights;
- * - greedy decode of tiny models with the copy agrees with fp32 decode;
+ * - the rollout copy packs exactly GGUF's Q8_0 (or Q4_0 layers and a Q8_0
+ *   head) of the weights;
+ * - greedy decode of tiny models with the copy agrees with fp32 decode
+ *   (Q8_0 closely, Q4_0 within the looser bound of 4-bit weights);
  * - after new weights, decode uses them once the copy is updated. */
 #include "rlpost.h"
 #include "backend/backend.h"
@@ -38,20 +40,34 @@ static float urand(uint64_t *s)
     return (float)((double)(*s >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
 }
 
-/* W (n, k) quantized: the packed matrix, and its dequantized values (n, k) */
-static void *make_q8(const float *w, int64_t n, int64_t k, float *deq)
+static const int TYPES[] = {RLPI_QMAT_Q8_0, RLPI_QMAT_Q4_0};
+
+static const char *type_name(int type)
 {
+    return type == RLPI_QMAT_Q4_0 ? "Q4_0" : "Q8_0";
+}
+
+/* W (n, k) quantized by quant.c as GGUF blocks of `type` and packed: the
+ * packed matrix, and its dequantized values (n, k) */
+static void *make_q(int type, const float *w, int64_t n, int64_t k, float *deq)
+{
+    const bool q4 = type == RLPI_QMAT_Q4_0;
+    const uint32_t gt = q4 ? RLPI_GGML_Q4_0 : RLPI_GGML_Q8_0;
+    const size_t bb = q4 ? 18 : 34;
     int64_t k32 = (k + 31) / 32 * 32, nb = k32 / 32;
-    void *q = malloc(rlpi_qmat_bytes(RLPI_QMAT_Q8_0, n, k));
+    void *q = malloc(rlpi_qmat_bytes(type, n, k));
     float *row = calloc((size_t)k32, sizeof *row), *drow = malloc((size_t)k32 * sizeof *drow);
-    uint8_t *blk = malloc((size_t)nb * 34);
+    uint8_t *blk = malloc((size_t)nb * bb);
     assert_non_null(q);
     for (int64_t j = 0; j < n; j++) {
         memcpy(row, w + j * k, (size_t)k * sizeof *row);
-        assert_int_equal(rlpi_quantize(RLPI_GGML_Q8_0, row, (size_t)k32, blk, (size_t)nb * 34), RLP_OK);
-        assert_int_equal(rlpi_dequantize(RLPI_GGML_Q8_0, blk, (size_t)nb * 34, drow, (size_t)k32), RLP_OK);
+        assert_int_equal(rlpi_quantize(gt, row, (size_t)k32, blk, (size_t)nb * bb), RLP_OK);
+        assert_int_equal(rlpi_dequantize(gt, blk, (size_t)nb * bb, drow, (size_t)k32), RLP_OK);
         memcpy(deq + j * k, drow, (size_t)k * sizeof *drow);
-        rlpi_qmat_pack_q8_0(q, n, k, j, 1, blk);
+        if (q4)
+            rlpi_qmat_pack_q4_0(q, n, k, j, 1, blk);
+        else
+            rlpi_qmat_pack_q8_0(q, n, k, j, 1, blk);
     }
     free(row);
     free(drow);
@@ -59,7 +75,7 @@ static void *make_q8(const float *w, int64_t n, int64_t k, float *deq)
     return q;
 }
 
-static void check_shape(rlpi_threadpool *pool, int64_t m, int64_t n, int64_t k, uint64_t seed)
+static void check_shape(rlpi_threadpool *pool, int type, int64_t m, int64_t n, int64_t k, uint64_t seed)
 {
     float *w = malloc((size_t)(n * k) * sizeof *w), *deq = malloc((size_t)(n * k) * sizeof *deq);
     float *a = malloc((size_t)(m * k) * sizeof *a), *c = malloc((size_t)(m * n) * sizeof *c);
@@ -68,8 +84,8 @@ static void check_shape(rlpi_threadpool *pool, int64_t m, int64_t n, int64_t k, 
         w[i] = urand(&seed) * 0.2f;
     for (int64_t i = 0; i < m * k; i++)
         a[i] = urand(&seed) * (i % 7 == 0 ? 4.0f : 1.0f);
-    void *q = make_q8(w, n, k, deq);
-    assert_int_equal(rlpi_cpu_qmatmul(pool, c, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
+    void *q = make_q(type, w, n, k, deq);
+    assert_int_equal(rlpi_cpu_qmatmul(pool, c, a, q, type, m, n, k, 0.0f), RLP_OK);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double ref = 0, mag = 0, tol = 0;
@@ -86,13 +102,14 @@ static void check_shape(rlpi_threadpool *pool, int64_t m, int64_t n, int64_t k, 
             tol = tol * 1.0001 + 1e-5 * mag + 1e-30;
             double err = fabs(c[i * n + j] - ref);
             if (!(err <= tol))
-                fail_msg("m=%lld n=%lld k=%lld C[%lld,%lld]=%g ref=%g err=%g tol=%g", (long long)m, (long long)n,
+                fail_msg("%s m=%lld n=%lld k=%lld C[%lld,%lld]=%g ref=%g err=%g tol=%g", type_name(type), (long long)m,
+                         (long long)n,
                          (long long)k, (long long)i, (long long)j, c[i * n + j], ref, err, tol);
         }
     /* beta = 1 adds to C */
     for (int64_t i = 0; i < m * n; i++)
         c1[i] = 1.0f;
-    assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, RLPI_QMAT_Q8_0, m, n, k, 1.0f), RLP_OK);
+    assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, type, m, n, k, 1.0f), RLP_OK);
     for (int64_t i = 0; i < m * n; i++)
         assert_true(fabsf(c1[i] - (c[i] + 1.0f)) <= 1e-5f * (1.0f + fabsf(c[i])));
     free(q);
@@ -116,13 +133,16 @@ static void test_against_reference(void **state)
         rlpi_qmat_force_isa(isa);
         if (rlpi_qmat_isa() != isa)
             continue; /* not on this CPU */
-        for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
-            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
-                for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++)
-                    check_shape(c % 2 ? pool : NULL, ms[c], ns[b], ks[a], seed++);
+        for (size_t t = 0; t < 2; t++)
+            for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
+                for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                    for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++)
+                        check_shape(c % 2 ? pool : NULL, TYPES[t], ms[c], ns[b], ks[a], seed++);
     }
-    /* a large product: threaded, several row blocks */
-    check_shape(pool, 67, 130, 1536, 99);
+    /* a large product: threaded, several row blocks (and the GEMM route
+     * with its dequantized tiles from 24 rows on with VNNI) */
+    for (size_t t = 0; t < 2; t++)
+        check_shape(pool, TYPES[t], 67, 130, 1536, 99);
     rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
     rlpi_threadpool_free(pool);
 }
@@ -146,7 +166,10 @@ static void test_simd_equals_scalar(void **state)
     static const int64_t shapes[][3] = {{1, 67, 576}, {7, 33, 100}, {33, 96, 1536}, {5, 1, 33}, {2, 50, 257}, {3, 3, 64}};
     uint64_t seed = 5;
     int tried = 0;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const size_t n_shapes = sizeof shapes / sizeof shapes[0];
+    for (size_t st = 0; st < 2 * n_shapes; st++) {
+        const size_t s = st % n_shapes;
+        const int type = TYPES[st / n_shapes];
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         float *w = malloc((size_t)(n * k) * sizeof *w), *deq = malloc((size_t)(n * k) * sizeof *deq);
         float *a = malloc((size_t)(m * k) * sizeof *a);
@@ -155,8 +178,8 @@ static void test_simd_equals_scalar(void **state)
             w[i] = urand(&seed);
         for (int64_t i = 0; i < m * k; i++)
             a[i] = urand(&seed) * 3.0f;
-        void *q = make_q8(w, n, k, deq);
-        if (s == sizeof shapes / sizeof shapes[0] - 1) {
+        void *q = make_q(type, w, n, k, deq);
+        if (type == RLPI_QMAT_Q8_0 && s == n_shapes - 1) {
             /* the extreme quant −128 (a GGUF file may hold it; our
              * quantizer never writes it): stored as offset binary 0 */
             uint8_t *qb = q;
@@ -165,17 +188,17 @@ static void test_simd_equals_scalar(void **state)
         }
         rlpi_qmat_force_isa(RLPI_QMAT_ISA_SCALAR);
         assert_int_equal(rlpi_qmat_isa(), RLPI_QMAT_ISA_SCALAR);
-        assert_int_equal(rlpi_cpu_qmatmul(pool, c0, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
+        assert_int_equal(rlpi_cpu_qmatmul(pool, c0, a, q, type, m, n, k, 0.0f), RLP_OK);
         for (int isa = RLPI_QMAT_ISA_AVX2; isa <= RLPI_QMAT_ISA_VNNI512; isa++) {
             rlpi_qmat_force_isa(isa);
             if (rlpi_qmat_isa() != isa)
                 continue;
             tried |= 1 << isa;
             memset(c1, 0xff, (size_t)(m * n) * sizeof *c1);
-            assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, RLPI_QMAT_Q8_0, m, n, k, 0.0f), RLP_OK);
+            assert_int_equal(rlpi_cpu_qmatmul(pool, c1, a, q, type, m, n, k, 0.0f), RLP_OK);
             if (memcmp(c0, c1, (size_t)(m * n) * sizeof *c0))
-                fail_msg("%s kernel differs from the scalar one at m=%lld n=%lld k=%lld", rlpi_qmat_isa_name(isa),
-                         (long long)m, (long long)n, (long long)k);
+                fail_msg("%s: %s kernel differs from the scalar one at m=%lld n=%lld k=%lld", type_name(type),
+                         rlpi_qmat_isa_name(isa), (long long)m, (long long)n, (long long)k);
         }
         free(q);
         free(w);
@@ -248,12 +271,19 @@ static void test_bad_arguments(void **state)
     assert_int_equal(rlpi_buffer_alloc(be, 4 * 8, &c), RLP_OK);
     size_t wb = rlpi_qmat_bytes(RLPI_QMAT_Q8_0, 8, 64);
     assert_int_equal(wb, 8 * 64 + 8 * 2 * 4);
+    assert_int_equal(rlpi_qmat_bytes(RLPI_QMAT_Q4_0, 8, 64), 8 * 32 + 8 * 2 * 4);
+    assert_int_equal(rlpi_qmat_bytes(RLPI_QMAT_Q4_0, 3, 65), 3 * 64 + 3 * 4 * 4);
+    assert_int_equal(rlpi_qmat_bytes(3, 8, 64), 0);
     assert_int_equal(rlpi_buffer_alloc(be, wb, &w), RLP_OK);
     memset(rlpi_buffer_host(w), 0x80, wb);
     assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, 0, RLPI_QMAT_Q8_0, 1, 8, 64, 0.0f),
                      RLP_OK);
     assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, 4, RLPI_QMAT_Q8_0, 1, 8, 64, 0.0f),
                      RLP_E_INVALID_ARG); /* past the end */
+    assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, wb - 320, RLPI_QMAT_Q4_0, 1, 8, 64, 0.0f),
+                     RLP_OK); /* Q4_0's 320 bytes at the buffer's end */
+    assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, wb - 319, RLPI_QMAT_Q4_0, 1, 8, 64, 0.0f),
+                     RLP_E_INVALID_ARG);
     assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, 0, 7, 1, 8, 64, 0.0f),
                      RLP_E_INVALID_ARG); /* type */
     assert_int_equal(rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), w, 0, RLPI_QMAT_Q8_0, 2, 8, 64, 0.0f),
@@ -345,17 +375,24 @@ static void greedy(model *f, const rlpi_qweights *qw, const int32_t *forced, int
     rlpi_kv_cache_free(kv);
 }
 
-/* Token agreement ≥ 85 % and |Δ logprob| ≤ 0.3 nats on 2 × 24 greedy tokens.
- * The tiny models' weights are uniform in [-1, 1), so logits spread over
- * ±10 or more and the ~0.5 % relative error of int8 weights and activations
- * (half a step of 1/127 of each block's max, twice) moves them by up to
- * ~0.1 (measured: 0.13–0.19 nats worst case, 44–48 of 48 tokens). */
-static void check_decode(const char *arch, bool tied)
+/* Q8_0: token agreement ≥ 85 % and |Δ logprob| ≤ 0.3 nats on 2 × 24
+ * greedy tokens. The tiny models' weights are uniform in [-1, 1), so
+ * logits spread over ±10 or more and the ~0.5 % relative error of int8
+ * weights and activations (half a step of 1/127 of each block's max,
+ * twice) moves them by up to ~0.1 (measured: 0.13–0.19 nats worst case,
+ * 44–48 of 48 tokens). Q4_0 layers: a weight's step is 1/8 of its block's
+ * max instead of 1/127 (16× coarser; uniform weights are the worst case for
+ * it): measured 30–47 of 48 tokens and 0.13–3.1 nats over the five models,
+ * so the bounds (≥ 50 %, ≤ 4 nats) only catch a miswired copy (a wrong
+ * type or offset decodes garbage); the products themselves are checked
+ * against the double reference above and the bytes against GGUF's Q4_0 in
+ * test_requantize. */
+static void check_decode(const char *arch, bool tied, int type)
 {
     model f;
     model_make(&f, arch, tied, 42);
     rlpi_qweights *qw;
-    assert_int_equal(rlpi_qweights_create(&qw, f.tf, RLPI_QMAT_Q8_0), RLP_OK);
+    assert_int_equal(rlpi_qweights_create(&qw, f.tf, type), RLP_OK);
     assert_true(rlpi_qweights_bytes(qw) > 0);
     enum { STEPS = 24 };
     int32_t ref[2 * STEPS], got[2 * STEPS];
@@ -368,10 +405,11 @@ static void check_decode(const char *arch, bool tied)
         agree += got[i] == ref[i];
         worst = fmax(worst, fabs(lgot[i] - lref[i]));
     }
-    print_message("%s%s: %d/%d greedy tokens agree, max |Δ logprob| %.4f\n", arch, tied ? " (tied)" : "", agree,
-                  2 * STEPS, worst);
-    assert_true(agree >= 2 * STEPS * 85 / 100);
-    assert_true(worst <= 0.3);
+    print_message("%s%s, %s: %d/%d greedy tokens agree, max |Δ logprob| %.4f\n", arch, tied ? " (tied)" : "",
+                  type_name(type), agree, 2 * STEPS, worst);
+    const bool q4 = type == RLPI_QMAT_Q4_0;
+    assert_true(agree >= 2 * STEPS * (q4 ? 50 : 85) / 100);
+    assert_true(worst <= (q4 ? 4.0 : 0.3));
     rlpi_qweights_free(qw);
     model_drop(&f);
 }
@@ -379,16 +417,20 @@ static void check_decode(const char *arch, bool tied)
 static void test_decode_llama(void **state)
 {
     (void)state;
-    check_decode("llama", true);
-    check_decode("llama", false);
+    for (size_t t = 0; t < 2; t++) {
+        check_decode("llama", true, TYPES[t]);
+        check_decode("llama", false, TYPES[t]);
+    }
 }
 
 static void test_decode_families(void **state)
 {
     (void)state;
-    check_decode("qwen2", false); /* QKV bias */
-    check_decode("qwen3", true);  /* q/k norms */
-    check_decode("gemma3", true); /* post norms, GeGLU, sliding window, soft cap off */
+    for (size_t t = 0; t < 2; t++) {
+        check_decode("qwen2", false, TYPES[t]); /* QKV bias */
+        check_decode("qwen3", true, TYPES[t]);  /* q/k norms */
+        check_decode("gemma3", true, TYPES[t]); /* post norms, GeGLU, sliding window, soft cap off */
+    }
 }
 
 /* the tiny tied Llama and its Q8_0 rollout copy */
@@ -504,12 +546,69 @@ static void test_requantize(void **state)
         const float *E = (const float *)rlpi_buffer_host(rlpi_transformer_params(f.tf)) + pi->offset;
         int64_t rows = pi->shape[0], cols = pi->shape[1];
         float *deq = malloc((size_t)(rows * cols) * sizeof *deq);
-        void *packed = make_q8(E, rows, cols, deq);
+        void *packed = make_q(RLPI_QMAT_Q8_0, E, rows, cols, deq);
         size_t bytes = rlpi_qmat_bytes(RLPI_QMAT_Q8_0, rows, cols);
         assert_memory_equal((const char *)rlpi_buffer_host(qw->buf) + mats[m].off, packed, bytes);
         free(packed);
         free(deq);
     }
+    /* a Q4_0 copy: GGUF's Q4_0 of every layer matrix (the stacked QKV and
+     * gate-up too: their parts quantized row by row), GGUF's Q8_0 of the head */
+    rlpi_qweights *q4;
+    assert_int_equal(rlpi_qweights_create(&q4, f.tf, RLPI_QMAT_Q4_0), RLP_OK);
+    assert_int_equal(q4->type, RLPI_QMAT_Q4_0);
+    assert_int_equal(q4->head_type, RLPI_QMAT_Q8_0);
+    assert_true(rlpi_qweights_bytes(q4) < rlpi_qweights_bytes(qw));
+    const float *P = rlpi_buffer_host(rlpi_transformer_params(f.tf));
+    for (int l = 0; l < f.cfg.n_layers; l++) {
+        const struct {
+            const char *parts[3];
+            size_t off;
+        } lm[] = {{{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, q4->layers[l].qkv},
+                  {{"self_attn.o_proj"}, q4->layers[l].wo},
+                  {{"mlp.gate_proj", "mlp.up_proj"}, q4->layers[l].gu},
+                  {{"mlp.down_proj"}, q4->layers[l].wd}};
+        for (size_t m = 0; m < 4; m++) {
+            /* the matrix: its parts' rows one after another */
+            float *W = NULL;
+            int64_t rows = 0, cols = 0;
+            for (int pt = 0; pt < 3 && lm[m].parts[pt]; pt++) {
+                char name[96];
+                snprintf(name, sizeof name, "layers.%d.%s", l, lm[m].parts[pt]);
+                const rlpi_param_info *pi = NULL;
+                for (size_t i = 0; i < rlpi_transformer_n_tensors(f.tf); i++)
+                    if (strstr(rlpi_transformer_tensor(f.tf, i)->name, name))
+                        pi = rlpi_transformer_tensor(f.tf, i);
+                assert_non_null(pi);
+                cols = pi->shape[1];
+                W = realloc(W, (size_t)((rows + pi->shape[0]) * cols) * sizeof *W);
+                assert_non_null(W);
+                memcpy(W + rows * cols, P + pi->offset, (size_t)(pi->shape[0] * cols) * sizeof *W);
+                rows += pi->shape[0];
+            }
+            float *deq = malloc((size_t)(rows * cols) * sizeof *deq);
+            void *packed = make_q(RLPI_QMAT_Q4_0, W, rows, cols, deq);
+            if (memcmp((const char *)rlpi_buffer_host(q4->buf) + lm[m].off, packed,
+                       rlpi_qmat_bytes(RLPI_QMAT_Q4_0, rows, cols)))
+                fail_msg("layer %d, %s: the Q4_0 copy differs from GGUF's Q4_0", l, lm[m].parts[0]);
+            free(packed);
+            free(deq);
+            free(W);
+        }
+    }
+    {
+        const rlpi_param_info *pi = NULL;
+        for (size_t i = 0; i < rlpi_transformer_n_tensors(f.tf); i++)
+            if (strstr(rlpi_transformer_tensor(f.tf, i)->name, "embed_tokens"))
+                pi = rlpi_transformer_tensor(f.tf, i);
+        float *deq = malloc((size_t)(pi->shape[0] * pi->shape[1]) * sizeof *deq);
+        void *packed = make_q(RLPI_QMAT_Q8_0, P + pi->offset, pi->shape[0], pi->shape[1], deq);
+        assert_memory_equal((const char *)rlpi_buffer_host(q4->buf) + q4->head, packed,
+                            rlpi_qmat_bytes(RLPI_QMAT_Q8_0, pi->shape[0], pi->shape[1]));
+        free(packed);
+        free(deq);
+    }
+    rlpi_qweights_free(q4);
     free(old_q);
     free(now);
     free(new_f);

@@ -34,6 +34,7 @@ class RolloutWeights(enum.IntEnum):
     F32 = 0
     Q8_0 = 1
     AUTO = 2
+    Q4_0 = 3
 
 
 _SAMPLING_SPECIAL = {
