@@ -15,7 +15,7 @@ static const char defaults_json[] =
     "\"tokenizer\": null,"
     "\"threads\": 0,"
     "\"backend\": \"cpu\","
-    "\"matmul_precision\": \"fp32\","
+    "\"matmul_precision\": \"auto\","
     "\"device\": null,"
     "\"seed\": 1,"
     "\"output\": \"runs/default\","

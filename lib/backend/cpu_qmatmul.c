@@ -513,10 +513,37 @@ VNNI_TARGET static void dequant_rows_avx512(float *dst, const uint8_t *wq, const
             _mm512_storeu_ps(dst + r * kp + e, _mm512_mul_ps(v, _mm512_set1_ps(ws[r * (kp / 32) + e / 32])));
         }
 }
+
+/* the same for Q4_0 rows (kp / 2 bytes each): per pair, the low nibbles
+ * are elements 0..31 and the high nibbles 32..63, each minus 8 */
+VNNI_TARGET static void dequant_rows_q4_avx512(float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
+{
+    const __m128i lo4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t p = 0; p < kp / 64; p++) {
+            const uint8_t *src = wq + r * (kp / 2) + p * 32;
+            float *d = dst + r * kp + p * 64;
+            for (int h = 0; h < 2; h++) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(src + 16 * h));
+                __m128i nl = _mm_sub_epi8(_mm_and_si128(v, lo4), eight);
+                __m128i nh = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), eight);
+                /* bytes 16h.. of the pair: elements 16h.. (block 2p) and 32+16h.. (block 2p+1) */
+                __m512 sl = _mm512_set1_ps(ws[r * (kp / 32) + 2 * p]), sh = _mm512_set1_ps(ws[r * (kp / 32) + 2 * p + 1]);
+                _mm512_storeu_ps(d + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nl)), sl));
+                _mm512_storeu_ps(d + 32 + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nh)), sh));
+            }
+        }
+}
 #endif
 
 static void dequant_rows(int isa, int type, float *dst, const uint8_t *wq, const float *ws, int64_t rows, int64_t kp)
 {
+#if QMAT_X86
+    if (type == RLPI_QMAT_Q4_0 && isa == RLPI_QMAT_ISA_VNNI512) {
+        dequant_rows_q4_avx512(dst, wq, ws, rows, kp);
+        return;
+    }
+#endif
     if (type == RLPI_QMAT_Q4_0) {
         for (int64_t r = 0; r < rows; r++)
             for (int64_t e = 0; e < kp; e++) {

@@ -26,10 +26,13 @@ static double best_of(double a, double b)
 }
 
 /* one weight shape (n, k) of the model: fp32 GEMM vs Q8_0 and Q4_0 at m
- * rows (q_off[t]: the matrix in copy qw[t]) */
+ * rows (q_off[t]: the matrix in copy qw[t]; head: it is the copies' head,
+ * whose type is head_type) */
 static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *const *qw, const char *name,
                        size_t w_off, const size_t *q_off, int64_t n, int64_t k, int64_t m)
 {
+    const int head = !strcmp(name, "head");
+    const int type[2] = {head ? qw[0]->head_type : qw[0]->type, head ? qw[1]->head_type : qw[1]->type};
     rlpi_buffer *a, *c;
     if (rlpi_buffer_alloc(be, (size_t)(m * k) * 4, &a) || rlpi_buffer_alloc(be, (size_t)(m * n) * 4, &c))
         return;
@@ -49,17 +52,16 @@ static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *co
         for (int t = 0; t < 2; t++) {
             double t1 = rlpi_now_s();
             for (int r = 0; r < reps; r++)
-                rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), qw[t]->buf, q_off[t], qw[t]->type, m, n, k, 0.0f);
+                rlpi_op_qmatmul(be, RLPI_REF(c, 0), RLPI_REF(a, 0), qw[t]->buf, q_off[t], type[t], m, n, k, 0.0f);
             tq[t] = best_of((rlpi_now_s() - t1) / reps, tq[t]);
         }
     }
-    double bf = (double)n * k * 4, b8 = (double)rlpi_qmat_bytes(qw[0]->type, n, k),
-           b4 = (double)rlpi_qmat_bytes(qw[1]->type, n, k);
+    double bf = (double)n * k * 4, b8 = (double)rlpi_qmat_bytes(type[0], n, k), b4 = (double)rlpi_qmat_bytes(type[1], n, k);
     printf("%-8s %6lld x %5lld m=%-3lld f32 %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  "
            "speed vs f32 %.2fx / %.2fx\n",
            name, (long long)n, (long long)k, (long long)m, tf32 * 1e3, bf / tf32 / 1e9,
-           qw[0]->type == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[0] * 1e3, b8 / tq[0] / 1e9,
-           qw[1]->type == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[1] * 1e3, b4 / tq[1] / 1e9, tf32 / tq[0], tf32 / tq[1]);
+           type[0] == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[0] * 1e3, b8 / tq[0] / 1e9,
+           type[1] == RLPI_QMAT_Q4_0 ? "q4_0" : "q8_0", tq[1] * 1e3, b4 / tq[1] / 1e9, tf32 / tq[0], tf32 / tq[1]);
     rlpi_buffer_free(a);
     rlpi_buffer_free(c);
 }

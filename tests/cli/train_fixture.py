@@ -41,8 +41,8 @@ cfg = {
     # rollouts: tests/unit/test_rollout.c, test_qmatmul.c, and the real
     # model's runs in docs/evidence/.
     "rollout": {"weights": "f32"},
-    # fp32 GEMMs for the same reason, should the default become `auto`
-    # (bf16 on CPUs with bf16 instructions, fp32 elsewhere). bf16 runs:
+    # fp32 GEMMs for the same reason: the default is `auto` (bf16 on CPUs
+    # with bf16 instructions, fp32 elsewhere). bf16 runs:
     # check_train_cli.sh (one step each of "bf16" and "auto"), and the real
     # model's held-out comparison in docs/evidence/default_run_bf16_zen4.
     "matmul_precision": "fp32",
