@@ -18,9 +18,14 @@
 /* The most a thread spins for a hand-off before it sleeps. A batch-1
  * decode step of SmolLM2-135M dispatches hundreds of loops of 10-100 µs
  * with a few µs of serial work between them; the spin must outlast those
- * gaps but stay short against the time an idle pool would burn a core
- * (docs/PERFORMANCE.md, Decode). */
-#define DEFAULT_SPIN_US 100
+ * gaps but stay short against the time an idle pool would burn a core.
+ * 400 rather than 100: with the 4-bit and int8 rollout copies the loops
+ * are shorter and the serial gaps between some of them (the head's
+ * sampling, attention set-up) longer than 100 µs; batch-1 decode measured
+ * +15-17 % (Q4_0 median 110-120 -> 123-139 tok/s, Q8_0 85 -> 99, in
+ * alternating same-run pairs), batch 32 unchanged (docs/PERFORMANCE.md,
+ * "Issue 22: Q4_0 rollout weights and bf16 by default"). */
+#define DEFAULT_SPIN_US 400
 
 /* Keeps the hot words of the hand-off on their own cache lines: the
  * dispatcher writes `generation` while workers poll it, and every worker

@@ -6,7 +6,7 @@
  * Hand-offs spin: after a loop, workers (and the caller waiting for them)
  * poll for up to a spin budget before sleeping on a condition variable, so
  * back-to-back small loops cost no syscalls and an idle pool costs no CPU
- * after the budget. The budget is 100 µs unless RLPOST_POOL_SPIN_US (read
+ * after the budget. The budget is 400 µs unless RLPOST_POOL_SPIN_US (read
  * when a pool is created, 0 to 1000000) says otherwise; 0 sleeps at once. */
 #ifndef RLPI_CORE_THREADPOOL_H
 #define RLPI_CORE_THREADPOOL_H
