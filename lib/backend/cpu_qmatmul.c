@@ -46,10 +46,10 @@ size_t rlpi_qmat_row_bytes(int type, int64_t k)
 
 size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k)
 {
-    if ((type != RLPI_QMAT_Q8_0 && type != RLPI_QMAT_Q4_0) || n < 1 || k < 1)
+    size_t row = n < 1 || k < 1 ? 0 : rlpi_qmat_row_bytes(type, k); /* 0: unknown type */
+    if (!row)
         return 0;
-    int64_t kp = rlpi_qmat_kpad(k);
-    return (size_t)n * rlpi_qmat_row_bytes(type, k) + (size_t)n * (size_t)(kp / 32) * sizeof(float);
+    return (size_t)n * row + (size_t)n * (size_t)(rlpi_qmat_kpad(k) / 32) * sizeof(float);
 }
 
 /* IEEE binary16 to fp32 (the Q8_0 scales; normal, subnormal, inf/NaN). */
@@ -112,13 +112,9 @@ void rlpi_qmat_pack_q4_0(void *dst, int64_t n, int64_t k, int64_t row0, int64_t 
         for (int64_t b = 0; b < kb; b++) {
             const uint8_t *blk = b < nb ? src + (size_t)(r * nb + b) * 18 : NULL;
             sj[b] = blk ? half_to_float((uint16_t)(blk[0] | blk[1] << 8)) : 0.0f;
-            /* block b is the low (b even) or high (b odd) nibbles of the
-             * 32 bytes of its pair */
-            uint8_t *pq = qj + (b / 2) * 32;
-            for (int i = 0; i < 32; i++) {
-                unsigned u = blk ? q4_0_nibble(blk + 2, i) : 8u;
-                pq[i] = b % 2 ? (uint8_t)((pq[i] & 0x0fu) | u << 4) : (uint8_t)((pq[i] & 0xf0u) | u);
-            }
+            /* block b is elements 32·(b % 2).. of its pair */
+            for (int i = 0; i < 32; i++)
+                rlpi_qmat_q4_set(qj + (b / 2) * 32, (int)(b % 2) * 32 + i, blk ? q4_0_nibble(blk + 2, i) : 8u);
         }
     }
 }
@@ -312,14 +308,9 @@ static void block_scalar(const qjob *J, int64_t j0, int64_t j1, int64_t r0, int6
                     int64_t e = p * 64 + 4 * l; /* lane l's four bytes */
                     int32_t t;
                     if (q4) {
-                        /* element x of the pair: low nibble of byte x (x < 32)
-                         * or high nibble of byte x − 32; value nibble − 8 */
                         t = 0;
-                        for (int u = 0; u < 4; u++) {
-                            int x = 4 * l + u;
-                            unsigned nib = x < 32 ? wq[p * 32 + x] & 0x0fu : wq[p * 32 + x - 32] >> 4;
-                            t += ((int32_t)nib - 8) * (int32_t)qa[e + u];
-                        }
+                        for (int u = 0; u < 4; u++)
+                            t += ((int32_t)rlpi_qmat_q4_get(wq + p * 32, 4 * l + u) - 8) * (int32_t)qa[e + u];
                     } else {
                         t = corr[p * 16 + l];
                         for (int u = 0; u < 4; u++)
@@ -523,12 +514,14 @@ VNNI_TARGET static void dequant_rows_q4_avx512(float *dst, const uint8_t *wq, co
         for (int64_t p = 0; p < kp / 64; p++) {
             const uint8_t *src = wq + r * (kp / 2) + p * 32;
             float *d = dst + r * kp + p * 64;
+            /* the scales of the pair's blocks 2p (low nibbles) and 2p + 1 (high) */
+            const float *sp = ws + r * (kp / 32) + 2 * p;
+            const __m512 sl = _mm512_set1_ps(sp[0]), sh = _mm512_set1_ps(sp[1]);
             for (int h = 0; h < 2; h++) {
+                /* bytes 16h.. of the pair: elements 16h.. and 32 + 16h.. */
                 __m128i v = _mm_loadu_si128((const __m128i *)(src + 16 * h));
                 __m128i nl = _mm_sub_epi8(_mm_and_si128(v, lo4), eight);
                 __m128i nh = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), eight);
-                /* bytes 16h.. of the pair: elements 16h.. (block 2p) and 32+16h.. (block 2p+1) */
-                __m512 sl = _mm512_set1_ps(ws[r * (kp / 32) + 2 * p]), sh = _mm512_set1_ps(ws[r * (kp / 32) + 2 * p + 1]);
                 _mm512_storeu_ps(d + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nl)), sl));
                 _mm512_storeu_ps(d + 32 + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(nh)), sh));
             }
@@ -547,9 +540,7 @@ static void dequant_rows(int isa, int type, float *dst, const uint8_t *wq, const
     if (type == RLPI_QMAT_Q4_0) {
         for (int64_t r = 0; r < rows; r++)
             for (int64_t e = 0; e < kp; e++) {
-                const uint8_t *pq = wq + r * (kp / 2) + (e / 64) * 32;
-                int x = (int)(e % 64);
-                unsigned nib = x < 32 ? pq[x] & 0x0fu : pq[x - 32] >> 4;
+                unsigned nib = rlpi_qmat_q4_get(wq + r * (kp / 2) + (e / 64) * 32, (int)(e % 64));
                 dst[r * kp + e] = (float)((int)nib - 8) * ws[r * (kp / 32) + e / 32];
             }
         return;

@@ -97,6 +97,23 @@ size_t rlpi_qmat_bytes(int type, int64_t n, int64_t k);
  * unknown type); the scales follow all n rows. */
 size_t rlpi_qmat_row_bytes(int type, int64_t k);
 
+/* Q4_0's nibble of element x (0..63) of a block pair whose 32 bytes start
+ * at pq (the layout above: low nibbles x < 32, high nibbles x ≥ 32); the
+ * value is the nibble − 8. */
+static inline unsigned rlpi_qmat_q4_get(const uint8_t *pq, int x)
+{
+    return x < 32 ? pq[x] & 0x0fu : (unsigned)pq[x - 32] >> 4;
+}
+
+/* Writes nibble u (0..15) of element x of that pair, keeping the other. */
+static inline void rlpi_qmat_q4_set(uint8_t *pq, int x, unsigned u)
+{
+    if (x < 32)
+        pq[x] = (uint8_t)((pq[x] & 0xf0u) | u);
+    else
+        pq[x - 32] = (uint8_t)((pq[x - 32] & 0x0fu) | u << 4);
+}
+
 /* Writes rows [row0, row0 + rows) of the (n, k) Q8_0 matrix at dst (of
  * rlpi_qmat_bytes(RLPI_QMAT_Q8_0, n, k) bytes) from `blocks`: those rows
  * as GGUF Q8_0 blocks (34 bytes: fp16 d, 32 int8), ⌈k/32⌉ blocks per row

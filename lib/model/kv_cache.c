@@ -257,10 +257,11 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
      * and its per-head norm to q/k; k's (n, KV·hd) fits there too */
     rlpi_buffer *qdst = c->qk_norm ? kv->att : kv->q;
     const rlpi_qlayer *Q = quantized(tf, kv, n) ? &kv->qw->layers[l] : NULL;
+    const int qt = Q ? kv->qw->type : 0; /* the layer matrices' RLPI_QMAT_* */
     if (!Q) /* the fp32 products: a quantized base dequantizes this layer first */
         TRY(rlpi_qbase_load_layer(tf, l));
     if (Q) /* one product for Q, K and V; qkv_part takes its columns apart */
-        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->qkv, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->qkv, kv->qw->type, n,
+        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->qkv, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->qkv, qt, n,
                             tf->qdim + 2 * tf->kvdim, d, 0.0f));
     TRY(qkv_part(tf, kv, n, qdst, 0, tf->qdim, P->wq));
     if (c->attention_bias)
@@ -298,19 +299,19 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
                                  c->n_heads, c->n_kv_heads, c->head_dim, tf->attn_scale, P->window));
     /* x += att·Woᵀ (or its post-attention norm) ; x += act(xn·Wgᵀ, xn·Wuᵀ)·Wdᵀ (or its post-ffw norm) */
     if (c->post_norms) {
-        TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, kv->qw ? kv->qw->type : 0, n, d, tf->qdim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->att, P->wo, Q ? Q->wo : 0, qt, n, d, tf->qdim, 0.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_attn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, kv->qw ? kv->qw->type : 0, n, d, tf->qdim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->att, P->wo, Q ? Q->wo : 0, qt, n, d, tf->qdim, 1.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, kv->att, 0, 0, kv->x, 0, 0));
     }
     TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->xn, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->x, 0),
                             RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     if (Q) { /* one product for gate and up */
-        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->gu, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->gu, kv->qw->type, n,
+        TRY(rlpi_op_qmatmul(be, RLPI_REF(kv->gu, 0), RLPI_REF(kv->xn, 0), kv->qw->buf, Q->gu, qt, n,
                             2 * c->ffn_dim, d, 0.0f));
         TRY(split_cols(kv->gu, n, 2 * c->ffn_dim, 0, kv->gate, c->ffn_dim));
         TRY(split_cols(kv->gu, n, 2 * c->ffn_dim, c->ffn_dim, kv->up, c->ffn_dim));
@@ -325,13 +326,13 @@ static int layer_extend(rlpi_transformer *tf, rlpi_kv_cache *kv, int l, int64_t 
     else
         TRY(rlpi_op_swiglu_fwd(be, RLPI_REF(kv->act, 0), RLPI_REF(kv->gate, 0), RLPI_REF(kv->up, 0), n * c->ffn_dim));
     if (c->post_norms) {
-        TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, kv->qw ? kv->qw->type : 0, n, d, c->ffn_dim, 0.0f));
+        TRY(linear(tf, kv, kv->xn, kv->act, P->wd, Q ? Q->wd : 0, qt, n, d, c->ffn_dim, 0.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->xn, 0, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(kv->tmp, 0), RLPI_REF(kv->rstd, 0), RLPI_REF(kv->xn, 0),
                                 RLPI_REF(W, P->post_ffn_norm), n, d, c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(kv->x, 0), RLPI_REF(kv->tmp, 0), n * d));
     } else {
-        TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, kv->qw ? kv->qw->type : 0, n, d, c->ffn_dim, 1.0f));
+        TRY(linear(tf, kv, kv->x, kv->act, P->wd, Q ? Q->wd : 0, qt, n, d, c->ffn_dim, 1.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, kv->act, 0, 0, kv->x, 0, 0));
     }
     return RLP_OK;

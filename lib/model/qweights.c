@@ -78,11 +78,11 @@ static void quantize_row_q4_0(const float *x, int64_t k, uint8_t *q, float *s)
     int64_t kp = rlpi_qmat_kpad(k);
     for (int64_t lo = 0; lo < kp; lo += 32) {
         uint8_t *pq = q + (lo / 64) * 32;
-        const int high = (int)((lo / 32) % 2);
+        const int x0 = (int)(lo % 64); /* the block's first element in its pair */
         if (lo >= k) {
             s[lo / 32] = 0.0f;
             for (int e = 0; e < 32; e++)
-                pq[e] = high ? (uint8_t)((pq[e] & 0x0fu) | 0x80u) : (uint8_t)((pq[e] & 0xf0u) | 0x08u);
+                rlpi_qmat_q4_set(pq, x0 + e, 8u);
             continue;
         }
         int64_t hi = lo + 32 < k ? lo + 32 : k;
@@ -97,8 +97,7 @@ static void quantize_row_q4_0(const float *x, int64_t k, uint8_t *q, float *s)
         for (int e = 0; e < 32; e++) {
             float v = (lo + e < hi ? x[lo + e] : 0.0f) * id + 8.5f;
             int u = (int)v; /* truncation, as the reference's (int8_t) cast */
-            u = u > 15 ? 15 : u;
-            pq[e] = high ? (uint8_t)((pq[e] & 0x0fu) | (unsigned)u << 4) : (uint8_t)((pq[e] & 0xf0u) | (unsigned)u);
+            rlpi_qmat_q4_set(pq, x0 + e, u > 15 ? 15u : (unsigned)u);
         }
     }
 }

@@ -304,7 +304,8 @@ int rlpi_engine_make_qweights(rlp_rollout_engine *e)
     e->qw_gen = e->policy->weights_gen;
     rlpi_kv_cache_set_qweights(e->kv, e->qw);
     rlpi_log(log, RLP_LOG_INFO, "rollout weights: %s copy of %.1f MiB (%s kernel), quantized in %.3f s",
-             type == RLPI_QMAT_Q4_0 ? "Q4_0 (head Q8_0)" : "Q8_0", (double)rlpi_qweights_bytes(e->qw) / 1048576.0, rlpi_qmat_isa_name(rlpi_qmat_isa()), e->qw->last_update_s);
+             type == RLPI_QMAT_Q4_0 ? "Q4_0 (head Q8_0)" : "Q8_0", (double)rlpi_qweights_bytes(e->qw) / 1048576.0,
+             rlpi_qmat_isa_name(rlpi_qmat_isa()), e->qw->last_update_s);
     return RLP_OK;
 }
 

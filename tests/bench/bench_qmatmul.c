@@ -56,7 +56,8 @@ static void kernel_row(rlpi_backend *be, rlpi_transformer *tf, rlpi_qweights *co
             tq[t] = best_of((rlpi_now_s() - t1) / reps, tq[t]);
         }
     }
-    double bf = (double)n * k * 4, b8 = (double)rlpi_qmat_bytes(type[0], n, k), b4 = (double)rlpi_qmat_bytes(type[1], n, k);
+    double bf = (double)n * k * 4, b8 = (double)rlpi_qmat_bytes(type[0], n, k);
+    double b4 = (double)rlpi_qmat_bytes(type[1], n, k);
     printf("%-8s %6lld x %5lld m=%-3lld f32 %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  %s %7.3f ms %5.1f GB/s  "
            "speed vs f32 %.2fx / %.2fx\n",
            name, (long long)n, (long long)k, (long long)m, tf32 * 1e3, bf / tf32 / 1e9,
