@@ -11,6 +11,7 @@
 #include "core/threadpool.h"
 
 #include <cblas.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,26 +639,29 @@ typedef struct cached_arg {
     const float *q, *kc, *vc;
     const int64_t *q_start, *slot, *past;
     int64_t n_seq, n, slot_stride, H, KV, hd, max_keys;
+    int64_t heads_per_item; /* query heads an item covers: the kv group, or 1 */
     int64_t window;
     float scale;
     int nomem;
 } cached_arg;
 
-/* items: (token i, kv head): the `group` query heads that share a kv head
- * are done together so each cache row is read once for all of them. */
+/* items: (token, kv head) with the `group` query heads that share it done
+ * together, so each cache row is read once for all of them; or, when those
+ * items are too few to share out evenly (batch-1 decode: 3 items, one
+ * thread doing two), (token, query head). A head's result is the same
+ * either way (rlpi_vec_attend). */
 static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
 {
     (void)tid;
     cached_arg *a = p;
-    const int64_t group = a->H / a->KV;
-    float *s = malloc((size_t)(group * a->max_keys) * sizeof(float));
+    const int64_t group = a->H / a->KV, per = a->heads_per_item, items_per_token = a->H / per;
+    float *s = malloc((size_t)(per * a->max_keys) * sizeof(float));
     if (!s) {
         __atomic_store_n(&a->nomem, 1, __ATOMIC_RELAXED);
         return;
     }
-    const float scale = a->scale;
     for (int64_t it = b; it < e; it++) {
-        int64_t i = it / a->KV, kvh = it % a->KV;
+        int64_t i = it / items_per_token, h0 = (it % items_per_token) * per, kvh = h0 / group;
         int64_t sq = seq_of(a->q_start, a->n_seq, i);
         int64_t pos = a->past[sq] + (i - a->q_start[sq]);
         /* keys j0 .. pos: K and V start at row j0 so the loops below are
@@ -665,22 +669,15 @@ static void attn_cached_range(void *p, int64_t b, int64_t e, int tid)
         const int64_t row = a->KV * a->hd, j0 = first_key(0, pos, a->window), nk = pos + 1 - j0;
         const float *K = a->kc + a->slot[sq] * a->slot_stride + j0 * row + kvh * a->hd;
         const float *V = a->vc + a->slot[sq] * a->slot_stride + j0 * row + kvh * a->hd;
-        for (int64_t g = 0; g < group; g++) {
-            int64_t h = kvh * group + g;
-            const float *q = a->q + (i * a->H + h) * a->hd;
-            float *sg = s + g * a->max_keys;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < nk; j++) {
-                float v = dotf(q, K + j * row, a->hd) * scale;
-                sg[j] = v;
-                m = v > m ? v : m;
+        for (int64_t g0 = 0; g0 < per; g0 += RLPI_VEC_ATTEND_MAX_GROUP) {
+            int g = per - g0 < RLPI_VEC_ATTEND_MAX_GROUP ? (int)(per - g0) : RLPI_VEC_ATTEND_MAX_GROUP;
+            const float *qs[RLPI_VEC_ATTEND_MAX_GROUP];
+            float *os[RLPI_VEC_ATTEND_MAX_GROUP];
+            for (int h = 0; h < g; h++) {
+                qs[h] = a->q + (i * a->H + h0 + g0 + h) * a->hd;
+                os[h] = a->out + (i * a->H + h0 + g0 + h) * a->hd;
             }
-            double sum = rlpi_vec_exp_affine_sum(sg, nk, 1.0f, m);
-            float inv = (float)(1.0 / sum);
-            float *o = a->out + (i * a->H + h) * a->hd;
-            memset(o, 0, (size_t)a->hd * sizeof(float));
-            for (int64_t j = 0; j < nk; j++)
-                axpyf(o, sg[j] * inv, V + j * row, a->hd);
+            rlpi_vec_attend(os, qs, g, K, V, row, nk, a->hd, a->scale, s);
         }
     }
     free(s);
@@ -695,6 +692,11 @@ int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, cons
     for (int64_t s = 0; s < n_seq; s++)
         if (past[s] + q_start[s + 1] - q_start[s] > max_keys)
             max_keys = past[s] + q_start[s + 1] - q_start[s];
+    const int threads = rlpi_threadpool_size(POOL(be));
+    const int64_t group = n_heads / n_kv_heads;
+    /* per query head when the grouped items cannot keep every thread
+     * equally busy (fewer than 4 a thread, not a multiple of the threads) */
+    const bool by_head = threads > 1 && group > 1 && n * n_kv_heads < 4 * threads && (n * n_kv_heads) % threads;
     cached_arg a = {.out = out,
                     .q = q,
                     .kc = kc,
@@ -709,9 +711,10 @@ int rlpi_cpu_attention_cached(rlpi_backend *be, float *out, const float *q, cons
                     .KV = n_kv_heads,
                     .hd = head_dim,
                     .max_keys = max_keys,
+                    .heads_per_item = by_head ? 1 : group,
                     .window = window,
                     .scale = scale};
-    rlpi_threadpool_parallel_for(POOL(be), n * n_kv_heads, 1, attn_cached_range, &a);
+    rlpi_threadpool_parallel_for(POOL(be), n * (n_heads / a.heads_per_item), 1, attn_cached_range, &a);
     return a.nomem ? rlpi_error_set(RLP_E_NOMEM, "cached attention: out of memory") : RLP_OK;
 }
 

@@ -99,6 +99,55 @@ VEC_CLONES double rlpi_vec_exp_affine_sum(float *x, int64_t n, float a, float b)
     return s;
 }
 
+/* o += a·v element by element, in blocks of LANES that each clone turns
+ * into whole vectors (GCC's -O2 cost model vectorises fixed-length inner
+ * loops, not a loop that would need a remainder) */
+static ALWAYS_INLINE inline void axpy_row(float *restrict o, float a, const float *restrict v, int64_t n)
+{
+    int64_t e = 0;
+    for (; e + LANES <= n; e += LANES)
+        for (int l = 0; l < LANES; l++)
+            o[e + l] += a * v[e + l];
+    for (; e < n; e++)
+        o[e] += a * v[e];
+}
+
+VEC_CLONES void rlpi_vec_attend(float *const *out, const float *const *q, int g, const float *K, const float *V,
+                                int64_t stride, int64_t nk, int64_t hd, float scale, float *s)
+{
+    float m[RLPI_VEC_ATTEND_MAX_GROUP];
+    for (int h = 0; h < g; h++)
+        m[h] = -INFINITY;
+    const int64_t hd8 = hd / 8 * 8;
+    for (int64_t j = 0; j < nk; j++) {
+        const float *k = K + j * stride;
+        for (int h = 0; h < g; h++) {
+            const float *qh = q[h];
+            float p[8] = {0};
+            for (int64_t e = 0; e < hd8; e += 8)
+                for (int l = 0; l < 8; l++)
+                    p[l] += qh[e + l] * k[e + l];
+            float r = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+            for (int64_t e = hd8; e < hd; e++)
+                r += qh[e] * k[e];
+            float v = r * scale;
+            s[h * nk + j] = v;
+            m[h] = v > m[h] ? v : m[h];
+        }
+    }
+    float w[RLPI_VEC_ATTEND_MAX_GROUP];
+    for (int h = 0; h < g; h++) {
+        double sum = rlpi_vec_exp_affine_sum(s + h * nk, nk, 1.0f, m[h]);
+        w[h] = (float)(1.0 / sum);
+        memset(out[h], 0, (size_t)hd * sizeof(float));
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        const float *v = V + j * stride;
+        for (int h = 0; h < g; h++)
+            axpy_row(out[h], s[h * nk + j] * w[h], v, hd);
+    }
+}
+
 /* Σ exp(z − m) and Σ exp(z − m)·z of one block, z = row·inv_temp, added
  * lane-wise in double. `valid` lanes are read; the rest count as 0. */
 static inline ALWAYS_INLINE void stats_block(const float *row, int valid, float inv_temp, float m, double *sum, double *spz)

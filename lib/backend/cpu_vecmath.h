@@ -20,6 +20,20 @@
 /* x[i] = exp(a·x[i] − b) in place; returns Σ x[i] (after) in double. */
 double rlpi_vec_exp_affine_sum(float *x, int64_t n, float a, float b);
 
+/* Attention of g query heads that share one key/value head, over nk cached
+ * rows: for each head h < g, out[h] = softmax(scale · K q[h]) V, with the
+ * rows of K and V `stride` floats apart, each hd long. s is scratch of
+ * g · nk floats. Per head the same operations in the same order as a dot
+ * product of 8 partial sums (lane l takes elements l, l+8, …; combined as
+ * ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)), then the elements past the last
+ * multiple of 8), the softmax of rlpi_vec_exp_affine_sum and o += w·v row
+ * by row: so the result for a head does not depend on g (how the caller
+ * groups heads) nor on the clone that runs. Each K and V row is read once
+ * for all g heads. */
+#define RLPI_VEC_ATTEND_MAX_GROUP 16 /* the most heads one call takes */
+void rlpi_vec_attend(float *const *out, const float *const *q, int g, const float *K, const float *V, int64_t stride,
+                     int64_t nk, int64_t hd, float scale, float *s);
+
 /* With z = row·inv_temp: *lse = log Σ exp z, *pz = Σ softmax(z)·z (both in
  * double). n ≥ 1. */
 void rlpi_vec_row_stats(const float *row, int64_t n, float inv_temp, double *lse, double *pz);

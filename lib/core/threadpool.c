@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* The most a thread spins for a hand-off before it sleeps. A batch-1
@@ -88,17 +89,51 @@ static int64_t now_ns(void)
  * polls the word for up to its current budget, then gives up (and the
  * caller sleeps). A hand-off caught while spinning grows the budget by a
  * quarter (up to the pool's maximum); a budget that ran out, or a spin
- * during which the spinner lost its core, halves it (down to SPIN_MIN_NS).
- * With a core per thread nearly every hand-off is caught and the budget
- * stays at the maximum. With more runnable threads than cores the thread
- * waited for is often not running and spinning only delays it: the budget
- * decays within a few hand-offs, and a thread never spins for one that
- * last ran on its own CPU (queued behind the spinner), so the pool then
- * behaves as the plain sleep/wake pool it was before spinning. */
+ * during which the spinner was preempted by another thread, halves it
+ * (down to SPIN_MIN_NS). With a core per thread nearly every hand-off is
+ * caught and the budget stays at the maximum. With more runnable threads
+ * than cores the thread waited for is often not running and spinning only
+ * delays it: the budget decays within a few hand-offs, and a thread never
+ * spins for one that last ran on its own CPU (queued behind the spinner),
+ * so the pool then behaves as the plain sleep/wake pool it was before
+ * spinning. */
 #define SPIN_MIN_NS 2000
 /* A gap this long between two clock reads of a spin (normally < 1 µs
- * apart) means the spinning thread was preempted. */
+ * apart) means the spinning thread lost its core for a while. */
 #define PREEMPTED_NS 20000
+
+/* Involuntary context switches of the calling thread so far (-1 where the
+ * system cannot tell). */
+static long involuntary_switches(void)
+{
+#ifdef RUSAGE_THREAD
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0)
+        return ru.ru_nivcsw;
+#endif
+    return -1;
+}
+
+/* Whether a gap in a spin was this kernel giving the core to another of
+ * its threads, rather than an interrupt or, on a virtual machine, the
+ * hypervisor running another guest's vCPU. Only the first means the
+ * cores are oversubscribed and spinning takes time from someone who
+ * needs it; the others stop every thread alike, and sleeping then only
+ * adds a wake-up to each hand-off. On a 2-vCPU VM they came often enough
+ * to halve every spin budget down to its floor: 460 futex calls per
+ * decoded token, batch-1 decode 93 against 115 tok/s with them ignored
+ * (docs/PERFORMANCE.md, "Spinning through hypervisor steal"). Counted
+ * once per thread: a switch seen here is not seen again. */
+static int preempted_by_a_thread(void)
+{
+    static _Thread_local long seen = -1;
+    long now = involuntary_switches();
+    if (now < 0)
+        return 1; /* cannot tell: assume the worst, as before */
+    int more = seen >= 0 && now > seen;
+    seen = now;
+    return more;
+}
 
 /* Waits until *word != ref (when `zero` is 0) or *word == 0 (when `zero`
  * is 1), for at most *budget_ns; adapts *budget_ns within
@@ -109,7 +144,7 @@ static int spin_wait(const void *word, int is_int, uint64_t ref, int64_t *budget
         return 0;
     int64_t floor_ns = max_ns < SPIN_MIN_NS ? max_ns : SPIN_MIN_NS;
     int64_t limit = *budget_ns < floor_ns ? floor_ns : *budget_ns > max_ns ? max_ns : *budget_ns;
-    int64_t t0 = 0, t_prev = 0;
+    int64_t t0 = 0, t_prev = 0, stolen = 0; /* stolen: gaps not spent spinning, not charged to the budget */
     for (unsigned i = 0;; i++) {
         int done = is_int ? __atomic_load_n((const int *)word, __ATOMIC_ACQUIRE) == 0
                           : __atomic_load_n((const uint64_t *)word, __ATOMIC_ACQUIRE) != ref;
@@ -120,13 +155,23 @@ static int spin_wait(const void *word, int is_int, uint64_t ref, int64_t *budget
         cpu_relax();
         if ((i & 15) == 15) { /* a clock read every ~0.3-1 µs of pauses */
             int64_t t = now_ns();
-            if (!t0)
+            if (!t0) {
                 t0 = t;
-            else if (t - t0 > limit || t - t_prev > PREEMPTED_NS) {
-                /* out of budget, or this thread lost its core while
-                 * spinning: others want the cores, so sleep instead */
-                *budget_ns = limit / 2 < floor_ns ? floor_ns : limit / 2;
-                return 0;
+            } else {
+                int preempted = 0;
+                if (t - t_prev > PREEMPTED_NS) {
+                    if (preempted_by_a_thread())
+                        preempted = 1;
+                    else
+                        stolen += t - t_prev;
+                }
+                if (preempted || t - t0 - stolen > limit) {
+                    /* out of budget, or another thread took this core
+                     * while it spun: others want the cores, so sleep
+                     * instead */
+                    *budget_ns = limit / 2 < floor_ns ? floor_ns : limit / 2;
+                    return 0;
+                }
             }
             t_prev = t;
         }

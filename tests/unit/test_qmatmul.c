@@ -215,6 +215,62 @@ static void test_simd_equals_scalar(void **state)
     rlpi_threadpool_free(pool);
 }
 
+/* The activation quantizer's corners, each ISA's against the scalar one's
+ * bits: an all-zero row, a block of one non-zero, −0, NaN (quantized to
+ * 0 and left out of the block's max, as the int8 route documents), exact halves (rounded away from
+ * zero), values past the block's max after rounding, a ragged last block
+ * (k = 80), and ±inf (whose block scale is inf: NaN outputs, compared as
+ * NaN). */
+static void test_activation_corners(void **state)
+{
+    (void)state;
+    enum { M = 5, N = 9, K = 80 };
+    float a[M * K] = {0}, w[N * K], deq[N * K];
+    uint64_t seed = 11;
+    for (int i = 0; i < N * K; i++)
+        w[i] = urand(&seed);
+    a[1 * K + 3] = 1e-30f;                      /* row 1: one tiny value */
+    for (int e = 0; e < K; e++)                 /* row 2: halves after scaling by 127 / 127 */
+        a[2 * K + e] = (e % 2 ? -1.0f : 1.0f) * (float)(e % 64) + (e % 3 ? 0.5f : 0.0f);
+    a[2 * K + 7] = 127.0f;
+    a[2 * K + 40] = -127.0f;
+    a[2 * K + 75] = 63.5f;
+    for (int e = 0; e < K; e++)                 /* row 3: −0, NaN amid ordinary values */
+        a[3 * K + e] = urand(&seed) * 5.0f;
+    a[3 * K + 0] = -0.0f;
+    a[3 * K + 5] = NAN;
+    a[3 * K + 20] = NAN; /* both halves of a block */
+    a[3 * K + 33] = NAN;
+    a[3 * K + 64] = NAN; /* the ragged block */
+    for (int e = 0; e < K; e++)                 /* row 4: an infinity in the second block */
+        a[4 * K + e] = urand(&seed);
+    a[4 * K + 40] = -INFINITY;
+    rlpi_qmat_set_gemm_min_rows(1 << 30); /* the int8 route at every ISA (the GEMM one takes fp32 rows) */
+    for (size_t t = 0; t < 2; t++) {
+        void *q = make_q(TYPES[t], w, N, K, deq);
+        float c0[M * N], c1[M * N];
+        rlpi_qmat_force_isa(RLPI_QMAT_ISA_SCALAR);
+        assert_int_equal(rlpi_cpu_qmatmul(NULL, c0, a, q, TYPES[t], M, N, K, 0.0f), RLP_OK);
+        for (int i = 0; i < N; i++) /* the all-zero row gives zeros, the NaN row finite values */
+            if (c0[i] != 0.0f || !isfinite(c0[3 * N + i]))
+                fail_msg("%s: scalar gives %g on the zero row, %g on the NaN row (col %d)", type_name(TYPES[t]),
+                         (double)c0[i], (double)c0[3 * N + i], i);
+        for (int isa = RLPI_QMAT_ISA_AVX2; isa <= RLPI_QMAT_ISA_VNNI512; isa++) {
+            rlpi_qmat_force_isa(isa);
+            if (rlpi_qmat_isa() != isa)
+                continue;
+            assert_int_equal(rlpi_cpu_qmatmul(NULL, c1, a, q, TYPES[t], M, N, K, 0.0f), RLP_OK);
+            for (int i = 0; i < M * N; i++)
+                if (!(isnan(c0[i]) && isnan(c1[i])) && memcmp(&c0[i], &c1[i], sizeof c0[i]))
+                    fail_msg("%s: %s differs from scalar at row %d col %d: %g vs %g", type_name(TYPES[t]),
+                             rlpi_qmat_isa_name(isa), i / N, i % N, (double)c0[i], (double)c1[i]);
+        }
+        free(q);
+    }
+    rlpi_qmat_set_gemm_min_rows(0);
+    rlpi_qmat_force_isa(RLPI_QMAT_ISA_AUTO);
+}
+
 /* the features can be forced off: by the setter and by the environment */
 static void test_dispatch_fallback(void **state)
 {
@@ -621,6 +677,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference), cmocka_unit_test(test_simd_equals_scalar),
+        cmocka_unit_test(test_activation_corners),
         cmocka_unit_test(test_dispatch_fallback), cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_decode_llama),      cmocka_unit_test(test_decode_families), cmocka_unit_test(test_decode_switch),
         cmocka_unit_test(test_requantize),

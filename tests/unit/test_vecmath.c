@@ -182,6 +182,68 @@ static void exp_affine_sum_matches_double(void **state)
     }
 }
 
+/* Grouped attention: each head of a group of g equals that head attended
+ * alone (bit for bit: callers group heads or not by how many threads
+ * there are), and a double-precision softmax(scale·Kq)·V within 1e-5 of
+ * the output's scale; head dims that are and are not multiples of 8 and
+ * 16, key counts from 1. */
+static void attend_matches_double(void **state)
+{
+    (void)state;
+    static const int64_t hds[] = {64, 40, 13, 128};
+    static const int64_t nks[] = {1, 2, 17, 300};
+    uint64_t seed = 9;
+    for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+        for (size_t b = 0; b < sizeof nks / sizeof *nks; b++) {
+            const int64_t hd = hds[a], nk = nks[b], kvd = 2 * hd, g = 3; /* rows hold 2 kv heads: stride 2·hd */
+            float *K = malloc((size_t)(nk * kvd) * 4), *V = malloc((size_t)(nk * kvd) * 4);
+            float *q = malloc((size_t)(g * hd) * 4), *o = malloc((size_t)(g * hd) * 4), *o1 = malloc((size_t)hd * 4);
+            float *sc = malloc((size_t)(g * nk) * 4);
+            double *p = malloc((size_t)nk * sizeof *p);
+            for (int64_t i = 0; i < nk * kvd; i++) {
+                K[i] = 4.0f * (urand(&seed) - 0.5f);
+                V[i] = 2.0f * (urand(&seed) - 0.5f);
+            }
+            for (int64_t i = 0; i < g * hd; i++)
+                q[i] = 4.0f * (urand(&seed) - 0.5f);
+            const float scale = 1.0f / sqrtf((float)hd);
+            const float *qs[3] = {q, q + hd, q + 2 * hd};
+            float *os[3] = {o, o + hd, o + 2 * hd};
+            rlpi_vec_attend(os, qs, (int)g, K + hd, V + hd, kvd, nk, hd, scale, sc); /* the second kv head */
+            for (int64_t h = 0; h < g; h++) {
+                float *one[1] = {o1};
+                rlpi_vec_attend(one, &qs[h], 1, K + hd, V + hd, kvd, nk, hd, scale, sc);
+                assert_memory_equal(o1, os[h], (size_t)hd * 4);
+                double m = -INFINITY, l = 0;
+                for (int64_t j = 0; j < nk; j++) {
+                    double d = 0;
+                    for (int64_t e = 0; e < hd; e++)
+                        d += (double)qs[h][e] * K[j * kvd + hd + e];
+                    p[j] = d * scale;
+                    m = fmax(m, p[j]);
+                }
+                for (int64_t j = 0; j < nk; j++)
+                    l += p[j] = exp(p[j] - m);
+                for (int64_t e = 0; e < hd; e++) {
+                    double r = 0;
+                    for (int64_t j = 0; j < nk; j++)
+                        r += p[j] * V[j * kvd + hd + e];
+                    r /= l;
+                    if (fabs(os[h][e] - r) > 1e-5)
+                        fail_msg("attend hd=%lld nk=%lld head %lld elem %lld: %.9g vs %.9g", (long long)hd,
+                                 (long long)nk, (long long)h, (long long)e, (double)os[h][e], r);
+                }
+            }
+            free(K);
+            free(V);
+            free(q);
+            free(o);
+            free(o1);
+            free(sc);
+            free(p);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +253,7 @@ int main(void)
         cmocka_unit_test(logprob_grad_matches_double),
         cmocka_unit_test(swiglu_matches_double),
         cmocka_unit_test(exp_affine_sum_matches_double),
+        cmocka_unit_test(attend_matches_double),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
