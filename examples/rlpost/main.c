@@ -41,6 +41,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     rlpost_select_blas_kernels(argv);
+    rlpost_bound_dnnl_cache();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;

@@ -167,6 +167,7 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->targets_sel);
     rlpi_buffer_free(tf->xs);
     rlpi_buffer_free(tf->acts);
+    rlpi_buffer_free(tf->mlp_act);
     rlpi_buffer_free(tf->h);
     rlpi_buffer_free(tf->rstd_f);
     rlpi_buffer_free(tf->hsel);
@@ -349,7 +350,7 @@ void rlpi_transformer_release_grads(rlpi_transformer *tf)
 size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
 {
     const rlpi_buffer *bufs[] = {tf->tokens, tf->positions, tf->sel, tf->targets_sel, tf->xs, tf->acts,
-                                 tf->h, tf->rstd_f, tf->hsel};
+                                 tf->mlp_act, tf->h, tf->rstd_f, tf->hsel};
     size_t total = 0;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         total += bufs[i] ? bufs[i]->nbytes : 0;
@@ -413,7 +414,7 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     PLACE(rstd2, (size_t)n);
     PLACE(gate, nf); /* gate and up back to back: with fused_gu they are one (2·ffn, n) product */
     PLACE(up, nf);
-    PLACE(act, nf);
+    L.act = 0; /* in tf->mlp_act, not here */
     /* the new families' extras (empty when off: a Llama layer is as before) */
     size_t nh = c->qk_norm ? (size_t)n : 0, npost = c->post_norms ? nd : 0, rpost = c->post_norms ? (size_t)n : 0;
     PLACE(q_raw, nh * (size_t)tf->qdim);
@@ -618,19 +619,19 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     }
     TRY(rlpi_lora_forward(tf, l, RLPI_LORA_GATE, a, aoff + L->xn2, 0, a, aoff + L->gate, gt));
     TRY(rlpi_lora_forward(tf, l, RLPI_LORA_UP, a, aoff + L->xn2, 0, a, aoff + L->up, gt));
-    TRY(mlp_act_fwd(tf, A(act), A(gate), A(up), n * c->ffn_dim));
+    TRY(mlp_act_fwd(tf, RLPI_REF(tf->mlp_act, L->act), A(gate), A(up), n * c->ffn_dim));
     if (c->post_norms) {
         /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
-        TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
-        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, a, aoff + L->act, gt, a, aoff + L->mlp_o, 0));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->mlp_o, tf->mlp_act, L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 0.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, tf->mlp_act, L->act, gt, a, aoff + L->mlp_o, 0));
         TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->xs, x_out), A(rstd_pf), A(mlp_o), RLPI_REF(W, P->post_ffn_norm), n, d,
                                 c->rms_eps));
         TRY(rlpi_op_add(be, RLPI_REF(tf->xs, x_out), A(x_mid), n * d));
     } else {
         /* x_out = x_mid + act·Wdᵀ */
         TRY(rlpi_buffer_copy(tf->xs, x_out * 4, a, (aoff + L->x_mid) * 4, (size_t)(n * d) * 4));
-        TRY(rlpi_tf_mm(tf, tf->xs, x_out, a, aoff + L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
-        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, a, aoff + L->act, gt, tf->xs, x_out, 0));
+        TRY(rlpi_tf_mm(tf, tf->xs, x_out, tf->mlp_act, L->act, gt, W, P->wd, 1, n, d, c->ffn_dim, 1.0f));
+        TRY(rlpi_lora_forward(tf, l, RLPI_LORA_DOWN, tf->mlp_act, L->act, gt, tf->xs, x_out, 0));
     }
 #undef A
     return RLP_OK;
@@ -703,6 +704,7 @@ static int trunk_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, c
     TRY(rlpi_tf_realloc(be, &tf->targets_sel, (size_t)(m ? m : 1) * 4));
     TRY(rlpi_tf_realloc(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4));
     TRY(rlpi_tf_realloc(be, &tf->acts, (size_t)n_act * tf->lay.total * 4));
+    TRY(rlpi_tf_realloc(be, &tf->mlp_act, (size_t)(n * c->ffn_dim) * 4));
     TRY(rlpi_tf_realloc(be, &tf->h, (size_t)(n * d) * 4));
     TRY(rlpi_tf_realloc(be, &tf->rstd_f, (size_t)n * 4));
     TRY(rlpi_tf_realloc(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4));
@@ -900,6 +902,22 @@ typedef struct grad_scratch {
     size_t dq_raw, dk_raw, dpost; /* qk_norm: before the norm (alias dq/dk without); post_norms: (n, dim) */
 } grad_scratch;
 
+/* The MLP activation of layer l (kept in no layer's buffer: see
+ * act_layout) recomputed from its saved gate and up into S at `off`, the
+ * (n, ffn) space of dgate, which holds nothing until mlp_act_bwd writes
+ * it; the same kernel on the same inputs as the forward, so the same bits.
+ * Skipped when nothing reads it (a frozen base without a LoRA adapter on
+ * the down projection). */
+static int recompute_act(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, rlpi_buffer *S, size_t off)
+{
+    (void)l;
+    if (!tf->grads && !rlpi_lora_active(tf->lora, RLPI_LORA_DOWN))
+        return RLP_OK;
+    const act_layout *L = &tf->lay;
+    return mlp_act_fwd(tf, RLPI_REF(S, off), RLPI_REF(a, aoff + L->gate), RLPI_REF(a, aoff + L->up),
+                       tf->n * tf->cfg.ffn_dim);
+}
+
 static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, grad_scratch *g)
 {
     const rlpi_model_config *c = &tf->cfg;
@@ -929,18 +947,20 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
          * matrix, so dxn = [dgate dup] · W_gu and dW_gu += [dgate; dup]ᵀ · xn2
          * are one product each */
         TRY(rlpi_tf_mm(tf, S, g->dact, W, P->wd, 1, S, dmlp, 1, F, n, d, 0.0f));
+        TRY(recompute_act(tf, l, a, aoff, S, g->dgate));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 1, d, F, n, 1.0f));
-        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, a, aoff + L->act, gt, S, g->dact, gt));
+            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, S, g->dgate, 1, d, F, n, 1.0f));
+        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, S, g->dgate, gt, S, g->dact, gt));
         TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 1, W, P->wg, 0, n, d, 2 * F, 0.0f));
         if (G)
             TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, a, aoff + L->xn2, 0, 2 * F, d, n, 1.0f));
     } else {
         TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
+        TRY(recompute_act(tf, l, a, aoff, S, g->dgate));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, a, aoff + L->act, 0, d, F, n, 1.0f));
-        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, a, aoff + L->act, gt, S, g->dact, gt));
+            TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, S, g->dgate, 0, d, F, n, 1.0f));
+        TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, S, g->dgate, gt, S, g->dact, gt));
         TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));

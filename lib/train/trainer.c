@@ -10,6 +10,7 @@
 #include "core/batch.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/heap.h"
 #include "algo/rl_step.h"
 #include "model/policy.h"
 #include "rollout/engine.h"
@@ -886,6 +887,7 @@ int rlp_trainer_step(rlp_trainer *t, rlp_step_record *out)
      * copy is re-made before the next decode either way */
     if (!rc && t->o.mode == RLP_TRAIN_SYNC && t->engine)
         rlpi_engine_release_qweights(t->engine);
+    rlpi_return_free_heap();
     if (!rc && t->critic)
         rc = rlpi_train_critic_step(t, b, &rec, &mm);
     else if (!rc && (rc = rlpi_policy_train_rl(t->policy, b, t->o.ref, &t->o.rl, &rec.rl, &mm)))
