@@ -259,8 +259,8 @@ static void quantize_rows_scalar(const qact *A, const float *a, int64_t begin, i
  * bit: test_qmatmul), and the 8 sums of 4 quants by vpmaddubsw/vpmaddwd.
  * In batch-1 decode this runs on the calling thread before every product
  * while the other threads wait: the scalar loop was 3-5 % of a token. */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void quantize_rows_avx512(const qact *A, const float *a,
-                                                                                      int64_t begin, int64_t end)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) static void
+quantize_rows_avx512(const qact *A, const float *a, int64_t begin, int64_t end)
 {
     const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f), half = _mm512_set1_ps(0.5f);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u), absm = _mm512_set1_epi32(0x7fffffff);

@@ -168,6 +168,7 @@ void rlpi_transformer_free(rlpi_transformer *tf)
     rlpi_buffer_free(tf->xs);
     rlpi_buffer_free(tf->acts);
     rlpi_buffer_free(tf->mlp_act);
+    rlpi_buffer_free(tf->norm_out);
     rlpi_buffer_free(tf->h);
     rlpi_buffer_free(tf->rstd_f);
     rlpi_buffer_free(tf->hsel);
@@ -350,7 +351,7 @@ void rlpi_transformer_release_grads(rlpi_transformer *tf)
 size_t rlpi_transformer_activation_bytes(const rlpi_transformer *tf)
 {
     const rlpi_buffer *bufs[] = {tf->tokens, tf->positions, tf->sel, tf->targets_sel, tf->xs, tf->acts,
-                                 tf->mlp_act, tf->h, tf->rstd_f, tf->hsel};
+                                 tf->mlp_act, tf->norm_out, tf->h, tf->rstd_f, tf->hsel};
     size_t total = 0;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         total += bufs[i] ? bufs[i]->nbytes : 0;
@@ -402,7 +403,7 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     act_layout L;
     size_t off = 0, nd = (size_t)(n * c->dim), nf = (size_t)(n * c->ffn_dim);
 #define PLACE(field, count) (L.field = off, off += (count))
-    PLACE(xn1, nd);
+    L.xn1 = L.xn2 = 0; /* in tf->norm_out, not here */
     PLACE(rstd1, (size_t)n);
     PLACE(q, (size_t)(n * tf->qdim));
     PLACE(k, (size_t)(n * tf->kvdim));
@@ -410,7 +411,6 @@ static act_layout layout_for(const rlpi_transformer *tf, int64_t n)
     PLACE(att, (size_t)(n * tf->qdim));
     PLACE(lse, (size_t)(n * c->n_heads));
     PLACE(x_mid, nd);
-    PLACE(xn2, nd);
     PLACE(rstd2, (size_t)n);
     PLACE(gate, nf); /* gate and up back to back: with fused_gu they are one (2·ffn, n) product */
     PLACE(up, nf);
@@ -517,7 +517,7 @@ static int qkv_forward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer 
     rlpi_buffer *Q = a;
     size_t qo = aoff + L->gate; /* before this layer's gate/up product is written */
     TRY(qkv_place(tf, &Q, &qo));
-    TRY(rlpi_tf_mm(tf, Q, qo, a, aoff + L->xn1, 0, tf->params, P->wq, 1, n, D, d, 0.0f));
+    TRY(rlpi_tf_mm(tf, Q, qo, tf->norm_out, L->xn1, 0, tf->params, P->wq, 1, n, D, d, 0.0f));
     if (tf->cfg.attention_bias)
         TRY(rlpi_op_add_bias(tf->be, RLPI_REF(Q, qo), RLPI_REF(tf->params, P->bq), n, D));
     size_t pitch = (size_t)D * 4;
@@ -534,10 +534,9 @@ static int qkv_forward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer 
  * (n, qdim + 2·kvdim) gradient (at S[dgu], the MLP's spent (n, 2·ffn)
  * gradient, when it fits), then one product for dxn and one for
  * d[Wq; Wk; Wv], and one bias reduction. */
-static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer *a, size_t aoff, rlpi_buffer *S,
+static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer *xn, size_t xnoff, rlpi_buffer *S,
                         size_t dgu, size_t dq, size_t dk, size_t dv, size_t dxn)
 {
-    const act_layout *L = &tf->lay;
     int64_t n = tf->n, d = tf->cfg.dim, qd = tf->qdim, kvd = tf->kvdim, D = qd + 2 * kvd;
     rlpi_buffer *Q = S;
     size_t qo = dgu;
@@ -551,7 +550,7 @@ static int qkv_backward(rlpi_transformer *tf, const layer_params *P, rlpi_buffer
         TRY(rlpi_op_bias_bwd(tf->be, RLPI_REF(tf->grads, P->bq), RLPI_REF(Q, qo), n, D));
     TRY(rlpi_tf_mm(tf, S, dxn, Q, qo, 0, tf->params, P->wq, 0, n, d, D, 0.0f));
     if (tf->grads) /* NULL: frozen base (LoRA) */
-        TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, a, aoff + L->xn1, 0, D, d, n, 1.0f));
+        TRY(rlpi_tf_mm(tf, tf->grads, P->wq, Q, qo, 1, xn, xnoff, 0, D, d, n, 1.0f));
     return RLP_OK;
 }
 
@@ -568,22 +567,23 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
     TRY(rlpi_qbase_load_layer(tf, l));
 #define A(field) RLPI_REF(a, aoff + L->field)
     rlpi_buffer *freq = rlpi_tf_inv_freq(tf, l);
-    TRY(rlpi_op_rmsnorm_fwd(be, A(xn1), A(rstd1), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->norm_out, L->xn1), A(rstd1), RLPI_REF(tf->xs, x_in),
+                            RLPI_REF(W, P->attn_norm), n, d, c->rms_eps));
     if (L->fused_qkv) {
         TRY(qkv_forward(tf, P, a, aoff));
     } else {
-        TRY(rlpi_tf_mm(tf, a, aoff + L->q_raw, a, aoff + L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
-        TRY(rlpi_tf_mm(tf, a, aoff + L->k_raw, a, aoff + L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
-        TRY(rlpi_tf_mm(tf, a, aoff + L->v, a, aoff + L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->q_raw, tf->norm_out, L->xn1, 0, W, P->wq, 1, n, tf->qdim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->k_raw, tf->norm_out, L->xn1, 0, W, P->wk, 1, n, tf->kvdim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->v, tf->norm_out, L->xn1, 0, W, P->wv, 1, n, tf->kvdim, d, 0.0f));
     }
     if (c->attention_bias && !L->fused_qkv) {
         TRY(rlpi_op_add_bias(be, A(q_raw), RLPI_REF(W, P->bq), n, tf->qdim));
         TRY(rlpi_op_add_bias(be, A(k_raw), RLPI_REF(W, P->bk), n, tf->kvdim));
         TRY(rlpi_op_add_bias(be, A(v), RLPI_REF(W, P->bv), n, tf->kvdim));
     }
-    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_Q, a, aoff + L->xn1, 0, a, aoff + L->q_raw, 0));
-    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_K, a, aoff + L->xn1, 0, a, aoff + L->k_raw, 0));
-    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_V, a, aoff + L->xn1, 0, a, aoff + L->v, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_Q, tf->norm_out, L->xn1, 0, a, aoff + L->q_raw, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_K, tf->norm_out, L->xn1, 0, a, aoff + L->k_raw, 0));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_V, tf->norm_out, L->xn1, 0, a, aoff + L->v, 0));
     if (c->qk_norm) { /* per-head RMSNorm before RoPE: (n·heads) rows of head_dim */
         TRY(rlpi_op_rmsnorm_fwd(be, A(q), A(rstd_q), A(q_raw), RLPI_REF(W, P->q_norm), n * c->n_heads, c->head_dim,
                                 c->rms_eps));
@@ -606,19 +606,20 @@ static int layer_forward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aof
         TRY(rlpi_tf_mm(tf, a, aoff + L->x_mid, a, aoff + L->att, 0, W, P->wo, 1, n, d, tf->qdim, 1.0f));
         TRY(rlpi_lora_forward(tf, l, RLPI_LORA_O, a, aoff + L->att, 0, a, aoff + L->x_mid, 0));
     }
-    TRY(rlpi_op_rmsnorm_fwd(be, A(xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
+    TRY(rlpi_op_rmsnorm_fwd(be, RLPI_REF(tf->norm_out, L->xn2), A(rstd2), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d,
+                            c->rms_eps));
     /* fused: [gate; up]ᵀ (2·ffn, n) = W_gu (2·ffn, d) · xn2ᵀ in one product,
      * and act stays transposed (the activation is elementwise), so the down
      * projection reads actᵀ with trans_a */
     int gt = L->fused_gu;
     if (gt) {
-        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, W, P->wg, 0, a, aoff + L->xn2, 1, 2 * c->ffn_dim, n, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, W, P->wg, 0, tf->norm_out, L->xn2, 1, 2 * c->ffn_dim, n, d, 0.0f));
     } else {
-        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, a, aoff + L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
-        TRY(rlpi_tf_mm(tf, a, aoff + L->up, a, aoff + L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->gate, tf->norm_out, L->xn2, 0, W, P->wg, 1, n, c->ffn_dim, d, 0.0f));
+        TRY(rlpi_tf_mm(tf, a, aoff + L->up, tf->norm_out, L->xn2, 0, W, P->wu, 1, n, c->ffn_dim, d, 0.0f));
     }
-    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_GATE, a, aoff + L->xn2, 0, a, aoff + L->gate, gt));
-    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_UP, a, aoff + L->xn2, 0, a, aoff + L->up, gt));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_GATE, tf->norm_out, L->xn2, 0, a, aoff + L->gate, gt));
+    TRY(rlpi_lora_forward(tf, l, RLPI_LORA_UP, tf->norm_out, L->xn2, 0, a, aoff + L->up, gt));
     TRY(mlp_act_fwd(tf, RLPI_REF(tf->mlp_act, L->act), A(gate), A(up), n * c->ffn_dim));
     if (c->post_norms) {
         /* x_out = x_mid + RMSNorm_post_ffw(act·Wdᵀ) */
@@ -705,6 +706,7 @@ static int trunk_forward(rlpi_transformer *tf, const rlpi_packed_batch *batch, c
     TRY(rlpi_tf_realloc(be, &tf->xs, (size_t)n_xs * (size_t)(n * d) * 4));
     TRY(rlpi_tf_realloc(be, &tf->acts, (size_t)n_act * tf->lay.total * 4));
     TRY(rlpi_tf_realloc(be, &tf->mlp_act, (size_t)(n * c->ffn_dim) * 4));
+    TRY(rlpi_tf_realloc(be, &tf->norm_out, (size_t)(n * d) * 4));
     TRY(rlpi_tf_realloc(be, &tf->h, (size_t)(n * d) * 4));
     TRY(rlpi_tf_realloc(be, &tf->rstd_f, (size_t)n * 4));
     TRY(rlpi_tf_realloc(be, &tf->hsel, (size_t)((m ? m : 1) * d) * 4));
@@ -900,7 +902,16 @@ typedef struct grad_scratch {
     rlpi_buffer *buf;
     size_t dx, dxn, dact, dgate, dup, datt, dq, dk, dv; /* offsets */
     size_t dq_raw, dk_raw, dpost; /* qk_norm: before the norm (alias dq/dk without); post_norms: (n, dim) */
+    size_t xn, rstd_re;           /* xn2, then xn1, recomputed (n, dim), and their rstd (n, unread) */
 } grad_scratch;
+
+/* Whether backward reads the input of the projections that LoRA targets
+ * t1..t3 share: for the base weights' gradients, or an adapter's. */
+static bool need_input(const rlpi_transformer *tf, int t1, int t2, int t3)
+{
+    return tf->grads || rlpi_lora_active(tf->lora, t1) || rlpi_lora_active(tf->lora, t2) ||
+           rlpi_lora_active(tf->lora, t3);
+}
 
 /* The MLP activation of layer l (kept in no layer's buffer: see
  * act_layout) recomputed from its saved gate and up into S at `off`, the
@@ -941,6 +952,8 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
                                 A(rstd_pf), n, d));
         dmlp = g->dpost;
     }
+    if (need_input(tf, RLPI_LORA_GATE, RLPI_LORA_UP, RLPI_LORA_GATE)) /* xn2 */
+        TRY(rlpi_op_rmsnorm_fwd(be, SR(xn), SR(rstd_re), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     if (L->fused_gu) {
         /* everything of the MLP transposed (layer_forward): dactᵀ (F, n) =
          * Wdᵀ · dmlpᵀ; dWd += dmlpᵀ · act; [dgate; dup]ᵀ is one (2F, n)
@@ -954,7 +967,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(mlp_act_bwd(tf, SR(dgate), SR(dup), SR(dact), A(gate), A(up), n * F));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 1, W, P->wg, 0, n, d, 2 * F, 0.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, a, aoff + L->xn2, 0, 2 * F, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, S, g->xn, 0, 2 * F, d, n, 1.0f));
     } else {
         TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
         TRY(recompute_act(tf, l, a, aoff, S, g->dgate));
@@ -965,12 +978,12 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dgate, 0, W, P->wg, 0, n, d, F, 0.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dup, 0, W, P->wu, 0, n, d, F, 1.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 1, S, g->xn, 0, F, d, n, 1.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, a, aoff + L->xn2, 0, F, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wu, S, g->dup, 1, S, g->xn, 0, F, d, n, 1.0f));
     }
-    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_GATE, S, g->dgate, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
-    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_UP, S, g->dup, gt, a, aoff + L->xn2, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_GATE, S, g->dgate, gt, S, g->xn, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_UP, S, g->dup, gt, S, g->xn, 0, S, g->dxn, 0));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->ffn_norm), SR(dxn), A(x_mid), RLPI_REF(W, P->ffn_norm), A(rstd2), n, d));
     /* attention: x_mid = x_in + att·Woᵀ, or x_in + RMSNorm_post_attn(att·Woᵀ); dattn = ∂L/∂(att·Woᵀ) */
     size_t dattn = g->dx;
@@ -997,8 +1010,11 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), GN(P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm), A(rstd_k),
                                 n * c->n_kv_heads, c->head_dim));
     }
+    if (need_input(tf, RLPI_LORA_Q, RLPI_LORA_K, RLPI_LORA_V))
+        TRY(rlpi_op_rmsnorm_fwd(be, SR(xn), SR(rstd_re), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d,
+                                c->rms_eps)); /* xn1 */
     if (L->fused_qkv) {
-        TRY(qkv_backward(tf, P, a, aoff, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
+        TRY(qkv_backward(tf, P, S, g->xn, S, g->dgate, g->dq_raw, g->dk_raw, g->dv, g->dxn));
     } else {
         if (c->attention_bias) {
             if (G)
@@ -1012,15 +1028,15 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dk_raw, 0, W, P->wk, 0, n, d, tf->kvdim, 1.0f));
         TRY(rlpi_tf_mm(tf, S, g->dxn, S, g->dv, 0, W, P->wv, 0, n, d, tf->kvdim, 1.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, a, aoff + L->xn1, 0, tf->qdim, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wq, S, g->dq_raw, 1, S, g->xn, 0, tf->qdim, d, n, 1.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wk, S, g->dk_raw, 1, S, g->xn, 0, tf->kvdim, d, n, 1.0f));
         if (G)
-            TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, a, aoff + L->xn1, 0, tf->kvdim, d, n, 1.0f));
+            TRY(rlpi_tf_mm(tf, G, P->wv, S, g->dv, 1, S, g->xn, 0, tf->kvdim, d, n, 1.0f));
     }
-    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_Q, S, g->dq_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
-    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_K, S, g->dk_raw, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
-    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_V, S, g->dv, 0, a, aoff + L->xn1, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_Q, S, g->dq_raw, 0, S, g->xn, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_K, S, g->dk_raw, 0, S, g->xn, 0, S, g->dxn, 0));
+    TRY(rlpi_lora_backward(tf, l, RLPI_LORA_V, S, g->dv, 0, S, g->xn, 0, S, g->dxn, 0));
     TRY(rlpi_op_rmsnorm_bwd(be, SR(dx), GN(P->attn_norm), SR(dxn), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm),
                             A(rstd1), n, d));
 #undef A
@@ -1117,6 +1133,8 @@ static int place_grad_scratch(rlpi_transformer *tf, grad_scratch *g)
     PLACE(dq_raw, c->qk_norm ? n * tf->qdim : 0);
     PLACE(dk_raw, c->qk_norm ? n * tf->kvdim : 0);
     PLACE(dpost, c->post_norms ? n * d : 0);
+    PLACE(xn, n * d);
+    PLACE(rstd_re, n);
 #undef PLACE
     if (!c->qk_norm) {
         g->dq_raw = g->dq;

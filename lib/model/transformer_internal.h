@@ -19,11 +19,14 @@ typedef struct layer_params {
 } layer_params;
 
 /* Offsets (floats) of one layer's saved activations inside its buffer.
- * The MLP's activation act = σ(gate)·up is not among them: it lives in
- * one buffer shared by every layer (tf->mlp_act) and backward recomputes
- * it from gate and up, bit for bit (an elementwise kernel), so a 256-token
- * micro-batch of SmolLM2-135M keeps 47 MB less (docs/PERFORMANCE.md,
- * "Issue 22: the peak RSS goal"); `act` is its offset there (0).
+ * Three inputs of products are not among them: the MLP's activation
+ * act = σ(gate)·up and the two norms' outputs xn1 and xn2. They live in
+ * buffers shared by every layer (tf->mlp_act, tf->norm_out; `act`, `xn1`
+ * and `xn2` are offsets there) and backward recomputes them from what is
+ * kept (gate and up; the norms' inputs and rstd are kept for their own
+ * backward anyway) with the same kernels on the same inputs, so the same
+ * bits: a 256-token micro-batch of SmolLM2-135M keeps 82 MB less
+ * (docs/PERFORMANCE.md, "Issue 22: the peak RSS goal").
  * Fields of features a config lacks take no space: q_raw/k_raw alias q/k
  * without qk_norm, and rstd_q, rstd_k, attn_o, rstd_po, mlp_o, rstd_pf
  * are empty without their feature, so a Llama layer is laid out as
@@ -69,6 +72,7 @@ struct rlpi_transformer {
     rlpi_buffer *xs;               /* residual stream (n_layers + 1, n, dim) */
     rlpi_buffer *acts;             /* (n_layers or 1) × layout.total */
     rlpi_buffer *mlp_act;          /* (n, ffn), or (ffn, n) with fused_gu: the act of the layer being computed */
+    rlpi_buffer *norm_out;         /* (n, dim): xn1, then xn2, of the layer being computed */
     act_layout lay;
     rlpi_buffer *h, *rstd_f, *hsel; /* final norm output (n, dim), (n), gathered (m, dim) */
     /* scratch kept between calls (grown, never shrunk below half): freeing
