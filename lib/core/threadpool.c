@@ -121,9 +121,9 @@ static long involuntary_switches(void)
  * needs it; the others stop every thread alike, and sleeping then only
  * adds a wake-up to each hand-off. On a 2-vCPU VM they came often enough
  * to halve every spin budget down to its floor: 460 futex calls per
- * decoded token, batch-1 decode 93 against 115 tok/s with them ignored
- * (docs/PERFORMANCE.md, "Spinning through hypervisor steal"). Counted
- * once per thread: a switch seen here is not seen again. */
+ * decoded token, batch-1 decode 93 against 112 tok/s with them ignored
+ * (docs/PERFORMANCE.md, "Issue 22: batch-1 decode at the memory bound").
+ * Counted once per thread: a switch seen here is not seen again. */
 static int preempted_by_a_thread(void)
 {
     static _Thread_local long seen = -1;

@@ -16,17 +16,91 @@
  * Environment: RLPOST_BENCH_RUNS (default 3), RLPOST_BENCH_BATCHES
  * (comma-separated, default 1,8,32,64), RLPOST_BENCH_WEIGHTS (f32, q8_0,
  * q4_0 or auto; default f32), RLPOST_BENCH_PYTHON (the Python that has
- * llama_cpp, default python3). */
+ * llama_cpp, default python3).
+ * Each run also measures the memory system's read rate with the same
+ * number of threads (a 256 MiB buffer summed in parallel, best of 3
+ * passes): batch-1 decode streams the whole rollout copy every token, so
+ * read rate ÷ copy bytes is its ceiling (docs/PERFORMANCE.md). */
 #include "../../examples/blas_kernels.h"
 #include "decode_rate.h"
 #include "rlpost.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_BATCHES 16
 #define MAX_RUNS 32
+
+#define READ_BYTES ((size_t)256 << 20)
+
+typedef struct reader {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} reader;
+
+static void *read_part(void *arg)
+{
+    reader *r = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= r->n; i += 4) {
+        s0 += r->p[i];
+        s1 += r->p[i + 1];
+        s2 += r->p[i + 2];
+        s3 += r->p[i + 3];
+    }
+    r->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GB/s of `threads` threads each summing its share of a 256 MiB buffer
+ * (far beyond the caches), best of 3 passes; 0 on failure */
+static double read_rate(int threads)
+{
+    uint64_t *buf = malloc(READ_BYTES);
+    if (!buf || threads < 1 || threads > 64) {
+        free(buf);
+        return 0;
+    }
+    memset(buf, 1, READ_BYTES);
+    size_t words = READ_BYTES / 8, share = words / (size_t)threads;
+    double best = 0;
+    uint64_t check = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        pthread_t th[64];
+        reader rd[64];
+        double t0 = now_s();
+        int started = 0;
+        for (int t = 0; t < threads; t++) {
+            rd[t] = (reader){buf + (size_t)t * share, share, 0};
+            if (t > 0 && pthread_create(&th[t], NULL, read_part, &rd[t]) == 0)
+                started++;
+            else if (t > 0)
+                read_part(&rd[t]);
+        }
+        read_part(&rd[0]);
+        for (int t = 1; t <= started; t++)
+            pthread_join(th[t], NULL);
+        double dt = now_s() - t0;
+        for (int t = 0; t < threads; t++)
+            check += rd[t].sum;
+        if (dt > 0 && (double)(share * (size_t)threads * 8) / dt / 1e9 > best)
+            best = (double)(share * (size_t)threads * 8) / dt / 1e9;
+    }
+    free(buf);
+    return check ? best : 0; /* the sums are used: the reads cannot be dropped */
+}
 
 /* decode at `batch` rows of the same story prompt (tokenised here) */
 static double decode_rate(rlp_policy *pol, int32_t weights, uint32_t batch, uint32_t new_tokens,
@@ -176,6 +250,7 @@ int main(int argc, char **argv)
            "load average %.2f\n", path, threads, new_tokens, wname, kernels, runs, load_average());
     printf("%4s %6s %14s %14s %14s %10s\n", "run", "batch", "decode tok/s", "prefill tok/s", "llama.cpp", "ratio");
     static double ours[MAX_BATCHES][MAX_RUNS], theirs[MAX_BATCHES][MAX_RUNS], ratio[MAX_BATCHES][MAX_RUNS];
+    static double membw[MAX_RUNS];
     int have_llama = 0;
     for (int r = 0; r < runs; r++) {
         double pf[MAX_BATCHES];
@@ -189,6 +264,8 @@ int main(int argc, char **argv)
             printf("%4d %6u %14.1f %14.1f %14.1f %9.2fx\n", r + 1, batches[i], ours[i][r], pf[i], lc[i],
                    ratio[i][r]);
         }
+        membw[r] = read_rate(threads);
+        printf("%4d memory read, %d threads: %.1f GB/s\n", r + 1, threads, membw[r]);
         fflush(stdout);
     }
     printf("\nload average at the end: %.2f\n", load_average());
@@ -206,6 +283,11 @@ int main(int argc, char **argv)
         }
         printf("%6u %8.1f / %.1f / %.1f %24s %24s\n", batches[i], a[0], a[1], a[2], col_b, col_c);
     }
+    double bw[3];
+    if (summarise(membw, runs, bw))
+        printf("memory read, %d threads, 256 MiB: %.1f / %.1f / %.1f GB/s (batch 1 streams the whole rollout copy "
+               "each token: this rate / its bytes bounds batch-1 tok/s)\n",
+               threads, bw[0], bw[1], bw[2]);
     if (!have_llama)
         printf("llama.cpp baseline skipped (%s -c 'import llama_cpp' failed; set RLPOST_BENCH_PYTHON)\n",
                getenv("RLPOST_BENCH_PYTHON") ? getenv("RLPOST_BENCH_PYTHON") : "python3");
