@@ -216,14 +216,28 @@ typedef struct qact {
     float *da;
 } qact;
 
+/* Row i of a product's activations and of its quantized form. */
+typedef struct qrow {
+    const float *x;
+    int8_t *q;
+    int32_t *corr;
+    float *da;
+} qrow;
+
+static inline qrow qrow_at(const qact *A, const float *a, int64_t i)
+{
+    return (qrow){a + i * A->k, A->qa + i * A->kp, A->corr + i * A->kb * 8, A->da + i * A->kb * 8};
+}
+
 /* The reference: what the vector quantizer below must equal bit for bit. */
 static void quantize_rows_scalar(const qact *A, const float *a, int64_t begin, int64_t end)
 {
     for (int64_t i = begin; i < end; i++) {
-        const float *x = a + i * A->k;
-        int8_t *q = A->qa + i * A->kp;
-        int32_t *corr = A->corr + i * A->kb * 8;
-        float *da = A->da + i * A->kb * 8;
+        const qrow R = qrow_at(A, a, i);
+        const float *x = R.x;
+        int8_t *q = R.q;
+        int32_t *corr = R.corr;
+        float *da = R.da;
         for (int64_t b = 0; b < A->kb; b++) {
             int64_t lo = b * 32, hi = lo + 32 < A->k ? lo + 32 : A->k;
             float amax = 0.0f;
@@ -268,10 +282,8 @@ quantize_rows_avx512(const qact *A, const float *a, int64_t begin, int64_t end)
     const __m256i ones16 = _mm256_set1_epi16(1);
     const __m256i m128 = _mm256_set1_epi32(-128);
     for (int64_t i = begin; i < end; i++) {
-        const float *x = a + i * A->k;
-        int8_t *q = A->qa + i * A->kp;
-        int32_t *corr = A->corr + i * A->kb * 8;
-        float *da = A->da + i * A->kb * 8;
+        const qrow R = qrow_at(A, a, i);
+        const float *x = R.x;
         for (int64_t b = 0; b < A->kb; b++) {
             int64_t lo = b * 32, n = A->k - lo < 32 ? A->k - lo : 32;
             __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
@@ -298,11 +310,11 @@ quantize_rows_avx512(const qact *A, const float *a, int64_t begin, int64_t end)
                 qs[h] = _mm256_castsi128_si256(b8);
             }
             __m256i q32 = _mm256_inserti128_si256(qs[0], _mm256_castsi256_si128(qs[1]), 1);
-            _mm256_storeu_si256((__m256i *)(q + lo), q32);
+            _mm256_storeu_si256((__m256i *)(R.q + lo), q32);
             __m256i s16 = _mm256_maddubs_epi16(ones8, q32);   /* pairs */
             __m256i s32 = _mm256_madd_epi16(s16, ones16);     /* groups of 4, in order */
-            _mm256_storeu_si256((__m256i *)(corr + b * 8), _mm256_mullo_epi32(s32, m128));
-            _mm256_storeu_ps(da + b * 8, _mm256_set1_ps(d));
+            _mm256_storeu_si256((__m256i *)(R.corr + b * 8), _mm256_mullo_epi32(s32, m128));
+            _mm256_storeu_ps(R.da + b * 8, _mm256_set1_ps(d));
         }
     }
 }
