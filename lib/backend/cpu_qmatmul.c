@@ -285,7 +285,10 @@ quantize_rows_avx512(const qact *A, const float *a, int64_t begin, int64_t end)
         const qrow R = qrow_at(A, a, i);
         const float *x = R.x;
         for (int64_t b = 0; b < A->kb; b++) {
+            /* elements of this block inside the row: kp pads k to a
+             * multiple of 64, so a last block may hold none (all zero) */
             int64_t lo = b * 32, n = A->k - lo < 32 ? A->k - lo : 32;
+            n = n < 0 ? 0 : n;
             __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
             __mmask16 k1 = n >= 32 ? (__mmask16)0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1u);
             __m512 x0 = _mm512_maskz_loadu_ps(k0, x + lo), x1 = _mm512_maskz_loadu_ps(k1, x + lo + 16);
