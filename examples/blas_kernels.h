@@ -48,10 +48,11 @@ static inline void rlpost_select_blas_kernels(char **argv)
  * GEMM shapes, and oneDNN's default of 1,024 cached primitives (JIT code
  * and descriptors on the heap) kept growing the default job's heap: in
  * use 23 -> 45 MB over 4 steps, against a steady 33 MB with 64, at the same
- * step time (docs/PERFORMANCE.md, "Issue 22: the peak RSS goal"). 64 holds
- * every shape of a step. oneDNN reads the variable at its first primitive,
- * so call this early in main(). A host program's choice, like the BLAS
- * kernels above: the library leaves the process-wide cache alone. */
+ * step time (docs/PERFORMANCE.md, "Issue 22: batch-1 decode at the memory
+ * bound, and the peak RSS goal"). 64 holds every shape of a step. oneDNN
+ * reads the variable at its first primitive, so call this early in main().
+ * A host program's choice, like the BLAS kernels above: the library leaves
+ * the process-wide cache alone. */
 static inline void rlpost_bound_dnnl_cache(void)
 {
     setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64", 0);

@@ -905,24 +905,28 @@ typedef struct grad_scratch {
     size_t xn, rstd_re;           /* xn2, then xn1, recomputed (n, dim), and their rstd (n, unread) */
 } grad_scratch;
 
-/* Whether backward reads the input of the projections that LoRA targets
- * t1..t3 share: for the base weights' gradients, or an adapter's. */
-static bool need_input(const rlpi_transformer *tf, int t1, int t2, int t3)
+/* Whether backward reads the input shared by the projections in `targets`
+ * (a mask of 1 << RLPI_LORA_*): for the base weights' gradients, or for an
+ * adapter's on one of them. */
+static bool need_input(const rlpi_transformer *tf, unsigned targets)
 {
-    return tf->grads || rlpi_lora_active(tf->lora, t1) || rlpi_lora_active(tf->lora, t2) ||
-           rlpi_lora_active(tf->lora, t3);
+    if (tf->grads)
+        return true;
+    for (int t = 0; t < RLPI_LORA_N_TARGETS; t++)
+        if (targets >> t & 1u && rlpi_lora_active(tf->lora, t))
+            return true;
+    return false;
 }
 
-/* The MLP activation of layer l (kept in no layer's buffer: see
- * act_layout) recomputed from its saved gate and up into S at `off`, the
+/* The MLP activation (kept in no layer's buffer: see act_layout)
+ * recomputed from the layer's saved gate and up into S at `off`, the
  * (n, ffn) space of dgate, which holds nothing until mlp_act_bwd writes
  * it; the same kernel on the same inputs as the forward, so the same bits.
  * Skipped when nothing reads it (a frozen base without a LoRA adapter on
  * the down projection). */
-static int recompute_act(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t aoff, rlpi_buffer *S, size_t off)
+static int recompute_act(rlpi_transformer *tf, rlpi_buffer *a, size_t aoff, rlpi_buffer *S, size_t off)
 {
-    (void)l;
-    if (!tf->grads && !rlpi_lora_active(tf->lora, RLPI_LORA_DOWN))
+    if (!need_input(tf, 1u << RLPI_LORA_DOWN))
         return RLP_OK;
     const act_layout *L = &tf->lay;
     return mlp_act_fwd(tf, RLPI_REF(S, off), RLPI_REF(a, aoff + L->gate), RLPI_REF(a, aoff + L->up),
@@ -952,7 +956,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
                                 A(rstd_pf), n, d));
         dmlp = g->dpost;
     }
-    if (need_input(tf, RLPI_LORA_GATE, RLPI_LORA_UP, RLPI_LORA_GATE)) /* xn2 */
+    if (need_input(tf, 1u << RLPI_LORA_GATE | 1u << RLPI_LORA_UP)) /* xn2 */
         TRY(rlpi_op_rmsnorm_fwd(be, SR(xn), SR(rstd_re), A(x_mid), RLPI_REF(W, P->ffn_norm), n, d, c->rms_eps));
     if (L->fused_gu) {
         /* everything of the MLP transposed (layer_forward): dactᵀ (F, n) =
@@ -960,7 +964,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
          * matrix, so dxn = [dgate dup] · W_gu and dW_gu += [dgate; dup]ᵀ · xn2
          * are one product each */
         TRY(rlpi_tf_mm(tf, S, g->dact, W, P->wd, 1, S, dmlp, 1, F, n, d, 0.0f));
-        TRY(recompute_act(tf, l, a, aoff, S, g->dgate));
+        TRY(recompute_act(tf, a, aoff, S, g->dgate));
         if (G)
             TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, S, g->dgate, 1, d, F, n, 1.0f));
         TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, S, g->dgate, gt, S, g->dact, gt));
@@ -970,7 +974,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
             TRY(rlpi_tf_mm(tf, G, P->wg, S, g->dgate, 0, S, g->xn, 0, 2 * F, d, n, 1.0f));
     } else {
         TRY(rlpi_tf_mm(tf, S, g->dact, S, dmlp, 0, W, P->wd, 0, n, F, d, 0.0f));
-        TRY(recompute_act(tf, l, a, aoff, S, g->dgate));
+        TRY(recompute_act(tf, a, aoff, S, g->dgate));
         if (G)
             TRY(rlpi_tf_mm(tf, G, P->wd, S, dmlp, 1, S, g->dgate, 0, d, F, n, 1.0f));
         TRY(rlpi_lora_backward(tf, l, RLPI_LORA_DOWN, S, dmlp, 0, S, g->dgate, gt, S, g->dact, gt));
@@ -1010,7 +1014,7 @@ static int layer_backward(rlpi_transformer *tf, int l, rlpi_buffer *a, size_t ao
         TRY(rlpi_op_rmsnorm_bwd(be, SR(dk_raw), GN(P->k_norm), SR(dk), A(k_raw), RLPI_REF(W, P->k_norm), A(rstd_k),
                                 n * c->n_kv_heads, c->head_dim));
     }
-    if (need_input(tf, RLPI_LORA_Q, RLPI_LORA_K, RLPI_LORA_V))
+    if (need_input(tf, 1u << RLPI_LORA_Q | 1u << RLPI_LORA_K | 1u << RLPI_LORA_V))
         TRY(rlpi_op_rmsnorm_fwd(be, SR(xn), SR(rstd_re), RLPI_REF(tf->xs, x_in), RLPI_REF(W, P->attn_norm), n, d,
                                 c->rms_eps)); /* xn1 */
     if (L->fused_qkv) {

@@ -26,7 +26,8 @@ typedef struct layer_params {
  * kept (gate and up; the norms' inputs and rstd are kept for their own
  * backward anyway) with the same kernels on the same inputs, so the same
  * bits: a 256-token micro-batch of SmolLM2-135M keeps 82 MB less
- * (docs/PERFORMANCE.md, "Issue 22: the peak RSS goal").
+ * (docs/PERFORMANCE.md, "Issue 22: batch-1 decode at the memory bound,
+ * and the peak RSS goal").
  * Fields of features a config lacks take no space: q_raw/k_raw alias q/k
  * without qk_norm, and rstd_q, rstd_k, attn_o, rstd_po, mlp_o, rstd_pf
  * are empty without their feature, so a Llama layer is laid out as
